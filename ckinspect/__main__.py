@@ -1,0 +1,5 @@
+import sys
+
+from ckinspect.cli import main
+
+sys.exit(main())

@@ -1,0 +1,139 @@
+"""The one entry point. Imports lazily so `--help` and `--report` stay fast and torch-free.
+
+    ckinspect PATH                     TUI on a file or folder
+    ckinspect diff A B                 TUI, side-by-side diff
+    ckinspect --report PATH...         headless report
+    ckinspect diff A B --report        headless diff
+    ckinspect repair PATH [--apply]    plan (default: dry run) or apply repairs of interrupted saves
+    ckinspect drift PATH [--report]    fp16/bf16 vs fp32 drift
+    ckinspect salvage BROKEN OUT       recover the whole tensors of a damaged file
+    ckinspect convert IN OUT           resume file -> weights, torch -> safetensors, ...
+
+Exit status: 0 nothing at or above --fail-on (diff: identical); 1 findings at or above it
+(diff: different); 2 usage or internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ckinspect import __version__
+from ckinspect.errors import CkinspectError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+SUBCOMMANDS = ("diff", "repair", "drift", "salvage", "convert")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit 2 (argparse's default status too)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_ERROR, f"ckinspect: error: {message}\n(try: {self.prog} --help)\n")
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="report format (default: text)")
+    parser.add_argument(
+        "--fail-on",
+        choices=("error", "warning", "never"),
+        default="error",
+        help="exit 1 when a finding is at or above this severity (default: error)",
+    )
+    parser.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    parser.add_argument("--quick", action="store_true", help="structure only: skip the value scan")
+    parser.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+
+
+def build_parsers() -> dict[str, argparse.ArgumentParser]:
+    main = _Parser(
+        prog="ckinspect",
+        description="Inspect, diff, check and repair training checkpoints without executing them.",
+        epilog="subcommands: diff, repair, drift, salvage, convert (ckinspect SUBCOMMAND --help)",
+    )
+    main.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint file(s) or folder(s)")
+    main.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
+    main.add_argument("--version", action="version", version=f"ckinspect {__version__}")
+    _add_output_options(main)
+
+    diff = _Parser(prog="ckinspect diff", description="Compare two checkpoints tensor by tensor.")
+    diff.add_argument("a", metavar="A")
+    diff.add_argument("b", metavar="B")
+    diff.add_argument("--report", action="store_true", help="print the diff instead of opening the TUI")
+    diff.add_argument("--only", action="append", metavar="GROUP", help="compare only this group (model, optimizer, rng, other); repeatable")
+    diff.add_argument("--atol", type=float, default=0.0, help="values within this absolute tolerance count as the same")
+    _add_output_options(diff)
+
+    repair = _Parser(prog="ckinspect repair", description="Find interrupted saves and plan (or apply) their repair.")
+    repair.add_argument("path", metavar="PATH")
+    mode = repair.add_mutually_exclusive_group()
+    mode.add_argument("--apply", action="store_true", help="carry out the plan (default: dry run)")
+    mode.add_argument("--undo", action="store_true", help="restore what the last --apply replaced or set aside")
+    _add_output_options(repair)
+
+    drift = _Parser(prog="ckinspect drift", description="What fp16/bf16 does to the weights and, where the model is known, the logits.")
+    drift.add_argument("path", metavar="PATH")
+    drift.add_argument("--report", action="store_true", help="print instead of opening the TUI")
+    _add_output_options(drift)
+
+    salvage = _Parser(prog="ckinspect salvage", description="Recover every whole, CRC-valid tensor of a damaged checkpoint.")
+    salvage.add_argument("broken", metavar="BROKEN")
+    salvage.add_argument("out", metavar="OUT")
+    _add_output_options(salvage)
+
+    convert = _Parser(prog="ckinspect convert", description="Convert a checkpoint: resume -> weights, torch -> safetensors, legacy -> zip, DCP -> one file.")
+    convert.add_argument("input", metavar="IN")
+    convert.add_argument("out", metavar="OUT")
+    convert.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), help="cast floating tensors")
+    convert.add_argument("--only", action="append", metavar="GROUP", help="keep only this group; repeatable")
+    convert.add_argument("--trust", action="store_true", help="allow a file whose pickle names code-running globals")
+    _add_output_options(convert)
+
+    return {"main": main, "diff": diff, "repair": repair, "drift": drift, "salvage": salvage, "convert": convert}
+
+
+def _dispatch(command: str, args: argparse.Namespace) -> int:
+    """Route to the module that does the work; only that module's imports are paid for."""
+    interactive = command in ("main", "diff", "drift") and not getattr(args, "report", False)
+    if interactive:
+        module = importlib.import_module("ckinspect.tui.launch")
+        return module.run(command, args)
+    name = "report" if command == "main" else command
+    module = importlib.import_module(f"ckinspect.commands.{name}")
+    return module.run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parsers = build_parsers()
+    command = argv[0] if argv and argv[0] in SUBCOMMANDS else "main"
+    parser = parsers[command]
+    args = parser.parse_args(argv[1:] if command != "main" else argv)
+    try:
+        return _dispatch(command, args)
+    except CkinspectError as exc:
+        print(f"ckinspect: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("ckinspect: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # a bug of ours: one line for the user, the traceback on request
+        if _debug():
+            raise
+        print(f"ckinspect: internal error: {type(exc).__name__}: {exc} (set CKINSPECT_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _debug() -> bool:
+    import os
+
+    return os.environ.get("CKINSPECT_DEBUG", "") not in ("", "0")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Element types by name, and the names each format uses for them. No torch, no numpy import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str  # torch's name without "torch.": float32, bfloat16 ...
+    itemsize: int
+    kind: str  # "float", "int", "uint", "bool", "complex"
+    numpy: str | None  # numpy dtype string to view raw little-endian bytes; None where numpy has none (bf16, fp8)
+
+    @property
+    def is_floating(self) -> bool:
+        return self.kind == "float"
+
+
+_ALL = [
+    DType("float64", 8, "float", "<f8"),
+    DType("float32", 4, "float", "<f4"),
+    DType("float16", 2, "float", "<f2"),
+    DType("bfloat16", 2, "float", None),  # viewed as uint16 and widened to float32 by hand
+    DType("float8_e4m3fn", 1, "float", None),
+    DType("float8_e5m2", 1, "float", None),
+    DType("complex128", 16, "complex", "<c16"),
+    DType("complex64", 8, "complex", "<c8"),
+    DType("int64", 8, "int", "<i8"),
+    DType("int32", 4, "int", "<i4"),
+    DType("int16", 2, "int", "<i2"),
+    DType("int8", 1, "int", "|i1"),
+    DType("uint64", 8, "uint", "<u8"),
+    DType("uint32", 4, "uint", "<u4"),
+    DType("uint16", 2, "uint", "<u2"),
+    DType("uint8", 1, "uint", "|u1"),
+    DType("bool", 1, "bool", "|b1"),
+]
+
+DTYPES: dict[str, DType] = {d.name: d for d in _ALL}
+
+# torch.save names storages by class: torch.FloatStorage, torch.BFloat16Storage, ...
+TORCH_STORAGE_CLASSES: dict[str, str] = {
+    "DoubleStorage": "float64",
+    "FloatStorage": "float32",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "ComplexDoubleStorage": "complex128",
+    "ComplexFloatStorage": "complex64",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "Float8_e4m3fnStorage": "float8_e4m3fn",
+    "Float8_e5m2Storage": "float8_e5m2",
+    "UInt16Storage": "uint16",
+    "UInt32Storage": "uint32",
+    "UInt64Storage": "uint64",
+}
+
+# torch.float32 and friends as pickled attribute names (torch.float32 is pickled as GLOBAL torch float32)
+TORCH_DTYPE_ATTRS: dict[str, str] = {
+    **{d.name: d.name for d in _ALL},
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+    "cfloat": "complex64",
+    "cdouble": "complex128",
+}
+
+SAFETENSORS_DTYPES: dict[str, str] = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "C64": "complex64",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U64": "uint64",
+    "U32": "uint32",
+    "U16": "uint16",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+
+
+def dtype_info(name: str) -> DType:
+    """The DType for a name; unknown names count as 1-byte opaque data rather than failing."""
+    found = DTYPES.get(name)
+    if found is None:
+        return DType(name, 1, "opaque", None)
+    return found
