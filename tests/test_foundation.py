@@ -1,13 +1,13 @@
 """The shared pieces every command stands on: the data model, atomic writes, the CLI's error contract."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from ckinspect.atomic import atomic_write, atomic_write_bytes
 from ckinspect.model import Finding, TensorInfo, fails
+
+from tests.conftest import run_cli
 
 
 def test_tensor_nbytes_and_span_follow_shape_and_stride():
@@ -36,6 +36,6 @@ def test_atomic_write_leaves_old_file_untouched_when_the_writer_fails(tmp_path):
 
 
 def test_usage_error_is_one_line_and_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "ckinspect", "--format", "yaml", "x"], capture_output=True, text=True)
+    proc = run_cli("--format", "yaml", "x")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "invalid choice" in proc.stderr
