@@ -169,16 +169,16 @@ def _decide_one(s: TmpStatus) -> RepairAction:
     main_ok = s.main_exists and s.main_intact
     if not s.tmp_complete:
         if main_ok:
-            return RepairAction("set-aside", left, s, f"partial tmp of an interrupted save ({s.tmp_problem}); the main file is intact")
+            return RepairAction("set-aside", left, s, "partial tmp of an interrupted save; the main file is intact")
         return RepairAction(
-            "nothing", left, s, f"neither is whole: the tmp is partial ({s.tmp_problem}); try `ckinspect salvage` on each"
+            "nothing", left, s, "neither is whole; try `ckinspect salvage` on each"
         )
     if not s.main_exists:
         if left.guessed:
             return RepairAction("nothing", left, s, f"the tmp is whole but which name it was meant to get is unknown; rename it by hand")
         return RepairAction("promote", left, s, "the tmp is whole and the main file is missing: the save died before its rename")
     if not s.main_intact:
-        return RepairAction("promote", left, s, f"the tmp is whole and the main file is damaged ({s.main_problem}); the damaged file goes to quarantine")
+        return RepairAction("promote", left, s, "the tmp is whole and the main file is damaged; the damaged file goes to quarantine")
     if s.newer == "tmp":
         return RepairAction(
             "promote-keep-old", left, s, f"both whole and the tmp is newer (step {s.tmp_step} > {s.main_step}); the old main goes to quarantine"
