@@ -40,10 +40,14 @@ class RepairAction:
     leftover: Leftover
     status: TmpStatus | None
     reason: str
-    state: str = "planned"  # planned | done | skipped | failed | not-needed
+    state: str = "planned"  # planned | done | skipped | failed | left-alone (action "nothing")
     note: str = ""
     tmp_stat: tuple[int, int] | None = None  # (size, mtime_ns) when planned: apply refuses a file that changed
     main_stat: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.action == "nothing" and self.state == "planned":
+            self.state = "left-alone"
 
     @property
     def pending(self) -> bool:

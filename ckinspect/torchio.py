@@ -75,6 +75,7 @@ def rebuild_tree(
 
     def walk(obj: Any, path: str) -> Any:
         if isinstance(obj, TensorInfo):
+            path = path or "tensor"  # a bare torch.save(tensor): the readers' name for it
             if keep is not None and not keep(path, obj):
                 return _SKIP
             return tensor_for(path, obj)
@@ -93,10 +94,14 @@ def rebuild_tree(
             return type(obj)(items) if type(obj) in (list, tuple) else list(items)
         if isinstance(obj, SCALARS) or _is_plain_torch(obj):
             return obj
-        converted = _plain(obj)
-        if converted is not _SKIP:
-            return converted
-        built.dropped.append((path or "<root>", f"{type(obj).__module__}.{type(obj).__qualname__} cannot be carried over"))
+        if type(obj).__name__ == "ArrayInfo":  # a numpy array the reader decoded (RNG states)
+            array = _numpy_array(obj)
+            if array is not None:
+                return array
+            built.dropped.append((path or "<root>", f"numpy array {obj.dtype}{list(obj.shape)} too large for the reader to keep"))
+            return _SKIP
+        what = getattr(obj, "qualname", None) or f"{type(obj).__module__}.{type(obj).__qualname__}"
+        built.dropped.append((path or "<root>", f"a {what} object (not plain data) cannot be carried over"))
         return _SKIP
 
     result = walk(tree, "")
@@ -118,18 +123,16 @@ def _is_plain_torch(obj: Any) -> bool:
     return isinstance(obj, (torch.dtype, torch.Size, torch.device))
 
 
-def _plain(obj: Any) -> Any:
-    """Reader placeholders that stand for plain values (torch.Size, dtypes, numpy scalars) -> the value."""
-    for attr in ("value", "to_python"):
-        v = getattr(obj, attr, None)
-        if callable(v):
-            try:
-                v = v()
-            except Exception:  # noqa: BLE001
-                continue
-        if isinstance(v, SCALARS):
-            return v
-    return _SKIP
+def _numpy_array(info: Any):
+    import numpy as np
+
+    data = getattr(info, "data", None)
+    if data is None:
+        return None
+    try:
+        return np.frombuffer(bytearray(data), dtype=np.dtype(str(info.dtype))).reshape(info.shape)
+    except (TypeError, ValueError):
+        return None
 
 
 def save_torch(path: str | Path, obj: Any) -> int:

@@ -1,0 +1,128 @@
+"""Crash injection: a repair SIGKILLed at any instant never loses the newest whole checkpoint.
+
+The folder holds one pair of each kind (promote over a cut main, promote over a missing main,
+promote keeping the old main, set a partial tmp aside). A forked child plans and applies the repair
+with a short pause after every filesystem step, and is SIGKILLed at a random moment; then:
+  - each pair's newest whole checkpoint is still under its main name or its tmp name,
+  - no file's bytes have disappeared (every original content is somewhere in the folder),
+  - running the repair again finishes the job: every main holds the newest checkpoint.
+A second sweep kills the process right after step 1, 2, ... N (env hook), so every boundary is hit.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from ckinspect import repair
+from ckinspect.repair import apply_plan, plan_repairs
+
+from tests.repair.helpers import cut, save_resume, sha, tree_hashes
+
+RANDOM_RUNS = 60
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("template")
+    save_resume(folder / "cut.pth", step=10, seed=1)
+    cut(folder / "cut.pth", 0.5)
+    save_resume(folder / "cut.pth.tmp", step=20, seed=2)
+    save_resume(folder / ".missing.pth.a1b2c3.tmp", step=20, seed=3)
+    save_resume(folder / "older.pth", step=10, seed=4)
+    save_resume(folder / "older.pth.tmp", step=20, seed=5)
+    save_resume(folder / "fine.pth", step=20, seed=6)
+    cut(save_resume(folder / "fine.pth.tmp", step=30, seed=7), 0.5)
+    newest = {  # main name -> where its newest whole checkpoint starts out
+        "cut.pth": "cut.pth.tmp",
+        "missing.pth": ".missing.pth.a1b2c3.tmp",
+        "older.pth": "older.pth.tmp",
+        "fine.pth": "fine.pth",
+    }
+    return folder, {main: (src, sha(folder / src)) for main, src in newest.items()}
+
+
+def _fresh(template, dest: Path) -> Path:
+    folder, _ = template
+    shutil.copytree(folder, dest)
+    return dest
+
+
+def _child_repair(folder: Path, env: dict[str, str]) -> int:
+    pid = os.fork()
+    if pid == 0:  # the repair process: plan + apply, then exit without running pytest's teardown
+        code = 0
+        try:
+            os.environ.update(env)
+            apply_plan(plan_repairs(folder))
+        except BaseException:
+            code = 3
+        os._exit(code)
+    return pid
+
+
+def _check_nothing_lost(folder: Path, template) -> None:
+    _, newest = template
+    original = set(tree_hashes(template[0]).values())
+    present = set(tree_hashes(folder).values())
+    assert original <= present, "some file's bytes are gone"
+    for main, (src, digest) in newest.items():
+        assert digest in (sha(folder / main), sha(folder / src)), f"{main}: newest checkpoint not under its names"
+
+
+def _check_rerun_completes(folder: Path, template) -> None:
+    _, newest = template
+    apply_plan(plan_repairs(folder))
+    for main, (_src, digest) in newest.items():
+        assert sha(folder / main) == digest
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def _full_duration(template, tmp_path) -> float:
+    folder = _fresh(template, tmp_path / "timing")
+    start = time.monotonic()
+    pid = _child_repair(folder, {repair.DELAY_ENV: "0.01"})
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_instants_never_loses_the_newest_checkpoint(template, tmp_path):
+    duration = _full_duration(template, tmp_path)
+    rng = random.Random(1234)
+    killed = 0
+    for run in range(RANDOM_RUNS):
+        folder = _fresh(template, tmp_path / f"run{run}")
+        pid = _child_repair(folder, {repair.DELAY_ENV: "0.01"})
+        time.sleep(rng.uniform(0, duration * 1.1))
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        killed += os.WIFSIGNALED(status)
+        _check_nothing_lost(folder, template)
+        _check_rerun_completes(folder, template)
+        _check_nothing_lost(folder, template)
+        shutil.rmtree(folder)
+    print(f"\nkill injection: {RANDOM_RUNS} runs, {killed} killed mid-repair, 0 losses (full repair {duration:.2f}s)")
+    assert killed >= RANDOM_RUNS // 2  # most kills must land while the repair is running
+
+
+def test_sigkill_after_every_single_step_never_loses_the_newest_checkpoint(template, tmp_path):
+    step = 1
+    while True:
+        folder = _fresh(template, tmp_path / f"step{step}")
+        pid = _child_repair(folder, {repair.CRASH_ENV: str(step)})
+        _, status = os.waitpid(pid, 0)
+        _check_nothing_lost(folder, template)
+        _check_rerun_completes(folder, template)
+        shutil.rmtree(folder)
+        if not os.WIFSIGNALED(status):
+            break  # the repair finished before reaching this step: every boundary has been hit
+        step += 1
+    assert step > 8  # four actions, each at least two steps
