@@ -74,13 +74,19 @@ def convert(
         raise CkinspectError(f"{source} is damaged ({corrupt[0].message}); try `ckinspect salvage {source} OUT`")
     if ckpt.format in ("unknown", "pickle") and not unsafe:
         raise CkinspectError(f"{source}: format {ckpt.format} holds no tensors this tool can convert")
+    if unsafe and not trust:
+        names = ", ".join(sorted({g for f in unsafe for g in _globals_in(f, ckpt)})) or unsafe[0].message
+        raise CkinspectError(
+            f"refused: {source} names globals that run code when loaded ({names}); "
+            "nothing was executed. Pass --trust only if you know where this file comes from"
+        )
     groups = _groups(ckpt)
     if only:
         unknown = sorted(set(only) - {"model", "optimizer", "rng", "other"})
         if unknown:
             raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
 
-    import torch
+    import torch  # only now: a refused file never pays for it
 
     from ckinspect.torchio import rebuild_tree, save_torch, tensors_to_safetensors, torch_dtype
 
@@ -97,13 +103,7 @@ def convert(
     def keep(name: str, info: TensorInfo) -> bool:
         return not only or groups.get(name, info.group) in only
 
-    if unsafe:
-        if not trust:
-            names = ", ".join(sorted({g for f in unsafe for g in _globals_in(f, ckpt)})) or unsafe[0].message
-            raise CkinspectError(
-                f"refused: {source} names globals that run code when loaded ({names}); "
-                "nothing was executed. Pass --trust only if you know where this file comes from"
-            )
+    if unsafe:  # and trusted: say exactly what is about to run, then run it
         call = f"torch.load({str(source)!r}, map_location='cpu', weights_only=False)"
         names = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
         announce(f"--trust: about to run {call}; its pickle will call: {names}")

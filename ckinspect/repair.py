@@ -262,9 +262,7 @@ def apply_plan(plan: RepairPlan, run_id: str | None = None) -> ApplyResult:
                 _apply_one(action, quarantine, manifest, step)
             except OSError as exc:
                 action.state, action.note = "failed", f"{type(exc).__name__}: {exc}"
-            manifest.write("applying")
-            step()
-        manifest.write("applied")
+        manifest.write("applied")  # every move was written down before it was made
     return result
 
 

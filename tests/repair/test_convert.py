@@ -62,12 +62,13 @@ def test_resume_to_weights_only_model_loads_into_the_model(resume, tmp_path):
 def test_dtype_cast_to_bf16_safetensors(resume, tmp_path):
     from safetensors.torch import load_file
 
-    proc = run_cli("convert", resume, tmp_path / "w.safetensors", "--only", "model", "--dtype", "bf16", "--format", "json")
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    from ckinspect.commands.convert import render
+
+    result = convert(resume, tmp_path / "w.safetensors", only=["model"], dtype="bf16")
+    doc = json.loads(render(result, "json"))
     loaded = load_file(tmp_path / "w.safetensors")
     expected = resume_state(30, seed=1)["model"]
-    assert doc["cast"] >= 1 and set(loaded) == set(expected)
+    assert doc["cast"] == result.cast >= 1 and set(loaded) == set(expected)
     assert all(bit_equal(loaded[k], expected[k].to(torch.bfloat16)) for k in expected)
 
 

@@ -8,6 +8,8 @@ import struct
 import pytest
 import torch
 
+from ckinspect.commands.salvage import render
+from ckinspect.errors import CkinspectError
 from ckinspect.salvage import salvage
 from ckinspect.zipwalk import walk_local_headers
 
@@ -106,9 +108,9 @@ def test_salvage_cli_reports_recovered_and_missing_and_exits_1(tmp_path):
     doc = json.loads(proc.stdout)
     assert doc["command"] == "salvage" and doc["summary"]["recovered"] + doc["summary"]["missing"] == 6
     assert doc["summary"]["missing"] >= 1 and all(m["why"] for m in doc["missing"])
-    text = run_cli("salvage", src, tmp_path / "out2.pth")
-    assert "recovered bit-exact" in text.stdout
+    assert "recovered bit-exact" in render(salvage(src, tmp_path / "out2.pth"), "text")
     lost = tmp_path / "nopkl.pth"
     lost.write_bytes(src.read_bytes()[:40])
-    proc = run_cli("salvage", lost, tmp_path / "out3.pth")
-    assert proc.returncode == 2 and "data.pkl" in proc.stderr and not (tmp_path / "out3.pth").exists()
+    with pytest.raises(CkinspectError, match="data.pkl"):
+        salvage(lost, tmp_path / "out3.pth")
+    assert not (tmp_path / "out3.pth").exists()
