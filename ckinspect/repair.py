@@ -254,7 +254,7 @@ def apply_plan(plan: RepairPlan, run_id: str | None = None) -> ApplyResult:
         fsync_dir(quarantine.parent)
         fsync_dir(folder)
         result.quarantines.append(quarantine)
-        manifest = _Manifest(quarantine, folder, run_id, actions)
+        manifest = _Manifest(quarantine, folder, run_id, actions, step)
         manifest.write("applying")
         step()
         for action in actions:
@@ -300,6 +300,7 @@ def _record_and(moves: list[dict[str, Any]], op: str, src: Path, dst: Path, mani
     size, mtime_ns = _stat(src) or (None, None)
     moves.append({"op": op, "from": manifest.rel(src), "to": manifest.rel(dst), "size": size, "mtime_ns": mtime_ns})
     manifest.write("applying")
+    manifest.step()
 
 
 def _keep_copy(src: Path, dst: Path) -> None:
@@ -332,8 +333,9 @@ def _sync(*folders: Path) -> None:
 
 
 class _Manifest:
-    def __init__(self, quarantine: Path, folder: Path, run_id: str, actions: list[RepairAction]) -> None:
+    def __init__(self, quarantine: Path, folder: Path, run_id: str, actions: list[RepairAction], step: _Steps) -> None:
         self.path = quarantine / MANIFEST
+        self.step = step
         self.folder = folder
         self.run_id = run_id
         self.actions = actions
