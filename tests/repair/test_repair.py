@@ -147,3 +147,23 @@ def test_apply_refuses_a_file_that_changed_after_planning(tmp_path):
     tmp.write_bytes(tmp.read_bytes() + b"more")  # a writer is still at it
     apply_plan(plan)
     assert plan.actions[0].state == "skipped" and tmp.exists()
+
+
+def test_dcp_folder_whose_metadata_was_never_renamed_gets_it_promoted(tmp_path):
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+        dcp.save({"model": {"w": torch.randn(4, 4)}, "step": 5}, checkpoint_id=str(tmp_path / "ckpt"))
+    folder = tmp_path / "ckpt"
+    whole = (folder / ".metadata").read_bytes()
+    (folder / ".metadata").rename(folder / ".metadata.tmp")  # killed between the write and the rename
+    plan = plan_repairs(tmp_path)
+    assert [(a.action, a.leftover.main.name) for a in plan.actions] == [("promote", ".metadata")]
+    apply_plan(plan)
+    assert (folder / ".metadata").read_bytes() == whole and not (folder / ".metadata.tmp").exists()
+    # a second save died mid-way through its metadata: the whole one stays, the partial is set aside
+    (folder / ".metadata.tmp").write_bytes(whole[: len(whole) // 2])
+    assert [a.action for a in plan_repairs(folder).actions] == ["set-aside"]
