@@ -25,7 +25,7 @@ from typing import Any
 
 from ckinspect.atomic import atomic_write_text, fsync_dir
 from ckinspect.errors import CkinspectError
-from ckinspect.leftovers import QUARANTINE_DIR, Leftover, TmpStatus, classify, find_leftovers
+from ckinspect.leftovers import QUARANTINE_DIR, Leftover, TmpStatus, check_integrity, classify, find_leftovers
 
 MANIFEST = "manifest.json"
 ACTIONS = ("promote", "promote-keep-old", "set-aside", "nothing")
@@ -129,7 +129,7 @@ def plan_repairs(path: str | os.PathLike[str], full_crc: bool = False) -> Repair
     for leftover in find_leftovers(path):
         by_main.setdefault(leftover.main, []).append(classify(leftover, full_crc=full_crc))
     for statuses in by_main.values():
-        plan.actions.extend(_decide(statuses))
+        plan.actions.extend(_verify_promotions(_decide(statuses)))
     for action in plan.actions:
         action.tmp_stat = _stat(action.leftover.tmp)
         action.main_stat = _stat(action.leftover.main)
@@ -166,6 +166,18 @@ def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
         elif a.action == "nothing" and not a.status.tmp_complete and will_be_whole:
             actions[i] = RepairAction("set-aside", a.leftover, a.status, "partial tmp of an interrupted save; another file is promoted")
     return actions
+
+
+def _verify_promotions(actions: list[RepairAction]) -> list[RepairAction]:
+    """A tmp about to become the main file gets every member's CRC checked, not only the small ones."""
+    out = []
+    for a in actions:
+        if a.action.startswith("promote"):
+            verdict = check_integrity(a.leftover.tmp, full_crc=True)
+            if not verdict.ok:
+                a = RepairAction("nothing", a.leftover, a.status, f"the tmp looked whole but fails a full check ({verdict.problem}); try `ckinspect salvage`")
+        out.append(a)
+    return out
 
 
 def _decide_one(s: TmpStatus) -> RepairAction:

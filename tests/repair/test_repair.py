@@ -167,3 +167,13 @@ def test_dcp_folder_whose_metadata_was_never_renamed_gets_it_promoted(tmp_path):
     # a second save died mid-way through its metadata: the whole one stays, the partial is set aside
     (folder / ".metadata.tmp").write_bytes(whole[: len(whole) // 2])
     assert [a.action for a in plan_repairs(folder).actions] == ["set-aside"]
+
+
+def test_a_tmp_whose_big_storage_fails_its_crc_is_not_promoted(tmp_path):
+    big = torch.arange(300_000, dtype=torch.float32)  # a member above the quick-check size limit
+    torch.save({"w": big, "step": 9}, tmp_path / "r.pth.tmp")
+    data = bytearray((tmp_path / "r.pth.tmp").read_bytes())
+    data[len(data) // 2] ^= 0x40
+    (tmp_path / "r.pth.tmp").write_bytes(bytes(data))
+    plan = plan_repairs(tmp_path)
+    assert plan.actions[0].action == "nothing" and "CRC" in plan.actions[0].reason
