@@ -206,7 +206,7 @@ def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        return Integrity(False, "torch-zip", "zip directory missing or unreadable (cut short?)")
+        return Integrity(False, "torch-zip", "no readable zip directory at its end: cut short?")
     with archive, open(path, "rb") as handle:
         infos = archive.infolist()
         if not any(i.filename.endswith("data.pkl") for i in infos):

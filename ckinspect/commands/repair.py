@@ -49,6 +49,15 @@ def run(args) -> int:
     return exit_for(attention, fail_on)
 
 
+def _short(plan: RepairPlan, path: Path) -> str:
+    """A path relative to the folder the user named (absolute paths stay in the JSON)."""
+    base = plan.path if plan.path.is_dir() else plan.path.parent
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return str(path)
+
+
 def _summary(plan: RepairPlan) -> dict:
     return {
         "leftovers": len(plan.actions),
@@ -72,7 +81,7 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
         lines += [f"## {md_escape(title)}", "", "| action | tmp | main | state | why |", "|---|---|---|---|---|"]
         for a in plan.actions:
             lines.append(
-                f"| {_VERB[a.action]} | `{md_escape(a.leftover.tmp)}` | `{md_escape(a.leftover.main)}` | {a.state} | "
+                f"| {_VERB[a.action]} | `{md_escape(_short(plan, a.leftover.tmp))}` | `{md_escape(_short(plan, a.leftover.main))}` | {a.state} | "
                 f"{md_escape(a.status.explain() if a.status else '')}: {md_escape(a.reason)}{' (' + md_escape(a.note) + ')' if a.note else ''} |"
             )
         lines.append("")
@@ -82,7 +91,7 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
         lines.append(title)
         for a in plan.actions:
             state = "" if mode == "dry-run" and a.action != "nothing" else f" [{a.state}]" if a.action != "nothing" else ""
-            lines.append(f"  {_VERB[a.action]:<18}{a.leftover.tmp}{state}")
+            lines.append(f"  {_VERB[a.action]:<18}{_short(plan, a.leftover.tmp)}{state}")
             if a.status is not None:
                 lines.append(f"  {'':<18}{a.status.explain()}")
             lines.append(f"  {'':<18}-> {a.reason}" + (f" ({a.note})" if a.note else ""))
