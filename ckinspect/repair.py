@@ -183,6 +183,8 @@ def _verify_promotions(actions: list[RepairAction]) -> list[RepairAction]:
 def _decide_one(s: TmpStatus) -> RepairAction:
     left = s.leftover
     main_ok = s.main_exists and s.main_intact
+    if left.main.is_symlink() or left.tmp.is_symlink():
+        return RepairAction("nothing", left, s, "a symlink is involved; repair the file it points to instead")
     if not s.tmp_complete:
         if main_ok:
             return RepairAction("set-aside", left, s, "partial tmp of an interrupted save; the main file is intact")

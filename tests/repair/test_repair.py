@@ -177,3 +177,23 @@ def test_a_tmp_whose_big_storage_fails_its_crc_is_not_promoted(tmp_path):
     (tmp_path / "r.pth.tmp").write_bytes(bytes(data))
     plan = plan_repairs(tmp_path)
     assert plan.actions[0].action == "nothing" and "CRC" in plan.actions[0].reason
+
+
+def test_the_trainers_interrupted_sample_keeps_its_main_and_sets_the_partial_tmp_aside(tmp_path):
+    import shutil
+
+    from tests.conftest import REPO
+
+    sample = REPO / "samples" / "interrupted"
+    tmps = sorted(sample.glob("*.pth.tmp")) if sample.is_dir() else []
+    if not tmps:
+        pytest.skip("samples/interrupted not generated in this checkout")
+    folder = shutil.copytree(sample, tmp_path / "interrupted")
+    main = folder / tmps[0].name.removesuffix(".tmp")
+    main_hash, tmp_hash = sha(main), sha(folder / tmps[0].name)
+    proc = run_cli("repair", folder, "--apply", "--format", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [(a["action"], a["state"]) for a in doc["actions"]] == [("set-aside", "done")]
+    assert sha(main) == main_hash and not (folder / tmps[0].name).exists()
+    assert [sha(p) for p in (folder / ".ckinspect-quarantine").rglob(tmps[0].name)] == [tmp_hash]
