@@ -141,3 +141,29 @@ def test_sigkill_after_every_single_step_never_loses_the_newest_checkpoint(templ
             break  # the repair finished before reaching this step: every boundary has been hit
         step += 1
     assert step == 14  # 13 steps: the first manifest, then 6 moves each announced in the manifest before it is made
+
+
+def test_sigkill_of_the_cli_process_mid_apply_loses_nothing(template, tmp_path):
+    """The same through `ckinspect repair DIR --apply` as a user runs it: killed once its quarantine exists."""
+    import subprocess
+    import sys
+
+    from tests.conftest import cli_env
+
+    rng = random.Random(99)
+    for run in range(5):
+        folder = _fresh(template, tmp_path / f"cli{run}")
+        child = subprocess.Popen(
+            [sys.executable, "-m", "ckinspect", "repair", str(folder), "--apply"],
+            env=cli_env({repair.DELAY_ENV: "0.02"}),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not (folder / ".ckinspect-quarantine").exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.25))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        _check_nothing_lost(folder, template)
+        _check_rerun_completes(folder, template)
