@@ -14,8 +14,9 @@ import os
 import pickletools
 import struct
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 QUARANTINE_DIR = ".ckinspect-quarantine"
 DCP_METADATA = ".metadata"
@@ -43,7 +44,8 @@ class Integrity:
 
     ok: bool
     format: str
-    problem: str = ""  # one phrase when not ok: "zip central directory missing (cut short?)"
+    problem: str = ""  # one phrase when not ok: "no readable zip directory at its end: cut short?"
+    checkpoint: Any = field(default=None, compare=False, repr=False)  # the reader's view, when it was opened
 
 
 @dataclass(frozen=True)
@@ -160,8 +162,8 @@ def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
     tmp_check = check_integrity(leftover.tmp, full_crc=full_crc)
     main_exists = leftover.main.is_file()
     main_check = check_integrity(leftover.main, full_crc=full_crc) if main_exists else Integrity(False, "missing", "missing")
-    tmp_step = read_step(leftover.tmp) if tmp_check.ok else None
-    main_step = read_step(leftover.main) if main_check.ok else None
+    tmp_step = read_step(leftover.tmp, tmp_check.checkpoint) if tmp_check.ok else None
+    main_step = read_step(leftover.main, main_check.checkpoint) if main_check.ok else None
     identical = tmp_check.ok and main_check.ok and same_bytes(leftover.tmp, leftover.main)
     if identical:
         newer = "same"
@@ -288,8 +290,8 @@ def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrit
         return Integrity(True, fallback_format) if fallback_format != "unknown" else _check_pickle_stream(path, "pickle")
     corrupt = [f.message for f in ckpt.findings if f.code == "CORRUPT"]
     if corrupt or ckpt.format == "unknown":
-        return Integrity(False, ckpt.format, corrupt[0] if corrupt else "not a checkpoint")
-    return Integrity(True, ckpt.format)
+        return Integrity(False, ckpt.format, corrupt[0] if corrupt else "not a checkpoint", ckpt)
+    return Integrity(True, ckpt.format, checkpoint=ckpt)
 
 
 def _open(path: Path):
@@ -301,9 +303,9 @@ def _open(path: Path):
     return open_checkpoint(path)
 
 
-def read_step(path: Path) -> int | None:
-    """The training step the checkpoint says it was saved at, if it says."""
-    ckpt = _open(path)
+def read_step(path: Path, ckpt: Any = None) -> int | None:
+    """The training step the checkpoint says it was saved at, if it says (`ckpt`: already opened)."""
+    ckpt = ckpt if ckpt is not None else _open(path)
     if ckpt is None:
         return None
     try:
