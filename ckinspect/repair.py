@@ -438,30 +438,29 @@ def _undo_move(base: Path, move: dict[str, Any], result: UndoResult) -> None:
         return
     if not dst.exists():
         return  # never happened
-    if _stat(dst) != (recorded[0], recorded[1]):
+    moved = _stat(dst) == recorded
+    if src.exists():
+        if os.path.samefile(src, dst):
+            if move["op"] == "replace":
+                result.restored.append(what)  # an earlier, interrupted undo already gave it its tmp name back
+                return
+            os.unlink(dst)  # a crash came between the link and the unlink: src never lost its name
+            fsync_dir(dst.parent)
+            result.restored.append(f"{move['from']} was never moved")
+        elif moved:
+            result.problems.append(f"{move['from']} exists again; {move['to']} not moved back")
+        return  # otherwise the move never happened
+    if not moved:
         result.problems.append(f"{move['to']} changed since the apply (a new save?); not moved back")
         return
     if move["op"] == "replace":
-        # give the promoted file its tmp name back; the following link undo puts the old main back
-        if src.exists():
-            result.problems.append(f"{move['from']} exists again; {move['to']} not moved back")
-            return
+        # give the promoted file its tmp name back; the link undo that follows puts the old main back
         try:
             os.link(dst, src)
         except OSError:
             os.rename(dst, src)
-        fsync_dir(src.parent)
-        result.restored.append(what)
-        return
-    if src.exists() and os.path.samefile(src, dst):
-        os.unlink(dst)  # a crash came between the link and the unlink: src never lost its name
-        fsync_dir(dst.parent)
-        result.restored.append(f"{move['from']} was never moved")
-        return
-    if src.exists():
-        result.problems.append(f"{move['from']} exists again; {move['to']} not moved back")
-        return
-    _move_no_clobber(dst, src)
+    else:
+        _move_no_clobber(dst, src)
     _sync(src.parent, dst.parent)
     result.restored.append(what)
 

@@ -167,3 +167,24 @@ def test_sigkill_of_the_cli_process_mid_apply_loses_nothing(template, tmp_path):
         child.wait()
         _check_nothing_lost(folder, template)
         _check_rerun_completes(folder, template)
+
+
+def test_undo_after_a_crash_at_any_step_restores_every_name_and_byte(template, tmp_path):
+    from ckinspect.repair import undo
+
+    original = tree_hashes(template[0])
+    step = 1
+    while True:
+        folder = _fresh(template, tmp_path / f"undo{step}")
+        pid, fd = _child_repair(folder, {repair.CRASH_ENV: str(step)})
+        _wait_planned(fd)
+        _, status = os.waitpid(pid, 0)
+        result = undo(folder)
+        assert not result.problems, (step, result.problems)
+        restored = {k: v for k, v in tree_hashes(folder).items() if not k.startswith(".ckinspect-quarantine")}
+        assert restored == original, f"undo after a kill at step {step}"
+        shutil.rmtree(folder)
+        if not os.WIFSIGNALED(status):
+            break
+        step += 1
+    assert step == 14
