@@ -98,3 +98,18 @@ def test_unsafe_pickle_is_refused_without_trust_and_announced_with_it(tmp_path):
     proc = run_cli("convert", path, tmp_path / "out.pth", "--trust")
     assert proc.returncode == 0, proc.stderr
     assert "about to run torch.load(" in proc.stderr and "weights_only=False" in proc.stderr and "getcwd" in proc.stderr
+
+
+def test_dcp_folder_becomes_one_file(tmp_path):
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    state = {"model": {"w": torch.randn(6, 4), "b": torch.arange(5, dtype=torch.int64)}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save(state, checkpoint_id=str(tmp_path / "ckpt"))
+    convert(tmp_path / "ckpt", tmp_path / "one.pth")
+    loaded = _flat(torch.load(tmp_path / "one.pth", weights_only=True))
+    assert set(loaded) == {"model.w", "model.b"}
+    assert bit_equal(loaded["model.w"], state["model"]["w"]) and bit_equal(loaded["model.b"], state["model"]["b"])
