@@ -14,6 +14,7 @@ instant leaves the newest whole checkpoint under its tmp name or its main name.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -127,9 +128,9 @@ def plan_repairs(path: str | os.PathLike[str], full_crc: bool = False) -> Repair
     plan = RepairPlan(path)
     by_main: dict[Path, list[TmpStatus]] = {}
     for leftover in find_leftovers(path):
-        by_main.setdefault(leftover.main, []).append(classify(leftover, full_crc=full_crc))
+        by_main.setdefault(leftover.main, []).append(_full_check(classify(leftover, full_crc=full_crc)))
     for statuses in by_main.values():
-        plan.actions.extend(_verify_promotions(_decide(statuses)))
+        plan.actions.extend(_decide(statuses))
     for action in plan.actions:
         action.tmp_stat = _stat(action.leftover.tmp)
         action.main_stat = _stat(action.leftover.main)
@@ -148,11 +149,10 @@ def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
             reason = f"several whole tmps ({names}) and their steps do not say which is newest; rename by hand"
             return [RepairAction("nothing", s.leftover, s, reason) for s in statuses]
     best = max(complete, key=lambda s: s.tmp_step or 0) if complete else None
+    best_promoted = best is not None and _decide_one(best).action.startswith("promote")
     actions = []
     for s in statuses:
-        if s is best or not s.tmp_complete:
-            actions.append(_decide_one(s))
-        elif best is not None and _decide_one(best).action != "nothing":
+        if best_promoted and s is not best and s.tmp_complete:
             actions.append(RepairAction("set-aside", s.leftover, s, f"older than {best.leftover.tmp.name}, which is promoted"))
         else:
             actions.append(_decide_one(s))
@@ -168,16 +168,14 @@ def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
     return actions
 
 
-def _verify_promotions(actions: list[RepairAction]) -> list[RepairAction]:
-    """A tmp about to become the main file gets every member's CRC checked, not only the small ones."""
-    out = []
-    for a in actions:
-        if a.action.startswith("promote"):
-            verdict = check_integrity(a.leftover.tmp, full_crc=True)
-            if not verdict.ok:
-                a = RepairAction("nothing", a.leftover, a.status, f"the tmp looked whole but fails a full check ({verdict.problem}); try `ckinspect salvage`")
-        out.append(a)
-    return out
+def _full_check(s: TmpStatus) -> TmpStatus:
+    """A tmp that may become the main file gets every member's CRC checked, not only the small ones."""
+    if not s.tmp_complete:
+        return s
+    verdict = check_integrity(s.leftover.tmp, full_crc=True)
+    if verdict.ok:
+        return s
+    return dataclasses.replace(s, tmp_complete=False, tmp_problem=verdict.problem, tmp_step=None, newer="unknown", identical=False)
 
 
 def _decide_one(s: TmpStatus) -> RepairAction:
@@ -283,7 +281,8 @@ def apply_plan(plan: RepairPlan, run_id: str | None = None) -> ApplyResult:
 def _apply_one(action: RepairAction, quarantine: Path, manifest: _Manifest, step: _Steps) -> None:
     left = action.leftover
     tmp, main = left.tmp, left.main
-    if _stat(tmp) != action.tmp_stat or _stat(main) != action.main_stat:
+    # a set-aside leaves the main alone (another tmp of the same main may just have been promoted)
+    if _stat(tmp) != action.tmp_stat or (action.action != "set-aside" and _stat(main) != action.main_stat):
         action.state, action.note = "skipped", "a file changed since the plan was made; run repair again"
         return
     moves = manifest.moves_for(action)

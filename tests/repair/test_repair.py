@@ -176,7 +176,7 @@ def test_a_tmp_whose_big_storage_fails_its_crc_is_not_promoted(tmp_path):
     data[len(data) // 2] ^= 0x40
     (tmp_path / "r.pth.tmp").write_bytes(bytes(data))
     plan = plan_repairs(tmp_path)
-    assert plan.actions[0].action == "nothing" and "CRC" in plan.actions[0].reason
+    assert plan.actions[0].action == "nothing" and "CRC" in plan.actions[0].status.explain()
 
 
 def test_the_trainers_interrupted_sample_keeps_its_main_and_sets_the_partial_tmp_aside(tmp_path):
@@ -197,3 +197,15 @@ def test_the_trainers_interrupted_sample_keeps_its_main_and_sets_the_partial_tmp
     assert [(a["action"], a["state"]) for a in doc["actions"]] == [("set-aside", "done")]
     assert sha(main) == main_hash and not (folder / tmps[0].name).exists()
     assert [sha(p) for p in (folder / ".ckinspect-quarantine").rglob(tmps[0].name)] == [tmp_hash]
+
+
+def test_several_tmps_for_one_main_promote_only_the_newest(tmp_path):
+    main = cut(save_resume(tmp_path / "r.pth", step=10), 0.5)
+    save_resume(tmp_path / "r.pth.tmp", step=20, seed=1)
+    newest = save_resume(tmp_path / ".r.pth.abc123.tmp", step=30, seed=2)
+    cut(save_resume(tmp_path / ".r.pth.zzz999.tmp", step=40, seed=3), 0.3)
+    newest_hash = sha(newest)
+    plan = {a.leftover.tmp.name: a.action for a in plan_repairs(tmp_path).actions}
+    assert plan == {"r.pth.tmp": "set-aside", ".r.pth.abc123.tmp": "promote", ".r.pth.zzz999.tmp": "set-aside"}
+    apply_plan(plan_repairs(tmp_path))
+    assert sha(main) == newest_hash and not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
