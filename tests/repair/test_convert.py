@@ -113,3 +113,11 @@ def test_dcp_folder_becomes_one_file(tmp_path):
     loaded = _flat(torch.load(tmp_path / "one.pth", weights_only=True))
     assert set(loaded) == {"model.w", "model.b"}
     assert bit_equal(loaded["model.w"], state["model"]["w"]) and bit_equal(loaded["model.b"], state["model"]["b"])
+
+
+def test_a_damaged_input_is_refused_with_a_pointer_to_salvage(resume, tmp_path):
+    broken = tmp_path / "broken.pth"
+    broken.write_bytes(resume.read_bytes()[: resume.stat().st_size // 2])
+    with pytest.raises(CkinspectError, match="salvage"):
+        convert(broken, tmp_path / "out.pth")
+    assert not (tmp_path / "out.pth").exists()
