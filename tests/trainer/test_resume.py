@@ -12,6 +12,7 @@ import torch
 
 from tests.conftest import REPO, cli_env
 from trainer import FORMAT
+from trainer.__main__ import main
 from trainer.checkpoint import load
 from trainer.data import Batches, Position
 from trainer.experiment import eval_loss, logit_drift, max_abs_diff, optimizer_share
@@ -112,22 +113,30 @@ def test_logit_drift_of_fp16_weights_is_small_but_nonzero(runs):
     assert torch.equal(torch.get_rng_state(), rng_before)
 
 
-def test_cli_stop_and_resume_from_the_command_line(tmp_path):
-    """The issue's 'done when', as a user types it."""
+def test_cli_stop_and_resume_from_the_command_line(tmp_path, runs):
+    """The issue's 'done when', as a user types it (the straight run is the in-process one: same defaults)."""
 
     def trainer(*args):
         return subprocess.run([sys.executable, "-m", "trainer", *map(str, args)], capture_output=True, text=True,
                               cwd=tmp_path, env=cli_env(), timeout=120)
 
-    assert trainer("train", "--out", "A", "--steps", "60").returncode == 0
     assert trainer("train", "--out", "B", "--steps", "60", "--stop-after", "30").returncode == 0
     proc = trainer("train", "--out", "B", "--steps", "60", "--resume", "B/tiny_resume.pth")
     assert proc.returncode == 0, proc.stderr
     assert "resume: step 30" in proc.stdout
-    _assert_identical(_resume(tmp_path / "A"), _resume(tmp_path / "B"))
+    _assert_identical(_resume(runs["random"] / "straight"), _resume(tmp_path / "B"))
     assert sorted(p.name for p in (tmp_path / "B").iterdir()) == ["tiny.pth", "tiny_resume.pth"]
-    bad = trainer("train", "--out", "C", "--steps", "60", "--resume", "nope.pth")
-    assert bad.returncode == 2 and "no resume file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_user_errors_are_one_line_and_exit_2(tmp_path, runs, capsys):
+    assert main(["train", "--out", str(tmp_path), "--steps", "60", "--resume", str(tmp_path / "nope.pth")]) == 2
+    assert "no resume file" in capsys.readouterr().err
+    stopped = runs["random"] / "stopped" / "tiny_resume.pth"
+    assert main(["train", "--out", str(tmp_path), "--steps", "60", "--resume", str(stopped), "--order", "epoch"]) == 2
+    assert "--order epoch differs" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path), "--steps", "20", "--resume", str(stopped)]) == 2
+    assert "nothing to do" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_every_file_the_trainer_writes_loads_weights_only(runs):
