@@ -214,6 +214,8 @@ def _resume(ck, d, say, model, optimizer, batches, fresh_optimizer, rewind_data,
     weights = ck["model"]
     if weights_from is not None:
         weights = checkpoint.load(weights_from)
+        if isinstance(weights, dict) and weights.get("format") == FORMAT:
+            weights = weights["model"]  # a resume file: take its weights only
         say(f"resume: weights from {weights_from} ({next(iter(weights.values())).dtype}), cast to float32")
     model.load_state_dict({k: v.float() for k, v in weights.items()})
     if fresh_optimizer:

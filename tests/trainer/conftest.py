@@ -1,31 +1,24 @@
-"""Shared fixtures: the runs several tests compare, trained once per session, in-process."""
+"""Shared fixtures: the resume experiment's runs, trained once per session, in-process."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainer.train import train
-
-STEPS, STOP = 60, 30
+from trainer.experiment import run_experiment
 
 
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory):
-    """For each batch order: straight 60, stopped at 30, resumed to 60 (plus the ablations for random)."""
-    root = tmp_path_factory.mktemp("runs")
-    out = {}
-    for order in ("random", "epoch"):
-        base = root / order
-        train(base / "straight", STEPS, order=order, log=None)
-        train(base / "stopped", STEPS, stop_after=STOP, order=order, log=None)
-        train(base / "resumed", STEPS, resume=base / "stopped" / "tiny_resume.pth", log=None)
-        out[order] = base
-    stopped = root / "random" / "stopped"
-    for name, kw in (
-        ("fresh-optimizer", {"fresh_optimizer": True}),
-        ("rewound-data", {"rewind_data": True}),
-        ("from-fp16", {"weights_from": stopped / "tiny.pth"}),
-    ):
-        train(root / name, STEPS, resume=stopped / "tiny_resume.pth", log=None, **kw)
-        out[name] = root / name
+def experiment(tmp_path_factory):
+    """`python -m trainer verify`'s result and its work folder (kept for the tests to inspect)."""
+    work = tmp_path_factory.mktemp("experiment")
+    return run_experiment(work), work
+
+
+@pytest.fixture(scope="session")
+def runs(experiment):
+    """Folders by role: per batch order straight 60 / stopped at 30 / resumed to 60, and each ablation."""
+    _, work = experiment
+    out = {"random": work, "epoch": work / "epoch"}
+    for name in ("fresh-optimizer", "rewound-data", "from-fp16"):
+        out[name] = work / name
     return out

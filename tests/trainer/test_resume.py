@@ -3,6 +3,7 @@ state makes it end elsewhere."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from trainer import FORMAT
 from trainer.__main__ import main
 from trainer.checkpoint import load
 from trainer.data import Batches, Position
-from trainer.experiment import eval_loss, logit_drift, max_abs_diff, optimizer_share
+from trainer.experiment import eval_loss, logit_drift, max_abs_diff, optimizer_share, render
 from trainer.train import convert_step, get_lr
 
 
@@ -161,3 +162,21 @@ def test_committed_samples_load_weights_only_and_resumed_matches_straight():
     with pytest.raises(Exception):
         torch.load(tmp, weights_only=True)
     assert math.isfinite(_resume(samples / "straight-60")["loss"])
+
+
+def test_verify_reports_exact_resume_and_nonzero_ablations(experiment):
+    result, _ = experiment
+    rows = {row["run"]: row for row in result["rows"]}
+    assert rows["resumed"]["max_abs_dw"] == rows["resumed"]["max_abs_dopt"] == rows["resumed"]["loss_gap"] == 0.0
+    assert rows["epoch/resumed"]["max_abs_dw"] == rows["epoch/resumed"]["max_abs_dopt"] == 0.0
+    for ablation in ("fresh-optimizer", "rewound-data", "from-fp16"):
+        assert rows[ablation]["max_abs_dw"] > 0.0 and rows[ablation]["loss_gap"] != 0.0
+    sizes = result["file_bytes"]
+    assert sizes["fp16_weights"] < sizes["fp32_weights"] < sizes["resume"]
+    assert 300_000 < sizes["resume"] < 600_000
+    assert 0.6 < result["optimizer_share"] < 0.7
+    assert 0.0 < result["logit_drift"]["max_abs"] and result["logit_drift"]["top1_agreement"] > 0.95
+    assert result["ok"]
+    table = render(result)
+    assert "stop 30 + resume  " in table and "PASS" in table
+    json.dumps(result)  # --json prints exactly this
