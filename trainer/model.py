@@ -147,3 +147,14 @@ def build_model(config: ModelConfig | dict[str, Any]) -> CausalLM:
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def infer_config(state_dict: dict[str, torch.Tensor]) -> ModelConfig | None:
+    """The default config if `state_dict` (e.g. a weights-only `tiny.pth`) has exactly its names and
+    shapes, else None. Head counts cannot be read off shapes, so nothing cleverer is attempted:
+    resume files carry their config under `config`."""
+    cfg = ModelConfig()
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in CausalLM(cfg).state_dict().items()}
+    names = {k.removeprefix("module.").removeprefix("_orig_mod."): tuple(v.shape) for k, v in state_dict.items()}
+    return cfg if names == expected else None

@@ -17,6 +17,7 @@ from trainer.__main__ import main
 from trainer.checkpoint import load
 from trainer.data import Batches, Position
 from trainer.experiment import eval_loss, logit_drift, max_abs_diff, optimizer_share, render
+from trainer.model import ModelConfig, build_model, infer_config
 from trainer.train import convert_step, get_lr
 
 
@@ -180,3 +181,11 @@ def test_verify_reports_exact_resume_and_nonzero_ablations(experiment):
     table = render(result)
     assert "stop 30 + resume  " in table and "PASS" in table
     json.dumps(result)  # --json prints exactly this
+
+
+def test_a_weights_only_file_maps_back_to_its_config(runs):
+    weights = load(runs["random"] / "straight" / "tiny.pth")
+    assert infer_config(weights) == ModelConfig()
+    assert infer_config({"w": torch.zeros(3)}) is None
+    rebuilt = build_model(infer_config(weights))
+    rebuilt.load_state_dict({k: v.float() for k, v in weights.items()})
