@@ -12,7 +12,6 @@ the same figures.
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 import time
 from pathlib import Path

@@ -18,7 +18,7 @@ from trainer.checkpoint import load
 from trainer.data import Batches, Position
 from trainer.experiment import eval_loss, logit_drift, max_abs_diff, optimizer_share, render
 from trainer.model import ModelConfig, build_model, infer_config
-from trainer.train import convert_step, get_lr
+from trainer.train import convert_step, deterministic, get_lr
 
 
 def _resume(folder):
@@ -189,3 +189,19 @@ def test_a_weights_only_file_maps_back_to_its_config(runs):
     assert infer_config({"w": torch.zeros(3)}) is None
     rebuilt = build_model(infer_config(weights))
     rebuilt.load_state_dict({k: v.float() for k, v in weights.items()})
+
+
+def test_epoch_order_gives_each_rank_its_own_share_of_the_permutation():
+    ranks = [Batches("epoch", 0, 8, 64, rank=r, world_size=2) for r in range(2)]
+    assert ranks[0].batches_per_epoch == ranks[1].batches_per_epoch == (ranks[0].windows // 2) // 8
+    shares = [set(b._rank_indices(0).tolist()) for b in ranks]
+    assert not shares[0] & shares[1]
+    assert len(shares[0]) == len(shares[1]) == ranks[0].windows // 2
+    assert shares[0] | shares[1] <= set(range(ranks[0].windows))
+
+
+def test_deterministic_settings_are_scoped_to_the_run():
+    threads, det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    with deterministic(1):
+        assert torch.get_num_threads() == 1 and torch.are_deterministic_algorithms_enabled()
+    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (threads, det)
