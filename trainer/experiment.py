@@ -196,16 +196,17 @@ def render(result: dict[str, Any]) -> str:
     s = r["file_bytes"]
     d = r["logit_drift"]
     lines += [
+        "",
         "final loss: cross-entropy of the end weights on a fixed held-out batch. The epoch-order row is",
         "compared with a straight 60-step epoch-order run. max|Δopt| covers AdamW's step counters too: a",
         "fresh optimizer counts 30 steps where the straight run counts 60.",
         "",
         f"files: fp16 weights {s['fp16_weights']:,} B, fp32 weights {s['fp32_weights']:,} B "
         f"({s['fp32_weights'] / s['fp16_weights']:.2f}x), resume file {s['resume']:,} B "
-        f"({s['resume'] / s['fp32_weights']:.2f}x the fp32 weights); optimizer share of the resume file "
-        f"{r['optimizer_share']:.1%}",
-        f"logit drift, fp16 vs fp32 weights ({d['positions']} positions of a fixed held-out batch): "
-        f"max |Δ| {d['max_abs']:.3e}, mean |Δ| {d['mean_abs']:.3e}, top-1 agreement {d['top1_agreement']:.2%}",
+        f"({s['resume'] / s['fp32_weights']:.2f}x the fp32 weights)",
+        f"optimizer share of the resume file: {r['optimizer_share']:.1%} of its tensor bytes",
+        f"logit drift, fp16 vs fp32 weights ({d['positions']} positions of a fixed held-out batch):",
+        f"  max |Δ| {d['max_abs']:.3e}, mean |Δ| {d['mean_abs']:.3e}, top-1 agreement {d['top1_agreement']:.2%}",
         "",
         ("PASS: resumed runs are bit-identical; every ablation ends away from the straight run"
          if r["ok"] else "FAIL: " + ("resume is not bit-exact" if not r["bit_exact"] else "an ablation matched the straight run")),
