@@ -76,13 +76,17 @@ def sniff_bytes(head: bytes, size: int, path: Path | None = None) -> str:
 
 
 def _zip_has_data_pkl(head: bytes, path: Path | None) -> bool:
+    # torch.save writes `<archive>/data.pkl` first: its local header answers without the directory
+    if head.startswith(b"PK\x03\x04") and len(head) >= 30:
+        name = head[30 : 30 + int.from_bytes(head[26:28], "little")]
+        if name == b"data.pkl" or name.endswith(b"/data.pkl"):
+            return True
     if path is not None:
         try:
             with zipfile.ZipFile(path) as archive:
                 return any(name == "data.pkl" or name.endswith("/data.pkl") for name in archive.namelist())
         except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-            pass  # truncated or no directory: fall back to the local headers in the first bytes
-    # torch writes `<archive>/data.pkl` as the first member; a truncated file still shows it.
+            pass  # no readable directory: look for the member's name in the first bytes
     return b"/data.pkl" in head
 
 

@@ -112,3 +112,9 @@ def test_text_is_not_mistaken_for_an_old_pickle(files):
     # protocol 0 opcodes are printable letters: text starting with one must not become "pickle"
     for text in (b"I am a readme.\n", b"(draft) notes\n.", b"Now.", b"Loss went down."):
         assert sniff(files("notes", text)) == "unknown", text
+
+
+def test_zip_with_data_pkl_later_in_the_archive(files):
+    # not torch's own member order, but a zip whose members include */data.pkl is still a torch zip
+    data = _zip({"archive/version": b"3", "archive/byteorder": b"little", "archive/data.pkl": b"\x80\x02}q\x00."})
+    assert sniff(files("reordered.pt", data)) == "torch-zip"
