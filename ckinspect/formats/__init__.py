@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import stat
 from pathlib import Path
 
 from ckinspect.errors import CkinspectError
@@ -67,8 +68,9 @@ def _check_readable(path: Path) -> None:
     try:
         if path.is_dir():
             os.scandir(path).close()
+        elif not stat.S_ISREG(os.stat(path).st_mode):
+            raise CkinspectError(f"{path}: not a regular file or folder")  # a FIFO or device would block or never end
         else:
-            os.stat(path)
             with open(path, "rb"):
                 pass
     except FileNotFoundError:

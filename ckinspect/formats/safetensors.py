@@ -86,9 +86,6 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
     except UnicodeDecodeError as exc:
         ckpt.add("CORRUPT", f"safetensors header is not valid UTF-8 (byte {exc.start} of the header)")
         return
-    if not text.startswith("{"):
-        ckpt.add("CORRUPT", "safetensors header does not start with '{'")
-        return
     try:
         header = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
@@ -115,10 +112,12 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
     # (begin, end, name, entry) for every well-formed entry, for the coverage check below
     spans: list[tuple[int, int, str, TensorInfo]] = []
     strides_of: dict[tuple[int, ...], tuple[int, ...]] = {}  # shapes repeat: compute strides once each
+    malformed = 0  # entries we could not place: gaps they leave are their fault, not reported again
     for name, entry in header.items():
         parsed = _well_formed(entry)
         if parsed is None:
             problems.append(f"tensor {name!r}: {_entry_problem(entry)}")
+            malformed += 1
             continue
         code, shape, begin, end = parsed
         numel = 1
@@ -127,12 +126,14 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
         bits = numel * _BITS[code]
         if bits % 8:
             problems.append(f"tensor {name!r}: {numel} {code} elements do not fill whole bytes")
+            malformed += 1
             continue
         if end - begin != bits // 8:
             problems.append(
                 f"tensor {name!r}: offsets [{begin}, {end}] hold {end - begin:,} bytes but "
                 f"{code} {list(shape)} needs {bits // 8:,}"
             )
+            malformed += 1
             continue
         stride = strides_of.get(shape)
         if stride is None:
@@ -146,7 +147,7 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
     for begin, end, name, info in spans:
         if begin < covered:
             problems.append(f"tensor {name!r}: offsets [{begin}, {end}] overlap the previous tensor (ends at {covered})")
-        elif begin > covered:
+        elif begin > covered and not malformed:
             problems.append(f"gap of {begin - covered:,} unused bytes before tensor {name!r} (offsets {covered}..{begin})")
         beyond = end > data_bytes
         if beyond:
@@ -164,8 +165,9 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
             offset=None if beyond else data_start + begin,
             member=member,
         )
-    if covered < data_bytes:
-        problems.append(f"{data_bytes - covered:,} trailing bytes after the last tensor")
+    if covered < data_bytes and not malformed:
+        extra = data_bytes - covered
+        problems.append(f"{extra:,} trailing byte{'s' if extra != 1 else ''} after the last tensor")
     ckpt.tree = {t.name: t for t in ckpt.tensors}
 
     for message in problems[:MAX_FINDINGS]:

@@ -36,6 +36,13 @@ def test_unreadable_path_is_a_one_line_error(tmp_path, monkeypatch):
     assert str(caught.value) == f"{path}: cannot read (Permission denied)"
 
 
+def test_fifo_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "pipe.pt"
+    os.mkfifo(fifo)
+    with pytest.raises(CkinspectError, match="pipe.pt: not a regular file or folder$"):
+        open_checkpoint(fifo)
+
+
 def test_safetensors_dispatch(tmp_path):
     path = tmp_path / "m.safetensors"
     save_file({"w": torch.zeros(2, 2)}, path)
