@@ -108,7 +108,8 @@ def _is_checkpoint_file(path: Path) -> bool:
     suffix = path.suffix.lower()
     if suffix in CHECKPOINT_SUFFIXES:
         return True
-    return suffix == "" and sniff(path) in CHECKPOINT_FORMATS
+    # no extension (`latest`), or the classic `checkpoint.pth.tar` that is a torch file, not a tar
+    return (suffix == "" or suffix == ".tar") and sniff(path) in CHECKPOINT_FORMATS
 
 
 def _shard_names(index_path: Path) -> set[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import tarfile
 
 import pytest
 import torch
@@ -41,6 +42,9 @@ def mixed(tmp_path):
     # extension-less checkpoint, and extension-less junk
     torch.save({"w": torch.zeros(1)}, root / "latest")
     (root / "LICENSE").write_text("MIT")
+    torch.save({"epoch": 3}, root / "model_best.pth.tar")  # the ImageNet example's name: a torch file
+    with tarfile.open(root / "logs.tar", "w") as archive:  # a real tar is not a checkpoint
+        archive.add(root / "notes.txt", arcname="notes.txt")
     (root / "state.pkl").write_bytes(pickle.dumps({"step": 1}))
     # quarantine from a repair: never searched
     quarantine = root / ".ckinspect-quarantine"
@@ -64,6 +68,7 @@ def test_mixed_folder(mixed):
         Target(mixed / "hf" / "adapter.safetensors", "file"),
         Target(mixed / "hf" / "model.safetensors.index.json", "sharded"),
         Target(mixed / "latest", "file"),
+        Target(mixed / "model_best.pth.tar", "file"),
         Target(mixed / "state.pkl", "file"),
         Target(mixed / "step_100", "dcp"),
         Target(mixed / "step_200", "dcp"),
