@@ -37,9 +37,10 @@ def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
 def is_dcp_folder(path: Path) -> bool:
     """A torch.distributed.checkpoint folder: `.metadata` and/or `*.distcp` shards."""
     try:
-        return (path / ".metadata").is_file() or any(
-            entry.is_file() and entry.name.endswith(".distcp") for entry in os.scandir(path)
-        )
+        if (path / ".metadata").is_file():
+            return True
+        with os.scandir(path) as entries:
+            return any(entry.name.endswith(".distcp") and entry.is_file() for entry in entries)
     except OSError:
         return False
 
