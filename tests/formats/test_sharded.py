@@ -116,3 +116,41 @@ def test_bin_shards(tmp_path):
     assert [f for f in ckpt.findings if f.code == "CORRUPT"] == []
     assert {t.name: (t.dtype, t.shape) for t in ckpt.tensors} == {"a.weight": ("float32", (2, 3)), "b.weight": ("float16", (5,))}
     assert len({t.storage_key for t in ckpt.tensors}) == 2 and all(t.storage_key in ckpt.storages for t in ckpt.tensors)
+
+
+def test_bin_shards_merge_storages_findings_and_globals(tmp_path, monkeypatch):
+    """The merge of pickle shards, with a stand-in for the torch zip reader (its own tests cover it)."""
+    import sys
+    import types
+
+    from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+
+    def fake_read_torch_zip(path):
+        ckpt = Checkpoint(path=path, format="torch-zip", file_bytes=path.stat().st_size, files=[path])
+        second = "-00002-of-" in path.name
+        name = "b.weight" if second else "a.weight"
+        ckpt.storages["0"] = StorageInfo("0", "float32", 24, path, 64, member="archive/data/0")
+        ckpt.tensors.append(TensorInfo(name, "float32", (2, 3), (3, 1), "0"))
+        ckpt.globals = ["collections.OrderedDict", "torch._utils._rebuild_tensor_v2"]
+        if second:
+            ckpt.globals.append("os.system")
+            ckpt.add("UNSAFE_PICKLE", "names os.system, which can run code")
+        return ckpt
+
+    monkeypatch.setitem(sys.modules, "ckinspect.formats.torch_zip", types.SimpleNamespace(read_torch_zip=fake_read_torch_zip))
+    shards = ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
+    for shard in shards:
+        torch.save({}, tmp_path / shard)
+    index = tmp_path / "pytorch_model.bin.index.json"
+    index.write_text(json.dumps({"weight_map": {"a.weight": shards[0], "b.weight": shards[1]}}))
+
+    ckpt = read_sharded(index)
+
+    assert [t.storage_key for t in ckpt.tensors] == [f"{shards[0]}:0", f"{shards[1]}:0"]
+    assert set(ckpt.storages) == {f"{shards[0]}:0", f"{shards[1]}:0"}
+    assert ckpt.storages[f"{shards[1]}:0"].file == tmp_path / shards[1]
+    assert ckpt.storages[f"{shards[1]}:0"].member == "archive/data/0"  # the zip member stays the precise place
+    assert ckpt.globals == ["collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "os.system"]
+    assert [(f.code, f.message) for f in ckpt.findings] == [
+        ("UNSAFE_PICKLE", f"shard {shards[1]}: names os.system, which can run code")
+    ]
