@@ -83,7 +83,7 @@ def _search(folder: Path, visited: set[Path]) -> list[Target]:
     files = {e.name for e in entries if not e.name.startswith(".") and _is_file(e)}
     shards: set[str] = set()
     for name in files:
-        if name.endswith(INDEX_SUFFIX):
+        if _is_checkpoint_index(name):
             shards |= _shard_names(folder / name)
 
     targets: list[Target] = []
@@ -97,11 +97,16 @@ def _search(folder: Path, visited: set[Path]) -> list[Target]:
             except OSError:
                 continue  # an unreadable subfolder does not stop the search of the rest
         elif entry.name in files:
-            if entry.name.endswith(INDEX_SUFFIX):
+            if _is_checkpoint_index(entry.name):
                 targets.append(Target(path, "sharded"))
             elif entry.name not in shards and not is_temporary(path) and _is_checkpoint_file(path):
                 targets.append(Target(path, "file"))
     return targets
+
+
+def _is_checkpoint_index(name: str) -> bool:
+    """`model.safetensors.index.json`, `pytorch_model.bin.index.json`; not `tf_model.h5.index.json` (no reader)."""
+    return name.endswith(INDEX_SUFFIX) and Path(name[: -len(INDEX_SUFFIX)]).suffix.lower() in CHECKPOINT_SUFFIXES
 
 
 def _is_checkpoint_file(path: Path) -> bool:

@@ -39,6 +39,8 @@ def mixed(tmp_path):
         json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
     )
     save_file({"c": torch.zeros(1)}, hf / "adapter.safetensors")  # not a shard: listed by itself
+    (hf / "tf_model.h5.index.json").write_text(json.dumps({"weight_map": {"a": "tf_model-00001-of-00001.h5"}}))
+    (hf / "tf_model-00001-of-00001.h5").write_bytes(b"\x89HDF\r\n\x1a\n")  # TensorFlow's: no reader, not listed
     # extension-less checkpoint, and extension-less junk
     torch.save({"w": torch.zeros(1)}, root / "latest")
     (root / "LICENSE").write_text("MIT")
