@@ -31,12 +31,16 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     _check_readable(path)
     from ckinspect.formats.sniff import describe, sniff
 
-    kind = sniff(path)
-    if kind == "unknown":
-        ckpt = _empty(path, "unknown")
-        ckpt.add("CORRUPT", f"not a checkpoint: looks like {describe(path)}")
-        return ckpt
-    return read_as(path, kind)
+    try:
+        kind = sniff(path)
+        if kind != "unknown":
+            return read_as(path, kind)
+        looks_like = f"not a checkpoint: looks like {describe(path)}"
+    except Exception as exc:  # sniffing reads a few KB; even a bug there must not take the report down
+        looks_like = f"cannot tell what this is: {_why(exc)}"
+    ckpt = _empty(path, "unknown")
+    ckpt.add("CORRUPT", looks_like)
+    return ckpt
 
 
 def read_as(path: Path, kind: str) -> Checkpoint:

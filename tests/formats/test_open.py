@@ -128,3 +128,17 @@ def test_opening_never_imports_torch_or_safetensors(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_sniff_failure_becomes_a_finding(tmp_path, monkeypatch):
+    import ckinspect.formats.sniff as sniff_module
+
+    def broken(path):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(sniff_module, "sniff", broken)
+    path = tmp_path / "m.pt"
+    path.write_bytes(b"x")
+    ckpt = open_checkpoint(path)
+    assert ckpt.format == "unknown"
+    assert [(f.code, f.message) for f in ckpt.findings] == [("CORRUPT", "cannot tell what this is: ValueError: boom")]
