@@ -133,7 +133,8 @@ def convert(
         result.notes.append(f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)")
     if out_format == "safetensors":
         scalars = _scalars(tree)
-        metadata = {"format": "pt", "converted_from": source.name, **scalars}
+        reserved = {"format": "pt", "converted_from": source.name}
+        metadata = {**{(f"checkpoint_{k}" if k in reserved else k): v for k, v in scalars.items()}, **reserved}
         skipped = _count_non_tensors(tree) - len(scalars)
         if skipped > 0:
             result.notes.append(f"safetensors holds tensors only: {skipped} other value(s) (optimizer hyperparameters, config ...) not carried over")

@@ -13,6 +13,9 @@ from ckinspect.commands._emit import emit, envelope, exit_for, md_escape
 from ckinspect.salvage import SalvageResult, salvage
 
 
+TEXT_LIMIT = 25
+
+
 def run(args) -> int:
     result = salvage(args.broken, args.out)
     emit(render(result, getattr(args, "format", "text")), getattr(args, "output", None))
@@ -32,7 +35,9 @@ def render(r: SalvageResult, fmt: str) -> str:
         lines += [f"- {md_escape(n)}" for n in r.notes]
         return "\n".join(lines)
     lines = [head]
-    lines += [f"  missing  {n}: {w}" for n, w in r.missing]
+    lines += [f"  missing  {n}: {w}" for n, w in r.missing[:TEXT_LIMIT]]
+    if len(r.missing) > TEXT_LIMIT:
+        lines.append(f"  ... and {len(r.missing) - TEXT_LIMIT} more missing (--format json lists all)")
     lines += [f"  dropped  {p}: {w}" for p, w in r.dropped]
     lines += [f"  note     {n}" for n in r.notes]
     if r.missing:
