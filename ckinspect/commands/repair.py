@@ -78,11 +78,13 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
         return f"{title}\nno leftover temporaries: nothing to repair" if fmt == "text" else f"## {md_escape(title)}\n\nNo leftover temporaries: nothing to repair."
     lines = []
     if fmt == "markdown":
-        lines += [f"## {md_escape(title)}", "", "| action | tmp | main | state | why |", "|---|---|---|---|---|"]
+        lines += [f"## {md_escape(title)}", "", "| action | tmp | main | found | why | state |", "|---|---|---|---|---|---|"]
         for a in plan.actions:
+            found = a.status.explain() if a.status else ""
+            why = a.reason + (f" ({a.note})" if a.note else "")
             lines.append(
-                f"| {_VERB[a.action]} | `{md_escape(_short(plan, a.leftover.tmp))}` | `{md_escape(_short(plan, a.leftover.main))}` | {a.state} | "
-                f"{md_escape(a.status.explain() if a.status else '')}: {md_escape(a.reason)}{' (' + md_escape(a.note) + ')' if a.note else ''} |"
+                f"| {_VERB[a.action]} | `{md_escape(_short(plan, a.leftover.tmp))}` | `{md_escape(_short(plan, a.leftover.main))}` | "
+                f"{md_escape(found)} | {md_escape(why)} | {a.state} |"
             )
         lines.append("")
         for q in quarantines:
