@@ -1,0 +1,114 @@
+"""Turning pickle scans into findings, shared by the torch zip, legacy, plain pickle and DCP readers."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ckinspect.formats.errors import CorruptPickle, UnsafePickle
+from ckinspect.formats.pickle_scan import GlobalRef, PickleScan
+from ckinspect.formats.unpickler import StorageRef, restricted_load, storage_persistent_load
+from ckinspect.model import Checkpoint
+
+_MAX_LISTED = 12
+
+
+def _names(refs: list[GlobalRef], mark_dangerous: bool) -> str:
+    shown = [g.qualname + (" (can run code)" if mark_dangerous and g.dangerous else "") for g in refs[:_MAX_LISTED]]
+    if len(refs) > _MAX_LISTED:
+        shown.append(f"and {len(refs) - _MAX_LISTED} more")
+    return ", ".join(shown)
+
+
+def record_globals(ckpt: Checkpoint, refs: list[GlobalRef], where: str) -> bool:
+    """Add every global to ckpt.globals and raise UNSAFE_PICKLE / ALLOWLIST_NEEDED. True if unsafe."""
+    for g in refs:
+        if g.qualname not in ckpt.globals:
+            ckpt.globals.append(g.qualname)
+    unsafe = [g for g in refs if g.kind == "unsafe"]
+    benign = [g for g in refs if g.kind == "benign"]
+    if unsafe:
+        dangerous = sum(g.dangerous for g in unsafe)
+        what = "can run code" if dangerous else "are outside the weights_only allowlist"
+        ckpt.add(
+            "UNSAFE_PICKLE",
+            f"{where} names globals that {what}: {_names(unsafe, True)}. Never executed or imported here; "
+            "torch.load(weights_only=False) would import and call them.",
+        )
+    if benign:
+        listed = _names(benign, False)
+        ckpt.add(
+            "ALLOWLIST_NEEDED",
+            f"{where} needs globals outside torch's default weights_only allowlist: {listed}. "
+            "torch.load(weights_only=True) refuses it until they are allowed with "
+            "torch.serialization.add_safe_globals([...]) or inside `with torch.serialization.safe_globals([...]):`.",
+        )
+    return bool(unsafe)
+
+
+class StorageCollector:
+    """persistent_load that remembers every storage the pickle names, by its key in the pickle.
+
+    `key_prefix` is put in front of the keys tensors carry, so storages from several pickles
+    (DCP items) can live in one Checkpoint without clashing.
+    """
+
+    def __init__(self, key_prefix: str = "") -> None:
+        self.storages: dict[str, StorageRef] = {}
+        self.key_prefix = key_prefix
+
+    def __call__(self, pid: Any) -> Any:
+        # one storage object per key, so a dtype learned from one view holds for all of them
+        if type(pid) is tuple and len(pid) >= 5 and type(pid[2]) is str:
+            known = self.storages.get(pid[2])
+            if known is not None:
+                return known
+        ref = storage_persistent_load(pid)
+        if isinstance(ref, StorageRef):
+            raw = ref.key
+            if raw in self.storages:
+                return self.storages[raw]
+            if self.key_prefix:
+                ref.key = self.key_prefix + raw
+            self.storages[raw] = ref
+        return ref
+
+
+def decode(ckpt: Checkpoint, data: bytes, scan: PickleScan, where: str,
+           persistent_load: Callable[[Any], Any] | None = None) -> Any:  # fmt: skip
+    """Restricted-load a scanned pickle; CORRUPT/UNSAFE_PICKLE findings instead of exceptions. None on failure."""
+    try:
+        return restricted_load(data, persistent_load, scan=scan)
+    except UnsafePickle as exc:  # the scan missed it: still refused, still reported
+        if not any(f.code == "UNSAFE_PICKLE" for f in ckpt.findings):
+            ckpt.add("UNSAFE_PICKLE", f"{where} names globals outside the allowlist: {', '.join(exc.names)}; never executed.")
+        return None
+    except CorruptPickle as exc:
+        ckpt.add("CORRUPT", f"{where} cannot be decoded: {exc}")
+        return None
+
+
+def check_views(ckpt: Checkpoint) -> None:
+    """CORRUPT for tensors whose view reaches past the bytes their storage holds."""
+    bad = []
+    storages = ckpt.storages
+    itemsizes: dict[str, int] = {}
+    for t in ckpt.tensors:
+        storage = storages.get(t.storage_key)
+        if storage is None or storage.offset is None and storage.nbytes == 0:
+            continue  # missing storages are reported where they are found missing
+        itemsize = itemsizes.get(t.dtype)
+        if itemsize is None:
+            itemsize = itemsizes[t.dtype] = t.itemsize
+        last = t.storage_offset
+        for size, stride in zip(t.shape, t.stride):
+            if size == 0:
+                break
+            last += (size - 1) * stride
+        else:
+            if (last + 1) * itemsize > storage.nbytes:
+                bad.append(t)
+    if bad:
+        t = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        ckpt.add("CORRUPT", f"tensor {t.name} reaches byte {t.byte_offset + t.span_bytes} of storage {t.storage_key}, "
+                            f"which holds {ckpt.storages[t.storage_key].nbytes}{more}", t.name)  # fmt: skip
