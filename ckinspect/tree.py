@@ -6,7 +6,9 @@ scalars, `TensorInfo` leaves and `Opaque` records (whose attributes are walked l
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,3 +105,16 @@ def build(cls: type, fields: dict[str, Any]) -> Any:
     obj = object.__new__(cls)
     object.__setattr__(obj, "__dict__", fields)
     return obj
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a reader builds tens of thousands of small objects
+    that hold no cycles: its generational passes otherwise cost ~30% of listing 50,000 tensors."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -21,7 +21,7 @@ from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.formats.zipdir import FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.tree import build
+from ckinspect.tree import build, no_gc
 
 METADATA = ".metadata"
 MAX_METADATA_BYTES = 1 << 30
@@ -39,7 +39,7 @@ def _fields(obj: Any) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
+def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
     """List a DCP folder. Never raises for bad content: problems become findings."""
     folder = Path(folder)
     data_files = sorted(folder.glob("*.distcp"))
@@ -248,3 +248,10 @@ def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(dim, 1)
     return tuple(reversed(strides))
+
+
+def read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
+    """List a torch.distributed.checkpoint folder. Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
+    with no_gc():
+        return _read_dcp(folder)

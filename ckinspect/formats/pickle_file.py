@@ -14,13 +14,13 @@ from ckinspect.formats.pickle_findings import decode, record_globals
 from ckinspect.formats.pickle_scan import scan_stream
 from ckinspect.formats.zipdir import FileReader
 from ckinspect.model import Checkpoint
-from ckinspect.tree import flatten
+from ckinspect.tree import flatten, no_gc
 
 MAX_DECODE_BYTES = 256 << 20  # larger plain pickles are scanned only: decoding holds the whole object tree
 MAX_SCAN_BYTES = 1 << 30
 
 
-def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
+def _read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
     """Scan a plain pickle. Never raises for bad content: problems become findings."""
     path = Path(path)
     with open(path, "rb") as f:
@@ -44,3 +44,10 @@ def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
     ckpt.tree = tree
     ckpt.tensors = flatten(tree)
     return ckpt
+
+
+def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
+    """Scan a plain pickle (decoded only when every global is allowed or benign). Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
+    with no_gc():
+        return _read_pickle(path)

@@ -20,7 +20,7 @@ from ckinspect.formats.pickle_scan import PickleScan, scan_stream
 from ckinspect.formats.unpickler import StorageRef, restricted_load
 from ckinspect.formats.zipdir import FileReader
 from ckinspect.model import Checkpoint, StorageInfo
-from ckinspect.tree import build, flatten
+from ckinspect.tree import build, flatten, no_gc
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -42,7 +42,7 @@ def read_pickle_prefix(reader: FileReader, count: int) -> tuple[bytes, list[Pick
         want *= 4
 
 
-def read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
+def _read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
     """List a legacy torch.save file. Never raises for bad content: problems become findings."""
     path = Path(path)
     with open(path, "rb") as f:
@@ -156,3 +156,10 @@ def _locate_storages(ckpt: Checkpoint, reader: FileReader, path: Path, collector
     if missing:
         ckpt.add("CORRUPT", f"{path.name}: {len(missing)} storage(s) named by the pickle are not in the file: "
                             + ", ".join(missing[:10]))  # fmt: skip
+
+
+def read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
+    """List a legacy torch.save file. Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
+    with no_gc():
+        return _read_torch_legacy(path)

@@ -15,12 +15,12 @@ from ckinspect.formats.pickle_findings import StorageCollector, check_views, dec
 from ckinspect.formats.pickle_scan import PickleScan, scan_stream
 from ckinspect.formats.zipdir import FileReader, ZipError, ZipMember, data_offset, local_header_at, read_directory
 from ckinspect.model import Checkpoint, StorageInfo
-from ckinspect.tree import build, flatten
+from ckinspect.tree import build, flatten, no_gc
 
 MAX_PICKLE_BYTES = 1 << 30  # a data.pkl beyond this is not a checkpoint we should hold in memory
 
 
-def read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
+def _read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
     """List a torch.save zip. Never raises for bad content: problems become CORRUPT / UNSAFE_PICKLE findings."""
     path = Path(path)
     with open(path, "rb") as f:
@@ -195,3 +195,10 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
     ckpt.tree = tree
     ckpt.tensors = flatten(tree)
     return tree
+
+
+def read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
+    """List a torch.save zip. Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
+    with no_gc():
+        return _read_torch_zip(path)

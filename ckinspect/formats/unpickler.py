@@ -9,7 +9,9 @@ harmless classes become `Opaque` records). Anything else raises `UnsafePickle`, 
 from __future__ import annotations
 
 import io
+import ntpath
 import pickle
+import posixpath
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -247,7 +249,14 @@ def _codecs_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") ->
 
 
 def _path(*parts: Any) -> str:
-    return "/".join(str(p) for p in parts) if parts else "."
+    """pathlib paths pickle as their parts ('/', 'a', 'b'): joined back into the path string."""
+    text = [str(p) for p in parts]
+    return posixpath.join(*text) if text else "."
+
+
+def _windows_path(*parts: Any) -> str:
+    text = [str(p) for p in parts]
+    return ntpath.join(*text) if text else "."
 
 
 def _deque(items: Any = (), *_: Any) -> list:
@@ -313,7 +322,8 @@ _STANDINS: dict[str, Any] = {
     "numpy.dtype": _NumpyDType,
     "numpy.core.multiarray.scalar": _numpy_scalar,
     "numpy._core.multiarray.scalar": _numpy_scalar,
-    **{f"pathlib.{p}": _path for p in "Path PosixPath WindowsPath PurePath PurePosixPath PureWindowsPath".split()},
+    **{f"pathlib.{p}": _path for p in "Path PosixPath PurePath PurePosixPath".split()},
+    **{f"pathlib.{p}": _windows_path for p in "WindowsPath PureWindowsPath".split()},
 }
 
 

@@ -39,7 +39,7 @@ class ZipMember(NamedTuple):  # a tuple: 50,000 of them are built per listing
 class FileReader:
     """Positioned reads from an open file, with a small block cache for walking local headers."""
 
-    BLOCK = 1 << 16
+    BLOCK = 1 << 14
 
     def __init__(self, fd: int, size: int) -> None:
         self.fd = fd
