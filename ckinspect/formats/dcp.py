@@ -105,15 +105,16 @@ def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
             else:
                 value = md
             path = planner.get(fqn)
-            _place(tree, [str(p) for p in path] if isinstance(path, (tuple, list)) and path else fqn.split("."), value)
+            keys = [p if type(p) is int else str(p) for p in path] if isinstance(path, (tuple, list)) and path else None
+            _place(tree, keys or fqn.split("."), value)
     finally:
         for h in handles:
             h.close()
-    ckpt.tree = tree
+    ckpt.tree = _lists(tree)
     return ckpt
 
 
-def _place(tree: dict[str, Any], path: list[str], value: Any) -> None:
+def _place(tree: dict[Any, Any], path: list[Any], value: Any) -> None:
     node = tree
     for key in path[:-1]:
         child = node.get(key)
@@ -121,6 +122,17 @@ def _place(tree: dict[str, Any], path: list[str], value: Any) -> None:
             child = node[key] = {}
         node = child
     node[path[-1]] = value
+
+
+def _lists(node: Any) -> Any:
+    """DCP flattens lists into int path elements (dict keys are always str): rebuild them as lists."""
+    if not isinstance(node, dict) or type(node) is not dict:
+        return node
+    for key in list(node):
+        node[key] = _lists(node[key])
+    if node and all(type(k) is int and k >= 0 for k in node) and max(node) < 4 * len(node):
+        return [node.get(i) for i in range(max(node) + 1)]
+    return node
 
 
 def _reader(folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list) -> FileReader | None:

@@ -252,6 +252,8 @@ class PickleScan:
 
 
 def _ref(module: str, name: str, opcode: str) -> GlobalRef:
+    """A GlobalRef under the name Python 3 would import (protocol 2 writes __builtin__ for builtins)."""
+    module, name = normalize(module, name)
     return GlobalRef(module, name, classify_global(module, name), opcode)
 
 

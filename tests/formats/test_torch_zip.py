@@ -290,3 +290,13 @@ def test_reading_never_imports_torch_or_numpy(resume_file, tmp_path):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result == {"tensors": result["tensors"], "torch": False, "numpy": False} and result["tensors"] > 10
+
+
+def test_protocol_4_zip_resolves_stack_globals(tmp_path):
+    w = torch.randn(3, 2)
+    torch.save({"w": w, "t": w.t(), "n": torch.arange(4)}, tmp_path / "p4.pt", pickle_protocol=4)
+    ckpt = read_torch_zip(tmp_path / "p4.pt")
+    assert ckpt.findings == []
+    assert [(t.name, t.shape, t.stride) for t in ckpt.tensors] == [("w", (3, 2), (2, 1)), ("t", (2, 3), (1, 2)),
+                                                                   ("n", (4,), (1,))]  # fmt: skip
+    assert "torch._utils._rebuild_tensor_v2" in ckpt.globals
