@@ -61,6 +61,9 @@ _SCALARS = (str, int, float, bool, type(None), bytes)
 def flatten(tree: Any, prefix: str = "") -> list[TensorInfo]:
     """Every tensor in the tree, named by its dotted path (`model.layers.0.attn.wq.weight`).
 
+    An unnamed descriptor (name "", as the unpickler makes them) is named in place the first time
+    it is met, so the tree and the list share one object per tensor; one reached again by another
+    path (the same tensor saved twice) or already named otherwise is returned as a named copy.
     Same traversal as walk() (containers entered once, pre-order), written out because a
     50,000-tensor checkpoint makes the generator's per-node overhead the slowest part of listing.
     """
@@ -71,7 +74,12 @@ def flatten(tree: Any, prefix: str = "") -> list[TensorInfo]:
         path, node = stack.pop()
         kind = type(node)
         if kind is TensorInfo:
-            out.append(_renamed(node, path or ROOT_TENSOR_NAME))
+            name = path or ROOT_TENSOR_NAME
+            if node.name == "":
+                object.__setattr__(node, "name", name)  # frozen for users; named once, here, by its reader
+                out.append(node)
+            else:
+                out.append(node if node.name == name else _renamed(node, name))
             continue
         if kind in _SCALARS:
             continue

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ckinspect.formats.pickle_findings import decode, record_globals
+from ckinspect.formats.pickle_findings import check_views, decode, record_globals
 from ckinspect.formats.pickle_scan import GlobalRef, scan_stream
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.unpickler import Opaque, _opaque_class
@@ -111,6 +111,7 @@ def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
         for h in handles:
             h.close()
     ckpt.tree = _lists(tree)
+    check_views(ckpt)
     return ckpt
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ckinspect.formats.pickle_findings import decode, record_globals
+from ckinspect.formats.pickle_findings import check_views, decode, record_globals
 from ckinspect.formats.pickle_scan import scan_stream
 from ckinspect.formats.zipdir import FileReader
 from ckinspect.model import Checkpoint
@@ -43,6 +43,7 @@ def _read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
     tree = decode(ckpt, data[first.start : first.end], first, where)
     ckpt.tree = tree
     ckpt.tensors = flatten(tree)
+    check_views(ckpt)
     return ckpt
 
 

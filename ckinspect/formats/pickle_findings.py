@@ -6,8 +6,8 @@ from typing import Any, Callable
 
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import GlobalRef, PickleScan
-from ckinspect.formats.unpickler import StorageRef, restricted_load, storage_persistent_load
-from ckinspect.model import Checkpoint
+from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
+from ckinspect.model import Checkpoint, TensorInfo
 
 _MAX_LISTED = 12
 
@@ -59,16 +59,22 @@ class StorageCollector:
     def __call__(self, pid: Any) -> Any:
         # one storage object per key, so a dtype learned from one view holds for all of them
         if type(pid) is tuple and len(pid) >= 5 and type(pid[2]) is str:
-            known = self.storages.get(pid[2])
+            key = pid[2]
+            known = self.storages.get(key)
             if known is not None:
                 return known
+            stype, numel = pid[1], pid[4]
+            if pid[0] == "storage" and type(stype) is _StorageType and type(numel) is int and numel >= 0:
+                ref = StorageRef(self.key_prefix + key, stype.dtype, str(pid[3]), numel * stype.itemsize, stype.untyped)
+                self.storages[key] = ref
+                return ref
         ref = storage_persistent_load(pid)
         if isinstance(ref, StorageRef):
             raw = ref.key
             if raw in self.storages:
                 return self.storages[raw]
             if self.key_prefix:
-                ref.key = self.key_prefix + raw
+                ref._set(key=self.key_prefix + raw)
             self.storages[raw] = ref
         return ref
 
@@ -87,8 +93,32 @@ def decode(ckpt: Checkpoint, data: bytes, scan: PickleScan, where: str,
         return None
 
 
+def _well_formed(t: TensorInfo) -> bool:
+    # BUILD in a pickle can overwrite a descriptor's fields; everything downstream does arithmetic on them
+    fields = t.__dict__
+    shape, stride, offset = fields.get("shape"), fields.get("stride"), fields.get("storage_offset")
+    if type(shape) is not tuple or type(stride) is not tuple or len(shape) != len(stride):
+        return False
+    if type(offset) is not int or offset < 0 or type(fields.get("storage_key")) is not str:
+        return False
+    if type(fields.get("dtype")) is not str or type(fields.get("name")) is not str or type(fields.get("group")) is not str:
+        return False
+    for v in shape:
+        if type(v) is not int or v < 0:
+            return False
+    for v in stride:
+        if type(v) is not int:
+            return False
+    return len(fields) == 7
+
+
 def check_views(ckpt: Checkpoint) -> None:
-    """CORRUPT for tensors whose view reaches past the bytes their storage holds."""
+    """CORRUPT for tensors whose fields are not numbers (dropped) or whose view reaches past the
+    bytes their storage holds."""
+    malformed = [t for t in ckpt.tensors if not _well_formed(t)]
+    if malformed:
+        ckpt.tensors = [t for t in ckpt.tensors if _well_formed(t)]
+        ckpt.add("CORRUPT", f"{len(malformed)} tensor descriptor(s) in the pickle are malformed and were dropped")
     bad = []
     storages = ckpt.storages
     itemsizes: dict[str, int] = {}

@@ -95,7 +95,6 @@ BENIGN: frozenset[str] = frozenset(
         "pathlib.PureWindowsPath",
         "builtins.frozenset",
         "builtins.slice",
-        "builtins.range",
         "builtins.list",
         "builtins.dict",
         "builtins.tuple",

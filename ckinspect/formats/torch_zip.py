@@ -194,6 +194,7 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
         ckpt.add("CORRUPT", f"{file.name}: {problem}")
     ckpt.tree = tree
     ckpt.tensors = flatten(tree)
+    check_views(ckpt)
     return tree
 
 

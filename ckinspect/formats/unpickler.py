@@ -27,9 +27,44 @@ SMALL_ARRAY_BYTES = 1 << 20  # numpy arrays up to this size keep their bytes (RN
 
 # ----------------------------------------------------------------------------------------------
 # What decoded objects look like
+#
+# Stand-ins live as long as the process, so a pickle must not be able to change them for the next
+# file: BUILD can set attributes on whatever is on the stack, including the classes and callables
+# find_class returned. Classes therefore refuse attribute writes (_FrozenMeta), callables are
+# slotted objects that refuse them too, and per-load records either define __setstate__ or have
+# no __dict__.
 
 
-@dataclass
+class _FrozenMeta(type):
+    def __setattr__(cls, name: str, value: Any) -> None:
+        raise CorruptPickle(f"pickle tries to set {name!r} on {cls.__name__}")
+
+    def __delattr__(cls, name: str) -> None:
+        raise CorruptPickle(f"pickle tries to delete {name!r} from {cls.__name__}")
+
+
+class _Call:
+    """A stand-in callable that a pickle cannot modify (functions have a writable __dict__)."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        object.__setattr__(self, "_fn", fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(*args, **kwargs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise CorruptPickle(f"pickle tries to set {name!r} on a stand-in")
+
+    def __delattr__(self, name: str) -> None:
+        raise CorruptPickle(f"pickle tries to delete {name!r} from a stand-in")
+
+    def __repr__(self) -> str:
+        return f"<stand-in {self._fn.__name__}>"
+
+
+@dataclass(frozen=True, slots=True)
 class StorageRef:
     """A storage named by a persistent id: ('storage', type, key, location, numel[, view])."""
 
@@ -39,8 +74,16 @@ class StorageRef:
     nbytes: int
     untyped: bool = False  # torch.storage.UntypedStorage: dtype comes from the tensor that views it
 
+    def __setstate__(self, state: Any) -> None:
+        raise CorruptPickle("pickle tries to rewrite a storage reference")
 
-class Opaque:
+    def _set(self, **fields: Any) -> None:
+        """For the readers only: learn the dtype of an untyped storage, prefix its key."""
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
+
+class Opaque(metaclass=_FrozenMeta):
     """A benign object kept as a record: the global it names, its constructor args and its state."""
 
     qualname = "?"
@@ -83,7 +126,7 @@ class Opaque:
         return f"Opaque({self.qualname}, args={self.args!r}, state={self.state!r})"
 
 
-class ArrayInfo:
+class ArrayInfo(metaclass=_FrozenMeta):
     """A numpy array (RNG state and the like): dtype string, shape, size, bytes when small."""
 
     def __init__(self, *args: Any) -> None:
@@ -109,7 +152,7 @@ class ArrayInfo:
         return f"ArrayInfo(dtype={self.dtype!r}, shape={self.shape}, nbytes={self.nbytes})"
 
 
-class _NumpyDType:
+class _NumpyDType(metaclass=_FrozenMeta):
     def __init__(self, descr: Any = "?", *_: Any) -> None:
         self.descr = str(descr)
         self.order = "|" if self.descr in ("b1", "i1", "u1", "?") else "<"
@@ -138,13 +181,21 @@ def _numpy_scalar(dtype: Any, raw: Any = b"") -> Any:
 class _StorageType:
     """torch.FloatStorage, torch.storage.UntypedStorage ...: what a persistent id names as its type."""
 
+    __slots__ = ("dtype", "untyped", "itemsize")
+
     def __init__(self, dtype: str, untyped: bool = False) -> None:
-        self.dtype = dtype
-        self.untyped = untyped
-        self.itemsize = 1 if untyped else dtype_info(dtype).itemsize
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "untyped", untyped)
+        object.__setattr__(self, "itemsize", 1 if untyped else dtype_info(dtype).itemsize)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise CorruptPickle(f"pickle tries to set {name!r} on a storage type")
+
+    def __setstate__(self, state: Any) -> None:
+        raise CorruptPickle("pickle tries to rewrite a storage type")
 
 
-class _DictWithState(dict):
+class _DictWithState(dict, metaclass=_FrozenMeta):
     """OrderedDict / Counter as a dict (instance state such as state_dict._metadata is dropped)."""
 
     def __setstate__(self, state: Any) -> None:
@@ -158,14 +209,14 @@ class _DefaultDict(_DictWithState):
         super().__init__(*args, **kwargs)
 
 
-class _ParameterStandIn:
+class _ParameterStandIn(metaclass=_FrozenMeta):
     """torch.nn.Parameter(data, requires_grad) by NEWOBJ or call: the tensor itself."""
 
     def __new__(cls, data: Any = None, *_: Any, **__: Any) -> Any:
         return data
 
 
-class _TensorClass:
+class _TensorClass(metaclass=_FrozenMeta):
     """torch.Tensor and its legacy subclasses as the `new_type` of _rebuild_from_type_v2."""
 
 
@@ -192,13 +243,37 @@ def _tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, dtype: st
     if dtype is None:
         dtype = storage.dtype
     elif storage.untyped and storage.dtype == "uint8" and dtype != "uint8":
-        storage.dtype = dtype  # an untyped storage takes the dtype of the tensor viewing it
+        storage._set(dtype=dtype)  # an untyped storage takes the dtype of the tensor viewing it
     return build(TensorInfo, {"name": "", "dtype": dtype, "shape": _shape(size, "size"),
                               "stride": _shape(stride, "stride"), "storage_key": storage.key,
                               "storage_offset": storage_offset, "group": "other"})  # fmt: skip
 
 
+class _RebuildTensor(metaclass=_FrozenMeta):
+    """torch._utils._rebuild_tensor(_v2): a class whose __new__ returns the TensorInfo, so the call
+    made once per tensor is a single frame and the stand-in cannot be modified by the pickle."""
+
+    def __new__(cls, storage, storage_offset, size, stride, *_rest):  # type: ignore[misc]
+        return _rebuild_tensor(storage, storage_offset, size, stride)
+
+
 def _rebuild_tensor(storage, storage_offset, size, stride, *_rest):
+    # torch's own pickles, once per tensor: checked inline, the general path handles everything else
+    if type(storage) is StorageRef and type(storage_offset) is int and storage_offset >= 0 and \
+            type(size) is tuple and type(stride) is tuple:  # fmt: skip
+        for v in size:
+            if type(v) is not int or v < 0:
+                break
+        else:
+            for v in stride:
+                if type(v) is not int:
+                    break
+            else:
+                tensor = object.__new__(TensorInfo)
+                object.__setattr__(tensor, "__dict__", {
+                    "name": "", "dtype": storage.dtype, "shape": size, "stride": stride,
+                    "storage_key": storage.key, "storage_offset": storage_offset, "group": "other"})  # fmt: skip
+                return tensor
     return _tensor(storage, storage_offset, size, stride)
 
 
@@ -210,8 +285,11 @@ def _rebuild_qtensor(storage, storage_offset, size, stride, *_rest):
     return _tensor(storage, storage_offset, size, stride)
 
 
-def _rebuild_parameter(data, *_rest):
-    return data
+class _RebuildParameter(metaclass=_FrozenMeta):
+    """torch._utils._rebuild_parameter(_with_state)(data, requires_grad, hooks[, state]): the tensor."""
+
+    def __new__(cls, data, *_rest):  # type: ignore[misc]
+        return data
 
 
 def _rebuild_from_type_v2(func, new_type, args, state=None):
@@ -263,6 +341,22 @@ def _deque(items: Any = (), *_: Any) -> list:
     return list(items)
 
 
+_MAX_ZERO_FILL = 1 << 20
+
+
+def _bytes(source: Any = b"", *args: Any) -> bytes:
+    """bytes(n) allocates n zero bytes: a ten-byte pickle could ask for a terabyte."""
+    if isinstance(source, int) and not 0 <= source <= _MAX_ZERO_FILL:
+        raise CorruptPickle(f"bytes({source}) in a pickle: refusing to allocate that")
+    if args and isinstance(source, str):
+        return _codecs_encode(source, *args)
+    return bytes(source)
+
+
+def _bytearray(source: Any = b"", *args: Any) -> bytearray:
+    return bytearray(_bytes(source, *args))
+
+
 def _reconstructor(cls: Any, base: Any = None, state: Any = None) -> Any:
     if isinstance(cls, type) and issubclass(cls, Opaque):
         return cls.__new__(cls, state)
@@ -275,7 +369,7 @@ _OPAQUE_CLASSES: dict[str, type] = {}
 def _opaque_class(qualname: str) -> type:
     cls = _OPAQUE_CLASSES.get(qualname)
     if cls is None:
-        cls = type(qualname.rsplit(".", 1)[-1], (Opaque,), {"qualname": qualname, "__slots__": ()})
+        cls = _FrozenMeta(qualname.rsplit(".", 1)[-1], (Opaque,), {"qualname": qualname, "__slots__": ()})
         _OPAQUE_CLASSES[qualname] = cls
     return cls
 
@@ -284,46 +378,45 @@ _STANDINS: dict[str, Any] = {
     "collections.OrderedDict": _DictWithState,
     "collections.Counter": _DictWithState,
     "collections.defaultdict": _DefaultDict,
-    "collections.deque": _deque,
-    "torch._utils._rebuild_tensor": _rebuild_tensor,
-    "torch._utils._rebuild_tensor_v2": _rebuild_tensor,
-    "torch._utils._rebuild_tensor_v3": _rebuild_tensor_v3,
-    "torch._utils._rebuild_qtensor": _rebuild_qtensor,
-    "torch._utils._rebuild_parameter": _rebuild_parameter,
-    "torch._utils._rebuild_parameter_with_state": _rebuild_parameter,
-    "torch._utils._rebuild_device_tensor_from_cpu_tensor": _rebuild_device_tensor_from_cpu_tensor,
-    "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
+    "collections.deque": _Call(_deque),
+    "torch._utils._rebuild_tensor": _RebuildTensor,
+    "torch._utils._rebuild_tensor_v2": _RebuildTensor,
+    "torch._utils._rebuild_tensor_v3": _Call(_rebuild_tensor_v3),
+    "torch._utils._rebuild_qtensor": _Call(_rebuild_qtensor),
+    "torch._utils._rebuild_parameter": _RebuildParameter,
+    "torch._utils._rebuild_parameter_with_state": _RebuildParameter,
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor": _Call(_rebuild_device_tensor_from_cpu_tensor),
+    "torch._tensor._rebuild_from_type_v2": _Call(_rebuild_from_type_v2),
     "torch.nn.parameter.Parameter": _ParameterStandIn,
     "torch.Tensor": _TensorClass,
-    "torch.Size": _size,
-    "torch.device": _device,
-    "torch.serialization._get_layout": _get_layout,
+    "torch.Size": _Call(_size),
+    "torch.device": _Call(_device),
+    "torch.serialization._get_layout": _Call(_get_layout),
     "torch.storage.UntypedStorage": _StorageType("uint8", untyped=True),
     "torch.storage.TypedStorage": _StorageType("uint8", untyped=True),
-    "_codecs.encode": _codecs_encode,
+    "_codecs.encode": _Call(_codecs_encode),
     "builtins.set": set,
     "builtins.frozenset": frozenset,
-    "builtins.bytearray": bytearray,
+    "builtins.bytearray": _Call(_bytearray),
     "builtins.complex": complex,
     "builtins.slice": slice,
-    "builtins.range": range,
     "builtins.list": list,
     "builtins.dict": dict,
     "builtins.tuple": tuple,
     "builtins.int": int,
     "builtins.float": float,
     "builtins.str": str,
-    "builtins.bytes": bytes,
+    "builtins.bytes": _Call(_bytes),
     "builtins.bool": bool,
-    "copyreg._reconstructor": _reconstructor,
+    "copyreg._reconstructor": _Call(_reconstructor),
     "numpy.core.multiarray._reconstruct": ArrayInfo,
     "numpy._core.multiarray._reconstruct": ArrayInfo,
     "numpy.ndarray": _opaque_class("numpy.ndarray"),
     "numpy.dtype": _NumpyDType,
-    "numpy.core.multiarray.scalar": _numpy_scalar,
-    "numpy._core.multiarray.scalar": _numpy_scalar,
-    **{f"pathlib.{p}": _path for p in "Path PosixPath PurePath PurePosixPath".split()},
-    **{f"pathlib.{p}": _windows_path for p in "WindowsPath PureWindowsPath".split()},
+    "numpy.core.multiarray.scalar": _Call(_numpy_scalar),
+    "numpy._core.multiarray.scalar": _Call(_numpy_scalar),
+    **{f"pathlib.{p}": _Call(_path) for p in "Path PosixPath PurePath PurePosixPath".split()},
+    **{f"pathlib.{p}": _Call(_windows_path) for p in "WindowsPath PureWindowsPath".split()},
 }
 
 

@@ -231,3 +231,51 @@ def test_garbage_inside_a_torch_zip(tmp_path):
         ckpt = read_torch_zip(path)
         assert ckpt.findings or ckpt.tensors  # a flipped byte may still leave a valid pickle: then CRC says so
         assert all(f.code in ("CORRUPT", "UNSAFE_PICKLE", "ALLOWLIST_NEEDED") for f in ckpt.findings)
+
+
+# --- pickles that stay within the allowlist but try to bend the stand-ins ---------------------
+
+
+def test_build_cannot_modify_stand_ins_for_the_next_file(tmp_path):
+    from ckinspect.formats.errors import CorruptPickle
+
+    # GLOBAL collections.OrderedDict, then BUILD with slot state {'__setstate__': None} on the class itself
+    poison = b"\x80\x02ccollections\nOrderedDict\nN}X\x0c\x00\x00\x00__setstate__N s\x86b."
+    with pytest.raises(CorruptPickle):
+        restricted_load(poison)
+    # the same trick on the storage type singleton and on a rebuild function
+    for target in (b"ctorch.storage\nUntypedStorage\n", b"ctorch._utils\n_rebuild_tensor_v2\n", b"ctorch\nSize\n",
+                   b"ctorch\nTensor\n"):  # fmt: skip
+        with pytest.raises(CorruptPickle, match="tries to"):
+            restricted_load(b"\x80\x02" + target + b"N}X\x05\x00\x00\x00dtypeX\x07\x00\x00\x00float64s\x86b.")
+    path = tmp_path / "ok.pt"
+    torch.save({"a": torch.zeros(2, dtype=torch.float8_e4m3fn), "od": __import__("collections").OrderedDict(x=1)}, path)
+    ckpt = read_torch_zip(path)
+    assert ckpt.findings == [] and ckpt.tensors[0].dtype == "float8_e4m3fn" and ckpt.tree["od"] == {"x": 1}
+
+
+def test_build_on_a_tensor_descriptor_is_caught(tmp_path):
+    src = tmp_path / "a.pt"
+    torch.save({"w": torch.ones(3)}, src)
+    import zipfile
+
+    with zipfile.ZipFile(src) as z:
+        pkl = z.read("a/data.pkl")
+    # after the tensor is rebuilt (the REDUCE before SETITEMS), BUILD it with a bogus shape
+    evil = pkl[:-2] + b"}X\x05\x00\x00\x00shapeX\x03\x00\x00\x00abcsb" + pkl[-2:]
+    assert evil != pkl
+    bad = tmp_path / "bad.pt"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(bad, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, evil if info.filename.endswith("data.pkl") else zin.read(info))
+    ckpt = read_torch_zip(bad)
+    assert [f.code for f in ckpt.findings] == ["CORRUPT"] and "malformed" in ckpt.findings[0].message
+    assert ckpt.tensors == []
+
+
+def test_allocation_bombs_are_refused():
+    from ckinspect.formats.errors import CorruptPickle
+
+    for bomb in (b"\x80\x02c__builtin__\nbytes\nJ\xff\xff\xff\x7f\x85R.", b"\x80\x02c__builtin__\nbytearray\nJ\xff\xff\xff\x7f\x85R."):
+        with pytest.raises(CorruptPickle):
+            restricted_load(bomb)

@@ -250,9 +250,16 @@ def test_flatten_names_by_dotted_path_and_list_index():
     tree = {"model": {"layers": [{"w": t1}, {"w": t2}]}, "optimizer": {"state": {3: {"exp_avg": t3}}}, "step": 4}
     assert [t.name for t in flatten(tree)] == ["model.layers.0.w", "model.layers.1.w", "optimizer.state.3.exp_avg"]
     assert [t.storage_key for t in flatten(tree)] == ["0", "1", "2"]
-    assert t1.name == ""  # the tree keeps its unnamed descriptors; flatten returns named copies
+    assert t1.name == "model.layers.0.w" and flatten(tree)[0] is t1  # named in place: tree and list share it
     assert [t.name for t in flatten(tree, prefix="ckpt")][0] == "ckpt.model.layers.0.w"
-    assert flatten(t1)[0].name == "tensor"
+    assert t1.name == "model.layers.0.w"  # a differently named flatten gets copies
+    assert flatten(_ti())[0].name == "tensor"
+
+
+def test_flatten_names_a_tensor_saved_twice_at_both_paths():
+    t = _ti()
+    names = [x.name for x in flatten({"embed": t, "head": t})]
+    assert names == ["embed", "head"] and t.name == "embed"
 
 
 def test_walk_survives_cycles_and_shared_subtrees():
