@@ -29,7 +29,8 @@ MAX_VALUE_BYTES = 16 << 20  # non-tensor values above this are listed, not decod
 
 
 def _expected_dcp_global(g: GlobalRef) -> bool:
-    """DCP's own metadata classes: dcp.load unpickles them as a matter of course, so no ALLOWLIST_NEEDED."""
+    """DCP's own metadata classes. dcp.load reads .metadata with plain pickle.load (no allowlist at all),
+    so these need no ALLOWLIST_NEEDED; anything unsafe in it would run on load, hence UNSAFE_PICKLE."""
     return g.module.startswith("torch.distributed.checkpoint") or g.module == "pathlib"
 
 
@@ -236,6 +237,8 @@ def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{file.name} at byte {offset} ({fqn}): {exc}", fqn)
         return None
+    # dcp.load decodes these with torch.load(weights_only=False): allowlists play no part, only UNSAFE does
+    blob.findings = [f for f in blob.findings if f.code != "ALLOWLIST_NEEDED"]
     _merge(ckpt, blob, fqn)
     if blob.storages:  # a tensor inside a non-tensor value (e.g. a list of tensors): list it by path
         from ckinspect.tree import flatten

@@ -18,6 +18,7 @@ from ckinspect.model import Checkpoint, StorageInfo
 from ckinspect.tree import build, flatten, no_gc
 
 MAX_PICKLE_BYTES = 1 << 30  # a data.pkl beyond this is not a checkpoint we should hold in memory
+MAX_OTHER_PICKLE_BYTES = 64 << 20
 
 
 def _read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
@@ -59,6 +60,7 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         return None
     if zlib.crc32(data) != pkl.crc32:
         ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
+    _scan_other_pickles(ckpt, reader, members, pkl, cd_start, file)
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
         ckpt, collector, by_name, archive, reader, file, cd_start), key_prefix)  # fmt: skip
     if base == 0:
@@ -72,6 +74,23 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
             except ZipError:
                 pass
     return tree
+
+
+def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipMember], pkl: ZipMember,
+                        cd_start: int, file: Path) -> None:  # fmt: skip
+    """torch.load reads only data.pkl, but TorchScript archives (constants.pkl, code/) are handed to
+    torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive."""
+    for member in members:
+        if member is pkl or not member.name.endswith(".pkl") or member.file_size > MAX_OTHER_PICKLE_BYTES:
+            continue
+        try:
+            data = _member_bytes(reader, member, cd_start)
+        except ZipError as exc:
+            ckpt.add("CORRUPT", f"{file.name}: {exc}")
+            continue
+        record_globals(ckpt, [g for s in scan_stream(data) for g in s.globals], f"{file.name}:{member.name}")
+    if any(m.name.endswith("/constants.pkl") or "/code/" in m.name for m in members):
+        ckpt.metadata["torchscript"] = True  # torch.load would hand it to torch.jit.load
 
 
 def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:

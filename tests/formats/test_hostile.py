@@ -279,3 +279,20 @@ def test_allocation_bombs_are_refused():
     for bomb in (b"\x80\x02c__builtin__\nbytes\nJ\xff\xff\xff\x7f\x85R.", b"\x80\x02c__builtin__\nbytearray\nJ\xff\xff\xff\x7f\x85R."):
         with pytest.raises(CorruptPickle):
             restricted_load(bomb)
+
+
+def test_payload_in_another_pickle_of_the_archive(tmp_path):
+    import zipfile
+
+    src = tmp_path / "a.pt"
+    torch.save({"w": torch.ones(3)}, src)
+    marker = tmp_path / "PWNED-extra"
+    bad = tmp_path / "extra.pt"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(bad, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info))
+        zout.writestr("a/constants.pkl", pickle.dumps(SystemPayload(marker), protocol=2))
+    ckpt = read_torch_zip(bad)
+    assert_refused(ckpt, PAYLOADS["system"][1], marker)
+    assert "constants.pkl" in ckpt.findings[0].message
+    assert ckpt.metadata.get("torchscript") is True
