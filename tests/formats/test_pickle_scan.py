@@ -286,3 +286,44 @@ def test_scan_of_real_pickle_stream_positions():
     scans = scan_stream(buf.getvalue())
     assert [s.error for s in scans] == [None, None, None]
     assert scans[-1].end == len(buf.getvalue())
+
+
+def _reference_globals(data: bytes) -> set[str]:
+    """pickletools' own reading of the same opcodes, as an independent check of the lean walk."""
+    import pickletools
+
+    from ckinspect.formats.pickle_scan import normalize
+
+    found, strings, memo = set(), [], {}
+    for op, arg, _pos in pickletools.genops(data):
+        if op.name in ("GLOBAL", "INST"):
+            module, name = arg.split(" ", 1)
+            found.add(".".join(normalize(module, name)))
+        elif op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
+            strings.append(arg)
+        elif op.name == "MEMOIZE":
+            memo[len(memo)] = strings[-1] if strings else None
+        elif op.name == "STACK_GLOBAL":
+            found.add(".".join(normalize(strings[-2], strings[-1])))
+    return found
+
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4), children, max_size=4)
+    | st.tuples(children, children) | st.builds(lambda d: __import__("collections").OrderedDict(d),
+                                                st.dictionaries(st.text(max_size=3), children, max_size=3)),
+    max_leaves=20,
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(_values, st.integers(min_value=0, max_value=5))
+def test_lean_walk_agrees_with_pickletools(value, protocol):
+    import datetime
+
+    data = pickle.dumps([value, datetime.date(2020, 1, 2), {1, 2}], protocol=protocol)
+    scan = scan_pickle(data)
+    assert scan.error is None and scan.end == len(data)
+    assert {g.qualname for g in scan.globals} == _reference_globals(data)
+    assert restricted_load(data)[2] == {1, 2}

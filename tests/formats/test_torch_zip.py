@@ -300,3 +300,44 @@ def test_protocol_4_zip_resolves_stack_globals(tmp_path):
     assert [(t.name, t.shape, t.stride) for t in ckpt.tensors] == [("w", (3, 2), (2, 1)), ("t", (2, 3), (1, 2)),
                                                                    ("n", (4,), (1,))]  # fmt: skip
     assert "torch._utils._rebuild_tensor_v2" in ckpt.globals
+
+
+def test_zip64_end_record_is_followed(tmp_path):
+    # torch always writes the zip64 end records; saturate the classic record as a >65535-member
+    # or >4 GiB file would, so only the zip64 values can be right
+    import struct
+
+    src = tmp_path / "a.pt"
+    torch.save({"w": torch.arange(10.0), "step": 1}, src)
+    data = bytearray(src.read_bytes())
+    eocd = data.rfind(b"PK\x05\x06")
+    data[eocd + 8 : eocd + 20] = struct.pack("<HHLL", 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF)
+    patched = tmp_path / "zip64.pt"
+    patched.write_bytes(bytes(data))
+    ckpt = read_torch_zip(patched)
+    assert ckpt.findings == [] and ckpt.tree["step"] == 1
+    assert raw_bytes(ckpt.storages[ckpt.tensors[0].storage_key]) == bytes(torch.arange(10.0).untyped_storage())
+
+
+def test_real_module_optimizer_and_scheduler_state(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    sched.step()
+    path = tmp_path / "resume.pth"
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "step": 1, "rng": {"torch": torch.get_rng_state()}}, path)  # fmt: skip
+    ckpt = read_torch_zip(path)
+    assert ckpt.findings == []
+    names = [t.name for t in ckpt.tensors]
+    assert names[:4] == ["model.0.weight", "model.0.bias", "model.2.weight", "model.2.bias"]
+    assert "optimizer.state.0.exp_avg" in names and "optimizer.state.3.exp_avg_sq" in names
+    assert ckpt.tensor("optimizer.state.0.step").shape == ()
+    assert ckpt.tree["optimizer"]["param_groups"][0]["params"] == [0, 1, 2, 3]
+    assert ckpt.tree["scheduler"]["last_epoch"] == 1
+    weights = ckpt.tensor("model.0.weight")
+    storage = ckpt.storages[weights.storage_key]
+    assert raw_bytes(storage) == bytes(model[0].weight.detach().untyped_storage())
