@@ -7,6 +7,7 @@ unpickler, to list what it holds.
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -17,7 +18,6 @@ from ckinspect.model import Checkpoint
 from ckinspect.tree import flatten, no_gc
 
 MAX_DECODE_BYTES = 256 << 20  # larger plain pickles are scanned only: decoding holds the whole object tree
-MAX_SCAN_BYTES = 1 << 30
 
 
 def _read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
@@ -29,7 +29,18 @@ def _read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
         if size == 0:
             ckpt.add("CORRUPT", f"{path.name} is empty")
             return ckpt
-        data = FileReader(f.fileno(), size).read_at(0, min(size, MAX_SCAN_BYTES))
+        if size <= MAX_DECODE_BYTES:
+            data = FileReader(f.fileno(), size).read_at(0, size)
+        else:  # scanned in place, never decoded: memory stays flat however large the file
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        return _scan_and_decode(ckpt, data, path, size)
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
+
+
+def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int) -> Checkpoint:
     scans = scan_stream(data)
     where = path.name
     unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where)

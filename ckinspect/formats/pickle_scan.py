@@ -240,6 +240,8 @@ class PickleScan:
     error: str | None = None
     protocol: int = 0
     stack_globals: int = 0  # how many STACK_GLOBAL opcodes were resolved through the stack
+    truncated: bool = False  # the data ended inside the pickle: more bytes might complete it
+    needed: int = 0  # when truncated: the data must reach at least this offset to get further
 
     @property
     def unsafe(self) -> list[GlobalRef]:
@@ -348,6 +350,8 @@ def _lean_walk(data, start: int, result: PickleScan) -> None:
         if i >= n:
             result.end = n
             result.error = f"pickle ends without STOP at byte {n} (truncated)"
+            result.truncated = True
+            result.needed = n + 1
             return
         op = data[i]
         k = table[op]
@@ -420,6 +424,8 @@ def _lean_walk(data, start: int, result: PickleScan) -> None:
             break
     result.end = n
     result.error = f"pickle truncated at byte {n}: an argument runs past the end"
+    result.truncated = True
+    result.needed = max(i, n + 1)  # i is where the argument would end, when its length was readable
 
 
 class _Unknown:

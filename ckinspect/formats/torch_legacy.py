@@ -24,7 +24,7 @@ from ckinspect.tree import build, flatten, no_gc
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
-MAX_PICKLE_BYTES = 1 << 30
+MAX_PICKLE_BYTES = 256 << 20  # the header and object pickles; ~100 MB would already be a million tensors
 _NAMES = ("magic number", "protocol version", "sys_info", "object", "storage key list")
 
 
@@ -34,12 +34,14 @@ def read_pickle_prefix(reader: FileReader, count: int) -> tuple[bytes, list[Pick
     while True:
         data = reader.read_at(0, min(want, reader.size, MAX_PICKLE_BYTES))
         scans = scan_stream(data, limit=count)
-        cut_short = len(data) < reader.size and len(data) < MAX_PICKLE_BYTES and (
-            len(scans) < count or scans[-1].error is not None
-        )
-        if not cut_short:
+        # read more only when a pickle ran off the end of what was read, and the file can hold what it
+        # needs: a garbage length field must not make us read a gigabyte
+        last = scans[-1] if scans else None
+        if last is None or not last.truncated or len(data) >= reader.size or last.needed > reader.size:
             return data, scans
-        want *= 4
+        want = max(want * 4, last.needed + (1 << 20))
+        if want > MAX_PICKLE_BYTES and len(data) >= MAX_PICKLE_BYTES:
+            return data, scans
 
 
 def _read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:

@@ -19,6 +19,7 @@ from ckinspect.tree import build, flatten, no_gc
 
 MAX_PICKLE_BYTES = 1 << 30  # a data.pkl beyond this is not a checkpoint we should hold in memory
 MAX_OTHER_PICKLE_BYTES = 64 << 20
+MAX_UNINDEXED_PICKLE_BYTES = 256 << 20  # without a directory the pickle's size is unknown: read at most this
 
 
 def _read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
@@ -171,14 +172,15 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
     data = b""
     want = 1 << 20
     while True:
-        data = reader.read_at(start, min(want, MAX_PICKLE_BYTES))
+        data = reader.read_at(start, min(want, MAX_UNINDEXED_PICKLE_BYTES))
         scans = scan_stream(data, limit=1)
         if scans and scans[0].error is None:
             data = data[: scans[0].end]
             break
-        if start + len(data) >= reader.size or want >= MAX_PICKLE_BYTES:
+        if not scans or not scans[0].truncated or start + len(data) >= reader.size or want >= MAX_UNINDEXED_PICKLE_BYTES \
+                or start + scans[0].needed > reader.size:  # fmt: skip
             break
-        want *= 4
+        want = max(want * 4, scans[0].needed + (1 << 20))
     where = f"{file.name}:{name}"
 
     def fill(collector: StorageCollector) -> None:

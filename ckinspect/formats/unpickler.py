@@ -495,7 +495,7 @@ def load_from(file: Any, persistent_load: Callable[[Any], Any] | None = None) ->
         return RestrictedUnpickler(file, persistent_load).load()
     except (UnsafePickle, CorruptPickle):
         raise
-    except RecursionError as exc:  # noqa: F841
+    except RecursionError:
         raise CorruptPickle("pickle nests too deeply to decode") from None
     except Exception as exc:  # noqa: BLE001 - anything a hostile pickle provokes is "corrupt"
         raise CorruptPickle(f"{type(exc).__name__}: {exc}"[:300]) from None

@@ -327,3 +327,32 @@ def test_lean_walk_agrees_with_pickletools(value, protocol):
     assert scan.error is None and scan.end == len(data)
     assert {g.qualname for g in scan.globals} == _reference_globals(data)
     assert restricted_load(data)[2] == {1, 2}
+
+
+def test_large_plain_pickles_are_scanned_in_place_not_decoded(tmp_path, monkeypatch):
+    from ckinspect.formats import pickle_file
+
+    monkeypatch.setattr(pickle_file, "MAX_DECODE_BYTES", 16)
+    evil = tmp_path / "evil.pkl"
+    evil.write_bytes(b"\x80\x04" + sunicode("posix") + sunicode("system") + b"\x93" + sunicode("x") + b"\x85R.")
+    ckpt = pickle_file.read_pickle(evil)
+    assert [f.code for f in ckpt.findings] == ["UNSAFE_PICKLE"] and "posix.system" in ckpt.findings[0].message
+    fine = tmp_path / "fine.pkl"
+    fine.write_bytes(pickle.dumps({"a": list(range(100))}, protocol=4))
+    ckpt = pickle_file.read_pickle(fine)
+    assert ckpt.findings == [] and ckpt.tree is None and ckpt.metadata["pickles"] == 1
+
+
+def test_legacy_prefix_read_does_not_chase_garbage_lengths(tmp_path, monkeypatch):
+    from ckinspect.formats import torch_legacy
+    from ckinspect.formats.zipdir import FileReader
+
+    # a BINUNICODE claiming 3 GB inside a 2 MB file: nothing more than the file is ever requested
+    path = tmp_path / "g.pt"
+    path.write_bytes(b"\x80\x02X" + struct.pack("<I", 3 << 30) + b"\x00" * (2 << 20))
+    asked = []
+    real = FileReader.read_at
+    monkeypatch.setattr(FileReader, "read_at", lambda self, o, n: asked.append(n) or real(self, o, n))
+    ckpt = torch_legacy.read_torch_legacy(path)
+    assert [f.code for f in ckpt.findings] == ["CORRUPT"]
+    assert max(asked) <= 1 << 20
