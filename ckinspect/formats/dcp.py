@@ -89,7 +89,10 @@ def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
     for index, info in storage_data.items():
         idx, where = _fields(index), _fields(info)
         offset = idx.get("offset")
-        items[(str(idx.get("fqn")), tuple(offset) if isinstance(offset, (tuple, list)) else None)] = where
+        try:
+            items[(str(idx.get("fqn")), tuple(offset) if isinstance(offset, (tuple, list)) else None)] = where
+        except TypeError:
+            ckpt.add("CORRUPT", f"{folder.name}/.metadata: a storage index entry is malformed")
     planner = fields.get("planner_data") if isinstance(fields.get("planner_data"), dict) else {}
 
     readers: dict[str, FileReader | None] = {}
@@ -98,16 +101,20 @@ def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
     try:
         for fqn, md in state_md.items():
             fqn = str(fqn)
-            kind = md.qualname.rsplit(".", 1)[-1] if isinstance(md, Opaque) else type(md).__name__
-            if kind == "TensorStorageMetadata":
-                value = _tensor_entry(ckpt, folder, fqn, _fields(md), items, readers, handles)
-            elif kind == "BytesStorageMetadata":
-                value = _bytes_entry(ckpt, folder, fqn, items, readers, handles)
-            else:
-                value = md
-            path = planner.get(fqn)
-            keys = [p if type(p) is int else str(p) for p in path] if isinstance(path, (tuple, list)) and path else None
-            _place(tree, keys or fqn.split("."), value)
+            try:
+                kind = md.qualname.rsplit(".", 1)[-1] if isinstance(md, Opaque) else type(md).__name__
+                if kind == "TensorStorageMetadata":
+                    value = _tensor_entry(ckpt, folder, fqn, _fields(md), items, readers, handles)
+                elif kind == "BytesStorageMetadata":
+                    value = _bytes_entry(ckpt, folder, fqn, items, readers, handles)
+                else:
+                    value = md
+                path = planner.get(fqn)
+                keys = [p if type(p) is int else str(p) for p in path] if isinstance(path, (tuple, list)) and path else None
+                _place(tree, keys or fqn.split("."), value)
+            except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+                # a .metadata that decodes but whose fields are not what DCP writes
+                ckpt.add("CORRUPT", f"{folder.name}/.metadata: entry {fqn} is malformed ({type(exc).__name__})", fqn)
     finally:
         for h in handles:
             h.close()

@@ -102,3 +102,23 @@ def test_metadata_that_is_not_dcp(tmp_path):
     assert [f.code for f in ckpt.findings] == ["CORRUPT"] and "not DCP Metadata" in ckpt.findings[0].message
     (folder / ".metadata").write_bytes(b"\x00garbage")
     assert [f.code for f in read_dcp(folder).findings] == ["CORRUPT"]
+
+
+def test_mutated_metadata_never_raises(dcp_folder, tmp_path):
+    import random
+
+    folder, _ = dcp_folder
+    copy = tmp_path / "mut"
+    shutil.copytree(folder, copy)
+    original = (folder / ".metadata").read_bytes()
+    rng = random.Random(3)
+    outcomes = set()
+    for _ in range(60):
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        (copy / ".metadata").write_bytes(bytes(data))
+        ckpt = read_dcp(copy)
+        outcomes.update(f.code for f in ckpt.findings)
+        assert {f.code for f in ckpt.findings} <= {"CORRUPT", "UNSAFE_PICKLE", "ALLOWLIST_NEEDED"}
+    assert "CORRUPT" in outcomes
