@@ -28,19 +28,29 @@ def record_globals(ckpt: Checkpoint, refs: list[GlobalRef], where: str) -> bool:
     benign = [g for g in refs if g.kind == "benign"]
     if unsafe:
         dangerous = sum(g.dangerous for g in unsafe)
-        what = "can run code" if dangerous else "are outside the weights_only allowlist"
+        if dangerous == len(unsafe):
+            what = f"that can run code: {_names(unsafe, False)}"
+        elif dangerous:
+            what = f"outside the weights_only allowlist, some of which can run code: {_names(unsafe, True)}"
+        else:
+            what = f"outside the weights_only allowlist: {_names(unsafe, False)}"
         ckpt.add(
             "UNSAFE_PICKLE",
-            f"{where} names globals that {what}: {_names(unsafe, True)}. Never executed or imported here; "
+            f"{where} names globals {what}. Nothing was executed or imported here; pickle.load or "
             "torch.load(weights_only=False) would import and call them.",
         )
     if benign:
         listed = _names(benign, False)
+        numpy_hint = (
+            " (numpy dtypes also need their class, e.g. numpy.dtypes.UInt32DType)"
+            if any(g.qualname == "numpy.dtype" for g in benign) else ""
+        )  # fmt: skip
         ckpt.add(
             "ALLOWLIST_NEEDED",
             f"{where} needs globals outside torch's default weights_only allowlist: {listed}. "
-            "torch.load(weights_only=True) refuses it until they are allowed with "
-            "torch.serialization.add_safe_globals([...]) or inside `with torch.serialization.safe_globals([...]):`.",
+            f"torch.load(weights_only=True) refuses it until they are allowed: "
+            f"torch.serialization.add_safe_globals([{listed}]){numpy_hint}, "
+            "or the same list in `with torch.serialization.safe_globals([...]):`.",
         )
     return bool(unsafe)
 
