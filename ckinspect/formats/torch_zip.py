@@ -95,7 +95,9 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipM
 
 
 def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
+    """`<archive>/data.pkl` (torch.save names the folder after the file), or a bare `data.pkl`."""
     candidates = [m for m in members if m.name.endswith("/data.pkl") and m.name.count("/") == 1]
+    candidates += [m for m in members if m.name == "data.pkl"]
     return candidates[0] if candidates else None
 
 
@@ -164,7 +166,7 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
     """No end record (a save cut short): the local headers still say where data.pkl and each
     storage start, and the pickle ends itself with STOP, so list what is there and say what is not."""
     first = local_header_at(reader, 0)
-    if first is None or not first[0].endswith("data.pkl"):
+    if first is None or not (first[0] == "data.pkl" or first[0].endswith("/data.pkl")):
         ckpt.add("CORRUPT", f"{file.name}: {problem}")
         return None
     name, start, _flags = first

@@ -159,6 +159,12 @@ def test_any_archive_folder_name(tmp_path):
     ckpt = read_torch_zip(renamed)
     assert ckpt.findings == [] and [t.name for t in ckpt.tensors] == ["w"]
     assert raw_bytes(ckpt.storages[ckpt.tensors[0].storage_key]) == bytes(torch.ones(3).untyped_storage())
+    flat = tmp_path / "flat.pt"  # members at the root, as some re-packers write them
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(flat, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename.split("/", 1)[1], zin.read(info))
+    ckpt = read_torch_zip(flat)
+    assert ckpt.findings == [] and ckpt.storages[ckpt.tensors[0].storage_key].member == "data/0"
 
 
 def test_deflated_rezip_lists_without_offsets(tmp_path):
