@@ -296,3 +296,23 @@ def test_payload_in_another_pickle_of_the_archive(tmp_path):
     assert_refused(ckpt, PAYLOADS["system"][1], marker)
     assert "constants.pkl" in ckpt.findings[0].message
     assert ckpt.metadata.get("torchscript") is True
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_report_cli_exits_1_and_nothing_runs(tmp_path, legacy):
+    """End to end through `ckinspect --report` (skipped until the report command lands on main)."""
+    import json
+
+    pytest.importorskip("ckinspect.commands.report")
+    from tests.conftest import run_cli
+
+    marker = tmp_path / "PWNED-cli"
+    path = tmp_path / "resume.pth"
+    torch.save(_resume_dict(SystemPayload(marker)), path, _use_new_zipfile_serialization=not legacy)
+    result = run_cli("--report", path, "--format", "json", "--quick")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    report = json.loads(result.stdout)
+    codes = [f["code"] for f in report["files"][0]["findings"]]
+    assert "UNSAFE_PICKLE" in codes
+    assert not marker.exists()
