@@ -118,7 +118,11 @@ def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
     finally:
         for h in handles:
             h.close()
-    ckpt.tree = _lists(tree)
+    try:
+        ckpt.tree = _lists(tree)
+    except RecursionError:  # planner paths thousands of levels deep: keep the dicts as they are
+        ckpt.tree = tree
+        ckpt.add("CORRUPT", f"{folder.name}/.metadata: key paths nest too deeply to rebuild")
     check_views(ckpt)
     return ckpt
 
