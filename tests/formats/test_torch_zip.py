@@ -347,3 +347,18 @@ def test_real_module_optimizer_and_scheduler_state(tmp_path):
     weights = ckpt.tensor("model.0.weight")
     storage = ckpt.storages[weights.storage_key]
     assert raw_bytes(storage) == bytes(model[0].weight.detach().untyped_storage())
+
+
+def test_storage_member_shorter_than_its_views(tmp_path):
+    src = tmp_path / "a.pt"
+    torch.save({"w": torch.ones(10)}, src)
+    short = tmp_path / "short.pt"
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(short, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            zout.writestr(info.filename, data[:16] if info.filename.endswith("data/0") else data)
+    ckpt = read_torch_zip(short)
+    messages = " | ".join(f.message for f in ckpt.findings)
+    assert {f.code for f in ckpt.findings} == {"CORRUPT"}
+    assert "holds 16 bytes but the pickle says 40" in messages
+    assert "tensor w reaches byte 40" in messages
