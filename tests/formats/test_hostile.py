@@ -316,3 +316,16 @@ def test_report_cli_exits_1_and_nothing_runs(tmp_path, legacy):
     codes = [f["code"] for f in report["files"][0]["findings"]]
     assert "UNSAFE_PICKLE" in codes
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("slot", [2, 4])
+def test_legacy_payload_in_a_header_or_key_list_pickle(tmp_path, slot):
+    # every pickle of the legacy stream is scanned, not only the object pickle
+    from ckinspect.formats.torch_legacy import MAGIC_NUMBER, PROTOCOL_VERSION
+
+    marker = tmp_path / f"PWNED-slot{slot}"
+    parts = [MAGIC_NUMBER, PROTOCOL_VERSION, {"protocol_version": 1001, "little_endian": True}, {"step": 1}, []]
+    parts[slot] = SystemPayload(marker)
+    path = tmp_path / "crafted.pt"
+    path.write_bytes(b"".join(pickle.dumps(p, protocol=2) for p in parts))
+    assert_refused(read_torch_legacy(path), PAYLOADS["system"][1], marker)
