@@ -14,7 +14,6 @@ memo to the largest index it sees, so a 20-byte pickle could otherwise make it a
 from __future__ import annotations
 
 import _compat_pickle
-import io
 import pickletools
 import re
 import struct
@@ -428,57 +427,110 @@ def _lean_walk(data, start: int, result: PickleScan) -> None:
     result.needed = max(i, n + 1)  # i is where the argument would end, when its length was readable
 
 
-class _Unknown:
-    """Any stack value the walk does not track (numbers, containers, call results)."""
-
-
-_UNKNOWN = _Unknown()
-_MARK = object()
+# Stack effect per opcode for the second pass: (pops to the last MARK first?, then pops, pushes)
+_EFFECT: list[tuple[bool, int, int]] = [(False, 0, 0)] * 256
+for _op in pickletools.opcodes:
+    _before, _after = _op.stack_before, _op.stack_after
+    _to_mark = pickletools.markobject in _before
+    _pops = _before.index(pickletools.markobject) if _to_mark else len(_before)
+    _EFFECT[ord(_op.code)] = (_to_mark, _pops, len(_after))
+_STRING_PUSH = {0x8C: 1, 0x58: 4, 0x8D: 8}  # SHORT_BINUNICODE, BINUNICODE, BINUNICODE8: length bytes
+_MEMO_PUT = {0x71: 1, 0x72: 4}  # BINPUT, LONG_BINPUT
+_MEMO_GET = {0x68: 1, 0x6A: 4}  # BINGET, LONG_BINGET
+_OP_MARK, _OP_DUP, _OP_MEMOIZE, _OP_UNICODE, _OP_PUT, _OP_GET = 0x28, 0x32, 0x94, 0x56, 0x70, 0x67
 
 
 def _stack_walk(data, start: int, result: PickleScan) -> None:
-    """Resolve STACK_GLOBAL names through a simulated stack and memo (strings only; all else opaque)."""
-    buf = bytes(data[start : result.end]) if not isinstance(data, bytes) or start else data[: result.end]
+    """Resolve STACK_GLOBAL names through a simulated stack and memo (strings only; all else None).
+
+    Runs only after the lean walk accepted the pickle up to its STOP, so arguments are in bounds.
+    """
     stack: list = []
+    marks: list[int] = []
     memo: dict[int, object] = {}
     resolved: list[GlobalRef] = []
-    for opcode, arg, _pos in pickletools.genops(io.BytesIO(buf)):
-        name = opcode.name
-        if name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
-            stack.append(arg)
-        elif name == "MEMOIZE":
-            memo[len(memo)] = stack[-1] if stack else _UNKNOWN
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            memo[arg] = stack[-1] if stack else _UNKNOWN
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            stack.append(memo.get(arg, _UNKNOWN))
-        elif name == "DUP":
-            stack.append(stack[-1] if stack else _UNKNOWN)
-        elif name == "MARK":
-            stack.append(_MARK)
-        elif name == "STACK_GLOBAL":
-            qual = stack.pop() if stack else _UNKNOWN
-            mod = stack.pop() if stack else _UNKNOWN
-            if isinstance(mod, str) and isinstance(qual, str):
-                resolved.append(_ref(mod, qual, "STACK_GLOBAL"))
+    table, effect = _TABLE, _EFFECT
+    i, end = start, result.end
+    find = data.find
+    while i < end:
+        op = data[i]
+        k = table[op]
+        if op in _STRING_PUSH:
+            width = _STRING_PUSH[op]
+            length = int.from_bytes(data[i + 1 : i + 1 + width], "little")
+            begin = i + 1 + width
+            stack.append(bytes(data[begin : begin + length]).decode("utf-8", "surrogatepass"))
+            i = begin + length
+            continue
+        if op == _OP_MEMOIZE:
+            memo[len(memo)] = stack[-1] if stack else None
+            i += 1
+            continue
+        if op in _MEMO_PUT:
+            width = _MEMO_PUT[op]
+            memo[int.from_bytes(data[i + 1 : i + 1 + width], "little")] = stack[-1] if stack else None
+            i += 1 + width
+            continue
+        if op in _MEMO_GET:
+            width = _MEMO_GET[op]
+            stack.append(memo.get(int.from_bytes(data[i + 1 : i + 1 + width], "little")))
+            i += 1 + width
+            continue
+        if k == _STACK_GLOBAL:
+            name = stack.pop() if stack else None
+            module = stack.pop() if stack else None
+            if isinstance(module, str) and isinstance(name, str):
+                resolved.append(_ref(module, name, "STACK_GLOBAL"))
             else:
                 resolved.append(GlobalRef("<unresolved>", "STACK_GLOBAL", "unsafe", "STACK_GLOBAL"))
-            stack.append(_UNKNOWN)
-        elif name == "STOP":
+            stack.append(None)
+            i += 1
+            continue
+        if op == _OP_MARK:
+            marks.append(len(stack))
+            i += 1
+            continue
+        if op == _OP_DUP:
+            stack.append(stack[-1] if stack else None)
+            i += 1
+            continue
+        # advance past the argument
+        if k >= 0:
+            nxt = i + 1 + k
+        elif k == _LEN1:
+            nxt = i + 2 + data[i + 1]
+        elif k == _LEN4 or k == _LONG_BINPUT:
+            nxt = i + 5 + (_U32.unpack_from(data, i + 1)[0] if k == _LEN4 else 0)
+        elif k == _LEN8:
+            nxt = i + 9 + _U64.unpack_from(data, i + 1)[0]
+        elif k == _LINE or k == _PUT:
+            nxt = find(b"\n", i + 1) + 1
+            if op in (_OP_UNICODE, _OP_PUT, _OP_GET):
+                text = bytes(data[i + 1 : nxt - 1])
+                if op == _OP_UNICODE:
+                    stack.append(text.decode("raw-unicode-escape"))
+                elif op == _OP_PUT:
+                    memo[int(text)] = stack[-1] if stack else None
+                else:
+                    stack.append(memo.get(int(text)))
+                i = nxt
+                continue
+        elif k == _LINE2:
+            nxt = find(b"\n", find(b"\n", i + 1) + 1) + 1
+        elif k == _PROTO:
+            nxt = i + 2
+        elif k == _EXT:
+            nxt = i + 1 + _EXT_SIZES[op]
+        elif k == _STOP:
             break
         else:
-            before = opcode.stack_before
-            if pickletools.markobject in before:
-                while stack and stack[-1] is not _MARK:
-                    stack.pop()
-                if stack:
-                    stack.pop()
-                for _ in range(before.index(pickletools.markobject)):
-                    if stack:
-                        stack.pop()
-            else:
-                for _ in before:
-                    if stack:
-                        stack.pop()
-            stack.extend([_UNKNOWN] * len(opcode.stack_after))
+            break
+        to_mark, pops, pushes = effect[op]
+        if to_mark:
+            del stack[marks.pop() if marks else 0 :]
+        if pops:
+            del stack[max(len(stack) - pops, 0) :]
+        if pushes:
+            stack.append(None)
+        i = nxt
     result.globals.extend(resolved)
