@@ -182,10 +182,11 @@ class _StorageReader:
         if storage is None:
             return None
         if storage.offset is not None:
+            data = bytearray(storage.nbytes)
             with open(storage.file, "rb") as handle:
                 handle.seek(storage.offset)
-                data = handle.read(storage.nbytes)
-            return data if len(data) == storage.nbytes else None
+                got = handle.readinto(data)
+            return data if got == storage.nbytes else None
         if storage.member and zipfile.is_zipfile(storage.file):
             with zipfile.ZipFile(storage.file) as archive:
                 return archive.read(storage.member)

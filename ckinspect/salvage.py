@@ -123,7 +123,7 @@ def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
         st = storages.get(info.storage_key)
         if st is None or not st.ok:
             return None
-        return bytes(buf[st.member.data_offset : st.member.end])
+        return bytearray(buf[st.member.data_offset : st.member.end])  # one copy: torch.frombuffer shares it
 
     def why_missing(info) -> str:
         st = storages.get(info.storage_key)

@@ -113,10 +113,11 @@ _MISSING = object()
 _SKIP = object()
 
 
-def _untyped(raw: bytes) -> torch.UntypedStorage:
+def _untyped(raw: bytes | bytearray) -> torch.UntypedStorage:
     if not raw:
         return torch.UntypedStorage(0)
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).untyped_storage()
+    writable = raw if isinstance(raw, bytearray) else bytearray(raw)  # frombuffer wants a writable buffer
+    return torch.frombuffer(writable, dtype=torch.uint8).untyped_storage()
 
 
 def _is_plain_torch(obj: Any) -> bool:
