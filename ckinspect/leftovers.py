@@ -200,7 +200,7 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
     if _safetensors_header_len(head) is not None:
         return _check_safetensors(path, size)
     if path.name in (DCP_METADATA, DCP_METADATA + TMP_SUFFIX):
-        return _check_pickle_stream(path, "dcp-metadata")
+        return _check_dcp_metadata(path)
     return _check_with_reader(path)
 
 
@@ -284,14 +284,32 @@ def _check_pickle_stream(path: Path, fmt: str) -> Integrity:
     return Integrity(True, fmt)
 
 
-def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrity:
-    ckpt = _open(path)
+def _check_dcp_metadata(path: Path) -> Integrity:
+    """A DCP index is whole when its pickle ends and, for `.metadata`, the folder reads without CORRUPT.
+
+    A `.metadata.tmp` is judged by its pickle alone: the DCP reader only reads `.metadata`, and
+    pointing it at links elsewhere is refused (paths that leave the folder), rightly.
+    """
+    stream = _check_pickle_stream(path, "dcp")
+    if not stream.ok or path.name != DCP_METADATA:
+        return stream
+    return _verdict(_open(path.parent), "dcp")
+
+
+def _verdict(ckpt, fmt: str) -> Integrity:
     if ckpt is None:
-        return Integrity(True, fallback_format) if fallback_format != "unknown" else _check_pickle_stream(path, "pickle")
+        return Integrity(True, fmt)
     corrupt = [f.message for f in ckpt.findings if f.code == "CORRUPT"]
     if corrupt or ckpt.format == "unknown":
         return Integrity(False, ckpt.format, corrupt[0] if corrupt else "not a checkpoint", ckpt)
     return Integrity(True, ckpt.format, checkpoint=ckpt)
+
+
+def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrity:
+    ckpt = _open(path)
+    if ckpt is None:
+        return Integrity(True, fallback_format) if fallback_format != "unknown" else _check_pickle_stream(path, "pickle")
+    return _verdict(ckpt, fallback_format)
 
 
 def _open(path: Path):
