@@ -164,7 +164,9 @@ def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
     main_check = check_integrity(leftover.main, full_crc=full_crc) if main_exists else Integrity(False, "missing", "missing")
     tmp_step = read_step(leftover.tmp, tmp_check.checkpoint) if tmp_check.ok else None
     main_step = read_step(leftover.main, main_check.checkpoint) if main_check.ok else None
-    identical = tmp_check.ok and main_check.ok and same_bytes(leftover.tmp, leftover.main)
+    steps_differ = tmp_step is not None and main_step is not None and tmp_step != main_step
+    # reading both files whole is only worth it when their steps do not already tell them apart
+    identical = tmp_check.ok and main_check.ok and not steps_differ and same_bytes(leftover.tmp, leftover.main)
     if identical:
         newer = "same"
     elif tmp_step is not None and main_step is not None:
