@@ -100,9 +100,9 @@ def main_for_tmp(tmp: Path) -> Leftover | None:
     if name.startswith(".") and "." in stem[1:]:
         # ckinspect.atomic / tempfile.mkstemp style: .<name>.<random>.tmp
         target, _, _random = stem[1:].rpartition(".")
-        if target and (_has_checkpoint_suffix(target) or (folder / target).exists()):
+        if target and (_has_checkpoint_suffix(target) or _checkpoint_pair(tmp, folder / target)):
             return Leftover(tmp, folder / target)
-    if _has_checkpoint_suffix(stem) or (folder / stem).is_file():
+    if _has_checkpoint_suffix(stem) or _checkpoint_pair(tmp, folder / stem):
         return Leftover(tmp, folder / stem)
     # <stem>.tmp beside <stem>.pt: the extension is not in the tmp's name
     siblings = [folder / (stem + s) for s in CHECKPOINT_SUFFIXES if (folder / (stem + s)).is_file()]
@@ -115,6 +115,11 @@ def main_for_tmp(tmp: Path) -> Leftover | None:
 
 def _has_checkpoint_suffix(name: str) -> bool:
     return name.endswith(CHECKPOINT_SUFFIXES) or name == DCP_METADATA
+
+
+def _checkpoint_pair(tmp: Path, main: Path) -> bool:
+    """An extension-less main counts when one of the two holds checkpoint bytes (not a report.json's tmp)."""
+    return main.is_file() and (_looks_like_checkpoint(tmp) or _looks_like_checkpoint(main))
 
 
 def _looks_like_checkpoint(path: Path) -> bool:

@@ -25,6 +25,10 @@ def test_every_tmp_naming_maps_to_the_file_it_was_meant_to_become(tmp_path):
     orphan = main_for_tmp(_touch(tmp_path / "orphan.tmp"))
     assert orphan.guessed and orphan.main == tmp_path / "orphan"
     assert main_for_tmp(_touch(tmp_path / "notes.tmp", b"just text")) is None
+    _touch(tmp_path / "report.json", b'{"schema": 1}')
+    assert main_for_tmp(_touch(tmp_path / ".report.json.a1b2.tmp", b'{"sch')) is None  # not a checkpoint's tmp
+    _touch(tmp_path / "latest", b"PK\x03\x04...")
+    assert main_for_tmp(_touch(tmp_path / "latest.tmp")).main == tmp_path / "latest"  # extension-less checkpoint
 
 
 def test_find_leftovers_for_a_file_lists_only_its_own_tmps_and_for_a_folder_all_recursively(tmp_path):
