@@ -281,6 +281,9 @@ def apply_plan(plan: RepairPlan, run_id: str | None = None) -> ApplyResult:
 def _apply_one(action: RepairAction, quarantine: Path, manifest: _Manifest, step: _Steps) -> None:
     left = action.leftover
     tmp, main = left.tmp, left.main
+    if action.tmp_stat is None or not tmp.is_file():
+        action.state, action.note = "skipped", "the tmp is gone (a trainer may have finished its save)"
+        return
     # a set-aside leaves the main alone (another tmp of the same main may just have been promoted)
     if _stat(tmp) != action.tmp_stat or (action.action != "set-aside" and _stat(main) != action.main_stat):
         action.state, action.note = "skipped", "a file changed since the plan was made; run repair again"
