@@ -103,6 +103,10 @@ def apply_layout(ckpt: Checkpoint, layout: Layout) -> None:
             tensors[i] = replace(tensor, group=group)
     for key, value in layout.metadata.items():
         ckpt.metadata[key] = resolve_value(ckpt, value)
+    for key in ("step", "epoch", "world_size"):  # a reader's string metadata (safetensors) made numeric
+        value = ckpt.metadata.get(key)
+        if isinstance(value, str) and _numeric(value) is not None:
+            ckpt.metadata[key] = _numeric(value)
     ckpt.layout = layout.name
 
 
@@ -112,6 +116,18 @@ def resolve_value(ckpt: Checkpoint, value: Any) -> Any:
         scalar = read_scalar(ckpt, value)
         return value if scalar is None else scalar
     return value
+
+
+def _numeric(text: str) -> int | float | None:
+    """"30" -> 30, "1.5" -> 1.5 (safetensors metadata holds strings only); None if not a number."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def read_scalar(ckpt: Checkpoint, tensor: TensorInfo) -> int | float | bool | None:

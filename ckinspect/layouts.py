@@ -371,16 +371,18 @@ def _rng_file(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | None:
 
 
 def _state_dict(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | None:
-    """A plain state dict or weights file: every tensor is a model weight."""
-    if top is not None:
-        if top and all(isinstance(v, TensorInfo) for v in top.values()):
-            return Layout("state_dict", default_group="model", model_prefix="", metadata={})
+    """A plain state dict or weights file: every tensor is a model weight.
+
+    A flat mapping of names to tensors (a state dict, a safetensors header) counts as one unless its
+    names say otherwise (`optimizer.state.0.exp_avg` flattened into a safetensors file).
+    """
+    if top is not None and not (top and all(isinstance(v, TensorInfo) for v in top.values())):
         return None
-    if ckpt.format in ("safetensors", "sharded") and ckpt.tensors:
-        groups = {heuristic_group(t) for t in ckpt.tensors}
-        if groups <= {"model", "other"}:
-            return Layout("state_dict", default_group="model", model_prefix="", metadata={})
-    return None
+    if top is None and ckpt.format not in ("safetensors", "sharded"):
+        return None
+    if not ckpt.tensors or any(heuristic_group(t) in ("optimizer", "rng") for t in ckpt.tensors):
+        return None
+    return Layout("state_dict", default_group="model", model_prefix="", metadata={})
 
 
 RECOGNISERS: tuple[Callable[[Checkpoint, Mapping[str, Any] | None], Layout | None], ...] = (

@@ -153,3 +153,18 @@ def test_unknown_shapes_are_grouped_by_name():
         "extra.generator": "rng",
         "gan.generator.conv": "model",  # a GAN generator's weights, not a torch.Generator state
     }
+
+
+def test_flat_safetensors_tree_with_optimizer_names_is_not_all_model():
+    ckpt = build({"model.w": T((4, 4)), "optimizer.state.0.exp_avg": T((4, 4))}, path="x.safetensors", fmt="safetensors")
+    ckpt.tree = {t.name: t for t in ckpt.tensors}  # as the safetensors reader leaves it
+    ckpt.metadata["step"] = "12"  # safetensors metadata is strings
+    analyze(ckpt)
+    assert groups(ckpt) == {"model.w": "model", "optimizer.state.0.exp_avg": "optimizer"}
+    assert ckpt.metadata["step"] == 12
+
+
+def test_flat_safetensors_tree_of_weights_is_a_state_dict():
+    ckpt = build(model_sd(), path="m.safetensors", fmt="safetensors")
+    ckpt.tree = {t.name: t for t in ckpt.tensors}
+    assert analyze(ckpt).layout == "state_dict"
