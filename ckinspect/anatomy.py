@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import struct
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckinspect.dtypes import dtype_info
 from ckinspect.layouts import Layout, recognise
 from ckinspect.model import GROUPS, Checkpoint, TensorInfo
 
@@ -70,7 +71,7 @@ class Anatomy:
     tensor_bytes: int
     storage_bytes: int
     groups: dict[str, GroupStats]
-    storages: list[StorageUse] = field(default_factory=list)
+    partly_used: list[StorageUse] = field(default_factory=list)  # storages some of whose bytes no tensor reaches
 
     @property
     def unused_bytes(self) -> int:
@@ -100,7 +101,7 @@ def apply_layout(ckpt: Checkpoint, layout: Layout) -> None:
     for i, tensor in enumerate(tensors):
         group = layout.group_of(tensor)
         if group != tensor.group:
-            tensors[i] = replace(tensor, group=group)
+            tensors[i] = _regrouped(tensor, group)
     for key, value in layout.metadata.items():
         ckpt.metadata[key] = resolve_value(ckpt, value)
     for key in ("step", "epoch", "world_size"):  # a reader's string metadata (safetensors) made numeric
@@ -108,6 +109,15 @@ def apply_layout(ckpt: Checkpoint, layout: Layout) -> None:
         if isinstance(value, str) and _numeric(value) is not None:
             ckpt.metadata[key] = _numeric(value)
     ckpt.layout = layout.name
+
+
+def _regrouped(tensor: TensorInfo, group: str) -> TensorInfo:
+    """dataclasses.replace(tensor, group=group) without its field introspection (50,000 tensors: 10x faster)."""
+    copy = object.__new__(TensorInfo)
+    fields = dict(tensor.__dict__)
+    fields["group"] = group
+    object.__setattr__(copy, "__dict__", fields)
+    return copy
 
 
 def resolve_value(ckpt: Checkpoint, value: Any) -> Any:
@@ -197,6 +207,17 @@ def _length(intervals: list[tuple[int, int]]) -> int:
     return sum(end - start for start, end in intervals)
 
 
+def _extent(tensor: TensorInfo, itemsize: int) -> tuple[int, int]:
+    """[first byte, past the last byte) the view reaches in its storage (TensorInfo.byte_offset/span_bytes, inlined)."""
+    start = tensor.storage_offset * itemsize
+    last = 0
+    for size, stride in zip(tensor.shape, tensor.stride):
+        if size == 0:
+            return start, start
+        last += (size - 1) * stride
+    return start, start + (last + 1) * itemsize
+
+
 def summarize(ckpt: Checkpoint) -> Anatomy:
     """Byte accounting of a checkpoint, by the rules in this module's docstring."""
     counts: dict[str, int] = dict.fromkeys(GROUPS, 0)
@@ -204,6 +225,7 @@ def summarize(ckpt: Checkpoint) -> Anatomy:
     for tensor in ckpt.tensors:
         counts[tensor.group if tensor.group in counts else "other"] += 1
         views[tensor.storage_key].append(tensor)
+    itemsizes: dict[str, int] = {}
 
     group_bytes: dict[str, int] = dict.fromkeys(GROUPS, 0)
     uses: list[StorageUse] = []
@@ -212,34 +234,46 @@ def summarize(ckpt: Checkpoint) -> Anatomy:
     for key in list(ckpt.storages) + [k for k in views if k not in ckpt.storages]:
         storage = ckpt.storages.get(key)
         its_views = views.get(key, [])
+        extents = []
+        for t in its_views:
+            itemsize = itemsizes.get(t.dtype)
+            if itemsize is None:
+                itemsize = itemsizes[t.dtype] = dtype_info(t.dtype).itemsize
+            extents.append(_extent(t, itemsize))
         if storage is not None:
             size = storage.nbytes
         else:  # a reader that lists no storage for it: the views tell its extent
-            size = max((t.byte_offset + t.span_bytes for t in its_views), default=0)
+            size = max((end for _, end in extents), default=0)
         storage_bytes += size
-        by_group: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for t in its_views:
-            start = min(t.byte_offset, size)
-            end = min(t.byte_offset + t.span_bytes, size)
-            if end > start:
-                group = t.group if t.group in group_bytes else "other"
-                by_group[group].append((start, end))
-        covered: list[tuple[int, int]] = []
-        for group in GROUPS:
-            if group not in by_group:
-                continue
-            if not covered and len(by_group) == 1:
-                covered = _merge(by_group[group])
-                group_bytes[group] += _length(covered)
-                break
-            fresh = _subtract(_merge(by_group[group]), covered)
-            group_bytes[group] += _length(fresh)
-            covered = _merge(covered + fresh)
-        used = _length(covered)
+        if len(its_views) == 1:  # the common case: one tensor, one storage
+            start, end = extents[0]
+            used = max(0, min(end, size) - min(start, size))
+            group = its_views[0].group if its_views[0].group in group_bytes else "other"
+            group_bytes[group] += used
+        else:
+            used = _attribute(its_views, extents, size, group_bytes)
         tensor_bytes += used
-        largest = max(its_views, key=lambda t: t.nbytes).name if its_views else None
-        uses.append(StorageUse(key, size, used, largest))
+        if used < size:  # only storages with bytes to spare are kept, for bloat messages
+            largest = max(its_views, key=lambda t: t.nbytes).name if its_views else None
+            uses.append(StorageUse(key, size, used, largest))
 
     groups = {g: GroupStats(counts[g], group_bytes[g]) for g in GROUPS}
     file_bytes = ckpt.file_bytes or 0
     return Anatomy(file_bytes, len(ckpt.tensors), tensor_bytes, storage_bytes, groups, uses)
+
+
+def _attribute(views: list[TensorInfo], extents: list[tuple[int, int]], size: int, group_bytes: dict[str, int]) -> int:
+    """Bytes of one storage its views reach, each byte once, added to the first group (in GROUPS order) reaching it."""
+    by_group: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for t, (start, end) in zip(views, extents):
+        start, end = min(start, size), min(end, size)
+        if end > start:
+            by_group[t.group if t.group in group_bytes else "other"].append((start, end))
+    covered: list[tuple[int, int]] = []
+    for group in GROUPS:
+        if group not in by_group:
+            continue
+        fresh = _subtract(_merge(by_group[group]), covered)
+        group_bytes[group] += _length(fresh)
+        covered = _merge(covered + fresh)
+    return _length(covered)

@@ -291,7 +291,7 @@ def bloat_findings(ckpt: Checkpoint, anatomy: Anatomy) -> list[Finding]:
     unused = anatomy.unused_bytes
     if anatomy.storage_bytes == 0 or unused <= BLOAT_MIN_BYTES or unused <= BLOAT_MIN_FRACTION * anatomy.storage_bytes:
         return []
-    worst = max(anatomy.storages, key=lambda s: s.unused_bytes)
+    worst = max(anatomy.partly_used, key=lambda s: s.unused_bytes)
     share = unused / anatomy.storage_bytes
     if worst.largest_view is None:
         example = f"storage {worst.key} ({human_bytes(worst.nbytes)}) is referenced by no tensor"

@@ -51,6 +51,12 @@ OPTIMIZER_STATE_LEAVES = frozenset(
 )
 _OPTIMIZER_STATE_NAME = re.compile(r"(^|\.)state\.(?P<param>.+)\.(?P<leaf>[A-Za-z_]+)$")
 
+# Any name that heuristic_group could put in optimizer or rng (one search over all names at once).
+_ROLE_NAMES = re.compile(
+    r"(^|\.)(" + "|".join(sorted(map(re.escape, OPTIMIZER_KEYS))) + r")(\.|$)|(^|\.)state\.|rng|random_state|generator",
+    re.MULTILINE | re.IGNORECASE,
+)
+
 HF_MODEL_FILES = re.compile(
     r"^(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?$"
 )
@@ -75,10 +81,10 @@ class Layout:
     companion: bool = False  # one file of a multi-file checkpoint: resume checks run on its main file only
 
     def group_of(self, tensor: TensorInfo) -> str:
-        first = tensor.name.split(".", 1)[0]
-        role = self.roles.get(first)
-        if role is not None:
-            return role
+        if self.roles:
+            role = self.roles.get(tensor.name.split(".", 1)[0])
+            if role is not None:
+                return role
         if self.default_group is not None:
             return self.default_group
         return heuristic_group(tensor)
@@ -365,7 +371,7 @@ def _bare_optimizer(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout |
 
 def _rng_file(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | None:
     """A file of RNG states only (`rng_state.pth` outside an HF folder, `rng.pt` ...)."""
-    if "rng" not in Path(ckpt.path).name.lower():
+    if not re.search(r"(^|[^a-z])rng", Path(ckpt.path).name.lower()):
         return None
     return Layout("rng", default_group="rng", companion=True)
 
@@ -380,7 +386,7 @@ def _state_dict(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
         return None
     if top is None and ckpt.format not in ("safetensors", "sharded"):
         return None
-    if not ckpt.tensors or any(heuristic_group(t) in ("optimizer", "rng") for t in ckpt.tensors):
+    if not ckpt.tensors or _ROLE_NAMES.search("\n".join(t.name for t in ckpt.tensors)):
         return None
     return Layout("state_dict", default_group="model", model_prefix="", metadata={})
 
@@ -392,10 +398,10 @@ RECOGNISERS: tuple[Callable[[Checkpoint, Mapping[str, Any] | None], Layout | Non
     _minimind,
     _hf_trainer,
     _dcp,
+    _rng_file,
+    _state_dict,  # before the key-based guesses: a flat state dict can have 50,000 keys
     _generic_resume,
     _bare_optimizer,
-    _rng_file,
-    _state_dict,
 )
 
 

@@ -88,4 +88,24 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 
 
 def render(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, allow_nan=False) + "\n"
+    """Indented JSON, except that each tensor is one line: readable, and fast for 50,000 tensors
+    (json's indenting encoder is pure Python; the compact one is C)."""
+    tensor_lists = []
+    files = []
+    for entry in report["files"]:
+        tensor_lists.append(entry.get("tensors"))
+        files.append({k: (_TENSORS_MARK if k == "tensors" else v) for k, v in entry.items()})
+    text = json.dumps({**report, "files": files}, indent=2, allow_nan=False)
+    for tensors in tensor_lists:
+        if tensors is None:
+            continue
+        if tensors:
+            body = ",\n        ".join(json.dumps(t, allow_nan=False, separators=(", ", ": ")) for t in tensors)
+            listing = "[\n        " + body + "\n      ]"
+        else:
+            listing = "[]"
+        text = text.replace(json.dumps(_TENSORS_MARK), listing, 1)
+    return text + "\n"
+
+
+_TENSORS_MARK = "\0tensors\0"  # json escapes a NUL, so no real value can look like this

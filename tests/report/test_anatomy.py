@@ -48,7 +48,7 @@ def test_saved_slice_of_a_large_tensor_is_unused_storage():
     assert anatomy.storage_bytes == 4_000_000
     assert anatomy.tensor_bytes == 40_000
     assert anatomy.unused_bytes == 3_960_000
-    assert anatomy.storages[0].largest_view == "head"
+    assert anatomy.partly_used[0].largest_view == "head"
 
 
 def test_overlapping_views_count_each_byte_once():

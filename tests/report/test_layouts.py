@@ -168,3 +168,8 @@ def test_flat_safetensors_tree_of_weights_is_a_state_dict():
     ckpt = build(model_sd(), path="m.safetensors", fmt="safetensors")
     ckpt.tree = {t.name: t for t in ckpt.tensors}
     assert analyze(ckpt).layout == "state_dict"
+
+
+def test_rng_file_by_name():
+    ckpt = analyze(build({"cpu": T((5056,), "uint8"), "cuda": T((16,), "uint8")}, path="run/rng_state_3.pth"))
+    assert ckpt.layout == "rng" and set(groups(ckpt).values()) == {"rng"}
