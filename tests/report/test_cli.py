@@ -36,11 +36,11 @@ def test_json_bytes_of_a_real_resume_file(ckpts):
     (entry,) = data["files"]
     params = (16 * 8 + 8 * 8 + 8 + 8 + 8) * 4
     assert code == 0 and entry["format"] == "torch-zip" and entry["layout"] == "trainer"
-    assert entry["groups"]["model"] == {"tensor_count": 6, "bytes": params}
+    assert entry["groups"]["model"] == {"tensor_count": 5, "bytes": params}
     # AdamW: exp_avg + exp_avg_sq per parameter, plus a one-element float32 step each
-    assert entry["groups"]["optimizer"] == {"tensor_count": 18, "bytes": 2 * params + 6 * 4}
+    assert entry["groups"]["optimizer"] == {"tensor_count": 15, "bytes": 2 * params + 5 * 4}
     assert entry["groups"]["rng"]["tensor_count"] == 1
-    assert entry["optimizer_share"] == pytest.approx((2 * params + 24) / entry["tensor_bytes"], abs=1e-6)
+    assert entry["optimizer_share"] == pytest.approx((2 * params + 20) / entry["tensor_bytes"], abs=1e-6)
     assert entry["metadata"]["step"] == 2 and entry["metadata"]["world_size"] == 1
     assert data["summary"] == {"files": 1, "errors": 0, "warnings": 0, "infos": 0}
 
@@ -88,8 +88,8 @@ def test_hf_trainer_folder(ckpts):
     by_name = {e["path"].rsplit("/", 1)[-1]: e for e in data["files"]}
     model, optim = by_name["model.safetensors"], by_name["optimizer.pt"]
     assert model["layout"] == optim["layout"] == "hf-trainer"
-    assert model["metadata"]["step"] == 2 and model["groups"]["model"]["tensor_count"] == 6
-    assert optim["groups"]["optimizer"]["tensor_count"] == 18 and optim["findings"] == []
+    assert model["metadata"]["step"] == 2 and model["groups"]["model"]["tensor_count"] == 5
+    assert optim["groups"]["optimizer"]["tensor_count"] == 15 and optim["findings"] == []
     assert codes(model) == ["RESUME_INCOMPLETE"] and "RNG" in model["findings"][0]["message"]
 
 
