@@ -6,6 +6,7 @@ Reads well at 80 columns: long tensor names fold, the widest table has six narro
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -135,7 +136,9 @@ def findings_block(findings: list[Mapping[str, Any]]) -> RenderableType:
 
 
 def summary_table(files: list[Mapping[str, Any]]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title="summary", title_justify="left", title_style="bold")
+    base = common_folder([entry["path"] for entry in files])
+    title = f"summary ({base})" if base else "summary"
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=escape(title), title_justify="left", title_style="bold")
     table.add_column("checkpoint", overflow="fold", ratio=1)
     table.add_column("format", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
@@ -143,10 +146,19 @@ def summary_table(files: list[Mapping[str, Any]]) -> Table:
     table.add_column("findings", no_wrap=True)
     for entry in files:
         table.add_row(
-            escape(entry["path"]),
+            escape(os.path.relpath(entry["path"], base) if base else entry["path"]),
             entry["format"],
             human_bytes(entry["file_bytes"]),
             percent(entry["optimizer_share"]) if entry["groups"]["optimizer"]["tensor_count"] else "-",
             finding_counts(entry["findings"]) or "none",
         )
     return table
+
+
+def common_folder(paths: list[str]) -> str:
+    """The folder all these checkpoints are in, when it is more than the current one; else ""."""
+    try:
+        base = os.path.commonpath([os.path.dirname(p) or "." for p in paths])
+    except ValueError:  # absolute and relative paths mixed
+        return ""
+    return "" if base in ("", ".") else base
