@@ -135,10 +135,10 @@ def findings_block(findings: list[Mapping[str, Any]]) -> RenderableType:
     return table
 
 
-def summary_table(files: list[Mapping[str, Any]]) -> Table:
+def summary_table(files: list[Mapping[str, Any]]) -> RenderableType:
     base = common_folder([entry["path"] for entry in files])
-    title = f"summary ({base})" if base else "summary"
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=escape(title), title_justify="left", title_style="bold")
+    title = Text.assemble(("summary", "bold"), f" of {len(files)} checkpoints" + (f" in {base}" if base else ""))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("checkpoint", overflow="fold", ratio=1)
     table.add_column("format", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
@@ -152,7 +152,7 @@ def summary_table(files: list[Mapping[str, Any]]) -> Table:
             percent(entry["optimizer_share"]) if entry["groups"]["optimizer"]["tensor_count"] else "-",
             finding_counts(entry["findings"]) or "none",
         )
-    return table
+    return Group(title, table)
 
 
 def common_folder(paths: list[str]) -> str:
