@@ -218,8 +218,43 @@ def _extent(tensor: TensorInfo, itemsize: int) -> tuple[int, int]:
     return start, start + (last + 1) * itemsize
 
 
+_MEMO = "_ckinspect_anatomy"  # where summarize keeps its last answer on the Checkpoint instance
+
+
+@dataclass(frozen=True)
+class _Memo:
+    tensors: tuple[TensorInfo, ...]  # the very objects (TensorInfo is frozen: any change is a new one)
+    storages: dict[str, Any]
+    storage_count: int
+    file_bytes: int
+    anatomy: Anatomy
+
+    def still_fits(self, ckpt: Checkpoint, tensors: tuple[TensorInfo, ...]) -> bool:
+        return (
+            self.storages is ckpt.storages
+            and self.storage_count == len(ckpt.storages)
+            and self.file_bytes == ckpt.file_bytes
+            and len(self.tensors) == len(tensors)
+            and all(a is b for a, b in zip(self.tensors, tensors))
+        )
+
+
 def summarize(ckpt: Checkpoint) -> Anatomy:
-    """Byte accounting of a checkpoint, by the rules in this module's docstring."""
+    """Byte accounting of a checkpoint, by the rules in this module's docstring.
+
+    The checks and the report both ask; the answer is remembered on the checkpoint for as long as
+    its tensors, storages and size stay as they were (50,000 tensors: computed once, not twice).
+    """
+    tensors = tuple(ckpt.tensors)
+    memo = ckpt.__dict__.get(_MEMO)
+    if isinstance(memo, _Memo) and memo.still_fits(ckpt, tensors):
+        return memo.anatomy
+    anatomy = _summarize(ckpt)
+    ckpt.__dict__[_MEMO] = _Memo(tensors, ckpt.storages, len(ckpt.storages), ckpt.file_bytes, anatomy)
+    return anatomy
+
+
+def _summarize(ckpt: Checkpoint) -> Anatomy:
     counts: dict[str, int] = dict.fromkeys(GROUPS, 0)
     views: dict[str, list[TensorInfo]] = defaultdict(list)
     for tensor in ckpt.tensors:

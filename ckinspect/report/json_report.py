@@ -13,6 +13,7 @@ from typing import Any
 
 from ckinspect import __version__
 from ckinspect.anatomy import Anatomy, summarize
+from ckinspect.dtypes import dtype_info
 from ckinspect.model import GROUPS, Checkpoint, Finding, TensorInfo
 
 SCHEMA_VERSION = 1
@@ -59,11 +60,19 @@ def file_entry(ckpt: Checkpoint, anatomy: Anatomy | None = None) -> dict[str, An
         "optimizer_share": round(anatomy.optimizer_share, 6),
         "metadata": metadata,
         "findings": [f.to_json() for f in ckpt.findings],
-        "tensors": [
-            {"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes}
-            for t in ckpt.tensors
-        ],
+        "tensors": tensor_entries(ckpt.tensors),
     }
+
+
+def tensor_entries(tensors: Sequence[TensorInfo]) -> list[dict[str, Any]]:
+    itemsizes: dict[str, int] = {}
+    out = []
+    for t in tensors:
+        itemsize = itemsizes.get(t.dtype)
+        if itemsize is None:
+            itemsize = itemsizes[t.dtype] = dtype_info(t.dtype).itemsize
+        out.append({"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": math.prod(t.shape) * itemsize})
+    return out
 
 
 def jsonable(value: Any, depth: int = 0) -> Any:
@@ -100,8 +109,10 @@ def render(report: dict[str, Any]) -> str:
         if tensors is None:
             continue
         if tensors:
-            body = ",\n        ".join(json.dumps(t, allow_nan=False, separators=(", ", ": ")) for t in tensors)
-            listing = "[\n        " + body + "\n      ]"
+            # One C-encoded dump, then a line break between entries: `{"name"` cannot occur inside
+            # a JSON string (its quote would be escaped), so this split is exact.
+            body = json.dumps(tensors, allow_nan=False, separators=(", ", ": "))[1:-1]
+            listing = "[\n        " + body.replace('}, {"name": ', '},\n        {"name": ') + "\n      ]"
         else:
             listing = "[]"
         text = text.replace(json.dumps(_TENSORS_MARK), listing, 1)

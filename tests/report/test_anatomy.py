@@ -94,3 +94,11 @@ def test_step_saved_as_a_tensor_is_read_from_disk(tmp_path):
     analyze(ckpt)
     assert ckpt.metadata["step"] == 1234
     assert read_scalar(ckpt, ckpt.tensor("model.norm.weight")) is None  # not a one-element tensor
+
+
+def test_summary_follows_changes_to_the_checkpoint():
+    ckpt = analyze(build(model_sd()))
+    first = summarize(ckpt)
+    assert summarize(ckpt) is first  # asked twice (checks, report): computed once
+    ckpt.tensors[1] = TensorInfo("extra", "float32", (1000,), (1,), "new")
+    assert summarize(ckpt).tensor_bytes == first.tensor_bytes - 32 * 8 * 4 + 4000
