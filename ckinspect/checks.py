@@ -63,9 +63,10 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     if layout.companion:  # one part of a multi-file checkpoint; judged on its model file
         return []
     top = top_mapping(ckpt)
+    groups = {t.group for t in ckpt.tensors}
     has_optimizer = layout.resume_parts.get("optimizer")
     if has_optimizer is None:
-        has_optimizer = bool(layout.optimizers) or any(t.group == "optimizer" for t in ckpt.tensors)
+        has_optimizer = bool(layout.optimizers) or "optimizer" in groups
     has_step = layout.resume_parts.get("step")
     if has_step is None:
         has_step = ckpt.metadata.get("step") is not None or (
@@ -74,7 +75,7 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     has_rng = layout.resume_parts.get("rng")
     if has_rng is None:
         has_rng = (
-            any(t.group == "rng" for t in ckpt.tensors)
+            "rng" in groups
             or (top is not None and any(isinstance(k, str) and is_rng_key(k) for k in top))
             or has_data_position(top)
         )
@@ -99,9 +100,10 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
         why = f"has {' and '.join(have)}" if have else "has training-state keys"
         findings.append(Finding("RESUME_INCOMPLETE", f"looks like a resume file ({why}) but lacks " + "; ".join(missing)))
 
-    floating = [t for t in ckpt.tensors if t.group == "model" and dtype_info(t.dtype).is_floating]
-    half = [t for t in floating if t.dtype in HALF_DTYPES]
-    if half:
+    model_dtypes = {t.dtype for t in ckpt.tensors if t.group == "model"}
+    if model_dtypes & set(HALF_DTYPES):
+        floating = [t for t in ckpt.tensors if t.group == "model" and dtype_info(t.dtype).is_floating]
+        half = [t for t in floating if t.dtype in HALF_DTYPES]
         kinds = "/".join(sorted({t.dtype for t in half}))
         findings.append(
             Finding(
@@ -197,8 +199,9 @@ def model_parameters(ckpt: Checkpoint, layout: Layout) -> list[TensorInfo]:
 
 def optimizer_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     findings: list[Finding] = []
-    params = model_parameters(ckpt, layout)
-    for opt in optimizer_states(ckpt, layout):
+    states = optimizer_states(ckpt, layout)
+    params = model_parameters(ckpt, layout) if states else []
+    for opt in states:
         problem = _internal_problem(opt) or (_mismatch(opt, params, layout) if params else None)
         if problem:
             message, tensor = problem
