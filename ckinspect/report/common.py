@@ -8,6 +8,8 @@ from typing import Any
 # Show every tensor up to this many; beyond it only the largest few (the JSON report has them all).
 ALL_TENSORS_UP_TO = 30
 LARGEST_SHOWN = 12
+# Metadata the one-line summary leaves to the JSON report: shown elsewhere, or of no use to a reader.
+NOT_SHOWN = frozenset({"step", "epoch", "world_size", "config", "train_config", "format", "byteorder"})
 
 
 def metadata_line(metadata: Mapping[str, Any]) -> str:
@@ -16,9 +18,11 @@ def metadata_line(metadata: Mapping[str, Any]) -> str:
         if metadata.get(key) is not None:
             shown.append(f"{key} {metadata[key]}")
     for key, value in metadata.items():
-        if key in ("step", "epoch", "world_size", "config", "train_config", "format"):
+        if key in NOT_SHOWN:
             continue
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool) and len(str(value)) <= 40:
+        if isinstance(value, float):
+            shown.append(f"{key} {value:.6g}")
+        elif isinstance(value, (int, str)) and not isinstance(value, bool) and len(str(value)) <= 40:
             shown.append(f"{key} {value}")
     config = metadata.get("config")
     if isinstance(config, Mapping) and config:

@@ -81,10 +81,13 @@ def file_section(entry: Mapping[str, Any]) -> list[str]:
         out.append(f"| **total** | **{entry['tensor_count']:,}** | **{human_bytes(total)}** | |")
         out.append("")
         unused = entry.get("unused_bytes", entry["storage_bytes"] - total)
-        line = f"Optimizer share: **{percent(entry['optimizer_share'])}** of tensor bytes."
+        line = ""
+        if entry["groups"]["optimizer"]["bytes"]:
+            line = f"Optimizer share: **{percent(entry['optimizer_share'])}** of tensor bytes."
         if unused:
             line += f" {human_bytes(unused)} of storage is used by no tensor."
-        out += [line, ""]
+        if line:
+            out += [line.strip(), ""]
         out += tensors_details(entry)
     return out
 

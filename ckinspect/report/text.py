@@ -88,9 +88,12 @@ def groups_table(entry: Mapping[str, Any]) -> Table:
 
 
 def bytes_line(entry: Mapping[str, Any]) -> str:
-    line = f"optimizer share {percent(entry['optimizer_share'])} of tensor bytes"
+    parts = []
+    if entry["groups"]["optimizer"]["bytes"]:
+        parts.append(f"optimizer share {percent(entry['optimizer_share'])} of tensor bytes")
     unused = entry.get("unused_bytes", entry["storage_bytes"] - entry["tensor_bytes"])
-    line += f" · storages {human_bytes(entry['storage_bytes'])}"
+    parts.append(f"storages {human_bytes(entry['storage_bytes'])}")
+    line = " · ".join(parts)
     if unused:
         line += f", {human_bytes(unused)} used by no tensor"
     return line
