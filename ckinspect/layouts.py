@@ -388,7 +388,8 @@ def _state_dict(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
         return None
     if not ckpt.tensors or _ROLE_NAMES.search("\n".join(t.name for t in ckpt.tensors)):
         return None
-    return Layout("state_dict", default_group="model", model_prefix="", metadata={})
+    # Weights only: a step in its metadata (safetensors `__metadata__`) records provenance, not resume state.
+    return Layout("state_dict", default_group="model", model_prefix="", metadata={}, is_resume=False)
 
 
 RECOGNISERS: tuple[Callable[[Checkpoint, Mapping[str, Any] | None], Layout | None], ...] = (

@@ -75,4 +75,26 @@ def ckpts(tmp_path_factory):
     save("optimizer.pt", optimizer.state_dict(), folder)
     paths["hf_folder"] = folder
     paths["root"] = root
+
+    dcp_root = tmp_path_factory.mktemp("report_dcp")
+    paths["dcp"] = _save_dcp(dcp_root / "step-2", model, optimizer, rng=True)
+    paths["dcp_no_rng"] = _save_dcp(dcp_root / "step-2-no-rng", model, optimizer, rng=False)
     return paths
+
+
+def _save_dcp(folder, model, optimizer, rng):
+    """A torch.distributed.checkpoint folder as a single process saves it (fqn-keyed optimizer state)."""
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd, "step": 2, "epoch": 0}
+    if rng:
+        state["rng"] = {"torch": torch.get_rng_state()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed is disabled ... single process"
+        dcp.save(state, checkpoint_id=str(folder))
+    return folder

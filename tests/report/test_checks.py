@@ -123,3 +123,9 @@ def test_small_or_proportionally_small_waste_is_not_bloat():
     assert findings({"x": T((10,), storage_numel=1000)}) == []  # 3.9 KB wasted: under 1 MiB
     big = {"w": T((10_000_000,)), "s": T((1,), storage_numel=300_000)}  # 1.1 MiB wasted of 41 MB: under 10%
     assert findings(big) == []
+
+
+def test_weights_with_a_step_in_their_metadata_are_not_a_resume_file():
+    ckpt = names_only(build(model_sd("bfloat16"), path="model.safetensors", fmt="safetensors"))
+    ckpt.metadata.update({"step": "1000", "format": "pt"})
+    assert structural_findings(analyze(ckpt)) == []

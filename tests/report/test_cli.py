@@ -93,6 +93,17 @@ def test_hf_trainer_folder(ckpts):
     assert codes(model) == ["RESUME_INCOMPLETE"] and "RNG" in model["findings"][0]["message"]
 
 
+def test_dcp_folder_is_one_checkpoint_with_roles(ckpts):
+    status, data = report_json(ckpts["dcp"], "--quick")
+    (entry,) = data["files"]
+    assert entry["format"] == "dcp" and entry["layout"] == "dcp"
+    assert entry["groups"]["model"]["tensor_count"] == 5 and entry["groups"]["optimizer"]["tensor_count"] == 15
+    assert entry["groups"]["rng"]["tensor_count"] == 1
+    assert entry["metadata"]["step"] == 2 and entry["findings"] == []
+    status, data = report_json(ckpts["dcp_no_rng"], "--quick")
+    assert codes(data["files"][0]) == ["RESUME_INCOMPLETE"]
+
+
 def test_markdown_and_output_file(ckpts, tmp_path):
     out = tmp_path / "summary.md"
     proc = run_cli("--report", "--quick", "--format", "markdown", "--output", out, ckpts["no_rng_resume.pth"])
