@@ -158,7 +158,7 @@ def optimizer_states(ckpt: Checkpoint, layout: Layout) -> list[OptimizerState]:
             param_ids = []
             for group in groups:
                 if isinstance(group, Mapping) and isinstance(group.get("params"), Sequence):
-                    param_ids.extend(group["params"])
+                    param_ids.extend(p for p in group["params"] if isinstance(p, (int, str)))
         found.append(OptimizerState(prefix, entries, param_ids))
     if found:
         return found

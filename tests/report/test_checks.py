@@ -129,3 +129,9 @@ def test_weights_with_a_step_in_their_metadata_are_not_a_resume_file():
     ckpt = names_only(build(model_sd("bfloat16"), path="model.safetensors", fmt="safetensors"))
     ckpt.metadata.update({"step": "1000", "format": "pt"})
     assert structural_findings(analyze(ckpt)) == []
+
+
+def test_odd_optimizer_trees_do_not_crash_the_checks():
+    odd = {"state": {0: "not a dict", (1, 2): {"exp_avg": T((3,))}}, "param_groups": [{"params": [[0], 0]}, "x", {"params": None}]}
+    found = findings(trainer_resume(optimizer=odd))
+    assert [f.code for f in found] == ["OPTIMIZER_MISMATCH"]  # state for (1, 2), which no group lists
