@@ -3,6 +3,8 @@
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ckinspect.anatomy import analyze, read_scalar, summarize
 from ckinspect.model import StorageInfo, TensorInfo
@@ -102,3 +104,35 @@ def test_summary_follows_changes_to_the_checkpoint():
     assert summarize(ckpt) is first  # asked twice (checks, report): computed once
     ckpt.tensors[1] = TensorInfo("extra", "float32", (1000,), (1,), "new")
     assert summarize(ckpt).tensor_bytes == first.tensor_bytes - 32 * 8 * 4 + 4000
+
+
+GROUP_NAMES = ["model", "optimizer", "rng", "other"]
+
+
+@st.composite
+def views_over_storages(draw):
+    """Random 1-D views (offset, length, group) over a few float32 storages of random size."""
+    tree = {}
+    for s in range(draw(st.integers(1, 3))):
+        size = draw(st.integers(1, 64))
+        for v in range(draw(st.integers(0, 4))):
+            offset = draw(st.integers(0, size - 1))
+            length = draw(st.integers(0, size - offset))
+            group = draw(st.sampled_from(GROUP_NAMES))
+            tree[f"{group}.s{s}v{v}"] = T((length,), storage=f"s{s}", offset=offset, storage_numel=size)
+    return tree
+
+
+@settings(max_examples=60, deadline=None)
+@given(views_over_storages())
+def test_groups_add_up_to_tensor_bytes_and_never_exceed_storage(tree):
+    ckpt = build(tree)
+    # build() leaves every group "other", as a reader does: take the group from the name's first part
+    ckpt.tensors = [TensorInfo(t.name, t.dtype, t.shape, t.stride, t.storage_key, t.storage_offset, t.name.split(".")[0]) for t in ckpt.tensors]
+    anatomy = summarize(ckpt)
+    assert sum(g.bytes for g in anatomy.groups.values()) == anatomy.tensor_bytes
+    assert 0 <= anatomy.tensor_bytes <= anatomy.storage_bytes
+    assert anatomy.unused_bytes == anatomy.storage_bytes - anatomy.tensor_bytes
+    # a byte reached by a model view always counts for model
+    model_only = summarize(type(ckpt)(ckpt.path, ckpt.format, ckpt.file_bytes, [t for t in ckpt.tensors if t.group == "model"], ckpt.storages))
+    assert anatomy.groups["model"].bytes == model_only.tensor_bytes
