@@ -325,6 +325,7 @@ def leftover_findings(path: Path) -> list[Finding]:
         return []
     findings = []
     for leftover in leftovers.find_leftovers(Path(path)):
-        status = leftovers.classify(leftover)
-        findings.append(Finding("LEFTOVER_TMP", f"{Path(leftover.tmp).name}: {status.explain()}"))
+        explained = leftovers.classify(leftover).explain()
+        name = Path(leftover.tmp).name
+        findings.append(Finding("LEFTOVER_TMP", explained if name in explained else f"{name}: {explained}"))
     return findings
