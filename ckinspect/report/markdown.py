@@ -3,6 +3,7 @@ then per checkpoint its groups, findings, and the largest tensors folded in a <d
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from typing import Any
 
@@ -96,7 +97,7 @@ def tensors_details(entry: Mapping[str, Any]) -> list[str]:
     tensors = entry.get("tensors", [])
     if not tensors:
         return []
-    shown = sorted(tensors, key=lambda t: -t["bytes"])[:LARGEST_SHOWN]
+    shown = heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
     file_bytes = entry["file_bytes"]
     out = [
         f"<details><summary>Largest tensors ({len(shown)} of {len(tensors):,})</summary>",

@@ -5,6 +5,7 @@ Reads well at 80 columns: long tensor names fold, the widest table has six narro
 
 from __future__ import annotations
 
+import heapq
 import io
 import os
 from collections.abc import Mapping
@@ -103,7 +104,7 @@ def tensors_table(entry: Mapping[str, Any]) -> Table:
     tensors = entry.get("tensors", [])
     file_bytes = entry["file_bytes"]
     if len(tensors) > ALL_TENSORS_UP_TO:
-        shown = sorted(tensors, key=lambda t: -t["bytes"])[:LARGEST_SHOWN]
+        shown = heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
         title = f"largest {len(shown)} of {len(tensors):,} tensors (--format json lists all)"
     else:
         shown = tensors
