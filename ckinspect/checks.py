@@ -96,7 +96,7 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
         if not present
     ]
     if missing:
-        have = [w for w, p in (("optimizer state", has_optimizer), ("a step counter", has_step), ("RNG state", has_rng)) if p]
+        have = [w for w, p in (("optimizer state", has_optimizer), ("a step counter", has_step), ("RNG/data-position state", has_rng)) if p]
         why = f"has {' and '.join(have)}" if have else "has training-state keys"
         findings.append(Finding("RESUME_INCOMPLETE", f"looks like a resume file ({why}) but lacks " + "; ".join(missing)))
 
