@@ -36,7 +36,7 @@ def test_resume_without_optimizer_and_step_names_both():
     (found,) = findings(trainer_resume(optimizer=None, step=None))
     assert found.code == "RESUME_INCOMPLETE"
     assert "lacks optimizer state" in found.message and "the step counter" in found.message
-    assert "RNG/data-position" not in found.message
+    assert "has RNG/data-position state" in found.message and "RNG/data-position state (" not in found.message
 
 
 def test_nanogpt_lacks_rng_state():
