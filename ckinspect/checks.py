@@ -201,12 +201,52 @@ def optimizer_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     findings: list[Finding] = []
     states = optimizer_states(ckpt, layout)
     params = model_parameters(ckpt, layout) if states else []
+    beside = _model_beside(layout) if states and not params else []
     for opt in states:
-        problem = _internal_problem(opt) or (_mismatch(opt, params, layout) if params else None)
+        problem = _internal_problem(opt)
+        if problem is None and params:
+            problem = _mismatch(opt, params, layout)
+        if problem is None and beside:
+            problem = _mismatch_unordered(opt, beside, layout.model_file)
         if problem:
             message, tensor = problem
             findings.append(Finding("OPTIMIZER_MISMATCH", message, tensor))
     return findings
+
+
+def _model_beside(layout: Layout) -> list[TensorInfo]:
+    """The tensors of the model file an optimizer file belongs to (HF folders), listed without their values."""
+    if layout.model_file is None:
+        return []
+    from ckinspect.formats import open_checkpoint  # listing only: a header or a pickle, never the data
+
+    try:
+        model = open_checkpoint(layout.model_file)
+    except Exception:  # an unreadable model file is reported on its own
+        return []
+    if any(f.severity == "error" for f in model.findings):
+        return []
+    return model.tensors
+
+
+def _mismatch_unordered(opt: OptimizerState, model: list[TensorInfo], model_file: Path | None) -> tuple[str, str | None] | None:
+    """An optimizer file against a model file whose tensor order is not the parameter order
+    (safetensors lists by name): the counts and the shapes, as multisets, must fit."""
+    where = Path(model_file).name if model_file else "the model file"
+    count = len(opt.param_ids) if opt.param_ids is not None else len(opt.entries)
+    if count > len(model):
+        return f"optimizer tracks {count} parameters but {where} holds only {len(model)} tensors", None
+    available: dict[tuple[int, ...], int] = {}
+    for tensor in model:
+        available[tensor.shape] = available.get(tensor.shape, 0) + 1
+    for key in opt.param_ids if opt.param_ids is not None else list(opt.entries):
+        known = opt.shape_of(key)
+        if known is None:
+            continue
+        if available.get(known[0], 0) == 0:
+            return f"{known[1]} has shape {_shape(known[0])}, which no tensor left in {where} has", known[1]
+        available[known[0]] -= 1
+    return None
 
 
 def _internal_problem(opt: OptimizerState) -> tuple[str, str | None] | None:

@@ -79,6 +79,7 @@ class Layout:
     resume_parts: dict[str, bool] = field(default_factory=dict)
     is_resume: bool | None = None  # None: decide from what the checkpoint holds
     companion: bool = False  # one file of a multi-file checkpoint: resume checks run on its main file only
+    model_file: Path | None = None  # where the model of a separate optimizer file is (HF folders)
 
     def group_of(self, tensor: TensorInfo) -> str:
         if self.roles:
@@ -313,6 +314,9 @@ def _hf_trainer(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
         layout = Layout("hf-trainer", default_group="optimizer", metadata=meta, companion=True)
         if top is not None and is_torch_optimizer_state(top):
             layout.optimizers = [("", top)]
+        models = sorted(p for p in folder.iterdir() if HF_MODEL_FILES.match(p.name) and not re.search(r"-\d+-of-\d+", p.name))
+        # model.safetensors before pytorch_model.bin; a sharded set by its index
+        layout.model_file = next((p for p in models if p.name.endswith((".index.json", ".safetensors"))), None) or (models[0] if models else None)
         return layout
     if HF_RNG_FILE.match(name):
         return Layout("hf-trainer", default_group="rng", metadata=meta, companion=True)

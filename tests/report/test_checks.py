@@ -135,3 +135,20 @@ def test_odd_optimizer_trees_do_not_crash_the_checks():
     odd = {"state": {0: "not a dict", (1, 2): {"exp_avg": T((3,))}}, "param_groups": [{"params": [[0], 0]}, "x", {"params": None}]}
     found = findings(trainer_resume(optimizer=odd))
     assert [f.code for f in found] == ["OPTIMIZER_MISMATCH"]  # state for (1, 2), which no group lists
+
+
+def test_hf_optimizer_file_against_the_model_file_beside_it(tmp_path):
+    pytest = __import__("pytest")
+    pytest.importorskip("ckinspect.formats.safetensors")
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    save_file({"emb.weight": torch.zeros(16, 8), "w1.weight": torch.zeros(32, 8), "w2.weight": torch.zeros(8, 32), "norm.weight": torch.zeros(8)}, folder / "model.safetensors")
+    good = analyze(build(adamw_state(), path=folder / "optimizer.pt"))
+    assert structural_findings(good) == []
+    stale = analyze(build(adamw_state([(16, 8), (32, 8), (8, 64), (8,)]), path=folder / "optimizer.pt"))
+    (found,) = structural_findings(stale)
+    assert found.code == "OPTIMIZER_MISMATCH" and "(8, 64)" in found.message and "model.safetensors" in found.message
