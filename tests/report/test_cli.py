@@ -1,13 +1,15 @@
 """`ckinspect --report` end to end, in fresh processes, on files torch wrote."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
 
 from ckinspect.report.schema import SCHEMA_1
 
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 pytest.importorskip("ckinspect.discover")
 
@@ -152,3 +154,25 @@ def test_leftover_tmp_beside_a_checkpoint(ckpts, tmp_path):
     status, report = report_json(tmp_path, "--quick")
     (entry,) = report["files"]
     assert codes(entry) == ["LEFTOVER_TMP"] and "ckpt.pth.tmp" in entry["findings"][0]["message"]
+
+
+SAMPLES = REPO / "samples"
+
+
+def test_trainer_samples_good_resume_file(ckpts):
+    status, data = report_json(SAMPLES / "stopped-30" / "tiny_resume.pth", "--quick")
+    (entry,) = data["files"]
+    assert status == 0 and entry["findings"] == [] and entry["layout"] == "trainer"
+    assert 0.6 < entry["optimizer_share"] < 0.7  # AdamW's two moments: twice the fp32 weights
+    assert entry["metadata"]["step"] == 30 and entry["metadata"]["world_size"] == 1
+
+
+def test_trainer_samples_full_report(ckpts):
+    status, data = report_json(SAMPLES)
+    assert status == 0
+    flagged = {Path(e["path"]).relative_to(SAMPLES).as_posix(): codes(e) for e in data["files"] if e["findings"]}
+    # the interrupted save is the only thing wrong with the samples
+    expected = {"interrupted/tiny_resume.pth": ["LEFTOVER_TMP"]} if importlib.util.find_spec("ckinspect.leftovers") else {}
+    assert flagged == expected
+    weights = [e for e in data["files"] if e["path"].endswith("tiny.pth")]
+    assert weights and all(e["layout"] == "state_dict" and e["groups"]["model"]["tensor_count"] for e in weights)
