@@ -11,7 +11,6 @@ from ckinspect.report.schema import SCHEMA_1
 
 from tests.conftest import REPO, run_cli
 
-pytest.importorskip("ckinspect.discover")
 
 
 def report_json(*args):

@@ -36,7 +36,6 @@ def probe(*args):
     ids=["text-quick", "json-quick", "markdown-quick", "text-scan", "json-scan"],
 )
 def test_report_never_imports_torch_or_textual(ckpts, options):
-    pytest.importorskip("ckinspect.discover")
     result = probe("--report", *options, ckpts["root"])
     assert result["code"] in (0, 1)
     assert not result["torch"] and not result["textual"]
