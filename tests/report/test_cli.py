@@ -12,7 +12,6 @@ from ckinspect.report.schema import SCHEMA_1
 from tests.conftest import REPO, run_cli
 
 
-
 def report_json(*args):
     proc = run_cli("--report", "--format", "json", *map(str, args))
     assert proc.returncode in (0, 1), proc.stderr
