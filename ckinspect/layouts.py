@@ -99,9 +99,9 @@ def top_mapping(ckpt: Checkpoint) -> Mapping[str, Any] | None:
 def heuristic_group(tensor: TensorInfo) -> str:
     """Group of a tensor by its name alone, for layouts nobody recognised.
 
-    The first dotted component that names a role decides (`app.optim.state.w.exp_avg` -> optimizer);
-    then optimizer-state leaves under `.state.` (`state.3.exp_avg`); then RNG names; what is left is
-    model if it is floating point (weights) and other if not (counters, masks, ids).
+    The first dotted component that names a role decides (`app.optim.state.w.exp_avg` -> optimizer,
+    `extra.cuda_rng_state` -> rng); then optimizer-state leaves under `.state.` (`state.3.exp_avg`);
+    what is left is model if it is floating point (weights) and other if not (counters, masks, ids).
     """
     parts = tensor.name.split(".")
     for part in parts:
@@ -145,7 +145,7 @@ def scalar_metadata(top: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in top.items():
         if not isinstance(key, str):
             continue
-        if isinstance(value, bool) or isinstance(value, (int, float)):
+        if isinstance(value, (int, float)):  # bool included
             out[key] = value
         elif isinstance(value, str) and len(value) <= 200:
             out[key] = value
@@ -160,7 +160,7 @@ def first_value(top: Mapping[str, Any], keys: Sequence[str]) -> Any:
 
 
 def _is_plain_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) or isinstance(value, TensorInfo)
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) or isinstance(value, TensorInfo)
 
 
 def _metadata(top: Mapping[str, Any], step_keys: Sequence[str] = STEP_KEYS, config_key: str | None = "config") -> dict[str, Any]:
