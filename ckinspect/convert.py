@@ -229,22 +229,16 @@ _SKIP = object()
 
 
 def _common_subtree(tree: Any, names: list[str]) -> str:
-    """The deepest dict in the tree that holds every one of these tensors ("" for the root)."""
-    if not names:
+    """The top-level entry that holds every one of these tensors ("" when they span several).
+
+    Only one level deep: `--only optimizer` keeps the whole optimizer state_dict (state and
+    param_groups), which is what `optimizer.load_state_dict` wants.
+    """
+    firsts = {n.split(".", 1)[0] for n in names}
+    if len(firsts) != 1 or any("." not in n for n in names):
         return ""
-    parts = [n.split(".") for n in names]
-    common: list[str] = []
-    for level in zip(*parts):
-        if len(set(level)) != 1:
-            break
-        common.append(level[0])
-    # never point at a tensor itself; back off until the prefix is a dict
-    while common:
-        node = _get(tree, ".".join(common))
-        if isinstance(node, dict) and len(common) < min(len(p) for p in parts):
-            return ".".join(common)
-        common.pop()
-    return ""
+    (first,) = firsts
+    return first if isinstance(_get(tree, first), dict) else ""
 
 
 def _get(tree: Any, dotted: str) -> Any:

@@ -121,3 +121,12 @@ def test_a_damaged_input_is_refused_with_a_pointer_to_salvage(resume, tmp_path):
     with pytest.raises(CkinspectError, match="salvage"):
         convert(broken, tmp_path / "out.pth")
     assert not (tmp_path / "out.pth").exists()
+
+
+def test_only_optimizer_keeps_a_loadable_optimizer_state_dict(resume, tmp_path):
+    result = convert(resume, tmp_path / "opt.pth", only=["optimizer"])
+    saved = torch.load(tmp_path / "opt.pth", weights_only=True)
+    expected = resume_state(30, seed=1)["optimizer"]
+    assert result.subtree == "optimizer" and set(saved) == {"state", "param_groups"}
+    assert saved["param_groups"] == expected["param_groups"]
+    assert all(bit_equal(saved["state"][i][k], v) for i, st in expected["state"].items() for k, v in st.items())
