@@ -108,7 +108,10 @@ def convert(
         names = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
         announce(f"--trust: about to run {call}; its pickle will call: {names}")
         result.trusted_load = call
-        loaded = torch.load(source, map_location="cpu", weights_only=False)
+        try:
+            loaded = torch.load(source, map_location="cpu", weights_only=False)
+        except Exception as exc:  # noqa: BLE001 - whatever the trusted pickle raised, say it in one line
+            raise CkinspectError(f"torch.load of {source} failed: {type(exc).__name__}: {exc}") from exc
         built = _built_from_objects(loaded, keep, cast)
     else:
         reader = _StorageReader(ckpt)
