@@ -123,11 +123,12 @@ class UndoResult:
 
 def plan_repairs(path: str | os.PathLike[str], full_crc: bool = False) -> RepairPlan:
     path = Path(path)
-    if not path.exists():
-        raise CkinspectError(f"{path}: no such file or folder")
+    leftovers = find_leftovers(path)  # a missing main file named by the user still has its tmps found
+    if not path.exists() and not leftovers:
+        raise CkinspectError(f"{path}: no such file or folder, and no leftover temporary of it")
     plan = RepairPlan(path)
     by_main: dict[Path, list[TmpStatus]] = {}
-    for leftover in find_leftovers(path):
+    for leftover in leftovers:
         by_main.setdefault(leftover.main, []).append(_full_check(classify(leftover, full_crc=full_crc)))
     for statuses in by_main.values():
         plan.actions.extend(_decide(statuses))

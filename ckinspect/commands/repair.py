@@ -29,11 +29,11 @@ _VERB = {
 
 def run(args) -> int:
     path = Path(args.path)
-    if not path.exists():
-        raise CkinspectError(f"{path}: no such file or folder")
     fmt = getattr(args, "format", "text")
     fail_on = getattr(args, "fail_on", "error")
     if getattr(args, "undo", False):
+        if not path.exists() and not path.parent.is_dir():
+            raise CkinspectError(f"{path}: no such file or folder")
         result = undo(path)
         emit(_render_undo(path, result, fmt), getattr(args, "output", None))
         return exit_for(bool(result.problems), fail_on)

@@ -140,6 +140,15 @@ def test_nothing_to_repair_exits_0(tmp_path):
     assert run_cli("repair", tmp_path / "missing").returncode == 2
 
 
+def test_naming_a_main_file_that_is_missing_still_finds_its_tmp(tmp_path):
+    tmp = save_resume(tmp_path / "ckpt.pt.tmp", step=3)
+    whole = sha(tmp)
+    plan = plan_repairs(tmp_path / "ckpt.pt")
+    assert [a.action for a in plan.actions] == ["promote"]
+    apply_plan(plan)
+    assert sha(tmp_path / "ckpt.pt") == whole
+
+
 def test_apply_refuses_a_file_that_changed_after_planning(tmp_path):
     save_resume(tmp_path / "r.pth", step=1)
     tmp = cut(save_resume(tmp_path / "r.pth.tmp", step=2), 0.5)
