@@ -224,3 +224,16 @@ def test_several_tmps_for_one_main_promote_only_the_newest(tmp_path):
     assert plan == {"r.pth.tmp": "set-aside", ".r.pth.abc123.tmp": "promote", ".r.pth.zzz999.tmp": "set-aside"}
     apply_plan(plan_repairs(tmp_path))
     assert sha(main) == newest_hash and not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_output_file_gets_the_report_and_stdout_stays_quiet(tmp_path):
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    save_resume(folder / "r.pth", step=1)
+    cut(save_resume(folder / "r.pth.tmp", step=2), 0.5)
+    out = tmp_path / "plan.json"
+    proc = run_cli("repair", folder, "--format", "json", "--output", out)
+    assert proc.returncode == 1 and proc.stdout == ""
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == 1 and doc["actions"][0]["action"] == "set-aside"
+    assert run_cli("repair", folder, "--fail-on", "never").returncode == 0  # CI that only wants the plan printed
