@@ -3,8 +3,8 @@
 torch zip: the central directory may be gone and the last storages cut short or corrupted. The
 local file headers are walked from the start (`zipwalk`), `data.pkl` (written first by torch.save)
 is read with the restricted unpickler to learn which tensor lives in which storage, and a tensor is
-kept only when its storage member is complete and its CRC-32 holds. safetensors: every tensor
-whose bytes lie wholly inside the file is kept (the format has no checksums).
+kept only when its storage member is complete and its CRC-32 holds. safetensors and legacy (pre-1.6)
+torch files: every tensor whose bytes lie wholly inside the file is kept (neither has checksums).
 
 Torch is imported only to write a torch file (tensors built from the recovered bytes, then
 torch.save through ckinspect.atomic); nothing from the damaged file is ever executed.
@@ -73,6 +73,8 @@ def salvage(broken: str | Path, out: str | Path) -> SalvageResult:
         return _salvage_torch_zip(broken, out, buf)
     if len(head) == 8 and 2 <= struct.unpack("<Q", head)[0] <= 100_000_000:
         return _salvage_safetensors(broken, out, buf)
+    if head.startswith(b"\x80"):
+        return _salvage_legacy(broken, out)
     raise CkinspectError(f"{broken}: neither a torch zip nor a safetensors file; nothing to salvage from")
 
 
@@ -155,6 +157,37 @@ def _write_tree(tree, result: SalvageResult, storage_bytes, why_missing) -> None
     else:
         size = save_torch(result.out, built.tree)
     result.out_bytes = size
+
+
+# ------------------------------------------------------------------------------------ torch legacy
+
+
+def _salvage_legacy(broken: Path, out: Path) -> SalvageResult:
+    """Pre-1.6 torch files: the pickle comes first and the storages follow inline, without checksums,
+    so a storage is kept when the reader found all of its bytes inside the file."""
+    from ckinspect.formats import open_checkpoint
+
+    ckpt = open_checkpoint(broken)
+    if ckpt.format != "torch-legacy" or ckpt.tree is None:
+        why = next((f.message for f in ckpt.findings if f.code in ("CORRUPT", "UNSAFE_PICKLE")), "its pickle is unreadable")
+        raise CkinspectError(f"{broken}: nothing to salvage from ({why})")
+    size = broken.stat().st_size
+    result = SalvageResult(broken, out, "torch-legacy", _out_format(out))
+
+    def storage_bytes(info):
+        st = ckpt.storages.get(info.storage_key)
+        if st is None or st.offset is None or st.offset + st.nbytes > size:
+            return None
+        data = bytearray(st.nbytes)
+        with open(st.file, "rb") as handle:
+            handle.seek(st.offset)
+            return data if handle.readinto(data) == st.nbytes else None
+
+    def why_missing(info):
+        return f"storage {info.storage_key} cut short or not in the file"
+
+    _write_tree(ckpt.tree, result, storage_bytes, why_missing)
+    return result
 
 
 # ----------------------------------------------------------------------------------- safetensors

@@ -114,3 +114,16 @@ def test_salvage_cli_reports_recovered_and_missing_and_exits_1(tmp_path):
     with pytest.raises(CkinspectError, match="data.pkl"):
         salvage(lost, tmp_path / "out3.pth")
     assert not (tmp_path / "out3.pth").exists()
+
+
+def test_salvage_of_a_cut_legacy_torch_file_keeps_the_storages_wholly_inside(tmp_path):
+    original = many_tensors(6)
+    src = tmp_path / "old.pt"
+    torch.save(original, src, _use_new_zipfile_serialization=False)
+    data = src.read_bytes()
+    broken = cut(src, 0.6, tmp_path / "broken.pt")
+    result = salvage(broken, tmp_path / "out.pt")
+    loaded = torch.load(tmp_path / "out.pt", weights_only=True)
+    expected = {n for n, t in original.items() if data.index(t.contiguous().view(torch.uint8).numpy().tobytes()) + t.nbytes <= int(len(data) * 0.6)}
+    assert set(loaded) == set(result.recovered) == expected and expected and len(expected) < len(original)
+    assert all(bit_equal(loaded[n], original[n]) for n in expected)
