@@ -119,7 +119,8 @@ def convert(
         built = rebuild_tree(tree, reader.read, keep=keep, cast=cast)
         if built.missing:
             names = ", ".join(n for n, _ in built.missing[:5])
-            raise CkinspectError(f"{source}: {len(built.missing)} tensor(s) have no readable bytes ({names}); try `ckinspect salvage`")
+            count = len(built.missing)
+            raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({names}); try ckinspect salvage")
     for path, why in built.dropped:
         result.notes.append(f"{path}: {why}; left out")
     tree, names = built.tree, built.tensors
@@ -133,14 +134,18 @@ def convert(
     if not names:
         raise CkinspectError(f"nothing to write: no tensors in group(s) {', '.join(only or [])}")
     if target is not None and result.cast:
-        result.notes.append(f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)")
+        result.notes.append(
+            f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)"
+        )
     if out_format == "safetensors":
         scalars = _scalars(tree)
         reserved = {"format": "pt", "converted_from": source.name}
         metadata = {**{(f"checkpoint_{k}" if k in reserved else k): v for k, v in scalars.items()}, **reserved}
         skipped = _count_non_tensors(tree) - len(scalars)
         if skipped > 0:
-            result.notes.append(f"safetensors holds tensors only: {skipped} other value(s) (optimizer hyperparameters, config ...) not carried over")
+            result.notes.append(
+                f"safetensors holds tensors only: {skipped} other value(s) (hyperparameters, config ...) left out"
+            )
         if scalars:
             result.notes.append(f"top-level scalars kept as metadata: {', '.join(sorted(scalars))}")
         result.out_bytes, shared = tensors_to_safetensors(out, names, metadata)
@@ -153,7 +158,8 @@ def convert(
 
 _TOP_LEVEL_GROUPS = {
     "model": "model", "state_dict": "model", "model_state_dict": "model", "module": "model", "ema": "model",
-    "optimizer": "optimizer", "optimizer_states": "optimizer", "optimizer_state_dict": "optimizer", "optim": "optimizer",
+    "optimizer": "optimizer", "optimizer_states": "optimizer", "optimizer_state_dict": "optimizer",
+    "optim": "optimizer",
     "rng": "rng", "rng_state": "rng", "rng_states": "rng",
 }  # fmt: skip
 
@@ -221,7 +227,8 @@ def _built_from_objects(obj: Any, keep, cast):
             return out
         if isinstance(o, (list, tuple)):
             items = [walk(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(o)]
-            return type(o)(None if c is _SKIP else c for c in items) if type(o) in (list, tuple) else [None if c is _SKIP else c for c in items]
+            kept = [None if c is _SKIP else c for c in items]
+            return type(o)(kept) if type(o) in (list, tuple) else kept
         return o
 
     built.tree = walk(obj, "")
@@ -262,7 +269,7 @@ def _get(tree: Any, dotted: str) -> Any:
 def _scalars(tree: Any) -> dict[str, str]:
     if not isinstance(tree, dict):
         return {}
-    return {str(k): str(v) for k, v in tree.items() if isinstance(v, (int, float, str, bool)) and not isinstance(v, bytes)}
+    return {str(k): str(v) for k, v in tree.items() if isinstance(v, (int, float, str, bool))}
 
 
 def _count_non_tensors(tree: Any) -> int:

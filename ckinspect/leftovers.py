@@ -166,7 +166,8 @@ def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
     """Judge the pair from their bytes. `full_crc` checks every zip member's CRC, not only small ones."""
     tmp_check = check_integrity(leftover.tmp, full_crc=full_crc)
     main_exists = leftover.main.is_file()
-    main_check = check_integrity(leftover.main, full_crc=full_crc) if main_exists else Integrity(False, "missing", "missing")
+    missing = Integrity(False, "missing", "missing")
+    main_check = check_integrity(leftover.main, full_crc=full_crc) if main_exists else missing
     tmp_step = read_step(leftover.tmp, tmp_check.checkpoint) if tmp_check.ok else None
     main_step = read_step(leftover.main, main_check.checkpoint) if main_check.ok else None
     steps_differ = tmp_step is not None and main_step is not None and tmp_step != main_step
@@ -226,7 +227,8 @@ def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
             handle.seek(info.header_offset)
             header = handle.read(30)
             if len(header) < 30 or header[:4] != b"PK\x03\x04":
-                return Integrity(False, "torch-zip", f"member {info.filename} has no local header at {info.header_offset}")
+                where = f"member {info.filename} has no local header at {info.header_offset}"
+                return Integrity(False, "torch-zip", where)
             nlen, elen = struct.unpack("<HH", header[26:30])
             data_start = info.header_offset + 30 + nlen + elen
             if data_start + info.compress_size > size:
@@ -261,9 +263,8 @@ def _check_safetensors(path: Path, size: int) -> Integrity:
         return Integrity(False, "safetensors", "header is not JSON")
     if not isinstance(header, dict) or not raw.lstrip().startswith(b"{"):
         return Integrity(False, "safetensors", "header is not a JSON object")
-    spans = sorted(
-        tuple(v["data_offsets"]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v
-    )
+    entries = [v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+    spans = sorted(tuple(v["data_offsets"]) for v in entries if "data_offsets" in v)
     end = 0
     for begin, stop in spans:
         if begin != end or stop < begin:
@@ -315,7 +316,9 @@ def _verdict(ckpt, fmt: str) -> Integrity:
 def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrity:
     ckpt = _open(path)
     if ckpt is None:
-        return Integrity(True, fallback_format) if fallback_format != "unknown" else _check_pickle_stream(path, "pickle")
+        if fallback_format == "unknown":
+            return _check_pickle_stream(path, "pickle")
+        return Integrity(True, fallback_format)
     return _verdict(ckpt, fallback_format)
 
 

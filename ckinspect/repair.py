@@ -154,7 +154,8 @@ def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
     actions = []
     for s in statuses:
         if best_promoted and s is not best and s.tmp_complete:
-            actions.append(RepairAction("set-aside", s.leftover, s, f"older than {best.leftover.tmp.name}, which is promoted"))
+            reason = f"older than {best.leftover.tmp.name}, which is promoted"
+            actions.append(RepairAction("set-aside", s.leftover, s, reason))
         else:
             actions.append(_decide_one(s))
     # a partial tmp is set aside only when something whole will be under the main name
@@ -165,7 +166,8 @@ def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
         if a.action == "set-aside" and not a.status.tmp_complete and not will_be_whole:
             actions[i] = RepairAction("nothing", a.leftover, a.status, "neither this tmp nor the main file is whole")
         elif a.action == "nothing" and not a.status.tmp_complete and will_be_whole:
-            actions[i] = RepairAction("set-aside", a.leftover, a.status, "partial tmp of an interrupted save; another file is promoted")
+            reason = "partial tmp of an interrupted save; another file is promoted"
+            actions[i] = RepairAction("set-aside", a.leftover, a.status, reason)
     return actions
 
 
@@ -176,41 +178,42 @@ def _full_check(s: TmpStatus) -> TmpStatus:
     verdict = check_integrity(s.leftover.tmp, full_crc=True)
     if verdict.ok:
         return s
-    return dataclasses.replace(s, tmp_complete=False, tmp_problem=verdict.problem, tmp_step=None, newer="unknown", identical=False)
+    return dataclasses.replace(
+        s, tmp_complete=False, tmp_problem=verdict.problem, tmp_step=None, newer="unknown", identical=False
+    )
 
 
 def _decide_one(s: TmpStatus) -> RepairAction:
     left = s.leftover
-    main_ok = s.main_exists and s.main_intact
+
+    def act(action: str, reason: str) -> RepairAction:
+        return RepairAction(action, left, s, reason)
+
     if left.main.is_symlink() or left.tmp.is_symlink():
-        return RepairAction("nothing", left, s, "a symlink is involved; repair the file it points to instead")
+        return act("nothing", "a symlink is involved; repair the file it points to instead")
     if not s.tmp_complete:
-        if main_ok:
-            return RepairAction("set-aside", left, s, "partial tmp of an interrupted save; the main file is intact")
-        return RepairAction(
-            "nothing", left, s, "neither is whole; try `ckinspect salvage` on each"
-        )
+        if s.main_exists and s.main_intact:
+            return act("set-aside", "partial tmp of an interrupted save; the main file is intact")
+        return act("nothing", "neither is whole; try `ckinspect salvage` on each")
     if not s.main_exists:
         if left.guessed:
-            return RepairAction("nothing", left, s, f"the tmp is whole but which name it was meant to get is unknown; rename it by hand")
-        return RepairAction("promote", left, s, "the tmp is whole and the main file is missing: the save died before its rename")
+            return act("nothing", "the tmp is whole but which name it was meant to get is unknown; rename it by hand")
+        return act("promote", "the tmp is whole and the main file is missing: the save died before its rename")
     if not s.main_intact:
-        return RepairAction("promote", left, s, "the tmp is whole and the main file is damaged; the damaged file goes to quarantine")
+        return act("promote", "the tmp is whole and the main file is damaged; the damaged file goes to quarantine")
+    steps = f"step {s.tmp_step} vs {s.main_step}"
     if s.newer == "tmp":
-        return RepairAction(
-            "promote-keep-old", left, s, f"both whole and the tmp is newer (step {s.tmp_step} > {s.main_step}); the old main goes to quarantine"
-        )
+        return act("promote-keep-old", f"both whole and the tmp is newer ({steps}); the old main goes to quarantine")
     if s.newer == "main":
-        return RepairAction("set-aside", left, s, f"a stale tmp: the main file is newer (step {s.main_step} > {s.tmp_step})")
+        return act("set-aside", f"a stale tmp: the main file is newer ({steps})")
     if s.newer == "same" and s.identical:
-        return RepairAction("set-aside", left, s, "the tmp is a byte-identical copy of the main file")
+        return act("set-aside", "the tmp is a byte-identical copy of the main file")
     if s.newer == "same":
-        return RepairAction(
-            "nothing", left, s, f"both whole, same step {s.tmp_step}, different bytes; compare with `ckinspect diff` and choose by hand"
-        )
-    hint = _mtime_hint(left)
-    return RepairAction(
-        "nothing", left, s, f"both whole and neither says its step, so which is newer is unknown{hint}; compare with `ckinspect diff`"
+        return act("nothing", f"both whole, same step {s.tmp_step}, different bytes; compare with `ckinspect diff`")
+    return act(
+        "nothing",
+        f"both whole and neither says its step, so which is newer is unknown{_mtime_hint(left)}; "
+        "compare with `ckinspect diff`",
     )
 
 
@@ -356,7 +359,11 @@ class _Manifest:
         self.folder = folder
         self.run_id = run_id
         self.actions = actions
-        self.entries = [{"action": a.action, "tmp": a.leftover.tmp.name, "main": a.leftover.main.name, "reason": a.reason, "moves": []} for a in actions]
+        self.entries = [
+            {"action": a.action, "tmp": a.leftover.tmp.name, "main": a.leftover.main.name, "reason": a.reason}
+            | {"moves": []}
+            for a in actions
+        ]
 
     def rel(self, path: Path) -> str:
         return os.path.relpath(path, self.folder)
@@ -433,7 +440,8 @@ def _undo_move(base: Path, move: dict[str, Any], result: UndoResult) -> None:
             result.restored.append(f"{move['from']} was never replaced")
             return
         if src.exists() and _stat(src) != (recorded[0], recorded[1]) and not _has_other_name(src):
-            result.problems.append(f"{move['from']} is not the file this apply put there; {move['to']} left in quarantine")
+            why = f"{move['from']} is not the file this apply put there; {move['to']} stays in quarantine"
+            result.problems.append(why)
             return
         os.replace(dst, src)
         fsync_dir(src.parent)

@@ -40,14 +40,17 @@ def header_bytes(entries: list[Entry], metadata: dict[str, str] | None = None) -
     for e in entries:
         if e.dtype not in TO_SAFETENSORS:
             raise ValueError(f"{e.name}: safetensors has no dtype for {e.dtype}")
-        header[e.name] = {"dtype": TO_SAFETENSORS[e.dtype], "shape": list(e.shape), "data_offsets": [offset, offset + e.nbytes]}
+        span = [offset, offset + e.nbytes]
+        header[e.name] = {"dtype": TO_SAFETENSORS[e.dtype], "shape": list(e.shape), "data_offsets": span}
         offset += e.nbytes
     raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
     raw += b" " * (-len(raw) % 8)
     return len(raw).to_bytes(8, "little") + raw
 
 
-def write_safetensors(path: str | os.PathLike[str], entries: list[Entry], metadata: dict[str, str] | None = None) -> int:
+def write_safetensors(
+    path: str | os.PathLike[str], entries: list[Entry], metadata: dict[str, str] | None = None
+) -> int:
     """Write atomically; returns the file size. Raises ValueError when a tensor's bytes do not match its shape."""
     names = [e.name for e in entries]
     if len(set(names)) != len(names):

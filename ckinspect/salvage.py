@@ -111,7 +111,9 @@ def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
     result = SalvageResult(broken, out, "torch-zip", _out_format(out))
     pickle_member, storages = zip_storages(buf)
     if pickle_member is None or not pickle_member.complete:
-        raise CkinspectError(f"{broken}: data.pkl is lost or cut short, so no tensor can be told from another; nothing salvaged")
+        raise CkinspectError(
+            f"{broken}: data.pkl is lost or cut short, so no tensor can be told from another; nothing salvaged"
+        )
     state = _member_state(buf, pickle_member)
     if state != "ok":
         raise CkinspectError(f"{broken}: data.pkl {state}; refusing to guess the tensors' layout")
@@ -169,7 +171,8 @@ def _salvage_legacy(broken: Path, out: Path) -> SalvageResult:
 
     ckpt = open_checkpoint(broken)
     if ckpt.format != "torch-legacy" or ckpt.tree is None:
-        why = next((f.message for f in ckpt.findings if f.code in ("CORRUPT", "UNSAFE_PICKLE")), "its pickle is unreadable")
+        problems = [f.message for f in ckpt.findings if f.code in ("CORRUPT", "UNSAFE_PICKLE")]
+        why = problems[0] if problems else "its pickle is unreadable"
         raise CkinspectError(f"{broken}: nothing to salvage from ({why})")
     size = broken.stat().st_size
     result = SalvageResult(broken, out, "torch-legacy", _out_format(out))
@@ -201,7 +204,7 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
     size = len(buf)
     n = struct.unpack("<Q", bytes(buf[:8]))[0]
     if 8 + n > size:
-        raise CkinspectError(f"{broken}: the header itself is cut short ({size - 8} of {n} bytes); no tensor can be located")
+        raise CkinspectError(f"{broken}: the header itself is cut short ({size - 8} of {n} bytes); nothing to locate")
     try:
         header = json.loads(bytes(buf[8 : 8 + n]))
     except ValueError as exc:
@@ -234,9 +237,10 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
     else:
         from ckinspect.torchio import save_torch, tensor_from_bytes
 
-        tensors = {
-            name: tensor_from_bytes(bytes(buf[base + spec["data_offsets"][0] : base + spec["data_offsets"][1]]), SAFETENSORS_DTYPES[spec["dtype"]], tuple(spec["shape"]))
-            for name, spec in kept
-        }
+        tensors = {}
+        for name, spec in kept:
+            begin, end = spec["data_offsets"]
+            raw = bytearray(buf[base + begin : base + end])
+            tensors[name] = tensor_from_bytes(raw, SAFETENSORS_DTYPES[spec["dtype"]], tuple(spec["shape"]))
         result.out_bytes = save_torch(out, tensors)
     return result

@@ -29,8 +29,10 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 def tensor_from_bytes(data: bytes | bytearray, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
-    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if len(data) else torch.empty(0, dtype=torch.uint8)
-    return flat.view(torch_dtype(dtype)).reshape(shape)
+    if not len(data):
+        return torch.empty(0, dtype=torch_dtype(dtype)).reshape(shape)
+    writable = data if isinstance(data, bytearray) else bytearray(data)  # frombuffer shares it, so no copy
+    return torch.frombuffer(writable, dtype=torch.uint8).view(torch_dtype(dtype)).reshape(shape)
 
 
 @dataclass
@@ -98,7 +100,8 @@ def rebuild_tree(
             array = _numpy_array(obj)
             if array is not None:
                 return array
-            built.dropped.append((path or "<root>", f"numpy array {obj.dtype}{list(obj.shape)} too large for the reader to keep"))
+            why = f"numpy array {obj.dtype}{list(obj.shape)} too large for the reader to keep"
+            built.dropped.append((path or "<root>", why))
             return _SKIP
         what = getattr(obj, "qualname", None) or f"{type(obj).__module__}.{type(obj).__qualname__}"
         built.dropped.append((path or "<root>", f"a {what} object (not plain data) cannot be carried over"))
@@ -145,7 +148,9 @@ def save_torch(path: str | Path, obj: Any) -> int:
     return size
 
 
-def tensors_to_safetensors(path: str | Path, tensors: list[tuple[str, torch.Tensor]], metadata: dict[str, str] | None = None) -> tuple[int, list[str]]:
+def tensors_to_safetensors(
+    path: str | Path, tensors: list[tuple[str, torch.Tensor]], metadata: dict[str, str] | None = None
+) -> tuple[int, list[str]]:
     """Write named tensors as safetensors: each gets its own bytes (the format forbids sharing).
 
     Returns the size and notes naming every tensor that shared its storage and was copied.
@@ -158,11 +163,15 @@ def tensors_to_safetensors(path: str | Path, tensors: list[tuple[str, torch.Tens
             raise ValueError(f"{name}: sparse/quantized tensors cannot be written as safetensors")
         ident = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
         if t.numel() and ident in seen:
-            notes.append(f"{name} shared its storage with {seen[ident]}: written as a separate copy (safetensors forbids shared memory)")
+            notes.append(
+                f"{name} shared its storage with {seen[ident]}: written as a separate copy "
+                "(safetensors forbids shared memory)"
+            )
         elif t.numel():
             seen[ident] = name
         flat = t.detach().contiguous().reshape(-1)
-        entries.append(Entry(name, str(t.dtype).removeprefix("torch."), tuple(t.shape), (lambda f=flat: [_bytes_of(f)])))
+        dtype = str(t.dtype).removeprefix("torch.")
+        entries.append(Entry(name, dtype, tuple(t.shape), (lambda f=flat: [_bytes_of(f)])))
     return write_safetensors(path, entries, metadata), notes
 
 

@@ -29,7 +29,8 @@ def run(args) -> int:
 
 
 def render(r: ConvertResult, fmt: str) -> str:
-    head = f"convert {r.source} ({r.source_format}) -> {r.out} ({r.out_format}): {r.tensors} tensors, {r.out_bytes} bytes"
+    head = f"convert {r.source} ({r.source_format}) -> {r.out} ({r.out_format}): "
+    head += f"{r.tensors} tensors, {r.out_bytes} bytes"
     if fmt == "json":
         return json.dumps(envelope("convert", **r.to_json()), indent=2)
     if fmt == "markdown":

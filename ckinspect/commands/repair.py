@@ -75,24 +75,26 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
         return json.dumps(doc, indent=2)
     title = f"repair {plan.path} ({'dry run: nothing changed' if mode == 'dry-run' else 'applied'})"
     if not plan.actions:
-        return f"{title}\nno leftover temporaries: nothing to repair" if fmt == "text" else f"## {md_escape(title)}\n\nNo leftover temporaries: nothing to repair."
+        if fmt == "text":
+            return f"{title}\nno leftover temporaries: nothing to repair"
+        return f"## {md_escape(title)}\n\nNo leftover temporaries: nothing to repair."
     lines = []
     if fmt == "markdown":
-        lines += [f"## {md_escape(title)}", "", "| action | tmp | main | found | why | state |", "|---|---|---|---|---|---|"]
+        lines += [f"## {md_escape(title)}", ""]
+        lines += ["| action | tmp | main | found | why | state |", "|---|---|---|---|---|---|"]
         for a in plan.actions:
             found = a.status.explain() if a.status else ""
             why = a.reason + (f" ({a.note})" if a.note else "")
-            lines.append(
-                f"| {_VERB[a.action]} | `{md_escape(_short(plan, a.leftover.tmp))}` | `{md_escape(_short(plan, a.leftover.main))}` | "
-                f"{md_escape(found)} | {md_escape(why)} | {a.state} |"
-            )
+            tmp, main = md_escape(_short(plan, a.leftover.tmp)), md_escape(_short(plan, a.leftover.main))
+            found, why = md_escape(found), md_escape(why)
+            lines.append(f"| {_VERB[a.action]} | `{tmp}` | `{main}` | {found} | {why} | {a.state} |")
         lines.append("")
         for q in quarantines:
             lines.append(f"Quarantine: `{md_escape(q)}` (undo with `ckinspect repair {md_escape(plan.path)} --undo`)")
     else:
         lines.append(title)
         for a in plan.actions:
-            state = "" if mode == "dry-run" and a.action != "nothing" else f" [{a.state}]" if a.action != "nothing" else ""
+            state = f" [{a.state}]" if mode == "apply" and a.action != "nothing" else ""
             lines.append(f"  {_VERB[a.action]:<18}{_short(plan, a.leftover.tmp)}{state}")
             if a.status is not None:
                 lines.append(f"  {'':<18}{a.status.explain()}")
@@ -126,7 +128,8 @@ def _render_undo(path: Path, result, fmt: str) -> str:
     if result.run_id is None:
         text = f"undo {path}: no applied repair to undo"
         return text if fmt == "text" else f"## {md_escape(text)}"
-    head = f"undo {path}: run {result.run_id}, {len(result.restored)} move(s) put back, {len(result.problems)} problem(s)"
+    head = f"undo {path}: run {result.run_id}, {len(result.restored)} move(s) put back"
+    head += f", {len(result.problems)} problem(s)"
     bullet = "  " if fmt == "text" else "- "
     lines = [head if fmt == "text" else f"## {md_escape(head)}", ""] if fmt == "markdown" else [head]
     lines += [f"{bullet}restored {r}" for r in result.restored]

@@ -24,13 +24,16 @@ def run(args) -> int:
 
 def render(r: SalvageResult, fmt: str) -> str:
     total = len(r.recovered) + len(r.missing)
-    head = f"salvage {r.source} -> {r.out} ({r.out_format}): {len(r.recovered)} of {total} tensors recovered bit-exact, {len(r.missing)} missing"
+    head = f"salvage {r.source} -> {r.out} ({r.out_format}): "
+    head += f"{len(r.recovered)} of {total} tensors recovered bit-exact, {len(r.missing)} missing"
     if fmt == "json":
-        return json.dumps(envelope("salvage", **r.to_json(), summary={"tensors": total, "recovered": len(r.recovered), "missing": len(r.missing)}), indent=2)
+        summary = {"tensors": total, "recovered": len(r.recovered), "missing": len(r.missing)}
+        return json.dumps(envelope("salvage", **r.to_json(), summary=summary), indent=2)
     if fmt == "markdown":
         lines = [f"## {md_escape(head)}", ""]
         if r.missing:
-            lines += ["| missing tensor | why |", "|---|---|"] + [f"| `{md_escape(n)}` | {md_escape(w)} |" for n, w in r.missing] + [""]
+            lines += ["| missing tensor | why |", "|---|---|"]
+            lines += [f"| `{md_escape(n)}` | {md_escape(w)} |" for n, w in r.missing] + [""]
         lines += [f"- dropped `{md_escape(p)}`: {md_escape(w)}" for p, w in r.dropped]
         lines += [f"- {md_escape(n)}" for n in r.notes]
         return "\n".join(lines)

@@ -124,7 +124,7 @@ def test_sigkill_at_random_instants_never_loses_the_newest_checkpoint(template, 
         _check_rerun_completes(folder, template)
         _check_nothing_lost(folder, template)
         shutil.rmtree(folder)
-    print(f"\nkill injection: {killed} repairs SIGKILLed mid-apply ({runs} runs), 0 losses (apply takes {duration:.2f}s)")
+    print(f"\nkill injection: {killed} repairs SIGKILLed mid-apply ({runs} runs), 0 losses (apply: {duration:.2f}s)")
     assert killed == RANDOM_RUNS
 
 

@@ -72,7 +72,8 @@ def test_safetensors_whole_cut_and_padded(tmp_path):
     assert check_integrity(path).ok
     assert "cut short" in check_integrity(cut(path, 0.7, tmp_path / "c.safetensors")).problem
     n = struct.unpack("<Q", path.read_bytes()[:8])[0]
-    assert "header cut short" in check_integrity(cut(path, (8 + n // 2) / path.stat().st_size, tmp_path / "h.safetensors")).problem
+    half_header = cut(path, (8 + n // 2) / path.stat().st_size, tmp_path / "h.safetensors")
+    assert "header cut short" in check_integrity(half_header).problem
     (tmp_path / "p.safetensors").write_bytes(path.read_bytes() + b"\0" * 8)
     assert "after the last tensor" in check_integrity(tmp_path / "p.safetensors").problem
     header = json.loads(path.read_bytes()[8 : 8 + n])

@@ -95,7 +95,8 @@ def test_unsure_pairs_are_left_alone_with_a_reason(tmp_path):
     cut(tmp_path / "gone.pth.tmp", 0.3)  # partial tmp, no main: nothing whole to keep
     before = tree_hashes(tmp_path)
     plan = plan_repairs(tmp_path)
-    assert {a.leftover.tmp.name: a.action for a in plan.actions} == {"w.safetensors.tmp": "nothing", "gone.pth.tmp": "nothing"}
+    actions = {a.leftover.tmp.name: a.action for a in plan.actions}
+    assert actions == {"w.safetensors.tmp": "nothing", "gone.pth.tmp": "nothing"}
     assert all(a.reason for a in plan.actions)
     proc = run_cli("repair", tmp_path, "--apply", "--format", "json")
     assert proc.returncode == 1  # left alone = needs the user's attention

@@ -27,7 +27,12 @@ class _Unseekable(io.RawIOBase):
 
 @pytest.mark.parametrize("zip64", [False, True])
 def test_walk_finds_every_member_from_its_data_descriptor(zip64):
-    members = {"a/data.pkl": b"\x80\x02}q\x00.", "a/data/0": bytes(range(256)) * 3, "a/data/1": b"PK\x07\x08" * 10, "a/empty": b""}
+    members = {
+        "a/data.pkl": b"\x80\x02}q\x00.",
+        "a/data/0": bytes(range(256)) * 3,
+        "a/data/1": b"PK\x07\x08" * 10,  # decoy descriptor signatures inside the data
+        "a/empty": b"",
+    }
     sink = _Unseekable()
     with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_STORED) as z:
         for name, data in members.items():
