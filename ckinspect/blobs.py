@@ -129,8 +129,8 @@ class Blobs:
         try:
             yield view
         finally:
-            view.release()
             try:
+                view.release()
                 mapped.close()
             except BufferError:  # a caller still holds an export (e.g. inside a traceback); GC unmaps it later
                 pass
