@@ -1,0 +1,184 @@
+"""The diff of two checkpoints as text (rich tables), Markdown and JSON (schema 1 with a `diff` object).
+
+All three are drawn from `DiffResult.to_json()`, so they cannot disagree. No torch, no textual.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ckinspect.model import Checkpoint
+
+_LIST_LIMIT = 40  # names listed before "... and N more" in text and Markdown
+
+
+def human_bytes(nbytes: int) -> str:
+    try:
+        from ckinspect.report.sizes import human_bytes as shared
+    except ImportError:
+        import humanize
+
+        return humanize.naturalsize(nbytes, binary=True, format="%.1f")
+    return shared(nbytes)
+
+
+def number(x: Any) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if not math.isfinite(x):
+        return "inf" if x > 0 else "nan"
+    if x == 0:
+        return "0"
+    return f"{x:.3g}"
+
+
+def _percent(fraction: float) -> str:
+    return "<0.1%" if 0 < fraction < 0.001 else f"{fraction:.1%}"
+
+
+def summary_line(diff: dict[str, Any]) -> str:
+    if diff["identical"]:
+        return f"identical: {diff['same']:,} tensors match bit for bit" + (
+            f" ({len(diff['within_atol'])} within --atol {diff['atol']:g})" if diff.get("within_atol") else ""
+        )
+    reasons: dict[str, int] = {}
+    for c in diff["changed"]:
+        reasons[c["reason"]] = reasons.get(c["reason"], 0) + 1
+    parts = [f"{diff['same']:,} same"]
+    parts += [f"{n:,} changed ({reason})" for reason, n in sorted(reasons.items())]
+    if diff["only_a"]:
+        parts.append(f"{len(diff['only_a']):,} only in A")
+    if diff["only_b"]:
+        parts.append(f"{len(diff['only_b']):,} only in B")
+    if diff.get("unreadable"):
+        parts.append(f"{len(diff['unreadable']):,} unreadable")
+    return "different: " + ", ".join(parts)
+
+
+def _changed_rows(diff: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for c in diff["changed"]:
+        a, b = c["a"], c["b"]
+        dtype = a["dtype"] if a["dtype"] == b["dtype"] else f"{a['dtype']} -> {b['dtype']}"
+        shape = "x".join(map(str, a["shape"])) or "scalar"
+        if a["shape"] != b["shape"]:
+            shape = f"{shape} -> {'x'.join(map(str, b['shape'])) or 'scalar'}"
+        n_diff = "-" if c["n_diff"] is None else f"{c['n_diff']:,}" + (
+            f" ({_percent(c['n_diff'] / c['numel'])})" if c.get("numel") else ""
+        )
+        first = "-" if c["first_index"] is None else "[" + ",".join(map(str, c["first_index"])) + "]"
+        name = a["name"] if a["name"] == b["name"] else f"{a['name']} ~ {b['name']}"
+        rows.append([name, c["reason"], dtype, shape, number(c["max_abs_diff"]), number(c.get("max_rel_diff")), n_diff, first])
+    return rows
+
+
+_HEADERS = ["tensor", "reason", "dtype", "shape", "max |Δ|", "max rel", "differing", "first at"]
+
+
+def _head(names: Sequence[str]) -> tuple[list[str], int]:
+    return list(names[:_LIST_LIMIT]), max(0, len(names) - _LIST_LIMIT)
+
+
+def render_text(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None, width: int | None = None) -> str:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    out = io.StringIO()
+    width = width or int(os.environ.get("COLUMNS", "0") or 0) or 120
+    console = Console(file=out, width=width, force_terminal=False, color_system=None, highlight=False)
+    for side, path, ckpt in (("A", diff["a"], a), ("B", diff["b"], b)):
+        extra = f"  ({ckpt.format}, {len(ckpt.tensors):,} tensors, {human_bytes(ckpt.file_bytes)})" if ckpt else ""
+        console.print(f"{side}: {path}{extra}")
+    console.print(f"matching: {diff['match']}")
+    console.print(Text(summary_line(diff), style="bold"))
+    if diff["changed"]:
+        table = Table(title="changed tensors", title_justify="left", show_edge=False, pad_edge=False)
+        for h in _HEADERS:
+            table.add_column(h, justify="right" if h in ("max |Δ|", "max rel", "differing") else "left", overflow="fold")
+        for row in _changed_rows(diff):
+            table.add_row(*row)
+        console.print(table)
+    for key, title in (("only_a", "only in A"), ("only_b", "only in B"), ("within_atol", f"within --atol {diff['atol']:g}")):
+        names = diff.get(key) or []
+        if names:
+            shown, more = _head(names)
+            console.print(f"{title} ({len(names):,}):")
+            for n in shown:
+                console.print(f"  {n}", soft_wrap=True)
+            if more:
+                console.print(f"  ... and {more:,} more")
+    for item in diff.get("unreadable") or []:
+        console.print(f"cannot compare {item['name']}: {item['message']}", soft_wrap=True)
+    return out.getvalue()
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None) -> str:
+    lines = ["## ckinspect diff", ""]
+    lines.append(f"- **A**: `{diff['a']}`" + (f" ({a.format}, {len(a.tensors):,} tensors)" if a else ""))
+    lines.append(f"- **B**: `{diff['b']}`" + (f" ({b.format}, {len(b.tensors):,} tensors)" if b else ""))
+    lines.append(f"- **matching**: {diff['match']}")
+    lines.append("")
+    lines.append(f"**{summary_line(diff)}**")
+    lines.append("")
+    if diff["changed"]:
+        lines.append("| " + " | ".join(_md_escape(h) for h in _HEADERS) + " |")
+        lines.append("|" + "|".join("---:" if h in ("max |Δ|", "max rel", "differing") else "---" for h in _HEADERS) + "|")
+        for row in _changed_rows(diff):
+            lines.append("| " + " | ".join(_md_escape(f"`{c}`" if i == 0 else c) for i, c in enumerate(row)) + " |")
+        lines.append("")
+    for key, title in (("only_a", "Only in A"), ("only_b", "Only in B"), ("within_atol", f"Within --atol {diff['atol']:g}")):
+        names = diff.get(key) or []
+        if names:
+            shown, more = _head(names)
+            lines.append(f"<details><summary>{title} ({len(names):,})</summary>")
+            lines.append("")
+            lines.extend(f"- `{n}`" for n in shown)
+            if more:
+                lines.append(f"- ... and {more:,} more")
+            lines.append("")
+            lines.append("</details>")
+            lines.append("")
+    for item in diff.get("unreadable") or []:
+        lines.append(f"- cannot compare `{item['name']}`: {item['message']}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def build_document(a: Checkpoint, b: Checkpoint, result: Any) -> dict[str, Any]:
+    """The schema-1 document: both files' entries (from the report helper's json_report) plus `diff`."""
+    try:
+        from ckinspect.report import json_report
+    except ImportError:
+        json_report = None  # type: ignore[assignment]
+    if json_report is not None and hasattr(json_report, "build"):
+        return json_report.build([a, b], diff=result)
+    from ckinspect import __version__
+
+    findings = [f for c in (a, b) for f in c.findings]
+    files = []
+    for c in (a, b):
+        files.append({
+            "path": str(c.path), "format": c.format, "file_bytes": c.file_bytes, "tensor_count": len(c.tensors),
+            "metadata": {k: c.metadata.get(k) for k in ("step", "epoch", "world_size")},
+            "findings": [f.to_json() for f in c.findings],
+        })
+    sev = [f.severity for f in findings]
+    return {
+        "schema": 1, "tool": "ckinspect", "version": __version__, "files": files, "diff": result.to_json(),
+        "summary": {"files": 2, "errors": sev.count("error"), "warnings": sev.count("warning"), "infos": sev.count("info")},
+    }
+
+
+def render_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
