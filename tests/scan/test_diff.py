@@ -1,0 +1,112 @@
+"""Diff: bit-identical, changed values, names only on one side, shape/dtype changes, layouts and tolerances."""
+
+import numpy as np
+import pytest
+import torch
+
+from ckinspect.diff import diff_checkpoints
+from tests.scan.helpers import View, simple_checkpoint, zip_checkpoint
+
+
+@pytest.fixture
+def weights():
+    rng = np.random.default_rng(0)
+    return {"emb.weight": rng.standard_normal((64, 16)).astype(np.float32), "norm.weight": np.ones(16, np.float32),
+            "big": rng.standard_normal(600_000).astype(np.float32)}
+
+
+def test_identical_checkpoints(tmp_path, weights):
+    a = simple_checkpoint(tmp_path / "a.pt", weights)
+    b = simple_checkpoint(tmp_path / "b.pt", weights)
+    r = diff_checkpoints(a, b)
+    assert r.identical and len(r.same) == 3 and r.match == "names matched exactly"
+    doc = r.to_json()
+    assert doc["identical"] is True and doc["same"] == 3 and doc["changed"] == [] and doc["only_a"] == doc["only_b"] == []
+    assert doc["bytes_compared"] == 2 * sum(w.nbytes for w in weights.values())
+
+
+def test_changed_values_report_max_diff_count_and_first_index(tmp_path, weights):
+    a = simple_checkpoint(tmp_path / "a.pt", weights)
+    changed = dict(weights)
+    changed["emb.weight"] = weights["emb.weight"].copy()
+    changed["emb.weight"][3, 5] += 0.25
+    changed["emb.weight"][10, 0] -= 0.5
+    changed["big"] = weights["big"].copy()
+    changed["big"][599_999] = np.nan
+    r = diff_checkpoints(a, simple_checkpoint(tmp_path / "b.pt", changed))
+    assert not r.identical and r.same == ["norm.weight"]
+    by = {c.name: c for c in r.changed}
+    emb = by["emb.weight"]
+    assert (emb.reason, emb.n_diff, emb.first_index) == ("values", 2, [3, 5])
+    assert emb.max_abs_diff == pytest.approx(0.5, abs=1e-6)
+    assert by["big"].first_index == [599_999] and by["big"].max_abs_diff == float("inf")
+    assert r.to_json()["changed"][0].keys() >= {"name", "reason", "max_abs_diff", "max_rel_diff", "n_diff", "first_index"}
+
+
+def test_only_in_one_side_shape_and_dtype(tmp_path, weights):
+    a = simple_checkpoint(tmp_path / "a.pt", weights)
+    other = {"emb.weight": weights["emb.weight"][:32], "norm.weight": weights["norm.weight"].astype(np.float16),
+             "new": np.zeros(3, np.float32)}
+    r = diff_checkpoints(a, simple_checkpoint(tmp_path / "b.pt", other))
+    reasons = {c.name: c.reason for c in r.changed}
+    assert reasons == {"emb.weight": "shape", "norm.weight": "dtype"}
+    assert r.only_a == ["big"] and r.only_b == ["new"]
+    dtype_change = next(c for c in r.changed if c.reason == "dtype")
+    assert dtype_change.max_abs_diff == 0.0  # ones survive fp16 exactly: the upcast comparison says so
+
+
+def test_fp16_weights_against_fp32_report_the_rounding_error(tmp_path, weights):
+    a = simple_checkpoint(tmp_path / "a.pt", weights)
+    half = {k: v.astype(np.float16) for k, v in weights.items()}
+    r = diff_checkpoints(a, simple_checkpoint(tmp_path / "b.pt", half))
+    emb = next(c for c in r.changed if c.name == "emb.weight")
+    expected = np.abs(weights["emb.weight"].astype(np.float16).astype(np.float64) - weights["emb.weight"]).max()
+    assert emb.reason == "dtype" and emb.max_abs_diff == pytest.approx(expected)
+
+
+def test_resume_model_group_against_a_weights_file_and_only_model(tmp_path, weights):
+    resume = {f"model.{k}": v for k, v in weights.items()}
+    resume["optimizer.state.0.exp_avg"] = np.zeros(16, np.float32)
+    a = simple_checkpoint(tmp_path / "resume.pt", resume)
+    b = simple_checkpoint(tmp_path / "weights.pt", weights)
+    r = diff_checkpoints(a, b)
+    assert "prefix 'model.'" in r.match and r.only_a == ["optimizer.state.0.exp_avg"] and not r.changed
+    r = diff_checkpoints(a, b, only=["model"])
+    assert r.identical and len(r.same) == 3 and "only group(s) model" in r.match
+
+
+def test_nanogpt_orig_mod_prefix_matches_plain_names(tmp_path, weights):
+    a = simple_checkpoint(tmp_path / "a.pt", {f"_orig_mod.{k}": v for k, v in weights.items()})
+    b = simple_checkpoint(tmp_path / "b.pt", weights)
+    r = diff_checkpoints(a, b)
+    assert r.identical and "_orig_mod" in r.match
+
+
+def test_atol_accepts_small_differences(tmp_path, weights):
+    a = simple_checkpoint(tmp_path / "a.pt", weights)
+    nudged = dict(weights, big=weights["big"] + np.float32(1e-4))
+    b = simple_checkpoint(tmp_path / "b.pt", nudged)
+    assert not diff_checkpoints(a, b).identical
+    r = diff_checkpoints(a, b, atol=1e-3)
+    assert r.identical and r.within_atol == ["big"]
+
+
+def test_strided_view_equals_its_contiguous_copy(tmp_path):
+    base = np.arange(12 * 8, dtype=np.float32).reshape(12, 8)
+    a = zip_checkpoint(tmp_path / "a.pt", {"0": base}, {"w": View("0", "float32", (8, 12), (1, 8))})  # base.T
+    b = simple_checkpoint(tmp_path / "b.pt", {"w": np.ascontiguousarray(base.T)})
+    assert diff_checkpoints(a, b).identical
+    c = simple_checkpoint(tmp_path / "c.pt", {"w": np.ascontiguousarray(base.T) * 2})
+    change = diff_checkpoints(a, c).changed[0]
+    assert change.first_index == [0, 1] and change.n_diff == 95
+
+
+def test_a_pt_file_and_its_safetensors_copy_are_identical(tmp_path, open_ckpt):
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    state = {"tok.weight": torch.randn(50, 8), "norm.weight": torch.ones(8), "blocks.0.w": torch.randn(8, 8).bfloat16()}
+    torch.save(state, tmp_path / "w.pt")
+    save_file(state, tmp_path / "w.safetensors")
+    r = diff_checkpoints(open_ckpt(tmp_path / "w.pt"), open_ckpt(tmp_path / "w.safetensors"))
+    assert r.identical and len(r.same) == 3
