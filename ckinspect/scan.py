@@ -154,6 +154,8 @@ def _block_moments(x: Any, count_overflow: bool) -> _Moments:
     m.n, m.mn, m.mx = n, float(mn), float(mx)
     if count_overflow and max(-m.mn, m.mx) > FP16_MAX:
         m.over = int(np.count_nonzero(np.abs(x) > FP16_MAX))
+    if x.dtype == np.float32 and max(-m.mn, m.mx) > 1e18:  # squares would overflow float32 accumulators
+        x = x.astype(np.float64)
     total = float(x.sum(dtype=x.dtype))
     mean = total / n
     sumsq = float(np.dot(x, x))

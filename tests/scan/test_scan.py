@@ -128,3 +128,9 @@ def test_single_thread_gives_the_same_answer(tmp_path, monkeypatch):
     one = scan_values(ckpt)
     for name in arrays:
         assert one.stats[name].min == two.stats[name].min and math.isclose(one.stats[name].std, two.stats[name].std, rel_tol=1e-9)
+
+
+def test_huge_finite_values_do_not_overflow_the_std(tmp_path):
+    x = np.array([3e38, -3e38, 1.0, 2.0], np.float32)
+    s = scan_values(simple_checkpoint(tmp_path / "h.pt", {"w": x})).stats["w"]
+    assert s.nonfinite == 0 and math.isfinite(s.std) and s.std == pytest.approx(np.std(x.astype(np.float64), ddof=1))
