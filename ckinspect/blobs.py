@@ -135,6 +135,31 @@ class Blobs:
             except BufferError:  # a caller still holds an export (e.g. inside a traceback); GC unmaps it later
                 pass
 
+    @contextlib.contextmanager
+    def address(self, path: Path, offset: int, length: int) -> Iterator[int]:
+        """The memory address of `length` mapped bytes at `offset`, for C functions such as memcmp.
+
+        A private (copy-on-write) mapping, so ctypes can take its address without numpy; it is only
+        read, so nothing is ever copied. Unmapped on exit.
+        """
+        import ctypes
+
+        fd = self.fd(path)
+        if offset + length > self.size(path):
+            raise UnreadableStorage(f"{Path(path).name} ends at {self.size(path):,}, wanted {offset + length:,}")
+        aligned = offset - offset % mmap.ALLOCATIONGRANULARITY
+        mapped = mmap.mmap(fd, offset + length - aligned, flags=mmap.MAP_PRIVATE,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=aligned)
+        anchor = ctypes.c_char.from_buffer(mapped)
+        try:
+            yield ctypes.addressof(anchor) + (offset - aligned)
+        finally:
+            del anchor
+            try:
+                mapped.close()
+            except BufferError:
+                pass
+
 
 def read_chunks(
     storage: StorageInfo, start: int = 0, length: int | None = None, chunk: int = DEFAULT_CHUNK
