@@ -364,8 +364,14 @@ def _unravel(flat: int | None, shape: tuple[int, ...]) -> list[int] | None:
 # ---------------------------------------------------------------- the diff
 
 
-def diff_checkpoints(a: Checkpoint, b: Checkpoint, only: list[str] | None = None, atol: float = 0.0) -> DiffResult:
-    """Compare every tensor of A with its match in B; see the module docstring."""
+def diff_checkpoints(
+    a: Checkpoint, b: Checkpoint, only: list[str] | None = None, atol: float = 0.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> DiffResult:
+    """Compare every tensor of A with its match in B; see the module docstring.
+
+    `progress(done_bytes, total_bytes)` is called on this thread as byte windows are compared.
+    """
     started = time.perf_counter()
     if only:
         unknown = [g for g in only if g not in GROUPS]
@@ -430,11 +436,16 @@ def diff_checkpoints(a: Checkpoint, b: Checkpoint, only: list[str] | None = None
         pool = ThreadPoolExecutor(workers, thread_name_prefix="ckinspect-diff") if workers > 1 else None
         try:
             results = pool.map(compare, chunks) if pool else map(compare, chunks)
-            for ok, ps in results:
+            total = 2 * sum(c[4] for c in chunks)
+            done = 0
+            for chunk, (ok, ps) in zip(chunks, results):
                 if not ok:
                     for p in ps:
                         p.equal = False
-            result.bytes_compared = 2 * sum(c[4] for c in chunks)
+                done += 2 * chunk[4]
+                if progress:
+                    progress(done, total)
+            result.bytes_compared = total
 
             # 2. values: only where the bytes (or dtype/shape) differ
             def judge(p: _Pair) -> tuple[_Pair, Any]:

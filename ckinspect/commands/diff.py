@@ -66,7 +66,10 @@ def run(args: argparse.Namespace) -> int:
         why = _unreadable(ckpt)
         if why:
             raise CkinspectError(f"cannot diff: {why}")
-    result = diff_checkpoints(a, b, only=getattr(args, "only", None), atol=getattr(args, "atol", 0.0) or 0.0)
+    from ckinspect.scan import terminal_progress
+
+    with terminal_progress("comparing", enabled=not getattr(args, "no_progress", False)) as progress:
+        result = diff_checkpoints(a, b, only=getattr(args, "only", None), atol=getattr(args, "atol", 0.0) or 0.0, progress=progress)
     fmt = getattr(args, "format", "text")
     if fmt == "json":
         text = diff_report.render_json(diff_report.build_document(a, b, result))
