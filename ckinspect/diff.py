@@ -32,6 +32,7 @@ _DECODE_ELEMENTS = 1 << 20  # elements per decoded block (8 MiB of float64 per s
 # First path components under which trainers keep the model's state dict.
 MODEL_CONTAINERS = ("model", "state_dict", "model_state_dict", "model_state", "module", "net", "network", "params", "weights")
 OPTIMIZER_CONTAINERS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim", "opt", "optimizer_state")
+RESUME_COUNTERS = ("step", "epoch", "world_size")
 WRAPPERS = ("_orig_mod", "module")  # torch.compile and DDP/DataParallel wrap the model under these names
 
 
@@ -82,6 +83,7 @@ class DiffResult:
     changed: list[TensorChange] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (name, why): no verdict possible
     within_atol: list[str] = field(default_factory=list)  # bytes differ but every value is within atol
+    metadata_changed: dict[str, list[Any]] = field(default_factory=dict)  # step/epoch/world_size: [a, b]
     match: str = "names matched exactly"
     only: list[str] | None = None
     atol: float = 0.0
@@ -90,7 +92,7 @@ class DiffResult:
 
     @property
     def identical(self) -> bool:
-        return not (self.only_a or self.only_b or self.changed or self.unreadable)
+        return not (self.only_a or self.only_b or self.changed or self.unreadable or self.metadata_changed)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,6 +107,7 @@ class DiffResult:
             "only": self.only,
             "atol": self.atol,
             "within_atol": list(self.within_atol),
+            "metadata_changed": dict(self.metadata_changed),
             "unreadable": [{"name": n, "message": m} for n, m in self.unreadable],
             "bytes_compared": self.bytes_compared,
         }
@@ -481,5 +484,10 @@ def diff_checkpoints(
         else:
             result.changed.append(TensorChange(
                 p.name, "values", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common))
+    if not only:  # the counters that decide what a resume does next are part of "identical"
+        for key in RESUME_COUNTERS:
+            va, vb = a.metadata.get(key), b.metadata.get(key)
+            if va is not None and vb is not None and va != vb:
+                result.metadata_changed[key] = [va, vb]
     result.seconds = time.perf_counter() - started
     return result

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = diff_report.render_text(result.to_json(), a, b)
     emit(text, getattr(args, "output", None))
-    if result.changed or result.only_a or result.only_b:
+    if result.changed or result.only_a or result.only_b or result.metadata_changed:
         return EXIT_DIFFERENT
     if result.unreadable:
         return EXIT_ERROR  # some tensors could not be read: no honest verdict of "identical"

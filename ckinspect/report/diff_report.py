@@ -59,6 +59,8 @@ def summary_line(diff: dict[str, Any]) -> str:
         parts.append(f"{len(diff['only_b']):,} only in B")
     if diff.get("unreadable"):
         parts.append(f"{len(diff['unreadable']):,} unreadable")
+    for key, (va, vb) in (diff.get("metadata_changed") or {}).items():
+        parts.append(f"{key} {va} -> {vb}")
     return "different: " + ", ".join(parts)
 
 

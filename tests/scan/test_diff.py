@@ -110,3 +110,12 @@ def test_a_pt_file_and_its_safetensors_copy_are_identical(tmp_path, open_ckpt):
     save_file(state, tmp_path / "w.safetensors")
     r = diff_checkpoints(open_ckpt(tmp_path / "w.pt"), open_ckpt(tmp_path / "w.safetensors"))
     assert r.identical and len(r.same) == 3
+
+
+def test_a_different_step_counter_is_a_difference(tmp_path, weights):
+    a = simple_checkpoint(tmp_path / "a.pt", weights)
+    b = simple_checkpoint(tmp_path / "b.pt", weights)
+    a.metadata["step"], b.metadata["step"] = 30, 60
+    r = diff_checkpoints(a, b)
+    assert not r.identical and r.metadata_changed == {"step": [30, 60]} and not r.changed
+    assert diff_checkpoints(a, b, only=["model"]).identical
