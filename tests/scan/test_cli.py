@@ -17,7 +17,8 @@ def files(tmp_path, open_ckpt):
     changed = {k: v.clone() for k, v in state.items()}
     changed["tok.weight"][2, 3] += 1.0
     torch.save(changed, tmp_path / "b.pt")
-    torch.save({"model": state, "optimizer": {"state": {}, "param_groups": []}, "step": 3}, tmp_path / "resume.pt")
+    optimizer = {"state": {0: {"exp_avg": torch.zeros(40, 8)}}, "param_groups": [{"params": [0, 1]}]}
+    torch.save({"model": state, "optimizer": optimizer, "step": 3}, tmp_path / "resume.pt")
     open_ckpt(tmp_path / "a.pt")  # skip the module when the readers are not here yet
     return tmp_path
 
@@ -42,7 +43,9 @@ def test_diff_json_is_schema_1_with_both_files_and_the_diff(files):
     assert doc["schema"] == 1 and [f["path"] for f in doc["files"]] == [str(files / "a.pt"), str(files / "b.pt")]
     d = doc["diff"]
     assert (d["identical"], d["same"], d["only_a"], d["only_b"]) == (False, 1, [], [])
-    assert d["changed"] == [dict(d["changed"][0], name="tok.weight", reason="values", max_abs_diff=1.0)]
+    [change] = d["changed"]
+    assert (change["name"], change["reason"], change["n_diff"], change["first_index"]) == ("tok.weight", "values", 1, [2, 3])
+    assert change["max_abs_diff"] == pytest.approx(1.0, abs=1e-6)
 
 
 def test_diff_only_model_and_atol(files):
