@@ -83,6 +83,8 @@ class DiffResult:
     changed: list[TensorChange] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (name, why): no verdict possible
     within_atol: list[str] = field(default_factory=list)  # bytes differ but every value is within atol
+    only_a_groups: dict[str, int] = field(default_factory=dict)  # how many only-in-A tensors per group
+    only_b_groups: dict[str, int] = field(default_factory=dict)
     metadata_changed: dict[str, list[Any]] = field(default_factory=dict)  # step/epoch/world_size: [a, b]
     match: str = "names matched exactly"
     only: list[str] | None = None
@@ -106,6 +108,8 @@ class DiffResult:
             "match": self.match,
             "only": self.only,
             "atol": self.atol,
+            "only_a_groups": dict(self.only_a_groups),
+            "only_b_groups": dict(self.only_b_groups),
             "within_atol": list(self.within_atol),
             "metadata_changed": dict(self.metadata_changed),
             "unreadable": [{"name": n, "message": m} for n, m in self.unreadable],
@@ -392,6 +396,11 @@ def diff_checkpoints(
     result = DiffResult(a.path, b.path, match=statement, only=list(only) if only else None, atol=atol)
     result.only_a = [t.name for k, t in ka.items() if k not in kb]
     result.only_b = [t.name for k, t in kb.items() if k not in ka]
+    for ckpt, keys, other, grouped, counts in ((a, ka, kb, ga, result.only_a_groups), (b, kb, ka, gb, result.only_b_groups)):
+        for k, t in keys.items():
+            if k not in other:
+                role = role_of(ckpt, t, grouped)
+                counts[role] = counts.get(role, 0) + 1
 
     pairs: list[_Pair] = []
     for key, x in ka.items():

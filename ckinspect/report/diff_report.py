@@ -14,7 +14,7 @@ from typing import Any
 
 from ckinspect.model import Checkpoint
 
-_LIST_LIMIT = 40  # names listed before "... and N more" in text and Markdown
+_LIST_LIMIT = 12  # names listed before "... and N more" in text and Markdown (JSON lists all)
 
 
 def human_bytes(nbytes: int) -> str:
@@ -41,6 +41,21 @@ def number(x: Any) -> str:
 
 def _percent(fraction: float) -> str:
     return "<0.1%" if 0 < fraction < 0.001 else f"{fraction:.1%}"
+
+
+def _group_note(diff: dict[str, Any], key: str) -> str:
+    groups = diff.get(f"{key}_groups") or {}
+    return ", ".join(f"{g} {n:,}" for g, n in sorted(groups.items(), key=lambda kv: -kv[1]))
+
+
+def hint(diff: dict[str, Any]) -> str | None:
+    """A next step when one side has whole groups the other lacks (a resume file against a weights file)."""
+    if diff.get("only"):
+        return None
+    extra = {**(diff.get("only_a_groups") or {}), **(diff.get("only_b_groups") or {})}
+    if extra and "model" not in extra and diff["same"] + len(diff["changed"]) > 0:
+        return "hint: --only model compares the model weights alone"
+    return None
 
 
 def summary_line(diff: dict[str, Any]) -> str:
@@ -76,8 +91,7 @@ def _changed_rows(diff: dict[str, Any]) -> list[list[str]]:
             f" ({_percent(c['n_diff'] / c['numel'])})" if c.get("numel") else ""
         )
         first = "-" if c["first_index"] is None else "[" + ",".join(map(str, c["first_index"])) + "]"
-        name = a["name"] if a["name"] == b["name"] else f"{a['name']} ~ {b['name']}"
-        rows.append([name, c["reason"], dtype, shape, number(c["max_abs_diff"]), number(c.get("max_rel_diff")), n_diff, first])
+        rows.append([a["name"], c["reason"], dtype, shape, number(c["max_abs_diff"]), number(c.get("max_rel_diff")), n_diff, first])
     return rows
 
 
@@ -112,13 +126,16 @@ def render_text(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint
         names = diff.get(key) or []
         if names:
             shown, more = _head(names)
-            console.print(f"{title} ({len(names):,}):")
+            note = _group_note(diff, key)
+            console.print(f"{title} ({len(names):,}{': ' + note if note else ''}):")
             for n in shown:
                 console.print(f"  {n}", soft_wrap=True)
             if more:
                 console.print(f"  ... and {more:,} more")
     for item in diff.get("unreadable") or []:
         console.print(f"cannot compare {item['name']}: {item['message']}", soft_wrap=True)
+    if hint(diff):
+        console.print(hint(diff))
     return out.getvalue()
 
 
@@ -144,7 +161,8 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
         names = diff.get(key) or []
         if names:
             shown, more = _head(names)
-            lines.append(f"<details><summary>{title} ({len(names):,})</summary>")
+            note = _group_note(diff, key)
+            lines.append(f"<details><summary>{title} ({len(names):,}{': ' + note if note else ''})</summary>")
             lines.append("")
             lines.extend(f"- `{n}`" for n in shown)
             if more:
@@ -154,6 +172,9 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
             lines.append("")
     for item in diff.get("unreadable") or []:
         lines.append(f"- cannot compare `{item['name']}`: {item['message']}")
+    if hint(diff):
+        lines.append("")
+        lines.append(f"_{hint(diff)}_")
     return "\n".join(lines).rstrip() + "\n"
 
 
