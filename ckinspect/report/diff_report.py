@@ -117,9 +117,12 @@ def render_text(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint
     console.print(Text(summary_line(diff), style="bold"))
     if diff["changed"]:
         table = Table(title="changed tensors", title_justify="left", show_edge=False, pad_edge=False)
-        for h in _HEADERS:
-            table.add_column(h, justify="right" if h in ("max |Δ|", "max rel", "differing") else "left", overflow="fold")
-        for row in _changed_rows(diff):
+        rows = _changed_rows(diff)
+        first = min(48, max(len(r[0]) for r in rows))  # names stay whole where they can
+        for i, h in enumerate(_HEADERS):
+            table.add_column(h, justify="right" if h in ("max |Δ|", "max rel", "differing") else "left", overflow="fold",
+                             min_width=first if i == 0 else None)
+        for row in rows:
             table.add_row(*row)
         console.print(table)
     for key, title in (("only_a", "only in A"), ("only_b", "only in B"), ("within_atol", f"within --atol {diff['atol']:g}")):

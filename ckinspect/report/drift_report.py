@@ -77,7 +77,7 @@ def _logit_rows(drift: dict[str, Any]) -> list[list[str]]:
 
 
 _SUMMARY_HEAD = ["round trip", "max |Δ|", "max rel", "-> inf", "-> 0", "worst tensor"]
-_TENSOR_HEAD = ["tensor", "dtype", "values", "fp16 max |Δ|", "fp16 max rel", "fp16 inf/0", "bf16 max |Δ|", "bf16 max rel", "bf16 inf/0"]
+_TENSOR_HEAD = ["tensor", "dtype", "values", "fp16 |Δ|", "fp16 rel", "fp16 inf/0", "bf16 |Δ|", "bf16 rel", "bf16 inf/0"]
 _LOGIT_HEAD = ["logits", "max |Δ|", "mean |Δ|", "top-1 agree", "positions"]
 
 
@@ -97,8 +97,10 @@ def render_text(drift: dict[str, Any], ckpt: Checkpoint | None = None, width: in
 
     def table(title: str, headers: list[str], rows: list[list[str]]) -> None:
         t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        first = min(48, max((len(r[0]) for r in rows), default=8))  # names stay whole where they can
         for i, h in enumerate(headers):
-            t.add_column(h, justify="left" if i == 0 or h in ("dtype", "worst tensor") else "right", overflow="fold")
+            t.add_column(h, justify="left" if i == 0 or h in ("dtype", "worst tensor") else "right", overflow="fold",
+                         min_width=first if i == 0 else None)
         for r in rows:
             t.add_row(*r)
         console.print(t)
