@@ -119,3 +119,45 @@ def test_a_different_step_counter_is_a_difference(tmp_path, weights):
     r = diff_checkpoints(a, b)
     assert not r.identical and r.metadata_changed == {"step": [30, 60]} and not r.changed
     assert diff_checkpoints(a, b, only=["model"]).identical
+
+
+def _state():
+    torch.manual_seed(0)
+    return {"a.weight": torch.randn(30, 20), "b.weight": torch.randn(20).bfloat16(), "c": torch.arange(10),
+            "t": torch.randn(8, 6).t()}
+
+
+@pytest.mark.parametrize("kind", ["legacy", "sharded", "dcp"])
+def test_the_same_tensors_in_every_format_are_identical(tmp_path, open_ckpt, kind):
+    import json
+    import warnings
+
+    state = _state()
+    torch.save(state, tmp_path / "z.pt")
+    reference = open_ckpt(tmp_path / "z.pt")
+    if kind == "legacy":
+        torch.save(state, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+        other = tmp_path / "legacy.pt"
+    elif kind == "sharded":
+        from safetensors.torch import save_file
+
+        s1 = {"a.weight": state["a.weight"], "b.weight": state["b.weight"]}
+        s2 = {"c": state["c"], "t": state["t"].contiguous()}
+        save_file(s1, tmp_path / "m-00001.safetensors")
+        save_file(s2, tmp_path / "m-00002.safetensors")
+        weight_map = {**{k: "m-00001.safetensors" for k in s1}, **{k: "m-00002.safetensors" for k in s2}}
+        other = tmp_path / "m.safetensors.index.json"
+        other.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    else:
+        import torch.distributed.checkpoint as dcp
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save({k: v.contiguous() for k, v in state.items()}, checkpoint_id=str(tmp_path / "dcp"))
+        other = tmp_path / "dcp"
+    r = diff_checkpoints(reference, open_ckpt(other))
+    assert r.identical and len(r.same) == 4 and r.match == "names matched exactly"
+    changed = dict(state, c=torch.arange(10) * 2)
+    torch.save(changed, tmp_path / "changed.pt")
+    r = diff_checkpoints(open_ckpt(tmp_path / "changed.pt"), open_ckpt(other))
+    assert [(c.name, c.reason, c.n_diff, c.first_index) for c in r.changed] == [("c", "values", 9, [1])]
