@@ -200,10 +200,12 @@ def _match(a: Checkpoint, ta: list[TensorInfo], b: Checkpoint, tb: list[TensorIn
 
 def _libc_memcmp() -> Any:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-        fn = libc.memcmp
-    except (OSError, AttributeError):
-        return None
+        fn = ctypes.CDLL(None).memcmp  # the running process already has libc loaded (Linux, macOS)
+    except (OSError, AttributeError, TypeError):
+        try:
+            fn = ctypes.CDLL(ctypes.util.find_library("c") or "c").memcmp  # ldconfig lookup: slow, last resort
+        except (OSError, AttributeError):
+            return None
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     return fn  # ctypes drops the GIL during the call: two threads compare at twice the speed
