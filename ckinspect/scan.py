@@ -30,6 +30,7 @@ FP16_MAX = 65504.0
 # fp16 weights cannot overflow fp16; the warning is about saving wider values in half precision.
 OVERFLOW_DTYPES = ("float32", "bfloat16", "float64")
 _BLOCK = 512 << 10  # bytes per numpy pass: several passes over one block stay in L2
+_WHOLE_SPAN = 64 << 20  # a strided view spanning up to this much is mapped whole for C-order reads
 
 
 def worker_count() -> int:
@@ -276,6 +277,22 @@ def iter_view_blocks(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, lim
             for i in range(n0):
                 yield from walk(base + i * s0, rest)
 
+    total_span = span(dims)
+    if logical and limit < total_span <= _WHOLE_SPAN and len(tensor.shape) > 0:
+        # C order through a transposed view jumps across the whole span for every row: map the span
+        # once and copy rows out of it, rather than re-reading it row by row.
+        offset, _ = blobs.check_within(storage, tensor.storage_offset * item, total_span)
+        with blobs.window(storage.file, offset, total_span) as view:
+            flat = np.frombuffer(view, dtype=np_dtype, count=total_span // item)
+            full = as_strided(flat, shape=tensor.shape, strides=[s * item for s in tensor.stride], writeable=False)
+            row = max(1, math.prod(tensor.shape[1:]))
+            rows = max(1, limit // (row * item))
+            try:
+                for i in range(0, tensor.shape[0], rows):
+                    yield full[i : i + rows].copy().reshape(-1)
+            finally:
+                del full, flat
+        return
     yield from walk(tensor.storage_offset, dims)
 
 

@@ -161,3 +161,16 @@ def test_the_same_tensors_in_every_format_are_identical(tmp_path, open_ckpt, kin
     torch.save(changed, tmp_path / "changed.pt")
     r = diff_checkpoints(open_ckpt(tmp_path / "changed.pt"), open_ckpt(other))
     assert [(c.name, c.reason, c.n_diff, c.first_index) for c in r.changed] == [("c", "values", 9, [1])]
+
+
+def test_big_transposed_view_against_its_contiguous_copy_reads_the_span_once(tmp_path, monkeypatch):
+    import ckinspect.diff as diff_mod
+
+    monkeypatch.setattr(diff_mod, "_DECODE_ELEMENTS", 1000)  # force many blocks on a small tensor
+    base = np.random.default_rng(5).standard_normal((300, 200)).astype(np.float32)
+    a = zip_checkpoint(tmp_path / "a.pt", {"0": base}, {"w": View("0", "float32", (200, 300), (1, 200))})
+    copy = np.ascontiguousarray(base.T)
+    copy[150, 7] += 1
+    r = diff_checkpoints(a, simple_checkpoint(tmp_path / "b.pt", {"w": copy}))
+    [c] = r.changed
+    assert (c.n_diff, c.first_index) == (1, [150, 7]) and c.max_abs_diff == pytest.approx(1.0, abs=1e-5)
