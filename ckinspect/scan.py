@@ -534,26 +534,37 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
 
 
 @contextlib.contextmanager
-def terminal_progress(label: str = "scanning values", enabled: bool = True) -> Iterator[Progress | None]:
-    """A progress callback drawing a rich bar on stderr, or None when stderr is not a terminal (CI, pipes)."""
+def terminal_progress(label: str = "scanning values", enabled: bool = True, min_bytes: int = 64 << 20) -> Iterator[Progress | None]:
+    """A progress callback drawing a rich bar on stderr, or None when stderr is not a terminal (CI, pipes).
+
+    The bar appears only for work of at least `min_bytes`, so small files print nothing extra.
+    """
     if not enabled or not sys.stderr.isatty():
         yield None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress as Bar, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-
-    bar = Bar(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), transient=True,
-    )
-    task = bar.add_task(label, total=None)
-    last = [0.0]
+    state: dict[str, Any] = {"bar": None, "task": None, "last": 0.0}
 
     def update(done: int, total: int) -> None:
-        now = time.monotonic()
-        if done >= total or now - last[0] > 0.1:
-            last[0] = now
-            bar.update(task, completed=done, total=total)
+        if state["bar"] is None:
+            if total < min_bytes:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress as Bar, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    with bar:
+            bar = Bar(
+                TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                console=Console(stderr=True), transient=True,
+            )
+            state["task"] = bar.add_task(label, total=total)
+            bar.start()
+            state["bar"] = bar
+        now = time.monotonic()
+        if done >= total or now - state["last"] > 0.1:
+            state["last"] = now
+            state["bar"].update(state["task"], completed=done, total=total)
+
+    try:
         yield update
+    finally:
+        if state["bar"] is not None:
+            state["bar"].stop()
