@@ -43,8 +43,8 @@ class Blobs:
     """
 
     def __init__(self) -> None:
-        self._fds: dict[Path, int] = {}
-        self._sizes: dict[Path, int] = {}
+        self._fds: dict[str, int] = {}  # keyed by the path string: hashing a Path re-parses it every time
+        self._sizes: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def __enter__(self) -> Blobs:
@@ -61,21 +61,28 @@ class Blobs:
             self._fds.clear()
 
     def fd(self, path: Path) -> int:
-        path = Path(path)
+        key = os.fspath(path)
+        fd = self._fds.get(key)
+        if fd is not None:
+            return fd
         with self._lock:
-            fd = self._fds.get(path)
+            fd = self._fds.get(key)
             if fd is None:
                 try:
                     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
                 except OSError as exc:
                     raise UnreadableStorage(f"cannot open {path}: {exc.strerror or exc}") from None
-                self._fds[path] = fd
-                self._sizes[path] = os.fstat(fd).st_size
+                self._sizes[key] = os.fstat(fd).st_size
+                self._fds[key] = fd
             return fd
 
     def size(self, path: Path) -> int:
-        self.fd(path)
-        return self._sizes[Path(path)]
+        key = os.fspath(path)
+        size = self._sizes.get(key)
+        if size is None:
+            self.fd(path)
+            size = self._sizes[key]
+        return size
 
     def check_within(self, storage: StorageInfo, start: int = 0, length: int | None = None) -> tuple[int, int]:
         """Absolute (offset, length) of the range, raising UnreadableStorage if the file ends before it does."""

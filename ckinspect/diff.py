@@ -120,23 +120,32 @@ class DiffResult:
 # ---------------------------------------------------------------- roles and name matching
 
 
-def role_of(ckpt: Checkpoint, tensor: TensorInfo, grouped: bool | None = None) -> str:
-    """The tensor's group: the reader/anatomy's if any were assigned, else guessed from the first name part."""
-    if grouped is None:
-        grouped = any(t.group != "other" for t in ckpt.tensors)
-    if grouped:
-        return tensor.group
-    head = tensor.name.split(".", 1)[0]
-    if head in MODEL_CONTAINERS or head in WRAPPERS:
-        return "model"
-    if head in OPTIMIZER_CONTAINERS:
-        return "optimizer"
-    if "rng" in head:
-        return "rng"
-    # a flat state dict (weights file): nothing is under a known container
-    if not any(t.name.split(".", 1)[0] in MODEL_CONTAINERS + OPTIMIZER_CONTAINERS for t in ckpt.tensors):
-        return "model"
-    return "other"
+def roles(ckpt: Checkpoint) -> dict[str, str]:
+    """Each tensor's group by name: the reader/anatomy's where any were assigned, else guessed from names.
+
+    Guessing: under a known container (model., state_dict., optimizer., ...) by that container; a flat
+    state dict with no container at all is a weights file, so all model.
+    """
+    if any(t.group != "other" for t in ckpt.tensors):
+        return {t.name: t.group for t in ckpt.tensors}
+    heads = {t.name: t.name.split(".", 1)[0] for t in ckpt.tensors}
+    flat = not any(h in MODEL_CONTAINERS or h in OPTIMIZER_CONTAINERS for h in heads.values())
+    out = {}
+    for name, head in heads.items():
+        if head in MODEL_CONTAINERS or head in WRAPPERS:
+            out[name] = "model"
+        elif head in OPTIMIZER_CONTAINERS:
+            out[name] = "optimizer"
+        elif "rng" in head:
+            out[name] = "rng"
+        else:
+            out[name] = "model" if flat else "other"
+    return out
+
+
+def role_of(ckpt: Checkpoint, tensor: TensorInfo) -> str:
+    """One tensor's group (see roles(); call that once for many tensors)."""
+    return roles(ckpt).get(tensor.name, tensor.group)
 
 
 @dataclass
@@ -151,11 +160,11 @@ def _unwrap(name: str) -> str:
     return ".".join(kept) or name
 
 
-def _namings(ckpt: Checkpoint, tensors: list[TensorInfo], grouped: bool) -> list[_Naming]:
+def _namings(tensors: list[TensorInfo], role: dict[str, str]) -> list[_Naming]:
     out = [_Naming("", lambda n: n)]
     if any(p in WRAPPERS for t in tensors for p in t.name.split(".")):
         out.append(_Naming("'_orig_mod.'/'module.' wrappers removed", _unwrap))
-    model = [t.name for t in tensors if role_of(ckpt, t, grouped) == "model"]
+    model = [t.name for t in tensors if role.get(t.name) == "model"]
     heads = {n.split(".", 1)[0] for n in model if "." in n}
     if len(heads) == 1 and all("." in n for n in model):
         head = heads.pop() + "."
@@ -167,15 +176,13 @@ def _namings(ckpt: Checkpoint, tensors: list[TensorInfo], grouped: bool) -> list
     return out
 
 
-def _match(a: Checkpoint, ta: list[TensorInfo], b: Checkpoint, tb: list[TensorInfo]):
-    ga = any(t.group != "other" for t in a.tensors)
-    gb = any(t.group != "other" for t in b.tensors)
+def _match(ta: list[TensorInfo], ra: dict[str, str], tb: list[TensorInfo], rb: dict[str, str]):
     best = None
-    for na in _namings(a, ta, ga):
+    for na in _namings(ta, ra):
         ka = {na.key(t.name): t for t in ta}
         if len(ka) != len(ta):
             continue  # this renaming would merge two tensors: not a valid reading
-        for nb in _namings(b, tb, gb):
+        for nb in _namings(tb, rb):
             kb = {nb.key(t.name): t for t in tb}
             if len(kb) != len(tb):
                 continue
@@ -388,21 +395,19 @@ def diff_checkpoints(
             from ckinspect.errors import CkinspectError
 
             raise CkinspectError(f"--only {unknown[0]!r} is not a group (choose from {', '.join(GROUPS)})")
-    ga = any(t.group != "other" for t in a.tensors)
-    gb = any(t.group != "other" for t in b.tensors)
-    ta = [t for t in a.tensors if not only or role_of(a, t, ga) in only]
-    tb = [t for t in b.tensors if not only or role_of(b, t, gb) in only]
-    ka, kb, statement = _match(a, ta, b, tb)
+    ra, rb = roles(a), roles(b)
+    ta = [t for t in a.tensors if not only or ra[t.name] in only]
+    tb = [t for t in b.tensors if not only or rb[t.name] in only]
+    ka, kb, statement = _match(ta, ra, tb, rb)
     if only:
         statement += f"; only group(s) {', '.join(only)} compared"
     result = DiffResult(a.path, b.path, match=statement, only=list(only) if only else None, atol=atol)
     result.only_a = [t.name for k, t in ka.items() if k not in kb]
     result.only_b = [t.name for k, t in kb.items() if k not in ka]
-    for ckpt, keys, other, grouped, counts in ((a, ka, kb, ga, result.only_a_groups), (b, kb, ka, gb, result.only_b_groups)):
+    for keys, other, role, counts in ((ka, kb, ra, result.only_a_groups), (kb, ka, rb, result.only_b_groups)):
         for k, t in keys.items():
             if k not in other:
-                role = role_of(ckpt, t, grouped)
-                counts[role] = counts.get(role, 0) + 1
+                counts[role[t.name]] = counts.get(role[t.name], 0) + 1
 
     pairs: list[_Pair] = []
     for key, x in ka.items():

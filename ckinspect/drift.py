@@ -150,12 +150,12 @@ def _values(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo):
 
 def model_tensors(ckpt: Checkpoint) -> list[TensorInfo]:
     """Floating tensors of the model group (a weights file's every float tensor); tied names once."""
-    from ckinspect.diff import role_of
+    from ckinspect.diff import roles
 
-    grouped = any(t.group != "other" for t in ckpt.tensors)
+    role = roles(ckpt)
     out, seen = [], set()
     for t in ckpt.tensors:
-        if t.dtype not in DRIFT_DTYPES or role_of(ckpt, t, grouped) != "model":
+        if t.dtype not in DRIFT_DTYPES or role.get(t.name) != "model":
             continue
         key = (t.storage_key, t.storage_offset, t.shape, t.stride, t.dtype)
         if key in seen:

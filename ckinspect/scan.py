@@ -494,10 +494,11 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
         for index, storage in enumerate(storages):
             if storage.crc32 is None:
                 continue
-            crc = 0
+            crc = None
             for c in sorted(crc_parts.get(index, {})):
                 part, length = crc_parts[index][c]
-                crc = crc32_combine(crc, part, length)
+                crc = part if crc is None else crc32_combine(crc, part, length)
+            crc = crc or 0
             crc_checked += 1
             if crc != storage.crc32:
                 names = users.get(storage.key, [])
