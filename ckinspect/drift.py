@@ -226,6 +226,19 @@ def trainer_config(ckpt: Checkpoint) -> dict[str, Any] | None:
     return config
 
 
+def _looks_like_trainer_weights(ckpt: Checkpoint) -> bool:
+    """A weights-only file named like the bundled trainer's model (its tiny.pth): no config inside."""
+    names = {t.name.removeprefix("model.") for t in ckpt.tensors}
+    return "tok_embeddings.weight" in names and "layers.0.attn.wq.weight" in names
+
+
+def _inferred_config(ckpt: Checkpoint) -> Any:
+    """The trainer's default ModelConfig when a weights-only file has exactly its names and shapes (imports torch)."""
+    from trainer.model import infer_config
+
+    return infer_config({t.name.removeprefix("model."): t for t in model_tensors(ckpt)})  # TensorInfo has .shape
+
+
 def logit_drift_reason(ckpt: Checkpoint) -> str | None:
     """Why logit drift cannot be measured for this checkpoint (None: it can)."""
     if trainer_config(ckpt) is not None:
@@ -233,6 +246,15 @@ def logit_drift_reason(ckpt: Checkpoint) -> str | None:
             import trainer.experiment  # noqa: F401
         except ImportError as exc:
             return f"the bundled trainer cannot be imported ({exc})"
+        return None
+    if _looks_like_trainer_weights(ckpt):
+        try:
+            import trainer.experiment  # noqa: F401
+            from trainer.model import infer_config  # noqa: F401
+        except ImportError as exc:
+            return f"weights of the bundled trainer's model, but the trainer cannot be imported ({exc})"
+        if _inferred_config(ckpt) is None:
+            return "named like the bundled trainer's model, but not its default shapes, and the file carries no config"
         return None
     folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
     if (folder / "config.json").is_file():
@@ -272,14 +294,20 @@ def logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | None:
     if logit_drift_reason(ckpt) is not None:
         return None
     config = trainer_config(ckpt)
+    if config is None and _looks_like_trainer_weights(ckpt):
+        config = _inferred_config(ckpt)
     if config is None:
         return _transformers_logit_drift(ckpt, seed)
     import torch
     from trainer.experiment import logit_drift as trainer_logit_drift
 
     tensors = [t for t in ckpt.tensors if t.name.startswith("model.")] or model_tensors(ckpt)
+    stored = sorted({t.dtype for t in tensors})
     state = {t_name.removeprefix("model."): tensor.float() for t_name, tensor in _torch_state(ckpt, tensors).items()}
-    out: dict[str, Any] = {"model": "ckinspect-trainer", "seed": seed, "reference": "float32"}
+    out: dict[str, Any] = {"model": "ckinspect-trainer", "seed": seed, "reference": "float32", "stored_as": stored}
+    if stored != ["float32"]:
+        out["note"] = (f"weights are stored as {', '.join(stored)}: the reference is those values in float32, "
+                       f"so rounding to a format they already fit in changes nothing")
     for label, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         out[label] = trainer_logit_drift(state, config, dtype, seed)
     return out

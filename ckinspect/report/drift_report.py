@@ -112,6 +112,8 @@ def render_text(drift: dict[str, Any], ckpt: Checkpoint | None = None, width: in
     if drift["logits"]:
         lg = drift["logits"]
         table(f"logit drift ({lg.get('model')}, fixed batch, seed {lg.get('seed')})", _LOGIT_HEAD, _logit_rows(drift))
+        if lg.get("note"):
+            console.print(f"note: {lg['note']}", soft_wrap=True)
     else:
         console.print(f"logit drift: skipped: {drift['logits_skipped']}", soft_wrap=True)
     for f in drift.get("findings", []):
@@ -136,6 +138,8 @@ def render_markdown(drift: dict[str, Any], ckpt: Checkpoint | None = None) -> st
     if drift["logits"]:
         lines += [f"### Logit drift ({drift['logits'].get('model')}, fixed batch, seed {drift['logits'].get('seed')})", ""]
         lines += _md_table(_LOGIT_HEAD, _logit_rows(drift))
+        if drift["logits"].get("note"):
+            lines += [f"_{drift['logits']['note']}_", ""]
     else:
         lines += [f"Logit drift skipped: {drift['logits_skipped']}", ""]
     for f in drift.get("findings", []):
