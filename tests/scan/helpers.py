@@ -81,6 +81,7 @@ def saved_checkpoint(path: Path, tensors: dict, group: str = "other") -> Checkpo
     torch.save(tensors, path)
     try:
         from ckinspect.formats import open_checkpoint
+        from ckinspect.formats.torch_zip import read_torch_zip  # noqa: F401
     except ImportError:
         open_checkpoint = None
     if open_checkpoint is not None:
