@@ -148,8 +148,8 @@ def _values(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo):
             yield decode(raw, t.dtype).astype(wide)
 
 
-def model_tensors(ckpt: Checkpoint) -> list[TensorInfo]:
-    """Floating tensors of the model group (a weights file's every float tensor); tied names once."""
+def model_tensors(ckpt: Checkpoint, tied_once: bool = True) -> list[TensorInfo]:
+    """Floating tensors of the model group (a weights file's every float tensor); tied names once unless asked."""
     from ckinspect.diff import roles
 
     role = roles(ckpt)
@@ -157,7 +157,7 @@ def model_tensors(ckpt: Checkpoint) -> list[TensorInfo]:
     for t in ckpt.tensors:
         if t.dtype not in DRIFT_DTYPES or role.get(t.name) != "model":
             continue
-        key = (t.storage_key, t.storage_offset, t.shape, t.stride, t.dtype)
+        key = (t.storage_key, t.storage_offset, t.shape, t.stride, t.dtype) if tied_once else t.name
         if key in seen:
             continue
         seen.add(key)
@@ -236,7 +236,7 @@ def _inferred_config(ckpt: Checkpoint) -> Any:
     """The trainer's default ModelConfig when a weights-only file has exactly its names and shapes (imports torch)."""
     from trainer.model import infer_config
 
-    return infer_config({t.name.removeprefix("model."): t for t in model_tensors(ckpt)})  # TensorInfo has .shape
+    return infer_config({t.name.removeprefix("model."): t for t in model_tensors(ckpt, tied_once=False)})  # TensorInfo has .shape
 
 
 def logit_drift_reason(ckpt: Checkpoint) -> str | None:
@@ -301,7 +301,7 @@ def logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | None:
     import torch
     from trainer.experiment import logit_drift as trainer_logit_drift
 
-    tensors = [t for t in ckpt.tensors if t.name.startswith("model.")] or model_tensors(ckpt)
+    tensors = model_tensors(ckpt, tied_once=False)  # every name: load_state_dict wants tied ones twice
     stored = sorted({t.dtype for t in tensors})
     state = {t_name.removeprefix("model."): tensor.float() for t_name, tensor in _torch_state(ckpt, tensors).items()}
     out: dict[str, Any] = {"model": "ckinspect-trainer", "seed": seed, "reference": "float32", "stored_as": stored}
