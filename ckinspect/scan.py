@@ -161,7 +161,7 @@ def _block_moments(x: Any, count_overflow: bool) -> _Moments:
     mean = total / n
     sumsq = float(np.dot(x, x))
     m2 = sumsq - total * mean
-    if mean * mean * n > 1e-3 * sumsq:  # values far from zero: E[x^2]-E[x]^2 would cancel; centre first
+    if m2 < 1e-2 * sumsq:  # spread tiny next to the mean (norm weights near 1): E[x^2]-E[x]^2 cancels; centre first
         d = x - x.dtype.type(mean)
         m2 = float(np.dot(d, d)) - float(d.sum(dtype=d.dtype)) ** 2 / n
     m.mean, m.m2 = mean, max(m2, 0.0)
