@@ -266,6 +266,8 @@ def _float8_table(dtype: str) -> Any:
     codes = np.arange(256, dtype=np.uint16)
     if dtype == "float8_e5m2":  # the top byte of a float16
         return (codes << 8).view(np.float16).astype(np.float64)
+    if dtype == "float8_e8m0fnu":  # exponent only: 2^(code-127), 0xFF is NaN
+        return np.where(codes == 255, np.nan, 2.0 ** (codes.astype(np.float64) - 127))
     sign = np.where(codes & 0x80, -1.0, 1.0)
     exp = (codes >> 3) & 0xF
     man = (codes & 0x7).astype(np.float64)
@@ -280,8 +282,10 @@ def decode(raw: Any, dtype: str) -> Any:
 
     if dtype == "bfloat16":
         return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    if dtype.startswith("float8"):
+    if dtype in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
         return _float8_table(dtype)[raw]
+    if dtype_info(dtype).kind == "opaque" or dtype.startswith("float8"):
+        return raw.astype(np.float64)  # bit patterns: counts and first index are right, magnitudes are not
     if dtype_info(dtype).kind == "complex":
         return raw.astype(np.complex128)
     return raw.astype(np.float64)

@@ -185,3 +185,13 @@ def test_many_tiny_tensors_stay_fast(tmp_path):
     r = diff_checkpoints(a, a)
     assert r.identical and len(r.same) == 5000
     assert time.perf_counter() - started < 10  # was quadratic in the tensor count once (minutes at 20k)
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "bfloat16"])
+def test_narrow_floats_decode_as_torch_does(name):
+    from ckinspect.diff import decode
+
+    width = 2 if name == "bfloat16" else 1
+    codes = np.arange(1 << (8 * width), dtype=np.uint16 if width == 2 else np.uint8)
+    ref = torch.from_numpy(codes.view(np.int16) if width == 2 else codes.copy()).view(getattr(torch, name)).double().numpy()
+    assert np.array_equal(decode(codes, name), ref, equal_nan=True)
