@@ -281,7 +281,8 @@ def decode(raw: Any, dtype: str) -> Any:
     import numpy as np
 
     if dtype == "bfloat16":
-        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        with np.errstate(invalid="ignore"):  # signalling NaN patterns widen to quiet NaNs, as torch's do
+            return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     if dtype in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
         return _float8_table(dtype)[raw]
     if dtype_info(dtype).kind == "opaque" or dtype.startswith("float8"):
