@@ -30,7 +30,9 @@ COMPARE_CHUNK = 16 << 20  # bytes per memcmp window
 _DECODE_ELEMENTS = 1 << 20  # elements per decoded block (8 MiB of float64 per side)
 
 # First path components under which trainers keep the model's state dict.
-MODEL_CONTAINERS = ("model", "state_dict", "model_state_dict", "model_state", "module", "net", "network", "params", "weights")
+MODEL_CONTAINERS = (
+    "model", "state_dict", "model_state_dict", "model_state", "module", "net", "network", "params", "weights",
+)
 OPTIMIZER_CONTAINERS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim", "opt", "optimizer_state")
 RESUME_COUNTERS = ("step", "epoch", "world_size")
 WRAPPERS = ("_orig_mod", "module")  # torch.compile and DDP/DataParallel wrap the model under these names
@@ -334,7 +336,9 @@ class _ValueDiff:
     first: int | None = None
 
 
-def compare_values(blobs_a: Blobs, a: Checkpoint, ta: TensorInfo, blobs_b: Blobs, b: Checkpoint, tb: TensorInfo, atol: float) -> _ValueDiff:
+def compare_values(
+    blobs_a: Blobs, a: Checkpoint, ta: TensorInfo, blobs_b: Blobs, b: Checkpoint, tb: TensorInfo, atol: float
+) -> _ValueDiff:
     """Element-wise comparison in C order (after upcasting when dtypes differ)."""
     import numpy as np
 
@@ -491,7 +495,8 @@ def diff_checkpoints(
         if p.error:
             result.unreadable.append((p.name, p.error))
             continue
-        common = dict(a_name=x.name, b_name=y.name, a_dtype=x.dtype, b_dtype=y.dtype, a_shape=x.shape, b_shape=y.shape, numel=x.numel)
+        common = dict(a_name=x.name, b_name=y.name, a_dtype=x.dtype, b_dtype=y.dtype,
+                      a_shape=x.shape, b_shape=y.shape, numel=x.numel)
         if x.shape != y.shape:
             result.changed.append(TensorChange(p.name, "shape", **common))
         elif x.dtype != y.dtype:

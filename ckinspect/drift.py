@@ -236,7 +236,8 @@ def _inferred_config(ckpt: Checkpoint) -> Any:
     """The trainer's default ModelConfig when a weights-only file has exactly its names and shapes (imports torch)."""
     from trainer.model import infer_config
 
-    return infer_config({t.name.removeprefix("model."): t for t in model_tensors(ckpt, tied_once=False)})  # TensorInfo has .shape
+    shapes = {t.name.removeprefix("model."): t for t in model_tensors(ckpt, tied_once=False)}  # TensorInfo has .shape
+    return infer_config(shapes)
 
 
 def logit_drift_reason(ckpt: Checkpoint) -> str | None:
@@ -273,7 +274,7 @@ def _torch_state(ckpt: Checkpoint, tensors: list[TensorInfo]) -> dict[str, Any]:
 
     from ckinspect.diff import value_blocks
 
-    torch_dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+    torch_dtypes = {name: getattr(torch, name) for name in DRIFT_DTYPES}
     state: dict[str, Any] = {}
     with Blobs() as blobs:
         for t in tensors:
@@ -328,7 +329,8 @@ def _transformers_logit_drift(ckpt: Checkpoint, seed: int) -> dict[str, Any] | N
     with torch.no_grad():
         ref = model(inputs).logits.float()
         for label, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
-            model.load_state_dict({k: v.to(dtype).float() if v.is_floating_point() else v for k, v in reference_state.items()})
+            rounded = {k: v.to(dtype).float() if v.is_floating_point() else v for k, v in reference_state.items()}
+            model.load_state_dict(rounded)
             got = model(inputs).logits.float()
             delta = (ref - got).abs()
             out[label] = {"max_abs": delta.max().item(), "mean_abs": delta.mean().item(),

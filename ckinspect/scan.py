@@ -235,7 +235,9 @@ def _moments_of_array(arr: Any, dtype: str) -> _Moments:
 # ---------------------------------------------------------------- strided views, bounded
 
 
-def iter_view_blocks(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, limit: int = DEFAULT_CHUNK, logical: bool = True) -> Iterator[Any]:
+def iter_view_blocks(
+    blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, limit: int = DEFAULT_CHUNK, logical: bool = True
+) -> Iterator[Any]:
     """The elements of any (non-contiguous) view as contiguous numpy blocks, each read from at most ~`limit` bytes.
 
     With `logical=True` the blocks come in the tensor's own C order (what a diff needs); with False the
@@ -334,7 +336,8 @@ def _plan(ckpt: Checkpoint, blobs: Blobs, findings: list[Finding], skipped: list
         names = ", ".join(t.name for t in users) or "(no tensor)"
         if storage.offset is None:
             if users:
-                skipped.append(f"{key}: bytes not addressable in {storage.file.name} ({', '.join(t.name for t in users[:3])})")
+                some = ", ".join(t.name for t in users[:3])
+                skipped.append(f"{key}: bytes not addressable in {storage.file.name} ({some})")
             continue
         try:
             blobs.check_within(storage)
@@ -346,7 +349,8 @@ def _plan(ckpt: Checkpoint, blobs: Blobs, findings: list[Finding], skipped: list
             if t.dtype not in SCANNED_DTYPES or t.numel == 0:
                 continue
             if t.byte_offset + t.span_bytes > storage.nbytes:
-                findings.append(Finding("CORRUPT", f"{t.name} reaches past the end of its storage {key} ({storage.nbytes:,} bytes)", t.name))
+                message = f"{t.name} reaches past the end of its storage {key} ({storage.nbytes:,} bytes)"
+                findings.append(Finding("CORRUPT", message, t.name))
                 continue
             if t.is_contiguous:
                 k = (t.byte_offset, t.nbytes, t.dtype)
@@ -523,7 +527,8 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
         s = stats[name]
         if s.nonfinite:
             inf = s.nonfinite - s.nan
-            findings.append(Finding("NONFINITE", f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values", name))
+            message = f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values"
+            findings.append(Finding("NONFINITE", message, name))
         if s.fp16_overflow and dtypes.get(name) in OVERFLOW_DTYPES:
             findings.append(Finding(
                 "FP16_OVERFLOW",
@@ -535,7 +540,9 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
 
 
 @contextlib.contextmanager
-def terminal_progress(label: str = "scanning values", enabled: bool = True, min_bytes: int = 64 << 20) -> Iterator[Progress | None]:
+def terminal_progress(
+    label: str = "scanning values", enabled: bool = True, min_bytes: int = 64 << 20
+) -> Iterator[Progress | None]:
     """A progress callback drawing a rich bar on stderr, or None when stderr is not a terminal (CI, pipes).
 
     The bar appears only for work of at least `min_bytes`, so small files print nothing extra.
@@ -550,10 +557,12 @@ def terminal_progress(label: str = "scanning values", enabled: bool = True, min_
             if total < min_bytes:
                 return
             from rich.console import Console
-            from rich.progress import BarColumn, DownloadColumn, Progress as Bar, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+            from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+            from rich.progress import Progress as Bar
 
             bar = Bar(
-                TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                TimeRemainingColumn(),
                 console=Console(stderr=True), transient=True,
             )
             state["task"] = bar.add_task(label, total=total)

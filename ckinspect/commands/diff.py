@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from ckinspect.scan import terminal_progress
 
     with terminal_progress("comparing", enabled=not getattr(args, "no_progress", False)) as progress:
-        result = diff_checkpoints(a, b, only=getattr(args, "only", None), atol=getattr(args, "atol", 0.0) or 0.0, progress=progress)
+        only, atol = getattr(args, "only", None), getattr(args, "atol", 0.0) or 0.0
+        result = diff_checkpoints(a, b, only=only, atol=atol, progress=progress)
     fmt = getattr(args, "format", "text")
     if fmt == "json":
         text = diff_report.render_json(diff_report.build_document(a, b, result))

@@ -91,18 +91,22 @@ def _changed_rows(diff: dict[str, Any]) -> list[list[str]]:
             f" ({_percent(c['n_diff'] / c['numel'])})" if c.get("numel") else ""
         )
         first = "-" if c["first_index"] is None else "[" + ",".join(map(str, c["first_index"])) + "]"
-        rows.append([a["name"], c["reason"], dtype, shape, number(c["max_abs_diff"]), number(c.get("max_rel_diff")), n_diff, first])
+        max_abs, max_rel = number(c["max_abs_diff"]), number(c.get("max_rel_diff"))
+        rows.append([a["name"], c["reason"], dtype, shape, max_abs, max_rel, n_diff, first])
     return rows
 
 
 _HEADERS = ["tensor", "reason", "dtype", "shape", "max |Δ|", "max rel", "differing", "first at"]
+_NUMERIC = ("max |Δ|", "max rel", "differing")
 
 
 def _head(names: Sequence[str]) -> tuple[list[str], int]:
     return list(names[:_LIST_LIMIT]), max(0, len(names) - _LIST_LIMIT)
 
 
-def render_text(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None, width: int | None = None) -> str:
+def render_text(
+    diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None, width: int | None = None
+) -> str:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -120,12 +124,13 @@ def render_text(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint
         rows = _changed_rows(diff)
         first = min(48, max(len(r[0]) for r in rows))  # names stay whole where they can
         for i, h in enumerate(_HEADERS):
-            table.add_column(h, justify="right" if h in ("max |Δ|", "max rel", "differing") else "left", overflow="fold",
+            table.add_column(h, justify="right" if h in _NUMERIC else "left", overflow="fold",
                              min_width=first if i == 0 else None)
         for row in rows:
             table.add_row(*row)
         console.print(table)
-    for key, title in (("only_a", "only in A"), ("only_b", "only in B"), ("within_atol", f"within --atol {diff['atol']:g}")):
+    lists = (("only_a", "only in A"), ("only_b", "only in B"), ("within_atol", f"within --atol {diff['atol']:g}"))
+    for key, title in lists:
         names = diff.get(key) or []
         if names:
             shown, more = _head(names)
@@ -156,11 +161,12 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
     lines.append("")
     if diff["changed"]:
         lines.append("| " + " | ".join(_md_escape(h) for h in _HEADERS) + " |")
-        lines.append("|" + "|".join("---:" if h in ("max |Δ|", "max rel", "differing") else "---" for h in _HEADERS) + "|")
+        lines.append("|" + "|".join("---:" if h in _NUMERIC else "---" for h in _HEADERS) + "|")
         for row in _changed_rows(diff):
             lines.append("| " + " | ".join(_md_escape(f"`{c}`" if i == 0 else c) for i, c in enumerate(row)) + " |")
         lines.append("")
-    for key, title in (("only_a", "Only in A"), ("only_b", "Only in B"), ("within_atol", f"Within --atol {diff['atol']:g}")):
+    lists = (("only_a", "Only in A"), ("only_b", "Only in B"), ("within_atol", f"Within --atol {diff['atol']:g}"))
+    for key, title in lists:
         names = diff.get(key) or []
         if names:
             shown, more = _head(names)
@@ -202,7 +208,8 @@ def build_document(a: Checkpoint, b: Checkpoint, result: Any) -> dict[str, Any]:
     sev = [f.severity for f in findings]
     return {
         "schema": 1, "tool": "ckinspect", "version": __version__, "files": files, "diff": result.to_json(),
-        "summary": {"files": 2, "errors": sev.count("error"), "warnings": sev.count("warning"), "infos": sev.count("info")},
+        "summary": {"files": 2, "errors": sev.count("error"), "warnings": sev.count("warning"),
+                    "infos": sev.count("info")},
     }
 
 

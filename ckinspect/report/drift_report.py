@@ -13,7 +13,9 @@ from ckinspect.report.diff_report import human_bytes, number
 TOP = 25  # tensors shown in text/Markdown, worst first; JSON lists all
 
 
-def drift_json(ckpt: Checkpoint, drifts: list[Any], logits: dict[str, Any] | None, logits_skipped: str | None) -> dict[str, Any]:
+def drift_json(
+    ckpt: Checkpoint, drifts: list[Any], logits: dict[str, Any] | None, logits_skipped: str | None
+) -> dict[str, Any]:
     from ckinspect.drift import drift_summary
 
     return {
@@ -46,14 +48,18 @@ def build_document(ckpt: Checkpoint, drift: dict[str, Any], findings: list[Findi
 
 
 def _worst(drift: dict[str, Any]) -> list[dict[str, Any]]:
-    return sorted(drift["weights"], key=lambda w: (-w["fp16"]["overflow"], -w["fp16"]["max_rel"], -w["bf16"]["max_rel"]))[:TOP]
+    def badness(w: dict[str, Any]) -> tuple[float, ...]:
+        return (-w["fp16"]["overflow"], -w["fp16"]["max_rel"], -w["bf16"]["max_rel"])
+
+    return sorted(drift["weights"], key=badness)[:TOP]
 
 
 def _summary_rows(drift: dict[str, Any]) -> list[list[str]]:
     rows = []
     for fmt in ("fp16", "bf16"):
         s = drift["summary"][fmt]
-        rows.append([fmt, number(s["max_abs"]), number(s["max_rel"]), f"{s['overflow']:,}", f"{s['underflow']:,}", s["worst_tensor"] or "-"])
+        rows.append([fmt, number(s["max_abs"]), number(s["max_rel"]), f"{s['overflow']:,}", f"{s['underflow']:,}",
+                     s["worst_tensor"] or "-"])
     return rows
 
 
@@ -62,7 +68,8 @@ def _tensor_rows(drift: dict[str, Any]) -> list[list[str]]:
     for w in _worst(drift):
         f, b = w["fp16"], w["bf16"]
         rows.append([w["name"], w["dtype"], f"{w['numel']:,}", number(f["max_abs"]), number(f["max_rel"]),
-                     f"{f['overflow']:,}/{f['underflow']:,}", number(b["max_abs"]), number(b["max_rel"]), f"{b['overflow']:,}/{b['underflow']:,}"])
+                     f"{f['overflow']:,}/{f['underflow']:,}", number(b["max_abs"]), number(b["max_rel"]),
+                     f"{b['overflow']:,}/{b['underflow']:,}"])
     return rows
 
 
@@ -72,12 +79,14 @@ def _logit_rows(drift: dict[str, Any]) -> list[list[str]]:
     for fmt in ("fp16", "bf16"):
         r = logits.get(fmt)
         if r:
-            rows.append([f"{fmt} vs fp32", number(r["max_abs"]), number(r["mean_abs"]), f"{r['top1_agreement']:.2%}", f"{r.get('positions', 0):,}"])
+            rows.append([f"{fmt} vs fp32", number(r["max_abs"]), number(r["mean_abs"]), f"{r['top1_agreement']:.2%}",
+                         f"{r.get('positions', 0):,}"])
     return rows
 
 
 _SUMMARY_HEAD = ["round trip", "max |Δ|", "max rel", "-> inf", "-> 0", "worst tensor"]
-_TENSOR_HEAD = ["tensor", "dtype", "values", "fp16 |Δ|", "fp16 rel", "fp16 inf/0", "bf16 |Δ|", "bf16 rel", "bf16 inf/0"]
+_TENSOR_HEAD = ["tensor", "dtype", "values",
+                "fp16 |Δ|", "fp16 rel", "fp16 inf/0", "bf16 |Δ|", "bf16 rel", "bf16 inf/0"]
 _LOGIT_HEAD = ["logits", "max |Δ|", "mean |Δ|", "top-1 agree", "positions"]
 
 
@@ -123,20 +132,23 @@ def render_text(drift: dict[str, Any], ckpt: Checkpoint | None = None, width: in
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(esc(h) for h in headers) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
+    lines = ["| " + " | ".join(esc(h) for h in headers) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
     lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return lines + [""]
 
 
 def render_markdown(drift: dict[str, Any], ckpt: Checkpoint | None = None) -> str:
     s = drift["summary"]
-    lines = ["## ckinspect drift", "", f"`{drift['path']}`: {s['tensors']:,} floating model tensors, {s['values']:,} values", ""]
+    head = f"`{drift['path']}`: {s['tensors']:,} floating model tensors, {s['values']:,} values"
+    lines = ["## ckinspect drift", "", head, ""]
     lines += ["### Weights stored in half precision and read back", ""] + _md_table(_SUMMARY_HEAD, _summary_rows(drift))
     if drift["weights"]:
         lines += [f"### Per tensor, worst first ({min(TOP, len(drift['weights']))} of {len(drift['weights']):,})", ""]
         lines += _md_table(_TENSOR_HEAD, _tensor_rows(drift))
     if drift["logits"]:
-        lines += [f"### Logit drift ({drift['logits'].get('model')}, fixed batch, seed {drift['logits'].get('seed')})", ""]
+        lg = drift["logits"]
+        lines += [f"### Logit drift ({lg.get('model')}, fixed batch, seed {lg.get('seed')})", ""]
         lines += _md_table(_LOGIT_HEAD, _logit_rows(drift))
         if drift["logits"].get("note"):
             lines += [f"_{drift['logits']['note']}_", ""]
