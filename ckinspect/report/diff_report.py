@@ -140,8 +140,14 @@ def render_text(
                 console.print(f"  {n}", soft_wrap=True)
             if more:
                 console.print(f"  ... and {more:,} more")
-    for item in diff.get("unreadable") or []:
+    unreadable = diff.get("unreadable") or []
+    for item in unreadable[:_LIST_LIMIT]:
         console.print(f"cannot compare {item['name']}: {item['message']}", soft_wrap=True)
+    if len(unreadable) > _LIST_LIMIT:
+        console.print(f"... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+    for side, ckpt in (("A", a), ("B", b)):
+        for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
+            console.print(f"{side} is damaged: {f.message}", soft_wrap=True)
     if hint(diff):
         console.print(hint(diff))
     return out.getvalue()
@@ -179,8 +185,14 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
             lines.append("")
             lines.append("</details>")
             lines.append("")
-    for item in diff.get("unreadable") or []:
+    unreadable = diff.get("unreadable") or []
+    for item in unreadable[:_LIST_LIMIT]:
         lines.append(f"- cannot compare `{item['name']}`: {item['message']}")
+    if len(unreadable) > _LIST_LIMIT:
+        lines.append(f"- ... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+    for side, ckpt in (("A", a), ("B", b)):
+        for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
+            lines.append(f"- **{side} is damaged**: {f.message}")
     if hint(diff):
         lines.append("")
         lines.append(f"_{hint(diff)}_")
