@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     with terminal_progress("comparing", enabled=not getattr(args, "no_progress", False)) as progress:
         only, atol = getattr(args, "only", None), getattr(args, "atol", 0.0) or 0.0
         result = diff_checkpoints(a, b, only=only, atol=atol, progress=progress)
+    if only and not (result.same or result.changed or result.only_a or result.only_b or result.unreadable):
+        raise CkinspectError(f"neither file has tensors in group(s) {', '.join(only)}: nothing to compare")
     fmt = getattr(args, "format", "text")
     if fmt == "json":
         text = diff_report.render_json(diff_report.build_document(a, b, result))

@@ -54,6 +54,8 @@ def test_diff_only_model_and_atol(files):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "prefix 'model.'" in proc.stdout
     assert run_cli("diff", files / "a.pt", files / "b.pt", "--report", "--atol", "2").returncode == 0
+    nothing = run_cli("diff", files / "a.pt", files / "b.pt", "--report", "--only", "rng")
+    assert nothing.returncode == 2 and "nothing to compare" in nothing.stderr
 
 
 def test_drift_report(files):
