@@ -66,3 +66,17 @@ def test_drift_report(files):
     assert drift["logits"] is None and drift["logits_skipped"]
     text = run_cli("drift", files / "a.pt", "--report")
     assert text.returncode == 0 and "bf16" in text.stdout
+
+
+def test_report_value_scan_finds_a_flipped_byte_and_nan_that_quick_does_not(files, open_ckpt):
+    from tests.scan.helpers import flip_byte
+
+    ckpt = open_ckpt(files / "b.pt")
+    flip_byte(files / "b.pt", ckpt.storages[ckpt.tensor("norm.weight").storage_key].offset + 3)
+    bad = {"w": torch.tensor([1.0, float("nan"), 1e5])}
+    torch.save(bad, files / "nan.pt")
+    proc = run_cli("--report", files / "b.pt", files / "nan.pt", "--format", "json")
+    assert proc.returncode == 1, proc.stderr
+    found = {(f["code"], f.get("tensor")) for entry in json.loads(proc.stdout)["files"] for f in entry["findings"]}
+    assert {("CORRUPT", "norm.weight"), ("NONFINITE", "w"), ("FP16_OVERFLOW", "w")} <= found
+    assert run_cli("--report", files / "b.pt", "--quick").returncode == 0
