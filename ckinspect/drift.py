@@ -45,7 +45,8 @@ class RoundTrip:
         self.changed += other.changed
 
     def to_json(self) -> dict[str, Any]:
-        return {"max_abs": self.max_abs, "max_rel": self.max_rel, "overflow": self.overflow,
+        return {"max_abs": finite_or_none(self.max_abs), "max_rel": finite_or_none(self.max_rel),
+                "overflow": self.overflow,
                 "underflow": self.underflow, "changed": self.changed}
 
 
@@ -64,6 +65,11 @@ class TensorDrift:
         if self.error:
             out["error"] = self.error
         return out
+
+
+def finite_or_none(x: float) -> float | None:
+    """JSON has no inf/NaN: such a figure is reported as null."""
+    return x if math.isfinite(x) else None
 
 
 # ---------------------------------------------------------------- weight round trips (numpy)
@@ -202,8 +208,8 @@ def drift_summary(drifts: list[TensorDrift]) -> dict[str, Any]:
         trips = [getattr(d, fmt) for d in drifts]
         worst = max(drifts, key=lambda d: getattr(d, fmt).max_abs, default=None)
         out[fmt] = {
-            "max_abs": max((r.max_abs for r in trips), default=0.0),
-            "max_rel": max((r.max_rel for r in trips), default=0.0),
+            "max_abs": finite_or_none(max((r.max_abs for r in trips), default=0.0)),
+            "max_rel": finite_or_none(max((r.max_rel for r in trips), default=0.0)),
             "overflow": sum(r.overflow for r in trips),
             "underflow": sum(r.underflow for r in trips),
             "worst_tensor": worst.name if worst and getattr(worst, fmt).max_abs > 0 else None,
@@ -338,7 +344,3 @@ def _transformers_logit_drift(ckpt: Checkpoint, seed: int) -> dict[str, Any] | N
                           "positions": int(ref.shape[0] * ref.shape[1])}
         model.load_state_dict(reference_state)
     return out
-
-
-def finite_or_none(x: float) -> float | None:
-    return x if math.isfinite(x) else None

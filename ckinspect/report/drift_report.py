@@ -49,7 +49,7 @@ def build_document(ckpt: Checkpoint, drift: dict[str, Any], findings: list[Findi
 
 def _worst(drift: dict[str, Any]) -> list[dict[str, Any]]:
     def badness(w: dict[str, Any]) -> tuple[float, ...]:
-        return (-w["fp16"]["overflow"], -w["fp16"]["max_rel"], -w["bf16"]["max_rel"])
+        return (-w["fp16"]["overflow"], -(w["fp16"]["max_rel"] or 0.0), -(w["bf16"]["max_rel"] or 0.0))
 
     return sorted(drift["weights"], key=badness)[:TOP]
 
