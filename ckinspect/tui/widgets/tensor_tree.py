@@ -52,6 +52,7 @@ class TensorTree(Tree[str]):
         self.root.data = ""
         self._fill(self.root, ())
         self.root.expand()
+        self.cursor_line = 0
 
     def _fill(self, node: TreeNode[str], prefix: tuple[str, ...]) -> None:
         for part in self._children.get(prefix, []):
