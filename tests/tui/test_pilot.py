@@ -61,10 +61,10 @@ async def test_sort_by_key_and_by_clicking_a_header(tmp_path):
         assert [table.rows[i].key for i in table.view] == sorted(names, reverse=True)
         size_x = sum(w + 1 for w, c in zip(table._widths(), table.columns) if c.key != "size" and table.columns.index(c) < table.column_index("size")) + 2
         await pilot.click(TensorTable, offset=(size_x, 0))
-        sizes = [table.rows[i].sort_keys[5] for i in table.view]
+        sizes = [table.rows[i].sort_key(5) for i in table.view]
         assert table.sort_column == "size" and sizes == sorted(sizes)
         await pilot.click(TensorTable, offset=(size_x, 0))
-        assert [table.rows[i].sort_keys[5] for i in table.view] == sorted(sizes, reverse=True)
+        assert [table.rows[i].sort_key(5) for i in table.view] == sorted(sizes, reverse=True)
 
 
 async def test_filter_by_substring_and_by_glob(tmp_path):

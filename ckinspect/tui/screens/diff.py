@@ -23,14 +23,14 @@ from ckinspect.tui.widgets.palette import STATUS_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 LEFT_COLUMNS = (
-    Column("name", "A: name", None, min_width=20),
+    Column("name", "A: name", None, min_width=20, keep_end=True),
     Column("dtype", "dtype", 8, optional=True),
     Column("shape", "shape", 12),
 )
 RIGHT_COLUMNS = (
     Column("status", "status", 13),
     Column("delta", "max |Δ|", 9, justify="right"),
-    Column("name", "B: name", None, min_width=20),
+    Column("name", "B: name", None, min_width=20, keep_end=True),
     Column("dtype", "dtype", 8, optional=True),
     Column("shape", "shape", 12, optional=True),
 )

@@ -32,7 +32,7 @@ def drift_table(records: list[dict[str, Any]]) -> tuple[list[Column], list[Row]]
     worst = next((k for k in _WORST_KEYS if k in fields), next((k for k in fields if isinstance(records[0][k], (int, float))), None))
     if worst is not None:
         records = sorted(records, key=lambda r: -(r.get(worst) or 0.0) if isinstance(r.get(worst), (int, float)) else 0.0)
-    columns = [Column("name", "tensor", None, min_width=16)]
+    columns = [Column("name", "tensor", None, min_width=16, keep_end=True)]
     for k in fields:
         columns.append(Column(k, k.replace("_", " "), max(9, min(14, len(k))), justify="right", optional=k != worst))
     rows = []

@@ -21,7 +21,7 @@ from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 COLUMNS = (
-    Column("path", "checkpoint", None, min_width=16),
+    Column("path", "checkpoint", None, min_width=16, keep_end=True),
     Column("format", "format", 12),
     Column("size", "size", 9, justify="right"),
     Column("step", "step", 7, justify="right"),

@@ -21,7 +21,7 @@ from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 COLUMNS = (
     Column("action", "action", 12),
-    Column("file", "file", None, min_width=16),
+    Column("file", "file", None, min_width=16, keep_end=True),
     Column("reason", "why", None, min_width=16),
 )
 _ACTION_KEYS = ("action", "kind", "op")

@@ -8,7 +8,7 @@ renders lines on demand with the Line API, as toolong does for big logs.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -31,15 +31,26 @@ class Column:
     width: int | None = None  # None: takes the width the fixed columns leave (at least min_width)
     justify: str = "left"
     min_width: int = 12
+    keep_end: bool = False  # truncate at the start ("…attn.wq.weight"): the end of a dotted name says most
     optional: bool = False  # dropped (right to left) when the flexible column would get narrower than min_width
 
 
-@dataclass
 class Row:
-    key: str  # what a row stands for (a tensor name); unique within a table
-    cells: tuple[str, ...]
-    sort_keys: tuple[Any, ...]
-    styles: tuple[str | None, ...] = field(default=())  # optional rich style per cell
+    """One line of a table. Subclasses may compute `cells` and `sort_key` lazily (50,000 rows)."""
+
+    __slots__ = ("key", "cells", "sort_keys", "styles")
+
+    def __init__(
+        self,
+        key: str,  # what a row stands for (a tensor name); unique within a table
+        cells: tuple[str, ...],
+        sort_keys: tuple[Any, ...],
+        styles: tuple[str | None, ...] = (),  # optional rich style per cell
+    ) -> None:
+        self.key, self.cells, self.sort_keys, self.styles = key, cells, sort_keys, styles
+
+    def sort_key(self, position: int) -> Any:
+        return self.sort_keys[position]
 
 
 @lru_cache(maxsize=256)
@@ -47,15 +58,14 @@ def _parse(style: str) -> Style:
     return Style.parse(style)
 
 
-def _fit(text: str, width: int, justify: str) -> str:
+def _fit(text: str, width: int, justify: str, keep_end: bool = False) -> str:
     if width <= 0:
         return ""
     length = cell_len(text)
     if length > width:
-        if justify == "right" or width < 2:
-            return text[: width - 1] + "…" if width > 1 else text[:width]
-        # keep the end of long dotted names: the leaf says most about a tensor
-        return "…" + text[-(width - 1):]
+        if width < 2:
+            return text[:width]
+        return "…" + text[-(width - 1):] if keep_end else text[: width - 1] + "…"
     pad = " " * (width - length)
     return pad + text if justify == "right" else text + pad
 
@@ -182,7 +192,7 @@ class VirtualTable(ScrollView, can_focus=True):
             return
         position = self.column_index(self.sort_column)
         rows = self.rows
-        self.view.sort(key=lambda i: rows[i].sort_keys[position], reverse=self.sort_reverse)
+        self.view.sort(key=lambda i: rows[i].sort_key(position), reverse=self.sort_reverse)
 
     def _rebuild_view(self, keep: str | None) -> None:
         predicate = self._filter
@@ -331,7 +341,7 @@ class VirtualTable(ScrollView, can_focus=True):
         for position, (column, width) in enumerate(zip(self.columns, widths)):
             if width == 0:
                 continue
-            text = _fit(cells[position] if position < len(cells) else "", width, column.justify)
+            text = _fit(cells[position] if position < len(cells) else "", width, column.justify, column.keep_end)
             style = base
             extra = styles[position] if position < len(styles) else None
             if extra:
