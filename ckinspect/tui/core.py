@@ -64,15 +64,31 @@ def load_checkpoint(target: str | Path, progress: Progress | None = None) -> Che
     return inspect_path(Path(target), quick=True, progress=progress_adapter(progress))
 
 
-def scan_checkpoint(ckpt: Checkpoint, progress: Progress | None = None) -> list[Finding]:
-    """Value scan findings (NONFINITE, FP16_OVERFLOW, CRC ...) not already on the checkpoint."""
+@dataclass
+class ScanOutcome:
+    findings: list[Finding]  # only those not already on the checkpoint
+    stats: dict[str, ValueStats]  # per tensor, from the scan (no histogram)
+
+
+def scan_checkpoint(ckpt: Checkpoint, progress: Progress | None = None) -> ScanOutcome:
+    """The value scan: findings (NONFINITE, FP16_OVERFLOW, CRC ...) and per-tensor statistics."""
     scan_values = contract("scan", "scan_values")
     result = scan_values(ckpt, progress=progress_adapter(progress))
-    found = getattr(result, "findings", None)
-    if found is None and isinstance(result, dict):
-        found = result.get("findings", [])
+    found = _get(result, "findings", default=[]) or []
     known = {(f.code, f.message, f.tensor) for f in ckpt.findings}
-    return [f for f in (found or []) if (f.code, f.message, f.tensor) not in known]
+    stats: dict[str, ValueStats] = {}
+    for name, s in (_get(result, "stats", default={}) or {}).items():
+        tensor = ckpt.tensor(name) if len(ckpt.tensors) < 20_000 else None
+        stats[name] = ValueStats(
+            count=tensor.numel if tensor is not None else 0,
+            minimum=_get(s, "min", "minimum"),
+            maximum=_get(s, "max", "maximum"),
+            mean=_get(s, "mean"),
+            std=_get(s, "std"),
+            nonfinite=int(_get(s, "nonfinite", default=0) or 0),
+            fp16_overflow=int(_get(s, "fp16_overflow", default=0) or 0),
+        )
+    return ScanOutcome([f for f in found if (f.code, f.message, f.tensor) not in known], stats)
 
 
 def find_checkpoints(paths: list[Path]) -> list[Path]:
@@ -335,6 +351,28 @@ def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress 
     return stats
 
 
+def diff_name_pairs(a: Checkpoint, b: Checkpoint) -> list[tuple[str | None, str | None]] | None:
+    """How ckinspect.diff pairs tensors (it matches across layouts), in A's order; None when unknown."""
+    try:
+        match = contract("diff", "match_names")
+    except NotAvailable:
+        try:  # the matcher diff_checkpoints uses, until it is public
+            private = contract("diff", "_match")
+        except NotAvailable:
+            return None
+
+        def match(a: Checkpoint, b: Checkpoint) -> Any:
+            ka, kb, _ = private(a, a.tensors, b, b.tensors)
+            return [(ta.name, kb[k].name if k in kb else None) for k, ta in ka.items()] + [
+                (None, tb.name) for k, tb in kb.items() if k not in ka
+            ]
+
+    try:
+        return [(x, y) for x, y in match(a, b)]
+    except Exception:  # a matcher that changed shape must not take the diff screen down
+        return None
+
+
 # ---------------------------------------------------------------- the backend the screens call
 
 
@@ -344,7 +382,7 @@ class Backend:
     def load(self, target: Path, progress: Progress | None = None) -> Checkpoint:
         return load_checkpoint(target, progress)
 
-    def scan(self, ckpt: Checkpoint, progress: Progress | None = None) -> list[Finding]:
+    def scan(self, ckpt: Checkpoint, progress: Progress | None = None) -> ScanOutcome:
         return scan_checkpoint(ckpt, progress)
 
     def group_bytes(self, ckpt: Checkpoint) -> GroupBytes:
@@ -356,14 +394,34 @@ class Backend:
     def value_stats(self, ckpt: Checkpoint, tensor: TensorInfo, progress: Progress | None = None) -> ValueStats:
         return tensor_value_stats(ckpt, tensor, progress)
 
-    def diff(self, a: Checkpoint, b: Checkpoint) -> Any:
-        return contract("diff", "diff_checkpoints")(a, b)
+    def diff(self, a: Checkpoint, b: Checkpoint, progress: Progress | None = None) -> Any:
+        diff_checkpoints = contract("diff", "diff_checkpoints")
+        try:
+            return diff_checkpoints(a, b, progress=progress_adapter(progress))
+        except TypeError:  # an implementation without a progress callback
+            return diff_checkpoints(a, b)
 
-    def weight_drift(self, ckpt: Checkpoint) -> Any:
-        return contract("drift", "weight_drift")(ckpt)
+    def match_names(self, a: Checkpoint, b: Checkpoint) -> list[tuple[str | None, str | None]] | None:
+        """(A name, B name) pairs as the diff matches them across layouts (model.x vs x), or None."""
+        return diff_name_pairs(a, b)
 
-    def logit_drift(self, ckpt: Checkpoint) -> Any:
-        return contract("drift", "logit_drift")(ckpt)
+    def weight_drift(self, ckpt: Checkpoint, progress: Progress | None = None) -> Any:
+        weight_drift = contract("drift", "weight_drift")
+        try:
+            return weight_drift(ckpt, progress=progress_adapter(progress))
+        except TypeError:
+            return weight_drift(ckpt)
+
+    def logit_drift(self, ckpt: Checkpoint) -> tuple[Any, str]:
+        """(the logit drift, or None; why not, when None)."""
+        value = contract("drift", "logit_drift")(ckpt)
+        if value is not None:
+            return value, ""
+        try:
+            reason = contract("drift", "logit_drift_reason")(ckpt) or ""
+        except NotAvailable:
+            reason = ""
+        return None, reason or "the model is not known"
 
     def plan_repairs(self, path: Path) -> Any:
         return contract("repair", "plan_repairs")(path)
@@ -381,13 +439,25 @@ def as_record(item: Any) -> dict[str, Any]:
 
     if isinstance(item, dict):
         return dict(item)
+    if hasattr(item, "to_json"):  # the core's own flat, stable view of a result
+        return dict(item.to_json())
     if dataclasses.is_dataclass(item) and not isinstance(item, type):
         return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
     if hasattr(item, "_asdict"):
         return dict(item._asdict())
-    if hasattr(item, "to_json"):
-        return dict(item.to_json())
     return {k: v for k, v in vars(item).items() if not k.startswith("_")} if hasattr(item, "__dict__") else {"value": item}
+
+
+def flatten(record: dict[str, Any]) -> dict[str, Any]:
+    """One level of nesting folded into the keys: {"fp16": {"max_abs": x}} -> {"fp16_max_abs": x}."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            for inner, v in value.items():
+                out[f"{key}_{inner}"] = v
+        else:
+            out[key] = value
+    return out
 
 
 def as_records(result: Any, *names: str) -> list[dict[str, Any]]:

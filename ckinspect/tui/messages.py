@@ -31,9 +31,9 @@ class CheckpointLoaded(Message):
 
 
 class ScanFinished(Message):
-    def __init__(self, findings: list[Finding]) -> None:
+    def __init__(self, findings: list[Finding], stats: dict[str, ValueStats]) -> None:
         super().__init__()
-        self.findings = findings
+        self.findings, self.stats = findings, stats
 
 
 class StatsReady(Message):
@@ -65,9 +65,9 @@ class TargetsFound(Message):
 
 
 class DiffLoaded(Message):
-    def __init__(self, a: Checkpoint, b: Checkpoint) -> None:
+    def __init__(self, a: Checkpoint, b: Checkpoint, matched: dict[str, str] | None) -> None:
         super().__init__()
-        self.a, self.b = a, b
+        self.a, self.b, self.matched = a, b, matched
 
 
 class DiffComputed(Message):

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ckinspect.model import GROUPS, Checkpoint, Finding
+from ckinspect.model import GROUPS, Checkpoint
 from ckinspect.tui.app import CkinspectApp, create_app
-from ckinspect.tui.core import Backend, GroupBytes, NotAvailable
+from ckinspect.tui.core import Backend, GroupBytes, NotAvailable, ScanOutcome
 
 from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH, demo_checkpoint
 
@@ -41,8 +41,8 @@ class FixtureBackend(Backend):
     def load(self, target: Path, progress=None) -> Checkpoint:
         return self.checkpoints[Path(target)]
 
-    def scan(self, ckpt: Checkpoint, progress=None) -> list[Finding]:
-        return []  # the fixtures carry their value findings already
+    def scan(self, ckpt: Checkpoint, progress=None) -> ScanOutcome:
+        return ScanOutcome([], {})  # the fixtures carry their value findings already
 
     def find(self, paths: list[Path]) -> list[Path]:
         return list(self.checkpoints)
@@ -64,10 +64,13 @@ class FixtureBackend(Backend):
         total = sum(sizes.values())
         return GroupBytes(sizes, counts, sizes["optimizer"] / total if total else 0.0, total)
 
-    def diff(self, a: Checkpoint, b: Checkpoint) -> Any:
+    def match_names(self, a: Checkpoint, b: Checkpoint):
+        return super().match_names(a, b) if self.use_real else None
+
+    def diff(self, a: Checkpoint, b: Checkpoint, progress=None) -> Any:
         if self.use_real:
             try:
-                return super().diff(a, b)
+                return super().diff(a, b, progress)
             except NotAvailable:
                 pass
         names_b = {t.name for t in b.tensors}
@@ -91,10 +94,10 @@ class FixtureBackend(Backend):
         return {"a": str(a.path), "b": str(b.path), "identical": not (changed or only_a or only_b),
                 "only_a": only_a, "only_b": only_b, "same": same, "changed": changed}
 
-    def weight_drift(self, ckpt: Checkpoint) -> Any:
+    def weight_drift(self, ckpt: Checkpoint, progress=None) -> Any:
         if self.use_real:
             try:
-                return super().weight_drift(ckpt)
+                return super().weight_drift(ckpt, progress)
             except NotAvailable:
                 pass
         rows = []

@@ -17,7 +17,7 @@ from textual.worker import Worker, WorkerState
 
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.tui.core import NotAvailable, human_bytes, name_matcher, shape_text
-from ckinspect.tui.messages import DiffComputed, DiffLoaded
+from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.palette import STATUS_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
@@ -49,26 +49,36 @@ class Pair:
         return self.status not in ("same", "comparing")
 
 
-def align(a: Checkpoint, b: Checkpoint) -> list[Pair]:
-    """A's order, with each tensor only in B placed right after its predecessor in B."""
+def align(a: Checkpoint, b: Checkpoint, matched: dict[str, str] | None = None) -> list[Pair]:
+    """A's order, with each tensor only in B placed right after its predecessor in B.
+
+    `matched` maps A names to B names (the diff matches `model.x` in a resume file with `x` in a
+    weights file); without it, names are matched as stored.
+    """
     in_a = {t.name: t for t in a.tensors}
     in_b = {t.name: t for t in b.tensors}
+    if matched is None:
+        matched = {name: name for name in in_a if name in in_b}
+    b_to_a = {y: x for x, y in matched.items()}
     after: dict[str | None, list[str]] = {}
     previous: str | None = None
     for t in b.tensors:
-        if t.name not in in_a:
+        if t.name not in b_to_a:
             after.setdefault(previous, []).append(t.name)
         else:
-            previous = t.name
+            previous = b_to_a[t.name]
     pairs: list[Pair] = []
+    used: set[str] = set(in_a)
 
     def add_only_b(anchor: str | None) -> None:
         for name in after.get(anchor, []):
-            pairs.append(Pair(name, None, in_b[name], "only in B"))
+            key = name if name not in used else f"{name} (B)"
+            used.add(key)
+            pairs.append(Pair(key, None, in_b[name], "only in B"))
 
     add_only_b(None)
     for t in a.tensors:
-        other = in_b.get(t.name)
+        other = in_b.get(matched.get(t.name, ""))
         if other is None:
             pairs.append(Pair(t.name, t, None, "only in A"))
         elif other.dtype != t.dtype:
@@ -86,7 +96,11 @@ def apply_result(pairs: list[Pair], result: Any) -> dict[str, Any]:
     data = result.to_json() if hasattr(result, "to_json") else dict(result)
     data = data.get("diff", data)
     changed = {c["name"]: c for c in data.get("changed", [])}
+    unreadable = {u["name"]: u.get("message", "") for u in data.get("unreadable", [])}
     for pair in pairs:
+        if pair.name in unreadable:
+            pair.status = "unreadable"
+            continue
         if pair.status != "comparing":
             entry = changed.get(pair.name)
             if entry is not None and entry.get("max_abs_diff") is not None:
@@ -98,8 +112,18 @@ def apply_result(pairs: list[Pair], result: Any) -> dict[str, Any]:
         else:
             reason = entry.get("reason", "values")
             pair.status = {"shape": "shape changed", "dtype": "dtype changed"}.get(reason, "changed")
-            pair.max_abs_diff = entry.get("max_abs_diff")
+            pair.max_abs_diff = _as_float(entry.get("max_abs_diff"))
     return data
+
+
+def _as_float(x: Any) -> float | None:
+    """JSON writes non-finite differences as "inf"/"nan"."""
+    if x is None:
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
 
 
 def _cells(t: TensorInfo | None) -> tuple[str, str, str]:
@@ -162,11 +186,14 @@ class DiffScreen(Screen[None]):
         backend = self.app.backend
         a = self.a or backend.load(self.a_path)
         b = self.b or backend.load(self.b_path)
-        self.post_message(DiffLoaded(a, b))
+        names = backend.match_names(a, b)
+        matched = {x: y for x, y in names if x is not None and y is not None} if names is not None else None
+        self.post_message(DiffLoaded(a, b, matched))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="diff", description="comparing values")
     def compare(self, a: Checkpoint, b: Checkpoint) -> None:
-        self.post_message(DiffComputed(self.app.backend.diff(a, b)))
+        result = self.app.backend.diff(a, b, progress=lambda f: self.post_message(Progress("diff", f)))
+        self.post_message(DiffComputed(result))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state != WorkerState.ERROR:
@@ -185,12 +212,17 @@ class DiffScreen(Screen[None]):
 
     def on_diff_loaded(self, message: DiffLoaded) -> None:
         self.a, self.b = message.a, message.b
-        self.pairs = align(message.a, message.b)
+        self.pairs = align(message.a, message.b, message.matched)
         self.query_one("#diff-loading").display = False
         self.query_one("#tables").display = True
         self._refresh_rows()
         self.query_one("#left", VirtualTable).focus()
         self.compare(message.a, message.b)
+
+    def on_progress(self, message: Progress) -> None:
+        if message.task == "diff" and self.result is None:
+            self.result_note = f"comparing values… {message.fraction:.0%}"
+            self._show_summary()
 
     def on_diff_computed(self, message: DiffComputed) -> None:
         self.result = apply_result(self.pairs, message.result)
@@ -227,13 +259,16 @@ class DiffScreen(Screen[None]):
         b_n = len(self.b.tensors) if self.b else 0
         text = Text(f"A {a_n:,} tensors ({human_bytes(self.a.file_bytes) if self.a else '?'})  "
                     f"B {b_n:,} tensors ({human_bytes(self.b.file_bytes) if self.b else '?'})  ")
-        for status in ("same", "changed", "shape changed", "dtype changed", "only in A", "only in B", "same shape", "comparing"):
+        for status in ("same", "changed", "shape changed", "dtype changed", "only in A", "only in B", "unreadable", "same shape", "comparing"):
             if counts.get(status):
                 text.append(f"{status} {counts[status]:,}", style=STATUS_COLOURS.get(status) or "")
                 text.append("  ")
         if self.result is not None:
             identical = bool(self.result.get("identical", not any(p.differs for p in self.pairs)))
             text.append("IDENTICAL" if identical else "DIFFERENT", style="bold " + ("#3bb58a" if identical else "#e5484d"))
+            match = self.result.get("match") or ""
+            if match and match != "names matched exactly":
+                text.append(f"  ({match})", style="italic")
         elif self.result_note:
             text.append(self.result_note, style="italic")
         if self.differences_only:

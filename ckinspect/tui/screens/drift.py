@@ -14,27 +14,37 @@ from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import NotAvailable, as_record, as_records, format_value
-from ckinspect.tui.messages import DriftComputed
+from ckinspect.tui.core import NotAvailable, as_record, as_records, flatten, format_value
+from ckinspect.tui.messages import DriftComputed, Progress
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 _NAME_KEYS = ("name", "tensor")
-_WORST_KEYS = ("fp16_max_abs", "max_abs_fp16", "max_abs_err", "max_abs_error", "max_abs", "fp16_max_rel", "max_rel")
+_WORST_KEYS = ("fp16_max_abs", "max_abs", "fp16_max_rel", "max_rel")
+_HIDDEN = ("fp16_changed", "bf16_changed", "error")  # kept for the details line, not a column
 
 
 def drift_table(records: list[dict[str, Any]]) -> tuple[list[Column], list[Row]]:
     """Columns from the records' own fields (name first), rows worst first."""
     if not records:
         return [Column("name", "tensor", None)], []
+    records = [flatten(r) for r in records]
     name_key = next((k for k in _NAME_KEYS if k in records[0]), None)
-    fields = [k for k in records[0] if k != name_key and not isinstance(records[0][k], (dict, list))]
+    fields = [k for k in records[0] if k != name_key and k not in _HIDDEN and not isinstance(records[0][k], (dict, list))]
     worst = next((k for k in _WORST_KEYS if k in fields), next((k for k in fields if isinstance(records[0][k], (int, float))), None))
-    if worst is not None:
-        records = sorted(records, key=lambda r: -(r.get(worst) or 0.0) if isinstance(r.get(worst), (int, float)) else 0.0)
-    columns = [Column("name", "tensor", None, min_width=16, keep_end=True)]
+
+    def badness(r: dict[str, Any]) -> tuple[float, float]:
+        # values that overflow to inf are worse than any finite rounding error
+        overflow = r.get("fp16_overflow") or 0
+        value = r.get(worst) if worst else 0.0
+        return (-float(overflow), -float(value) if isinstance(value, (int, float)) else 0.0)
+
+    records = sorted(records, key=badness)
+    columns = [Column("name", "tensor", None, min_width=20, keep_end=True)]
     for k in fields:
-        columns.append(Column(k, k.replace("_", " "), max(9, min(14, len(k))), justify="right", optional=k != worst))
+        essential = k in (worst, "fp16_overflow", "bf16_max_abs")
+        label = k.replace("_max_abs", " max|Δ|").replace("_max_rel", " max rel").replace("_", " ")
+        columns.append(Column(k, label, max(9, min(13, len(label))), justify="right", optional=not essential))
     rows = []
     for index, r in enumerate(records):
         name = str(r.get(name_key, index)) if name_key else str(index)
@@ -68,14 +78,15 @@ class DriftScreen(Screen[None]):
         backend = self.app.backend
         ckpt = self.ckpt or backend.load(self.target)
         self.ckpt = ckpt
-        weights = backend.weight_drift(ckpt)
+        weights = backend.weight_drift(ckpt, progress=lambda f: self.post_message(Progress("drift", f)))
+        self.post_message(DriftComputed(weights, None, "computing logit drift…"))
         try:
-            logits, note = backend.logit_drift(ckpt), ""
+            logits, note = backend.logit_drift(ckpt)
         except NotAvailable as exc:
             logits, note = None, f"logit drift not available yet ({exc})"
         except Exception as exc:  # the model may be unknown: the weights still count
             logits, note = None, f"logit drift: {exc}"
-        self.post_message(DriftComputed(weights, logits, note))
+        self.post_message(DriftComputed(weights, logits, note or "logit drift: the model is not known"))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
@@ -83,7 +94,15 @@ class DriftScreen(Screen[None]):
             self.query_one(VirtualTable).empty_text = "nothing to show"
             self.query_one(VirtualTable).refresh()
 
+    def on_progress(self, message: Progress) -> None:
+        if message.task == "drift":
+            self.query_one("#logits", Static).update(f"computing rounding errors… {message.fraction:.0%}")
+
     def on_drift_computed(self, message: DriftComputed) -> None:
+        self.query_one("#logits", Static).update(self._logit_text(message.logits, message.logits_note))
+        if message.weights is getattr(self, "_weights", None):
+            return  # the logit drift arrived after the weights: the table stands
+        self._weights = message.weights
         records = as_records(message.weights, "tensors", "per_tensor", "rows", "items")
         columns, rows = drift_table(records)
         table = self.query_one(VirtualTable)
@@ -91,18 +110,24 @@ class DriftScreen(Screen[None]):
         table.empty_text = "no floating tensors"
         table.set_rows(rows)
         table.focus()
-        self.query_one("#logits", Static).update(self._logit_text(message.logits, message.logits_note))
 
     def _logit_text(self, logits: Any, note: str) -> Text:
         if logits is None:
-            return Text(note or "logit drift: the model is not known", style="italic")
+            return Text(note, style="italic")
         record = as_record(logits)
-        text = Text("logit drift  ", style="bold")
-        for key, value in record.items():
-            if isinstance(value, (dict, list)):
+        text = Text("logits vs fp32", style="bold")
+        model = record.get("model")
+        if model:
+            text.append(f" ({model}, seed {record.get('seed', '?')})", style="dim")
+        for label in ("fp16", "bf16"):
+            part = record.get(label)
+            if not isinstance(part, dict):
                 continue
-            text.append(f"{key.replace('_', ' ')} ", style="dim")
-            text.append(f"{format_value(value)}  ")
+            text.append(f"\n{label}: ", style="bold")
+            text.append(f"max |Δlogit| {format_value(part.get('max_abs'))}  mean {format_value(part.get('mean_abs'))}")
+            agreement = part.get("top1_agreement")
+            if isinstance(agreement, (int, float)):
+                text.append(f"  top-1 agreement {agreement:.2%}")
         return text
 
     def action_sort_next(self) -> None:

@@ -14,7 +14,7 @@ from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import NotAvailable, name_matcher
+from ckinspect.tui.core import NotAvailable, ValueStats, name_matcher
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
@@ -50,6 +50,8 @@ class InspectScreen(Screen[None]):
         self.target = Path(target)
         self.ckpt: Checkpoint | None = ckpt
         self.scan_note = ""
+        self.scan_stats: dict[str, ValueStats] = {}
+        self.stats_cache: dict[str, ValueStats] = {}
 
     def compose(self) -> ComposeResult:
         yield CheckpointHeader(id="ckpt-header")
@@ -89,8 +91,8 @@ class InspectScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scan", description="scanning values")
     def scan(self, ckpt: Checkpoint) -> None:
-        found = self.app.backend.scan(ckpt, progress=lambda f: self.post_message(Progress("scan", f)))
-        self.post_message(ScanFinished(found))
+        outcome = self.app.backend.scan(ckpt, progress=lambda f: self.post_message(Progress("scan", f)))
+        self.post_message(ScanFinished(outcome.findings, outcome.stats))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="stats", description="value statistics")
     def compute_stats(self, ckpt: Checkpoint, name: str) -> None:
@@ -145,24 +147,32 @@ class InspectScreen(Screen[None]):
         if self.ckpt is not None:
             self.ckpt.findings.extend(message.findings)
         self.scan_note = ""
+        self.scan_stats = message.stats
         self._show_findings()
+        self._show_details(refresh_stats=True)
 
     def on_stats_ready(self, message: StatsReady) -> None:
-        row = self.query_one(TensorTable).current_row
-        if row is not None and row.key == message.tensor:
+        self.stats_cache[message.tensor] = message.stats
+        if self.query_one(DetailsPane).tensor_name == message.tensor:
             self.query_one(DetailsPane).show_stats(message.stats)
 
     def _show_findings(self) -> None:
         if self.ckpt is not None:
             self.query_one(FindingsPanel).show(self.ckpt.findings, self.scan_note)
 
-    def _show_details(self, name: str | None = None) -> None:
+    def _show_details(self, name: str | None = None, refresh_stats: bool = False) -> None:
         if self.ckpt is None:
             return
         if name is None:
             row = self.query_one(TensorTable).current_row
             name = row.key if row else None
-        self.query_one(DetailsPane).show_tensor(self.ckpt, self.ckpt.tensor(name) if name else None)
+        pane = self.query_one(DetailsPane)
+        if not pane.show_tensor(self.ckpt, self.ckpt.tensor(name) if name else None) and not refresh_stats:
+            return  # already showing it (with whatever statistics arrived)
+        if name in self.stats_cache:
+            pane.show_stats(self.stats_cache[name])
+        elif name in self.scan_stats:
+            pane.show_stats(self.scan_stats[name], note="from the value scan; v adds a histogram")
 
     # ------------------------------------------------------------ interaction
 
@@ -243,6 +253,9 @@ class InspectScreen(Screen[None]):
     def action_value_stats(self) -> None:
         row = self.query_one(TensorTable).current_row
         if self.ckpt is None or row is None:
+            return
+        if row.key in self.stats_cache:
+            self.query_one(DetailsPane).show_stats(self.stats_cache[row.key])
             return
         self.query_one(DetailsPane).show_stats_note("computing…")
         self.compute_stats(self.ckpt, row.key)

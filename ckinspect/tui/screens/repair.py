@@ -13,15 +13,16 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
-from ckinspect.tui.core import as_record, as_records, format_value
+from ckinspect.tui.core import as_records, format_value
 from ckinspect.tui.messages import RepairApplied, RepairPlanned
 from ckinspect.tui.screens.confirm import ConfirmScreen
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 COLUMNS = (
-    Column("action", "action", 12),
-    Column("file", "file", None, min_width=16, keep_end=True),
+    Column("action", "action", 16),
+    Column("file", "leftover", None, min_width=16, keep_end=True),
+    Column("state", "state", 10, optional=True),
     Column("reason", "why", None, min_width=16),
 )
 _ACTION_KEYS = ("action", "kind", "op")
@@ -36,14 +37,24 @@ def explain(record: dict[str, Any]) -> str:
     return text
 
 
+def shown(path: Any, folder: Path) -> str:
+    if path in (None, ""):
+        return ""
+    p = Path(path)
+    return str(p.relative_to(folder)) if p.is_relative_to(folder) else str(p)
+
+
+ACTION_COLOURS = {"promote": "#3bb58a", "promote-keep-old": "#3bb58a", "set-aside": "#e8a33d", "nothing": "#e5484d"}
+
+
 def action_rows(records: list[dict[str, Any]], folder: Path) -> list[Row]:
     rows = []
     for index, r in enumerate(records):
         action = next((format_value(r[k]) for k in _ACTION_KEYS if r.get(k) is not None), "?")
-        path = next((r[k] for k in _FILE_KEYS if r.get(k) is not None), "")
-        shown = str(Path(path).relative_to(folder)) if isinstance(path, Path) and path.is_relative_to(folder) else format_value(path)
+        path = shown(next((r[k] for k in _FILE_KEYS if r.get(k) is not None), ""), folder)
         why = explain(r)
-        rows.append(Row(str(index), (action, shown, why), (index, shown, why), ("bold",)))
+        state = format_value(r.get("state", ""))
+        rows.append(Row(str(index), (action, path, state, why), (index, path, state, why), (f"bold {ACTION_COLOURS.get(action, '')}",)))
     return rows
 
 
@@ -107,11 +118,21 @@ class RepairScreen(Screen[None]):
 
     def on_repair_applied(self, message: RepairApplied) -> None:
         self.applied = not message.undone
-        done = "undone" if message.undone else "applied"
-        detail = ""
-        if message.result is not None and not isinstance(message.result, (bool, int)):
-            detail = " · " + "; ".join(f"{k} {format_value(v)}" for k, v in as_record(message.result).items() if not isinstance(v, (dict, list)))[:200]
-        self.notify(f"repair {done}{detail}", timeout=4)
+        result = message.result
+        if message.undone:
+            restored = getattr(result, "restored", None)
+            problems = getattr(result, "problems", None) or []
+            detail = f"{len(restored)} move(s) put back" if restored is not None else "undone"
+            if problems:
+                detail += f"; {len(problems)} problem(s): {problems[0]}"
+            self.notify(f"repair undone: {detail}", severity="warning" if problems else "information", timeout=5)
+        else:
+            done = getattr(result, "done", None)
+            failed = getattr(result, "failed", None) or []
+            detail = f"{len(done)} action(s) done" if done is not None else "applied"
+            if failed:
+                detail += f", {len(failed)} skipped or failed"
+            self.notify(f"repair {detail}; press u to undo", severity="warning" if failed else "information", timeout=5)
         self.make_plan()
 
     @on(VirtualTable.RowHighlighted)
@@ -124,10 +145,14 @@ class RepairScreen(Screen[None]):
         text = Text()
         text.append(f"{row.cells[0]}: ", style="bold")
         text.append(explain(record) or "(no explanation given)")
-        for k, v in record.items():
-            if k not in _WHY_KEYS and not callable(v) and not isinstance(v, (dict, list)) and v is not None:
-                text.append(f"\n{k} ", style="dim")
-                text.append(format_value(v))
+        status = record.get("status")
+        if isinstance(status, dict) and status.get("explain"):
+            text.append("\nfound: ", style="dim")
+            text.append(str(status["explain"]))
+        for k in ("tmp", "main", "note"):
+            if record.get(k):
+                text.append(f"\n{k}: ", style="dim")
+                text.append(shown(record[k], self.folder) if k != "note" else str(record[k]))
         self.query_one("#explain", Static).update(text)
 
     def action_apply(self) -> None:

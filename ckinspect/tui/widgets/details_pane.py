@@ -29,12 +29,19 @@ class DetailsPane(VerticalScroll):
         yield Static("select a tensor", id="facts")
         yield Static("", id="stats")
 
-    def show_tensor(self, ckpt: Checkpoint, tensor: TensorInfo | None) -> None:
+    tensor_name: str | None = None
+
+    def show_tensor(self, ckpt: Checkpoint, tensor: TensorInfo | None) -> bool:
+        """Show a tensor's layout facts; False (nothing redrawn) when it is already shown."""
+        name = tensor.name if tensor is not None else None
+        if name == self.tensor_name and name is not None:
+            return False
+        self.tensor_name = name
         facts = self.query_one("#facts", Static)
         self.show_stats_note("")
         if tensor is None:
             facts.update("select a tensor")
-            return
+            return True
         shared = sum(1 for t in ckpt.tensors if t.storage_key == tensor.storage_key) if len(ckpt.tensors) < 20_000 else 0
         storage = ckpt.storages.get(tensor.storage_key)
         text = Text()
@@ -49,11 +56,12 @@ class DetailsPane(VerticalScroll):
         if shared > 1:
             text.append(f"\nshares its storage with {shared - 1} other tensor(s)", style="italic")
         facts.update(text)
+        return True
 
     def show_stats_note(self, note: str) -> None:
         self.query_one("#stats", Static).update(Text("\n" + note, style="italic") if note else "")
 
-    def show_stats(self, stats: ValueStats) -> None:
+    def show_stats(self, stats: ValueStats, note: str = "") -> None:
         text = Text("\n")
         rows = [
             ("min", _number(stats.minimum)),
@@ -73,6 +81,8 @@ class DetailsPane(VerticalScroll):
             text.append("\n")
             text.append_text(histogram_text(stats.histogram))
             text.append(f"\n{_number(lo)} … {_number(hi)}" + (" (sampled)" if stats.sampled else ""), style="dim")
+        if note:
+            text.append(f"\n{note}", style="italic dim")
         self.query_one("#stats", Static).update(text)
 
 

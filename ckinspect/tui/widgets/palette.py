@@ -10,4 +10,5 @@ STATUS_COLOURS = {
     "shape changed": "#d6409f",
     "dtype changed": "#d6409f",
     "comparing": "",
+    "unreadable": "#e5484d",
 }
