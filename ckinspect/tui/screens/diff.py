@@ -31,8 +31,8 @@ RIGHT_COLUMNS = (
     Column("status", "status", 13),
     Column("delta", "max |Δ|", 9, justify="right"),
     Column("name", "B: name", None, min_width=20, keep_end=True),
-    Column("dtype", "dtype", 8, optional=True),
-    Column("shape", "shape", 12, optional=True),
+    Column("dtype", "dtype", 8, optional=2),
+    Column("shape", "shape", 12, optional=1),
 )
 
 
@@ -248,6 +248,8 @@ class DiffScreen(Screen[None]):
         def keep(row: Row) -> bool:
             return (not only or row.key in differing) and matches(row.key)
 
+        left = self.query_one("#left", VirtualTable)
+        left.empty_text = "no differences" if only and not differing and not self.query_one("#diff-filter", Input).value else "no tensor matches"
         for table in self.query(VirtualTable):
             table.set_filter(keep)
 

@@ -21,7 +21,7 @@ from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 COLUMNS = (
     Column("action", "action", 16),
-    Column("file", "leftover", None, min_width=16, keep_end=True),
+    Column("file", "leftover", 28, keep_end=True),
     Column("state", "state", 10, optional=True),
     Column("reason", "why", None, min_width=16),
 )

@@ -11,12 +11,12 @@ from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 COLUMNS = (
     Column("name", "name", None, min_width=28, keep_end=True),
-    Column("group", "group", 9, optional=True),
+    Column("group", "group", 9, optional=2),
     Column("dtype", "dtype", 8),
     Column("shape", "shape", 12),
-    Column("elements", "elements", 11, justify="right", optional=True),
+    Column("elements", "elements", 11, justify="right", optional=3),
     Column("size", "size", 9, justify="right"),
-    Column("share", "% file", 6, justify="right", optional=True),
+    Column("share", "% file", 6, justify="right", optional=1),
 )
 
 

@@ -32,7 +32,7 @@ class Column:
     justify: str = "left"
     min_width: int = 12
     keep_end: bool = False  # truncate at the start ("…attn.wq.weight"): the end of a dotted name says most
-    optional: bool = False  # dropped (right to left) when the flexible column would get narrower than min_width
+    optional: int = 0  # > 0: may be dropped when the flexible column would get narrower than min_width, highest first
 
 
 class Row:
@@ -324,7 +324,9 @@ class VirtualTable(ScrollView, can_focus=True):
         width = max(1, self.scrollable_content_region.width)
         shown = list(self.columns)
         flexible = [c for c in self.columns if c.width is None]
-        optional = [c for c in reversed(self.columns) if c.optional]
+        # highest `optional` first; among equals, the rightmost first
+        ranked = sorted((i for i, c in enumerate(self.columns) if c.optional), key=lambda i: (-self.columns[i].optional, -i))
+        optional = [self.columns[i] for i in ranked]
         while True:
             fixed = sum(c.width or 0 for c in shown) + len(shown)  # one space before each column
             share = (width - fixed) // len(flexible) if flexible else 0
