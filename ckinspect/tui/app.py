@@ -33,9 +33,11 @@ class CkinspectApp(App[int]):
         backend: Backend | None = None,
         theme: str = "textual-dark",
         cursor_blink: bool = True,
+        quick: bool = False,
     ) -> None:
         super().__init__()
         self._first_screen = first_screen
+        self.quick = quick  # --quick: structure only, no value scan
         self.backend = backend or Backend()
         self.cursor_blink_enabled = cursor_blink
         self.theme = theme
@@ -79,6 +81,7 @@ def create_app(
     backend: Backend | None = None,
     theme: str = "textual-dark",
     cursor_blink: bool = True,
+    quick: bool = False,
 ) -> CkinspectApp:
     """`main` PATH... (a file, or folders to choose from), `diff` A B, or `drift` PATH."""
     targets = [Path(p) for p in paths]
@@ -99,7 +102,7 @@ def create_app(
         from ckinspect.tui.screens.folder import FolderScreen
 
         screen = FolderScreen(targets)
-    return CkinspectApp(screen, backend=backend, theme=theme, cursor_blink=cursor_blink)
+    return CkinspectApp(screen, backend=backend, theme=theme, cursor_blink=cursor_blink, quick=quick)
 
 
 def _is_folder_of_checkpoints(path: Path) -> bool:

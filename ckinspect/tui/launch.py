@@ -21,6 +21,6 @@ def run(command: str, args: argparse.Namespace) -> int:
 
     from ckinspect.tui.app import create_app
 
-    app = create_app(command, paths)
+    app = create_app(command, paths, quick=bool(getattr(args, "quick", False)))
     result = app.run()
     return int(result or 0)

@@ -208,3 +208,52 @@ async def test_narrow_terminal_still_shows_the_table(tmp_path, command):
         await settle(pilot)
         table = app.screen.query(VirtualTable).first()
         assert table.size.height >= 8 and table._widths()[0] >= 20
+
+
+async def test_folder_lists_checkpoints_with_badges_and_enter_opens_one(tmp_path):
+    from ckinspect.tui.app import create_app
+    from ckinspect.tui.screens.folder import FolderScreen
+    from tests.tui.apps import demo_backend
+
+    app = create_app("main", [DEMO_PATH, DEMO_B_PATH], backend=demo_backend(tmp_path, use_real=False), cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, FolderScreen)
+        table = app.screen.query_one(VirtualTable)
+        cells = {row.key: row.cells for row in table.rows}
+        assert cells[str(DEMO_PATH)][1:] == ("torch-zip", "1.25 MiB", "30", "1E 2W 1I")
+        assert cells[str(DEMO_B_PATH)][3:] == ("60", "ok")
+        await pilot.press("down", "enter")
+        await settle(pilot)
+        assert isinstance(app.screen, InspectScreen) and app.screen.target == DEMO_B_PATH
+        await pilot.press("escape")
+        assert isinstance(app.screen, FolderScreen)
+
+
+async def test_diff_with_a_neighbour_chosen_from_the_inspect_screen(tmp_path):
+    from ckinspect.tui.screens.pick_file import PickFileScreen
+
+    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("d")
+        await settle(pilot)
+        assert isinstance(app.screen, PickFileScreen)
+        await pilot.press("enter")  # the only other checkpoint
+        await settle(pilot)
+        assert isinstance(app.screen, DiffScreen)
+        assert (app.screen.a_path, app.screen.b_path) == (DEMO_PATH, DEMO_B_PATH)
+
+
+async def test_mouse_click_selects_a_row_and_quick_skips_the_scan(tmp_path):
+    from ckinspect.tui.app import create_app
+    from tests.tui.apps import demo_backend
+
+    app = create_app("main", [DEMO_PATH], backend=demo_backend(tmp_path, use_real=False), cursor_blink=False, quick=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(TensorTable)
+        await pilot.click(TensorTable, offset=(5, 4))  # header is line 0: the 4th tensor
+        assert table.cursor == 3
+        assert app.screen.query_one(DetailsPane).tensor_name == table.current_row.key
+        assert "--quick" in app.screen.scan_note

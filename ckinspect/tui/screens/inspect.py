@@ -138,9 +138,13 @@ class InspectScreen(Screen[None]):
         table = self.query_one(TensorTable)
         table.set_rows(message.rows)
         table.focus()
+        self._show_details()
+        if self.app.quick:
+            self.scan_note = "--quick: values not scanned"
+            self._show_findings()
+            return
         self.scan_note = "value scan running…"
         self._show_findings()
-        self._show_details()
         self.scan(ckpt)
 
     def on_scan_finished(self, message: ScanFinished) -> None:

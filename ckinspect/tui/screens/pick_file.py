@@ -60,6 +60,8 @@ class PickFileScreen(ModalScreen[Path | None]):
         if not message.paths:
             options.add_option(Option("no other checkpoint beside it; type a path above", disabled=True))
             self.query_one(Input).focus()
+        else:
+            options.highlighted = 0
 
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
