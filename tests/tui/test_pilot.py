@@ -257,3 +257,15 @@ async def test_mouse_click_selects_a_row_and_quick_skips_the_scan(tmp_path):
         assert table.cursor == 3
         assert app.screen.query_one(DetailsPane).tensor_name == table.current_row.key
         assert "--quick" in app.screen.scan_note
+
+
+async def test_command_palette_runs_a_screen_action(tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+p", *"sort by size")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        table = app.screen.query_one(TensorTable)
+        assert table.sort_column == "size"
