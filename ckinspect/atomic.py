@@ -27,6 +27,16 @@ def fsync_dir(folder: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def _mode_for(target: Path) -> int:
+    """The replaced file's mode, or what a plain open() would give a new file."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], tmp_name: str | None = None) -> Iterator[BinaryIO]:
     """Yield a binary file; on a clean exit it replaces `path` atomically, on an error it is removed.
@@ -38,6 +48,7 @@ def atomic_write(path: str | os.PathLike[str], tmp_name: str | None = None) -> I
     folder = target.parent if str(target.parent) else Path(".")
     if tmp_name is None:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=folder)
+        os.fchmod(fd, _mode_for(target))  # mkstemp makes 0600; the result should look like any saved file
         handle = os.fdopen(fd, "wb")
     else:
         tmp = str(folder / tmp_name)

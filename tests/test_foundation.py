@@ -39,3 +39,18 @@ def test_usage_error_is_one_line_and_exit_2():
     proc = run_cli("--format", "yaml", "x")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "invalid choice" in proc.stderr
+
+
+def test_atomic_write_gives_new_files_the_usual_mode_and_keeps_a_replaced_files_mode(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        fresh = tmp_path / "fresh.json"
+        atomic_write_bytes(fresh, b"{}")
+        assert fresh.stat().st_mode & 0o777 == 0o644
+        kept = tmp_path / "kept.pth"
+        kept.write_bytes(b"old")
+        kept.chmod(0o640)
+        atomic_write_bytes(kept, b"new")
+        assert kept.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)

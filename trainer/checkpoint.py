@@ -1,0 +1,56 @@
+"""Saving and loading, the way a resume file should be saved.
+
+Every file goes to `<file>.tmp` in the same folder, is flushed and fsynced, `os.replace`d over the
+old one, and the folder is fsynced (ckinspect.atomic.atomic_write). A crash at any moment leaves the
+previous checkpoint whole. Loading uses `weights_only=True` only: nothing in a checkpoint runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+
+from ckinspect.atomic import atomic_write
+
+TMP_SUFFIX = ".tmp"
+
+
+def tmp_path(path: Path) -> Path:
+    return path.with_name(path.name + TMP_SUFFIX)
+
+
+def save(obj: Any, path: str | os.PathLike[str], wrap: Callable[[BinaryIO], BinaryIO] | None = None) -> Path:
+    """torch.save `obj` to `path` atomically via `<path>.tmp`.
+
+    `wrap` lets tests put a failing or stalling writer between torch.save and the file.
+    """
+    path = Path(path)
+    with atomic_write(path, tmp_name=path.name + TMP_SUFFIX) as handle:
+        torch.save(obj, wrap(handle) if wrap else handle)
+    return path
+
+
+def load(path: str | os.PathLike[str]) -> Any:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def half_weights(state_dict: dict[str, torch.Tensor], dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
+    """Cast floating tensors to `dtype`, keeping tied weights as one shared storage (saved once)."""
+    cast: dict[int, torch.Tensor] = {}
+    out = {}
+    for name, tensor in state_dict.items():
+        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+        if key not in cast:
+            target = dtype if tensor.is_floating_point() else tensor.dtype
+            cast[key] = tensor.detach().to("cpu", target, copy=True)
+        out[name] = cast[key]
+    return out
+
+
+def fp32_weights(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached CPU fp32 copies, tied weights still shared."""
+    return half_weights(state_dict, torch.float32)
