@@ -94,7 +94,7 @@ def create_app(
         from ckinspect.tui.screens.drift import DriftScreen
 
         screen = DriftScreen(targets[0])
-    elif len(targets) == 1 and not _is_folder_of_checkpoints(targets[0]):
+    elif len(targets) == 1 and not targets[0].is_dir():
         from ckinspect.tui.screens.inspect import InspectScreen
 
         screen = InspectScreen(targets[0])
@@ -103,8 +103,3 @@ def create_app(
 
         screen = FolderScreen(targets)
     return CkinspectApp(screen, backend=backend, theme=theme, cursor_blink=cursor_blink, quick=quick)
-
-
-def _is_folder_of_checkpoints(path: Path) -> bool:
-    """A plain folder lists its checkpoints; a DCP folder (.metadata inside) is one checkpoint."""
-    return path.is_dir() and not (path / ".metadata").exists() and not any(path.glob("*.index.json"))

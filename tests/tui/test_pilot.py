@@ -269,3 +269,16 @@ async def test_command_palette_runs_a_screen_action(tmp_path):
         await pilot.pause(0.2)
         table = app.screen.query_one(TensorTable)
         assert table.sort_column == "size"
+
+
+async def test_a_folder_with_one_checkpoint_opens_it_directly(tmp_path):
+    from ckinspect.tui.app import create_app
+    from tests.tui.apps import FixtureBackend
+    from tests.tui.fixtures import demo_checkpoint
+
+    backend = FixtureBackend({DEMO_PATH: demo_checkpoint(tmp_path)}, use_real=False)
+    app = create_app("main", [tmp_path], backend=backend, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, InspectScreen) and app.screen.target == DEMO_PATH
+        assert app.screen.query_one(TensorTable).row_count == 83

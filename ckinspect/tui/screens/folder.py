@@ -81,6 +81,8 @@ class FolderScreen(Screen[None]):
         backend = self.app.backend
         paths = backend.find(self.roots)
         self.post_message(TargetsFound(paths))
+        if len(paths) == 1 and len(self.roots) == 1:
+            return  # it opens straight away in its own screen, which reads it
         worker = get_current_worker()
         for path in paths:
             if worker.is_cancelled:
@@ -99,6 +101,10 @@ class FolderScreen(Screen[None]):
             self.query_one("#folder-summary", Static).update(f"finding checkpoints {failure_text(event.worker.error)}")
 
     def on_targets_found(self, message: TargetsFound) -> None:
+        if len(message.paths) == 1 and len(self.roots) == 1:
+            # a DCP folder, a sharded set, or a folder holding one checkpoint: open it straight away
+            # (pushed, so Escape still leads back to the listing)
+            self.app.push_screen(InspectScreen(message.paths[0]))
         self.summaries = {p: TargetSummary(p) for p in message.paths}
         table = self.query_one(VirtualTable)
         table.empty_text = "no checkpoint found here"
