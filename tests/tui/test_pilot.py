@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -29,10 +28,6 @@ async def settle(pilot) -> None:
     await pilot.pause()
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
-
-
-def screen_text(widget) -> str:
-    return str(widget.render()) if not hasattr(widget, "renderable") else str(widget.renderable)
 
 
 async def test_open_shows_names_sizes_and_the_optimizer_share(tmp_path):

@@ -113,11 +113,7 @@ class FolderScreen(Screen[None]):
 
     def on_target_summarized(self, message: TargetSummarized) -> None:
         self.summaries[message.summary.path] = message.summary
-        table = self.query_one(VirtualTable)
-        index = table._index_of.get(str(message.summary.path))
-        if index is not None:
-            table.rows[index] = summary_row(message.summary, self.roots)
-            table.refresh()
+        self.query_one(VirtualTable).replace_row(summary_row(message.summary, self.roots))
         self._summarize()
 
     def _summarize(self) -> None:

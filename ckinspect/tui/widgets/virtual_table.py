@@ -17,7 +17,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -223,6 +223,15 @@ class VirtualTable(ScrollView, can_focus=True):
             return self.rows[self.view[self.cursor]]
         return None
 
+    def replace_row(self, row: Row) -> bool:
+        """Swap in a new version of the row with the same key (a folder entry read later)."""
+        index = self._index_of.get(row.key)
+        if index is None:
+            return False
+        self.rows[index] = row
+        self.refresh()
+        return True
+
     def visible_keys(self) -> list[str]:
         return [self.rows[i].key for i in self.view]
 
@@ -387,5 +396,3 @@ class VirtualTable(ScrollView, can_focus=True):
             styles = row.styles
         return self._line(row.cells, widths, base, styles).adjust_cell_length(width, base).crop(0, width)
 
-    def region_of_cursor(self) -> Region:
-        return Region(0, self.cursor + 1, self.size.width, 1)
