@@ -24,6 +24,7 @@ _ALL = [
     DType("bfloat16", 2, "float", None),  # viewed as uint16 and widened to float32 by hand
     DType("float8_e4m3fn", 1, "float", None),
     DType("float8_e5m2", 1, "float", None),
+    DType("float8_e8m0fnu", 1, "float", None),
     DType("complex128", 16, "complex", "<c16"),
     DType("complex64", 8, "complex", "<c8"),
     DType("int64", 8, "int", "<i8"),
@@ -80,6 +81,7 @@ SAFETENSORS_DTYPES: dict[str, str] = {
     "BF16": "bfloat16",
     "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
     "C64": "complex64",
     "I64": "int64",
     "I32": "int32",

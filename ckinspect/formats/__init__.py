@@ -1,1 +1,91 @@
 """Readers: bytes on disk -> Checkpoint. Never imports torch, never executes anything from a file."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import stat
+from pathlib import Path
+
+from ckinspect.errors import CkinspectError
+from ckinspect.model import Checkpoint
+
+# format -> (module, function); imported only when a file of that format is opened
+READERS: dict[str, tuple[str, str]] = {
+    "torch-zip": ("ckinspect.formats.torch_zip", "read_torch_zip"),
+    "torch-legacy": ("ckinspect.formats.torch_legacy", "read_torch_legacy"),
+    "pickle": ("ckinspect.formats.pickle_file", "read_pickle"),
+    "dcp": ("ckinspect.formats.dcp", "read_dcp"),
+    "safetensors": ("ckinspect.formats.safetensors", "read_safetensors"),
+    "sharded": ("ckinspect.formats.sharded", "read_sharded"),
+}
+
+
+def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read any checkpoint file, DCP folder or `*.index.json` sharded set, without executing it.
+
+    Raises CkinspectError only when the path does not exist or cannot be read; bad content always
+    comes back as a Checkpoint with a CORRUPT finding.
+    """
+    path = Path(path)
+    _check_readable(path)
+    from ckinspect.formats.sniff import describe, sniff
+
+    try:
+        kind = sniff(path)
+        if kind != "unknown":
+            return read_as(path, kind)
+        looks_like = f"not a checkpoint: looks like {describe(path)}"
+    except Exception as exc:  # sniffing reads a few KB; even a bug there must not take the report down
+        looks_like = f"cannot tell what this is: {_why(exc)}"
+    ckpt = _empty(path, "unknown")
+    ckpt.add("CORRUPT", looks_like)
+    return ckpt
+
+
+def read_as(path: Path, kind: str) -> Checkpoint:
+    """Run the reader for `kind`; anything it raises becomes a CORRUPT finding, never an exception."""
+    module_name, function_name = READERS[kind]
+    try:
+        reader = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        ckpt = _empty(path, kind)
+        ckpt.add("CORRUPT", f"cannot read {kind} files: reader unavailable ({exc})")
+        return ckpt
+    try:
+        ckpt = reader(path)
+    except Exception as exc:  # a reader bug or hostile input must not take the report down
+        ckpt = _empty(path, kind)
+        ckpt.add("CORRUPT", f"unreadable {kind} {'folder' if path.is_dir() else 'file'}: {_why(exc)}")
+        return ckpt
+    if not ckpt.files and path.is_file():
+        ckpt.files = [path]
+    return ckpt
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _check_readable(path: Path) -> None:
+    try:
+        if path.is_dir():
+            os.scandir(path).close()
+        elif not stat.S_ISREG(os.stat(path).st_mode):
+            raise CkinspectError(f"{path}: not a regular file or folder")  # a FIFO or device would block or never end
+        else:
+            with open(path, "rb"):
+                pass
+    except FileNotFoundError:
+        raise CkinspectError(f"{path}: no such file or folder") from None
+    except OSError as exc:
+        raise CkinspectError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def _empty(path: Path, kind: str) -> Checkpoint:
+    try:
+        size = sum(p.stat().st_size for p in path.iterdir() if p.is_file()) if path.is_dir() else path.stat().st_size
+    except OSError:
+        size = 0
+    return Checkpoint(path=path, format=kind, file_bytes=size, files=[path] if path.is_file() else [])

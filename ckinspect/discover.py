@@ -1,0 +1,140 @@
+"""Which checkpoints do these paths hold? Files, DCP folders and sharded sets, in a stable order.
+
+A DCP folder or an `*.index.json` set is one checkpoint: its parts are not listed again. Temporaries
+(`*.tmp`, `.metadata.tmp`) are interrupted saves that `ckinspect.leftovers` reports against the
+checkpoint they belong to, so they are never checkpoints of their own when a folder is searched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from ckinspect.errors import CkinspectError
+from ckinspect.formats.sniff import CHECKPOINT_FORMATS, is_dcp_folder, sniff
+
+TargetKind = Literal["file", "dcp", "sharded"]
+
+CHECKPOINT_SUFFIXES = frozenset({".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle"})
+INDEX_SUFFIX = ".index.json"
+
+
+class TmpSuffix:
+    """Names an interrupted atomic save leaves behind: `model.pt.tmp`, `.model.pt.x8k2.tmp`, `.metadata.tmp`."""
+
+    SUFFIX = ".tmp"
+    DCP_METADATA = ".metadata.tmp"
+
+    @classmethod
+    def main_name(cls, tmp_name: str) -> str | None:
+        """The file a temporary was going to replace, where its name says so (`model.pt.tmp` -> `model.pt`)."""
+        if not tmp_name.endswith(cls.SUFFIX):
+            return None
+        return tmp_name[: -len(cls.SUFFIX)] or None
+
+
+def is_temporary(path: str | os.PathLike[str]) -> bool:
+    return Path(path).name.endswith(TmpSuffix.SUFFIX)
+
+
+@dataclass(frozen=True)
+class Target:
+    path: Path
+    kind: TargetKind
+
+
+def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
+    """Every checkpoint the paths hold. A file given by name is always a Target; folders are searched.
+
+    Raises CkinspectError for a path that does not exist.
+    """
+    found: list[Target] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise CkinspectError(f"{path}: no such file or folder")
+        if path.is_dir():
+            try:
+                found.extend(_search(path, visited=set()))
+            except OSError as exc:
+                raise CkinspectError(f"{path}: cannot list folder ({exc.strerror or exc})") from None
+        else:
+            found.append(Target(path, "sharded" if path.name.endswith(INDEX_SUFFIX) else "file"))
+    unique: dict[Path, Target] = {}
+    for target in found:
+        unique.setdefault(target.path, target)
+    return list(unique.values())
+
+
+def _search(folder: Path, visited: set[Path]) -> list[Target]:
+    real = folder.resolve()
+    if real in visited:  # a symlink loop
+        return []
+    visited.add(real)
+    if is_dcp_folder(folder):
+        return [Target(folder, "dcp")]
+    with os.scandir(folder) as scan:
+        entries = sorted(scan, key=lambda e: e.name)
+
+    files = {e.name for e in entries if not e.name.startswith(".") and _is_file(e)}
+    shards: set[str] = set()
+    for name in files:
+        if _is_checkpoint_index(name):
+            shards |= _shard_names(folder / name)
+
+    targets: list[Target] = []
+    for entry in entries:
+        if entry.name.startswith("."):  # .ckinspect-quarantine, .git, hidden atomic-write temporaries
+            continue
+        path = Path(entry.path)
+        if _is_dir(entry):
+            try:
+                targets.extend(_search(path, visited))
+            except OSError:
+                continue  # an unreadable subfolder does not stop the search of the rest
+        elif entry.name in files:
+            if _is_checkpoint_index(entry.name):
+                targets.append(Target(path, "sharded"))
+            elif entry.name not in shards and not is_temporary(path) and _is_checkpoint_file(path):
+                targets.append(Target(path, "file"))
+    return targets
+
+
+def _is_checkpoint_index(name: str) -> bool:
+    """`model.safetensors.index.json`, `pytorch_model.bin.index.json`; not `tf_model.h5.index.json` (no reader)."""
+    return name.endswith(INDEX_SUFFIX) and Path(name[: -len(INDEX_SUFFIX)]).suffix.lower() in CHECKPOINT_SUFFIXES
+
+
+def _is_checkpoint_file(path: Path) -> bool:
+    suffix = path.suffix.lower()
+    if suffix in CHECKPOINT_SUFFIXES:
+        return True
+    # no extension (`latest`), or the classic `checkpoint.pth.tar` that is a torch file, not a tar
+    return (suffix == "" or suffix == ".tar") and sniff(path) in CHECKPOINT_FORMATS
+
+
+def _shard_names(index_path: Path) -> set[str]:
+    """Shard files in the index's own folder; an unreadable index claims none (its reader reports it)."""
+    try:
+        weight_map = json.loads(index_path.read_bytes()).get("weight_map", {})
+        return {s for s in weight_map.values() if isinstance(s, str) and len(PurePosixPath(s).parts) == 1}
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return set()
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False

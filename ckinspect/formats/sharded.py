@@ -1,0 +1,125 @@
+"""Sharded sets: `*.safetensors.index.json` / `pytorch_model.bin.index.json` over several shard files.
+
+The index's `weight_map` names the shard of every tensor. We read every shard (headers only for
+safetensors) and merge them into ONE Checkpoint, checking the index and the shards agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path, PurePosixPath
+
+from ckinspect.formats.safetensors import read_safetensors
+from ckinspect.model import Checkpoint, Finding
+
+MAX_NAMED = 5  # tensor names quoted per finding before "... and N more"
+
+
+def read_sharded(index_json_path: str | os.PathLike[str]) -> Checkpoint:
+    """Read an index file and all its shards. Never raises for bad content."""
+    index_path = Path(index_json_path)
+    ckpt = Checkpoint(path=index_path, format="sharded", file_bytes=0)
+    weight_map = _read_index(ckpt, index_path)
+    if weight_map is None:
+        return ckpt
+
+    by_shard: dict[str, list[str]] = {}
+    for name, shard in weight_map.items():
+        by_shard.setdefault(shard, []).append(name)
+
+    seen: dict[str, str] = {}  # tensor name -> shard it was found in
+    tree: dict[str, object] = {}
+    for shard in sorted(by_shard):
+        expected = by_shard[shard]
+        if PurePosixPath(shard).is_absolute() or ".." in PurePosixPath(shard).parts:
+            ckpt.add("CORRUPT", f"index names shard {shard!r} outside its folder; not read")
+            continue
+        shard_path = index_path.parent / shard
+        if not shard_path.is_file():
+            ckpt.add("CORRUPT", f"shard {shard} is missing ({_names(expected)} have no data)")
+            continue
+        part = _read_shard(shard_path, shard)
+        ckpt.files.append(shard_path)
+        ckpt.file_bytes += part.file_bytes
+        _merge(ckpt, part, shard, tree)
+
+        found = {t.name for t in part.tensors}
+        lacking = [name for name in expected if name not in found]
+        if lacking and part.tensors:
+            ckpt.add("CORRUPT", f"shard {shard} lacks {_names(lacking)} that the index places there")
+        elif lacking and not any(f.code == "CORRUPT" for f in part.findings):
+            ckpt.add("CORRUPT", f"shard {shard} holds no tensors but the index places {_names(lacking)} there")
+        for tensor in part.tensors:
+            if weight_map.get(tensor.name) != shard:
+                ckpt.add("CORRUPT", f"shard {shard} holds {tensor.name!r}, which the index does not place there", tensor.name)
+            if tensor.name in seen:
+                ckpt.add("CORRUPT", f"tensor {tensor.name!r} is in both {seen[tensor.name]} and {shard}", tensor.name)
+            seen.setdefault(tensor.name, shard)
+    ckpt.tree = tree
+    return ckpt
+
+
+def _read_index(ckpt: Checkpoint, index_path: Path) -> dict[str, str] | None:
+    try:
+        raw = index_path.read_bytes()
+    except OSError as exc:
+        ckpt.add("CORRUPT", f"cannot read index: {exc.strerror or exc}")
+        return None
+    try:
+        index = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        ckpt.add("CORRUPT", f"index is not valid JSON: {exc}")
+        return None
+    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+        ckpt.add("CORRUPT", "index has no weight_map object (tensor name -> shard file)")
+        return None
+    weight_map = index["weight_map"]
+    bad = [name for name, shard in weight_map.items() if not isinstance(shard, str) or not shard]
+    if bad:
+        ckpt.add("CORRUPT", f"index weight_map gives no shard file name for {_names(bad)}")
+        return None
+    metadata = index.get("metadata")
+    if isinstance(metadata, dict):
+        ckpt.metadata.update(metadata)
+    return weight_map
+
+
+def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
+    from ckinspect.formats import read_as  # the package imports us lazily; no cycle at import time
+    from ckinspect.formats.sniff import describe, sniff
+
+    kind = sniff(shard_path)
+    if kind == "safetensors":
+        return read_safetensors(shard_path, member=shard)
+    if kind in ("torch-zip", "torch-legacy"):
+        return read_as(shard_path, kind)
+    part = Checkpoint(path=shard_path, format="unknown", file_bytes=shard_path.stat().st_size)
+    part.add("CORRUPT", f"not a checkpoint: looks like {describe(shard_path)}")
+    return part
+
+
+def _merge(ckpt: Checkpoint, part: Checkpoint, shard: str, tree: dict[str, object]) -> None:
+    """Add one shard's tensors, storages, findings and globals, keys prefixed by the shard name."""
+    for storage in part.storages.values():
+        key = f"{shard}:{storage.key}"
+        ckpt.storages[key] = dataclasses.replace(storage, key=key, member=storage.member or shard)
+    for tensor in part.tensors:
+        named = dataclasses.replace(tensor, storage_key=f"{shard}:{tensor.storage_key}")
+        ckpt.tensors.append(named)
+        tree.setdefault(named.name, named)
+    for finding in part.findings:
+        ckpt.findings.append(dataclasses.replace(finding, message=f"shard {shard}: {finding.message}"))
+    for name in part.globals:
+        if name not in ckpt.globals:
+            ckpt.globals.append(name)
+    for key, value in part.metadata.items():
+        ckpt.metadata.setdefault(key, value)
+
+
+def _names(names: list[str]) -> str:
+    quoted = ", ".join(repr(n) for n in names[:MAX_NAMED])
+    more = f" and {len(names) - MAX_NAMED:,} more" if len(names) > MAX_NAMED else ""
+    noun = "tensor" if len(names) == 1 else "tensors"
+    return f"{len(names):,} {noun} ({quoted}{more})"

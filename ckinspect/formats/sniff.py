@@ -1,0 +1,225 @@
+"""What kind of file is this? Decided from the first bytes (and a zip's directory), never the name alone.
+
+`sniff` picks the reader; `describe` says, for the CORRUPT message, what a non-checkpoint looks like.
+Both read at most a few KB (plus a zip's central directory) and never raise for odd content.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import pickletools
+import zipfile
+from pathlib import Path
+
+HEAD_BYTES = 4096
+
+# torch's legacy format opens with this number pickled on its own (torch/serialization.py MAGIC_NUMBER).
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_LEGACY_LONG1 = b"\x8a\x0a" + LEGACY_MAGIC.to_bytes(10, "little")
+_LEGACY_TEXT = b"L" + str(LEGACY_MAGIC).encode() + b"L\n"  # protocols 0 and 1
+
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+# Opcodes a protocol 0/1 pickle may start with: MARK, EMPTY_DICT/LIST/TUPLE, GLOBAL, NONE, INT, LONG, STRING, UNICODE ...
+_OLD_PICKLE_OPENERS = frozenset(b"(}])cNILSVFGJKM")
+_OLD_PICKLE_FULL_PARSE = 1 << 20  # protocol 0/1 pickles up to this size are parsed through to STOP
+
+CHECKPOINT_FORMATS = ("torch-zip", "torch-legacy", "safetensors", "pickle")
+
+
+def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(n)
+
+
+def is_dcp_folder(path: Path) -> bool:
+    """A torch.distributed.checkpoint folder: `.metadata` and/or `*.distcp` shards."""
+    try:
+        if (path / ".metadata").is_file():
+            return True
+        with os.scandir(path) as entries:
+            return any(entry.name.endswith(".distcp") and entry.is_file() for entry in entries)
+    except OSError:
+        return False
+
+
+def sniff(path: str | os.PathLike[str]) -> str:
+    """One of torch-zip, torch-legacy, safetensors, pickle, dcp, sharded, unknown."""
+    path = Path(path)
+    if path.is_dir():
+        return "dcp" if is_dcp_folder(path) else "unknown"
+    if path.name.endswith(".index.json"):
+        return "sharded"
+    try:
+        head = _head(path)
+        size = os.stat(path).st_size
+    except OSError:
+        return "unknown"
+    kind = sniff_bytes(head, size, path)
+    if kind == "unknown" and path.suffix.lower() == ".safetensors" and describe_bytes(head, size) == "binary data":
+        # Unrecognisable bytes under a safetensors name: let its reader say precisely what is wrong.
+        return "safetensors"
+    return kind
+
+
+def sniff_bytes(head: bytes, size: int, path: Path | None = None) -> str:
+    if head.startswith(ZIP_MAGIC):
+        return "torch-zip" if _zip_has_data_pkl(head, path) else "unknown"
+    if _is_legacy(head):
+        return "torch-legacy"
+    if _looks_like_safetensors(head, size):
+        return "safetensors"
+    if _looks_like_pickle(head, size, path):
+        return "pickle"
+    return "unknown"
+
+
+def _zip_has_data_pkl(head: bytes, path: Path | None) -> bool:
+    # torch.save writes `<archive>/data.pkl` first: its local header answers without the directory
+    if head.startswith(b"PK\x03\x04") and len(head) >= 30:
+        name = head[30 : 30 + int.from_bytes(head[26:28], "little")]
+        if name == b"data.pkl" or name.endswith(b"/data.pkl"):
+            return True
+    if path is not None:
+        try:
+            with zipfile.ZipFile(path) as archive:
+                return any(name == "data.pkl" or name.endswith("/data.pkl") for name in archive.namelist())
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            pass  # no readable directory: look for the member's name in the first bytes
+    return b"/data.pkl" in head
+
+
+def _is_legacy(head: bytes) -> bool:
+    if head.startswith(_LEGACY_TEXT):
+        return True
+    if len(head) < 2 or head[0] != 0x80:
+        return False
+    rest = head[2:]
+    if rest[:1] == b"\x95":  # FRAME (protocol 4+): 8-byte length, then the opcodes
+        rest = rest[9:]
+    return rest.startswith(_LEGACY_LONG1)
+
+
+def _looks_like_safetensors(head: bytes, size: int) -> bool:
+    # 8-byte length, then the JSON object. Oversized or truncated headers still count: the
+    # reader then reports exactly what is wrong rather than "not a checkpoint".
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    header_len = int.from_bytes(head[:8], "little")
+    # random bytes with a '{' at byte 8 almost never also have a length that fits the file or 32 bits
+    return header_len >= 2 and (header_len <= size - 8 or header_len < (1 << 32))
+
+
+def _looks_like_pickle(head: bytes, size: int, path: Path | None) -> bool:
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return True
+    if not head or head[0] not in _OLD_PICKLE_OPENERS:
+        return False
+    # Protocol 0/1 opcodes are printable: only a stream that parses through to STOP counts.
+    data = head
+    if size > len(head):
+        if path is None or size > _OLD_PICKLE_FULL_PARSE:
+            return False
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return False
+    try:
+        ops = list(pickletools.genops(io.BytesIO(data)))
+    except Exception:
+        return False
+    return bool(ops) and ops[-1][0].name == "STOP" and ops[-1][2] == len(data) - 1
+
+
+# --- describe -------------------------------------------------------------------------------
+
+_COMPRESSED = (
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"BZh", "a bzip2 archive"),
+    (b"\xfd7zXZ\x00", "an xz archive"),
+    (b"\x28\xb5\x2f\xfd", "a zstd archive"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7z archive"),
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file"),
+    (b"GGUF", "a GGUF model file"),
+    (b"\x7fELF", "an ELF executable"),
+    (b"%PDF", "a PDF document"),
+    (b"\x89PNG", "a PNG image"),
+)
+
+
+def describe(path: str | os.PathLike[str]) -> str:
+    """What a file that is no checkpoint looks like, from its first few KB: "empty", "text", ..."""
+    path = Path(path)
+    if path.is_dir():
+        return _describe_folder(path)
+    try:
+        size = os.stat(path).st_size
+        head = _head(path)
+    except OSError as exc:
+        return f"an unreadable file ({exc.strerror or exc})"
+    return describe_bytes(head, size)
+
+
+def _describe_folder(path: Path) -> str:
+    try:
+        names = {entry.name for entry in os.scandir(path)}
+    except OSError as exc:
+        return f"an unreadable folder ({exc.strerror or exc})"
+    if "trainer_state.json" in names:
+        return "a Hugging Face Trainer checkpoint folder (report the folder to list its files)"
+    if any(name.endswith(".index.json") for name in names):
+        return "a folder holding a sharded set (open its *.index.json)"
+    return "a folder without .metadata or *.distcp"
+
+
+def describe_bytes(head: bytes, size: int) -> str:
+    if size == 0 or not head:
+        return "empty"
+    if head.startswith(LFS_POINTER):
+        return "a git-lfs pointer (run `git lfs pull`)"
+    if head.startswith(ZIP_MAGIC):
+        return "a zip archive without data.pkl"
+    if len(head) > 262 and head[257:262] == b"ustar":
+        return "a tar archive"
+    for magic, what in _COMPRESSED:
+        if head.startswith(magic):
+            return what
+    if not head.strip(b"\x00"):
+        return "zero bytes (a preallocated or unwritten file)"
+    text = _as_text(head, truncated=size > len(head))
+    if text is not None:
+        stripped = text.lstrip("\ufeff \t\r\n").lower()
+        if stripped.startswith(("<!doctype html", "<html")) or "<html" in stripped[:512] or "<body" in stripped:
+            return "an HTML page"
+        if stripped.startswith(("{", "[")):
+            return "JSON text"
+        return "text"
+    if _entropy(head) > (7.2 if len(head) >= 1024 else 6.5):
+        return "random bytes"
+    return "binary data"
+
+
+def _as_text(head: bytes, truncated: bool) -> str | None:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # a multi-byte character cut by the read limit is still text
+        if not (truncated and exc.start >= len(head) - 3):
+            return None
+        text = head[: exc.start].decode("utf-8")
+    printable = sum(ch.isprintable() or ch in "\t\r\n\f" for ch in text)
+    return text if text and printable / len(text) > 0.95 else None
+
+
+def _entropy(data: bytes) -> float:
+    """Shannon entropy in bits per byte (8.0 for uniformly random bytes)."""
+    if len(data) < 256:
+        return 0.0  # too little to tell
+    counts = [0] * 256
+    for byte in data:
+        counts[byte] += 1
+    n = len(data)
+    return -sum(c / n * math.log2(c / n) for c in counts if c)
