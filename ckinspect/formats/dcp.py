@@ -1,0 +1,284 @@
+"""torch.distributed.checkpoint folders: `.metadata` (a pickle) plus `*.distcp` data files.
+
+`.metadata` holds a `Metadata` dataclass: state_dict_metadata maps each fully qualified name to
+TensorStorageMetadata (dtype in `properties`, global `size`, `chunks` with offsets/sizes) or
+BytesStorageMetadata (any other object); storage_data maps MetadataIndex(fqn, chunk offset) to
+_StorageInfo(relative_path, offset, length). With torch's default serialization each item is a
+complete torch.save zip written at that offset, so a chunk's raw bytes are that zip's storage
+member; non-tensor values are small torch.save zips too and are decoded for the tree.
+Nothing is imported: the dataclasses come back as `Opaque` records.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ckinspect.formats.pickle_findings import check_views, decode, record_globals
+from ckinspect.formats.pickle_scan import GlobalRef, scan_stream
+from ckinspect.formats.torch_zip import read_zip_into
+from ckinspect.formats.unpickler import Opaque, _opaque_class
+from ckinspect.formats.zipdir import FileReader, ZipError
+from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.tree import build, no_gc
+
+METADATA = ".metadata"
+MAX_METADATA_BYTES = 1 << 30
+MAX_VALUE_BYTES = 16 << 20  # non-tensor values above this are listed, not decoded
+
+
+def _expected_dcp_global(g: GlobalRef) -> bool:
+    """DCP's own metadata classes. dcp.load reads .metadata with plain pickle.load (no allowlist at all),
+    so these need no ALLOWLIST_NEEDED; anything unsafe in it would run on load, hence UNSAFE_PICKLE."""
+    return g.module.startswith("torch.distributed.checkpoint") or g.module == "pathlib"
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, Opaque):
+        return obj.fields
+    return obj if isinstance(obj, dict) else {}
+
+
+def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
+    """List a DCP folder. Never raises for bad content: problems become findings."""
+    folder = Path(folder)
+    data_files = sorted(folder.glob("*.distcp"))
+    meta_path = folder / METADATA
+    sizes = {p: p.stat().st_size for p in data_files}
+    ckpt = Checkpoint(path=folder, format="dcp", file_bytes=sum(sizes.values()), files=list(data_files))
+    if not meta_path.is_file():
+        tmp = " (a .metadata.tmp is there: the save was interrupted before it was renamed)" if (
+            folder / ".metadata.tmp").exists() else ""  # fmt: skip
+        ckpt.add("CORRUPT", f"DCP folder without .metadata: {len(data_files)} .distcp file(s) but no index{tmp}")
+        return ckpt
+    meta_size = meta_path.stat().st_size
+    ckpt.file_bytes += meta_size
+    ckpt.files.insert(0, meta_path)
+    with open(meta_path, "rb") as f:
+        data = f.read(MAX_METADATA_BYTES)
+    scans = scan_stream(data, limit=1)
+    if not scans:
+        ckpt.add("CORRUPT", f"{folder.name}/.metadata is empty")
+        return ckpt
+    scan = scans[0]
+    refs = [g for g in scan.globals if not _expected_dcp_global(g)]
+    for g in scan.globals:
+        if _expected_dcp_global(g):
+            ckpt.globals.append(g.qualname)
+    if record_globals(ckpt, refs, f"{folder.name}/.metadata"):
+        return ckpt
+    if scan.error is not None:
+        ckpt.add("CORRUPT", f"{folder.name}/.metadata: {scan.error}")
+        return ckpt
+    meta = decode(ckpt, data[: scan.end], scan, f"{folder.name}/.metadata")
+    fields = _fields(meta)
+    state_md = fields.get("state_dict_metadata")
+    storage_data = fields.get("storage_data")
+    if not isinstance(state_md, dict) or not isinstance(storage_data, dict):
+        if meta is not None:
+            ckpt.add("CORRUPT", f"{folder.name}/.metadata is a pickle but not DCP Metadata (no state_dict_metadata)")
+        return ckpt
+    if isinstance(fields.get("version"), str):
+        ckpt.metadata["dcp_version"] = fields["version"]
+    ranks = {p.name.split("_")[2] for p in data_files if p.name.startswith("__") and p.name.count("_") >= 3}
+    if ranks:
+        ckpt.metadata["dcp_ranks"] = len(ranks)
+
+    items: dict[tuple[str, tuple[int, ...] | None], dict[str, Any]] = {}
+    for index, info in storage_data.items():
+        idx, where = _fields(index), _fields(info)
+        offset = idx.get("offset")
+        try:
+            items[(str(idx.get("fqn")), tuple(offset) if isinstance(offset, (tuple, list)) else None)] = where
+        except TypeError:
+            ckpt.add("CORRUPT", f"{folder.name}/.metadata: a storage index entry is malformed")
+    planner = fields.get("planner_data") if isinstance(fields.get("planner_data"), dict) else {}
+
+    readers: dict[str, FileReader | None] = {}
+    handles = []
+    tree: dict[str, Any] = {}
+    try:
+        for fqn, md in state_md.items():
+            fqn = str(fqn)
+            try:
+                kind = md.qualname.rsplit(".", 1)[-1] if isinstance(md, Opaque) else type(md).__name__
+                if kind == "TensorStorageMetadata":
+                    value = _tensor_entry(ckpt, folder, fqn, _fields(md), items, readers, handles)
+                elif kind == "BytesStorageMetadata":
+                    value = _bytes_entry(ckpt, folder, fqn, items, readers, handles)
+                else:
+                    value = md
+                path = planner.get(fqn)
+                keys = [p if type(p) is int else str(p) for p in path] if isinstance(path, (tuple, list)) and path else None
+                _place(tree, keys or fqn.split("."), value)
+            except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+                # a .metadata that decodes but whose fields are not what DCP writes
+                ckpt.add("CORRUPT", f"{folder.name}/.metadata: entry {fqn} is malformed ({type(exc).__name__})", fqn)
+    finally:
+        for h in handles:
+            h.close()
+    try:
+        ckpt.tree = _lists(tree)
+    except RecursionError:  # planner paths thousands of levels deep: keep the dicts as they are
+        ckpt.tree = tree
+        ckpt.add("CORRUPT", f"{folder.name}/.metadata: key paths nest too deeply to rebuild")
+    check_views(ckpt)
+    return ckpt
+
+
+def _place(tree: dict[Any, Any], path: list[Any], value: Any) -> None:
+    node = tree
+    for key in path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
+    node[path[-1]] = value
+
+
+def _lists(node: Any) -> Any:
+    """DCP flattens lists into int path elements (dict keys are always str): rebuild them as lists."""
+    if not isinstance(node, dict) or type(node) is not dict:
+        return node
+    for key in list(node):
+        node[key] = _lists(node[key])
+    if node and all(type(k) is int and k >= 0 for k in node) and max(node) < 4 * len(node):
+        return [node.get(i) for i in range(max(node) + 1)]
+    return node
+
+
+def _reader(folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list) -> FileReader | None:
+    if relative not in readers:
+        target = (folder / relative).resolve()
+        if folder.resolve() not in target.parents or not target.is_file():
+            readers[relative] = None  # missing, or a path that leaves the folder
+        else:
+            f = open(target, "rb")
+            handles.append(f)
+            readers[relative] = FileReader(f.fileno(), os.fstat(f.fileno()).st_size)
+    return readers[relative]
+
+
+def _item(ckpt: Checkpoint, folder: Path, fqn: str, where: dict[str, Any] | None, readers, handles):
+    """(reader, offset, length, relative path) of one stored item, or None with a CORRUPT finding."""
+    if where is None:
+        ckpt.add("CORRUPT", f"{folder.name}/.metadata lists {fqn} but says nowhere where its bytes are", fqn)
+        return None
+    relative, offset, length = str(where.get("relative_path")), where.get("offset"), where.get("length")
+    if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
+        ckpt.add("CORRUPT", f"{folder.name}/.metadata: bad offset/length for {fqn}", fqn)
+        return None
+    reader = _reader(folder, relative, readers, handles)
+    if reader is None:
+        ckpt.add("CORRUPT", f"{folder.name}: {relative} is missing (named by .metadata for {fqn})", fqn)
+        return None
+    if offset + length > reader.size:
+        ckpt.add("CORRUPT", f"{folder.name}/{relative} is truncated: {fqn} needs bytes {offset}..{offset + length} "
+                            f"but the file has {reader.size}", fqn)  # fmt: skip
+        return None
+    if where.get("transform_descriptors"):
+        ckpt.metadata.setdefault("dcp_transforms", sorted({str(t) for t in where["transform_descriptors"]}))
+    return reader, offset, length, relative
+
+
+def _tensor_entry(ckpt, folder, fqn, md, items, readers, handles) -> Any:
+    props = md.get("properties")
+    state = props.state if isinstance(props, Opaque) else None
+    dtype = state[0] if isinstance(state, tuple) and state else _fields(props).get("dtype", "uint8")
+    size = tuple(md.get("size") or ())
+    chunks = [c for c in md.get("chunks") or []]
+    out: dict[str, TensorInfo] = {}
+    single = len(chunks) == 1
+    for chunk in chunks:
+        cf = _fields(chunk)
+        offsets = tuple(cf.get("offsets") or ())
+        sizes = tuple(cf.get("sizes") or ())
+        name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes))}]"
+        found = _item(ckpt, folder, name, items.get((fqn, offsets)), readers, handles)
+        if found is None:
+            continue
+        reader, offset, length, relative = found
+        key = f"{relative}@{offset}"
+        tensor = _chunk_tensor(ckpt, reader, folder / relative, offset, length, key, name, str(dtype), sizes)
+        if tensor is not None:
+            ckpt.tensors.append(tensor)
+            out[name] = tensor
+    if single:
+        return next(iter(out.values()), None)
+    ckpt.metadata.setdefault("dcp_sharded", {})[fqn] = list(size)
+    return out
+
+
+def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, name: str, dtype: str,
+                  sizes: tuple[int, ...]) -> TensorInfo | None:  # fmt: skip
+    head = reader.read_at(offset, 4)
+    if head != b"PK\x03\x04":
+        # not a torch.save blob (safetensors-style serialization): raw contiguous bytes
+        ckpt.storages[key] = build(StorageInfo, {"key": key, "dtype": dtype, "nbytes": length, "file": file,
+                                                 "offset": offset, "crc32": None, "member": None, "location": "cpu"})
+        return TensorInfo(name, dtype, sizes, _contiguous(sizes), key, 0)
+    blob = Checkpoint(path=file, format="torch-zip", file_bytes=length)
+    try:
+        value = read_zip_into(blob, reader, file, base=offset, end=offset + length, key_prefix=key + "/")
+    except ZipError as exc:
+        ckpt.add("CORRUPT", f"{file.name} at byte {offset} ({name}): {exc}", name)
+        return None
+    _merge(ckpt, blob, name)
+    if not isinstance(value, TensorInfo):
+        if not any(f.code in ("CORRUPT", "UNSAFE_PICKLE") for f in blob.findings):
+            ckpt.add("CORRUPT", f"{file.name} at byte {offset}: {name} is stored as something other than a tensor", name)
+        return None
+    if tuple(value.shape) != sizes:
+        ckpt.add("CORRUPT", f"{name}: .metadata says shape {sizes}, the stored tensor has {tuple(value.shape)}", name)
+    return build(TensorInfo, {**value.__dict__, "name": name})
+
+
+def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
+    found = _item(ckpt, folder, fqn, items.get((fqn, None)), readers, handles)
+    if found is None:
+        return None
+    reader, offset, length, relative = found
+    file = folder / relative
+    if length > MAX_VALUE_BYTES or reader.read_at(offset, 4) != b"PK\x03\x04":
+        return _opaque_class("torch.distributed.checkpoint.bytes")(relative, offset, length)  # listed, not decoded
+    blob = Checkpoint(path=file, format="torch-zip", file_bytes=length)
+    try:
+        value = read_zip_into(blob, reader, file, base=offset, end=offset + length, key_prefix=f"{relative}@{offset}/")
+    except ZipError as exc:
+        ckpt.add("CORRUPT", f"{file.name} at byte {offset} ({fqn}): {exc}", fqn)
+        return None
+    # dcp.load decodes these with torch.load(weights_only=False): allowlists play no part, only UNSAFE does
+    blob.findings = [f for f in blob.findings if f.code != "ALLOWLIST_NEEDED"]
+    _merge(ckpt, blob, fqn)
+    if blob.storages:  # a tensor inside a non-tensor value (e.g. a list of tensors): list it by path
+        from ckinspect.tree import flatten
+
+        for tensor in flatten(value, fqn):
+            ckpt.tensors.append(tensor)
+    return value
+
+
+def _merge(ckpt: Checkpoint, blob: Checkpoint, name: str) -> None:
+    ckpt.storages.update(blob.storages)
+    for g in blob.globals:
+        if g not in ckpt.globals:
+            ckpt.globals.append(g)
+    for finding in blob.findings:
+        ckpt.add(finding.code, f"{name}: {finding.message}", name)
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    acc = 1
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
+def read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
+    """List a torch.distributed.checkpoint folder. Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
+    with no_gc():
+        return _read_dcp(folder)

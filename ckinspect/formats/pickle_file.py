@@ -1,0 +1,65 @@
+"""Plain pickle files (.pkl, or a .pt that is neither a torch zip nor a legacy torch file).
+
+Scanned, never loaded by pickle: the static scan names every global; only when all of them are
+allowed or benign (and the file is of a size we can hold) is it decoded by the restricted
+unpickler, to list what it holds.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+from ckinspect.formats.pickle_findings import check_views, decode, record_globals
+from ckinspect.formats.pickle_scan import scan_stream
+from ckinspect.formats.zipdir import FileReader
+from ckinspect.model import Checkpoint
+from ckinspect.tree import flatten, no_gc
+
+MAX_DECODE_BYTES = 256 << 20  # larger plain pickles are scanned only: decoding holds the whole object tree
+
+
+def _read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
+    """Scan a plain pickle. Never raises for bad content: problems become findings."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        ckpt = Checkpoint(path=path, format="pickle", file_bytes=size, files=[path])
+        if size == 0:
+            ckpt.add("CORRUPT", f"{path.name} is empty")
+            return ckpt
+        if size <= MAX_DECODE_BYTES:
+            data = FileReader(f.fileno(), size).read_at(0, size)
+        else:  # scanned in place, never decoded: memory stays flat however large the file
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        return _scan_and_decode(ckpt, data, path, size)
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
+
+
+def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int) -> Checkpoint:
+    scans = scan_stream(data)
+    where = path.name
+    unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where)
+    first = scans[0]
+    if first.error is not None:
+        ckpt.add("CORRUPT", f"{where}: not a readable pickle: {first.error}")
+        return ckpt
+    ckpt.metadata["pickles"] = sum(1 for s in scans if s.error is None)
+    if unsafe or size > MAX_DECODE_BYTES:
+        return ckpt
+    tree = decode(ckpt, data[first.start : first.end], first, where)
+    ckpt.tree = tree
+    ckpt.tensors = flatten(tree)
+    check_views(ckpt)
+    return ckpt
+
+
+def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
+    """Scan a plain pickle (decoded only when every global is allowed or benign). Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
+    with no_gc():
+        return _read_pickle(path)

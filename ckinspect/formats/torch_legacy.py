@@ -1,0 +1,167 @@
+"""torch.save(..., _use_new_zipfile_serialization=False), the pre-1.6 format: pickles back to back.
+
+    magic number | protocol version | sys_info | the object (storages as persistent ids) |
+    sorted storage keys | per storage: int64 little-endian element count, then the raw bytes
+
+Listing reads the five pickles and the 8-byte count in front of each storage, nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from ckinspect.dtypes import dtype_info
+from ckinspect.formats.errors import CorruptPickle
+from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals
+from ckinspect.formats.pickle_scan import PickleScan, scan_stream
+from ckinspect.formats.unpickler import StorageRef, restricted_load
+from ckinspect.formats.zipdir import FileReader
+from ckinspect.model import Checkpoint, StorageInfo
+from ckinspect.tree import build, flatten, no_gc
+
+MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+PROTOCOL_VERSION = 1001
+MAX_PICKLE_BYTES = 256 << 20  # the header and object pickles; ~100 MB would already be a million tensors
+_NAMES = ("magic number", "protocol version", "sys_info", "object", "storage key list")
+
+
+def read_pickle_prefix(reader: FileReader, count: int) -> tuple[bytes, list[PickleScan]]:
+    """Read just enough of the file to hold its first `count` pickles (growing the read until they end)."""
+    want = 1 << 20
+    while True:
+        data = reader.read_at(0, min(want, reader.size, MAX_PICKLE_BYTES))
+        scans = scan_stream(data, limit=count)
+        # read more only when a pickle ran off the end of what was read, and the file can hold what it
+        # needs: a garbage length field must not make us read a gigabyte
+        last = scans[-1] if scans else None
+        if last is None or not last.truncated or len(data) >= reader.size or last.needed > reader.size:
+            return data, scans
+        want = max(want * 4, last.needed + (1 << 20))
+        if want > MAX_PICKLE_BYTES and len(data) >= MAX_PICKLE_BYTES:
+            return data, scans
+
+
+def _read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
+    """List a legacy torch.save file. Never raises for bad content: problems become findings."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        ckpt = Checkpoint(path=path, format="torch-legacy", file_bytes=size, files=[path])
+        reader = FileReader(f.fileno(), size)
+        _read(ckpt, reader, path)
+    return ckpt
+
+
+def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
+    if reader.size == 0:
+        ckpt.add("CORRUPT", f"{path.name} is empty")
+        return
+    data, scans = read_pickle_prefix(reader, 5)
+    where = path.name
+    unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where)
+    for index, scan in enumerate(scans):
+        if scan.error is not None:
+            ckpt.add("CORRUPT", f"{where}: the {_NAMES[index]} pickle is unreadable: {scan.error}")
+            return
+    if len(scans) < 5:
+        ckpt.add("CORRUPT", f"{where}: ends after {len(scans)} of the 5 pickles a legacy torch file holds (truncated)")
+        return
+    if unsafe:
+        return
+    try:
+        magic = restricted_load(data[scans[0].start : scans[0].end], scan=scans[0])
+        version = restricted_load(data[scans[1].start : scans[1].end], scan=scans[1])
+        sys_info = restricted_load(data[scans[2].start : scans[2].end], scan=scans[2])
+    except CorruptPickle as exc:
+        ckpt.add("CORRUPT", f"{where}: header pickles are unreadable: {exc}")
+        return
+    if magic != MAGIC_NUMBER:
+        ckpt.add("CORRUPT", f"{where}: starts with a pickle, but not torch's legacy magic number: a plain pickle?")
+        return
+    if version != PROTOCOL_VERSION:
+        ckpt.add("CORRUPT", f"{where}: legacy protocol version {version!r:.20}, expected {PROTOCOL_VERSION}")
+        return
+    little = not isinstance(sys_info, dict) or sys_info.get("little_endian", True)
+    ckpt.metadata["byteorder"] = "little" if little else "big"
+
+    collector = _LegacyStorages()
+    obj_scan = scans[3]
+    tree = decode(ckpt, data[obj_scan.start : obj_scan.end], obj_scan, f"{where} (object pickle)", collector)
+    if tree is None:
+        return
+    keys_scan = scans[4]
+    try:
+        keys = restricted_load(data[keys_scan.start : keys_scan.end], scan=keys_scan)
+    except CorruptPickle as exc:
+        ckpt.add("CORRUPT", f"{where}: storage key list is unreadable: {exc}")
+        keys = None
+    ckpt.tree = tree
+    ckpt.tensors = flatten(tree)
+    if isinstance(keys, list):
+        _locate_storages(ckpt, reader, path, collector, [str(k) for k in keys], keys_scan.end)
+    check_views(ckpt)
+
+
+class _LegacyStorages(StorageCollector):
+    """Legacy persistent ids carry view metadata: (view key, byte offset, nbytes) into a root storage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.views: dict[str, tuple[str, int, int]] = {}
+
+    def __call__(self, pid: Any) -> Any:
+        ref = super().__call__(pid)
+        if isinstance(pid, tuple) and len(pid) >= 6 and isinstance(pid[5], tuple) and len(pid[5]) == 3:
+            view_key, view_offset, view_size = pid[5]
+            if isinstance(view_offset, int) and isinstance(view_size, int) and isinstance(ref, StorageRef):
+                self.views[str(view_key)] = (ref.key, view_offset, view_size)
+                return StorageRef(str(view_key), ref.dtype, ref.location, view_size, ref.untyped)
+        return ref
+
+
+def _locate_storages(ckpt: Checkpoint, reader: FileReader, path: Path, collector: _LegacyStorages, keys: list[str],
+                     pos: int) -> None:  # fmt: skip
+    """Walk the storage section: each storage is an 8-byte element count followed by its bytes."""
+    size = reader.size
+    for index, key in enumerate(keys):
+        ref = collector.storages.get(key)
+        head = reader.small_read(pos, 8)
+        if len(head) < 8:
+            ckpt.add("CORRUPT", f"{path.name}: truncated: storage {key} ({index + 1} of {len(keys)}) should start "
+                                f"at byte {pos} but the file ends at {size}")  # fmt: skip
+            return
+        (count,) = struct.unpack("<q", head)
+        itemsize = 1 if ref is None or ref.untyped else dtype_info(ref.dtype).itemsize
+        nbytes = count * itemsize
+        if count < 0 or pos + 8 + nbytes > size:
+            ckpt.add("CORRUPT", f"{path.name}: truncated: storage {key} needs {nbytes} bytes from byte {pos + 8} "
+                                f"but the file ends at {size}")  # fmt: skip
+            return
+        if ref is not None and nbytes < ref.nbytes:
+            ckpt.add("CORRUPT", f"{path.name}: storage {key} holds {nbytes} bytes but the pickle says {ref.nbytes}")
+        ckpt.storages[key] = build(StorageInfo, {
+            "key": key, "dtype": ref.dtype if ref else "uint8", "nbytes": nbytes, "file": path, "offset": pos + 8,
+            "crc32": None, "member": None, "location": ref.location if ref else "cpu",
+        })  # fmt: skip
+        pos += 8 + nbytes
+    for view_key, (root, offset, nbytes) in collector.views.items():
+        base = ckpt.storages.get(root)
+        if base is not None and base.offset is not None and offset + nbytes <= base.nbytes:
+            ckpt.storages[view_key] = build(StorageInfo, {
+                "key": view_key, "dtype": base.dtype, "nbytes": nbytes, "file": path, "offset": base.offset + offset,
+                "crc32": None, "member": None, "location": base.location,
+            })  # fmt: skip
+    missing = [k for k in collector.storages if k not in ckpt.storages]
+    if missing:
+        ckpt.add("CORRUPT", f"{path.name}: {len(missing)} storage(s) named by the pickle are not in the file: "
+                            + ", ".join(missing[:10]))  # fmt: skip
+
+
+def read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
+    """List a legacy torch.save file. Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
+    with no_gc():
+        return _read_torch_legacy(path)

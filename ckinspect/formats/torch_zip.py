@@ -1,0 +1,228 @@
+"""torch.save's default format: a zip holding `<archive>/data.pkl` and one member per storage.
+
+Listing reads the zip directory, the local headers of the storage members (for their absolute
+offsets) and data.pkl; storage bytes are never read.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals
+from ckinspect.formats.pickle_scan import PickleScan, scan_stream
+from ckinspect.formats.zipdir import FileReader, ZipError, ZipMember, data_offset, local_header_at, read_directory
+from ckinspect.model import Checkpoint, StorageInfo
+from ckinspect.tree import build, flatten, no_gc
+
+MAX_PICKLE_BYTES = 1 << 30  # a data.pkl beyond this is not a checkpoint we should hold in memory
+MAX_OTHER_PICKLE_BYTES = 64 << 20
+MAX_UNINDEXED_PICKLE_BYTES = 256 << 20  # without a directory the pickle's size is unknown: read at most this
+
+
+def _read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
+    """List a torch.save zip. Never raises for bad content: problems become CORRUPT / UNSAFE_PICKLE findings."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        ckpt = Checkpoint(path=path, format="torch-zip", file_bytes=size, files=[path])
+        reader = FileReader(f.fileno(), size)
+        try:
+            read_zip_into(ckpt, reader, path)
+        except ZipError as exc:
+            ckpt.add("CORRUPT", f"{path.name}: {exc}")
+    return ckpt
+
+
+def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 0, end: int | None = None,
+                  key_prefix: str = "") -> Any:  # fmt: skip
+    """Fill ckpt from the torch zip in [base, end) of `file`; returns the decoded tree (also set on ckpt
+    when base is 0). Storage keys get `key_prefix` so several zips can share one Checkpoint (DCP)."""
+    end = reader.size if end is None else end
+    try:
+        members, cd_start = read_directory(reader, base, end)
+    except ZipError as exc:
+        if base == 0 and end == reader.size:
+            return _read_without_directory(ckpt, reader, file, str(exc))
+        raise
+    by_name = {m.name: m for m in members}
+    pkl = _find_data_pkl(members)
+    if pkl is None:
+        ckpt.add("CORRUPT", f"{file.name}: a zip, but no <archive>/data.pkl in it: not a torch.save checkpoint")
+        return None
+    archive = pkl.name[: -len("data.pkl")]
+    where = f"{file.name}:{pkl.name}"
+    try:
+        data = _member_bytes(reader, pkl, cd_start)
+    except ZipError as exc:
+        ckpt.add("CORRUPT", f"{where}: {exc}")
+        return None
+    if zlib.crc32(data) != pkl.crc32:
+        ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
+    _scan_other_pickles(ckpt, reader, members, pkl, cd_start, file)
+    tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
+        ckpt, collector, by_name, archive, reader, file, cd_start), key_prefix)  # fmt: skip
+    if base == 0:
+        ckpt.tree = tree
+        ckpt.tensors = flatten(tree)
+        check_views(ckpt)
+        byteorder = by_name.get(archive + "byteorder")
+        if byteorder is not None and byteorder.file_size <= 16:
+            try:
+                ckpt.metadata["byteorder"] = _member_bytes(reader, byteorder, cd_start).decode("ascii", "replace")
+            except ZipError:
+                pass
+    return tree
+
+
+def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipMember], pkl: ZipMember,
+                        cd_start: int, file: Path) -> None:  # fmt: skip
+    """torch.load reads only data.pkl, but TorchScript archives (constants.pkl, code/) are handed to
+    torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive."""
+    for member in members:
+        if member is pkl or not member.name.endswith(".pkl") or member.file_size > MAX_OTHER_PICKLE_BYTES:
+            continue
+        try:
+            data = _member_bytes(reader, member, cd_start)
+        except ZipError as exc:
+            ckpt.add("CORRUPT", f"{file.name}: {exc}")
+            continue
+        record_globals(ckpt, [g for s in scan_stream(data) for g in s.globals], f"{file.name}:{member.name}")
+    if any(m.name.endswith("/constants.pkl") or "/code/" in m.name for m in members):
+        ckpt.metadata["torchscript"] = True  # torch.load would hand it to torch.jit.load
+
+
+def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
+    """`<archive>/data.pkl` (torch.save names the folder after the file), or a bare `data.pkl`."""
+    candidates = [m for m in members if m.name.endswith("/data.pkl") and m.name.count("/") == 1]
+    candidates += [m for m in members if m.name == "data.pkl"]
+    return candidates[0] if candidates else None
+
+
+def _member_bytes(reader: FileReader, member: ZipMember, limit: int) -> bytes:
+    start = data_offset(reader, member)
+    if start + member.compressed_size > limit:
+        raise ZipError(f"{member.name} runs past the end of the data ({start + member.compressed_size} > {limit})")
+    if member.file_size > MAX_PICKLE_BYTES:
+        raise ZipError(f"{member.name} is {member.file_size} bytes, too large to be a checkpoint pickle")
+    raw = reader.read_at(start, member.compressed_size)
+    if member.compress_type == 0:
+        return raw
+    if member.compress_type == 8:
+        out = zlib.decompressobj(-15).decompress(raw, MAX_PICKLE_BYTES)
+        return out
+    raise ZipError(f"{member.name} uses zip compression method {member.compress_type}, which torch never writes")
+
+
+def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key_prefix: str = "") -> Any:
+    scans = scan_stream(data)
+    first: PickleScan = scans[0]
+    refs = [g for s in scans for g in s.globals]
+    unsafe = record_globals(ckpt, refs, where)
+    if first.error is not None:
+        ckpt.add("CORRUPT", f"{where}: {first.error}")
+        return None
+    if unsafe:
+        return None
+    collector = StorageCollector(key_prefix)
+    tree = decode(ckpt, data, first, where, collector)
+    fill_storages(collector)
+    return tree
+
+
+def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
+                           reader: FileReader, file: Path, cd_start: int) -> None:  # fmt: skip
+    missing = []
+    for key, ref in collector.storages.items():
+        member = by_name.get(f"{archive}data/{key}")
+        if member is None:
+            missing.append(key)
+            continue
+        try:
+            offset: int | None = data_offset(reader, member)
+        except ZipError as exc:
+            ckpt.add("CORRUPT", f"{file.name}: {exc}")
+            offset = None
+        if member.compress_type != 0:
+            offset = None  # compressed by some re-zipping tool: bytes cannot be addressed in place
+        elif offset is not None and offset + member.file_size > cd_start:
+            ckpt.add("CORRUPT", f"{file.name}: storage {member.name} runs past the end of the data")
+            offset = None
+        if member.file_size < ref.nbytes:
+            ckpt.add("CORRUPT", f"{file.name}: storage {member.name} holds {member.file_size} bytes "
+                                f"but the pickle says {ref.nbytes}")  # fmt: skip
+        ckpt.storages[ref.key] = build(StorageInfo, {
+            "key": ref.key, "dtype": ref.dtype, "nbytes": member.file_size, "file": file, "offset": offset,
+            "crc32": member.crc32, "member": member.name, "location": ref.location,
+        })  # fmt: skip
+    if missing:
+        shown = ", ".join(f"{archive}data/{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")
+
+
+def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, problem: str) -> Any:
+    """No end record (a save cut short): the local headers still say where data.pkl and each
+    storage start, and the pickle ends itself with STOP, so list what is there and say what is not."""
+    first = local_header_at(reader, 0)
+    if first is None or not (first[0] == "data.pkl" or first[0].endswith("/data.pkl")):
+        ckpt.add("CORRUPT", f"{file.name}: {problem}")
+        return None
+    name, start, _flags = first
+    archive = name[: -len("data.pkl")]
+    data = b""
+    want = 1 << 20
+    while True:
+        data = reader.read_at(start, min(want, MAX_UNINDEXED_PICKLE_BYTES))
+        scans = scan_stream(data, limit=1)
+        if scans and scans[0].error is None:
+            data = data[: scans[0].end]
+            break
+        if not scans or not scans[0].truncated or start + len(data) >= reader.size or want >= MAX_UNINDEXED_PICKLE_BYTES \
+                or start + scans[0].needed > reader.size:  # fmt: skip
+            break
+        want = max(want * 4, scans[0].needed + (1 << 20))
+    where = f"{file.name}:{name}"
+
+    def fill(collector: StorageCollector) -> None:
+        pos = start + len(data)
+        complete = 0
+        found: dict[str, tuple[int, int]] = {}
+        while pos < reader.size:
+            header_pos = reader.read_at(pos, 64).find(b"PK\x03\x04")
+            if header_pos < 0:
+                break
+            header = local_header_at(reader, pos + header_pos)
+            if header is None:
+                break
+            member, offset, _ = header
+            key = member[len(archive) + len("data/") :] if member.startswith(archive + "data/") else None
+            length = collector.storages[key].nbytes if key in collector.storages else 0
+            if key is not None:
+                found[key] = (offset, length)
+            pos = offset + length
+        for key, ref in collector.storages.items():
+            offset, _length = found.get(key, (None, 0))
+            whole = offset is not None and offset + ref.nbytes <= reader.size
+            complete += whole
+            ckpt.storages[ref.key] = StorageInfo(key=ref.key, dtype=ref.dtype, nbytes=ref.nbytes if whole else 0, file=file,
+                                             offset=offset if whole else None, member=f"{archive}data/{key}",
+                                             location=ref.location)  # fmt: skip
+        ckpt.add("CORRUPT", f"{file.name}: {problem}; the save was cut short at {reader.size} bytes: "
+                            f"{complete} of {len(collector.storages)} storages are complete")  # fmt: skip
+
+    tree = _decode_pickle(ckpt, data, where, fill)
+    if tree is None and not any(f.code == "CORRUPT" for f in ckpt.findings):
+        ckpt.add("CORRUPT", f"{file.name}: {problem}")
+    ckpt.tree = tree
+    ckpt.tensors = flatten(tree)
+    check_views(ckpt)
+    return tree
+
+
+def read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
+    """List a torch.save zip. Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
+    with no_gc():
+        return _read_torch_zip(path)

@@ -1,0 +1,518 @@
+"""A restricted unpickler: decodes checkpoint pickles into plain data without importing or running anything.
+
+`find_class` never imports: every global it accepts maps to a stand-in defined here (tensors become
+`TensorInfo` descriptors, torch dtypes become their names, numpy arrays become `ArrayInfo`, other
+harmless classes become `Opaque` records). Anything else raises `UnsafePickle`, and the static scan
+(`pickle_scan`) has already refused such pickles before this runs.
+"""
+
+from __future__ import annotations
+
+import io
+import ntpath
+import pickle
+import posixpath
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ckinspect.dtypes import TORCH_DTYPE_ATTRS, TORCH_STORAGE_CLASSES, dtype_info
+from ckinspect.formats.errors import CorruptPickle, UnsafePickle
+from ckinspect.formats.pickle_scan import PickleScan, classify_global, normalize, scan_pickle
+from ckinspect.model import TensorInfo
+from ckinspect.tree import build
+
+SMALL_ARRAY_BYTES = 1 << 20  # numpy arrays up to this size keep their bytes (RNG states); larger keep only the size
+
+
+# ----------------------------------------------------------------------------------------------
+# What decoded objects look like
+#
+# Stand-ins live as long as the process, so a pickle must not be able to change them for the next
+# file: BUILD can set attributes on whatever is on the stack, including the classes and callables
+# find_class returned. Classes therefore refuse attribute writes (_FrozenMeta), callables are
+# slotted objects that refuse them too, and per-load records either define __setstate__ or have
+# no __dict__.
+
+
+class _FrozenMeta(type):
+    def __setattr__(cls, name: str, value: Any) -> None:
+        raise CorruptPickle(f"pickle tries to set {name!r} on {cls.__name__}")
+
+    def __delattr__(cls, name: str) -> None:
+        raise CorruptPickle(f"pickle tries to delete {name!r} from {cls.__name__}")
+
+
+class _Call:
+    """A stand-in callable that a pickle cannot modify (functions have a writable __dict__)."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        object.__setattr__(self, "_fn", fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(*args, **kwargs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise CorruptPickle(f"pickle tries to set {name!r} on a stand-in")
+
+    def __delattr__(self, name: str) -> None:
+        raise CorruptPickle(f"pickle tries to delete {name!r} from a stand-in")
+
+    def __repr__(self) -> str:
+        return f"<stand-in {self._fn.__name__}>"
+
+
+@dataclass(frozen=True, slots=True)
+class StorageRef:
+    """A storage named by a persistent id: ('storage', type, key, location, numel[, view])."""
+
+    key: str
+    dtype: str
+    location: str
+    nbytes: int
+    untyped: bool = False  # torch.storage.UntypedStorage: dtype comes from the tensor that views it
+
+    def __setstate__(self, state: Any) -> None:
+        raise CorruptPickle("pickle tries to rewrite a storage reference")
+
+    def _set(self, **fields: Any) -> None:
+        """For the readers only: learn the dtype of an untyped storage, prefix its key."""
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
+
+class Opaque(metaclass=_FrozenMeta):
+    """A benign object kept as a record: the global it names, its constructor args and its state."""
+
+    qualname = "?"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Opaque:
+        self = object.__new__(cls)
+        self.args = args
+        self.kwargs = kwargs
+        self.state = None
+        self.items: list[Any] = []
+        self.mapping: dict[Any, Any] = {}
+        return self
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+    def append(self, item: Any) -> None:
+        self.items.append(item)
+
+    def extend(self, items: Any) -> None:
+        self.items.extend(items)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.mapping[key] = value
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """Attributes the object would have had (its BUILD state, when that is a dict)."""
+        state = self.state
+        if isinstance(state, tuple) and len(state) == 2 and (state[0] is None or isinstance(state[0], dict)):
+            merged = dict(state[0] or {})
+            merged.update(state[1] or {})
+            return merged
+        return dict(state) if isinstance(state, dict) else {}
+
+    def __repr__(self) -> str:
+        return f"Opaque({self.qualname}, args={self.args!r}, state={self.state!r})"
+
+
+class ArrayInfo(metaclass=_FrozenMeta):
+    """A numpy array (RNG state and the like): dtype string, shape, size, bytes when small."""
+
+    def __init__(self, *args: Any) -> None:
+        self.dtype = "?"
+        self.shape: tuple[int, ...] = tuple(args[1]) if len(args) > 1 and isinstance(args[1], tuple) else ()
+        self.nbytes = 0
+        self.data: bytes | None = None
+
+    def __setstate__(self, state: Any) -> None:
+        if not isinstance(state, tuple) or len(state) not in (4, 5):
+            raise CorruptPickle("numpy array with an unexpected state")
+        shape, dtype, _fortran, raw = state[-4:]
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = str(dtype)
+        if isinstance(raw, (bytes, bytearray)):
+            self.nbytes = len(raw)
+            self.data = bytes(raw) if len(raw) <= SMALL_ARRAY_BYTES else None
+        else:  # object arrays pickle a list of items
+            self.nbytes = 0
+            self.data = None
+
+    def __repr__(self) -> str:
+        return f"ArrayInfo(dtype={self.dtype!r}, shape={self.shape}, nbytes={self.nbytes})"
+
+
+class _NumpyDType(metaclass=_FrozenMeta):
+    def __init__(self, descr: Any = "?", *_: Any) -> None:
+        self.descr = str(descr)
+        self.order = "|" if self.descr in ("b1", "i1", "u1", "?") else "<"
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) > 1 and isinstance(state[1], str):
+            self.order = state[1]
+
+    def __str__(self) -> str:
+        return self.descr if self.descr[:1] in "<>|=" else self.order + self.descr
+
+
+_SCALAR_FORMATS = {"f8": "d", "f4": "f", "f2": "e", "i8": "q", "i4": "i", "i2": "h", "i1": "b",
+                   "u8": "Q", "u4": "I", "u2": "H", "u1": "B", "b1": "?"}  # fmt: skip
+
+
+def _numpy_scalar(dtype: Any, raw: Any = b"") -> Any:
+    """numpy.float64(1.5) and friends as the Python number they hold (Opaque when not a plain number)."""
+    text = str(dtype)
+    fmt = _SCALAR_FORMATS.get(text.lstrip("<>|="))
+    if fmt and isinstance(raw, (bytes, bytearray)) and len(raw) == struct.calcsize(fmt):
+        return struct.unpack((">" if text.startswith(">") else "<") + fmt, raw)[0]
+    return _opaque_class("numpy.core.multiarray.scalar")(text, raw)
+
+
+class _StorageType:
+    """torch.FloatStorage, torch.storage.UntypedStorage ...: what a persistent id names as its type."""
+
+    __slots__ = ("dtype", "untyped", "itemsize")
+
+    def __init__(self, dtype: str, untyped: bool = False) -> None:
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "untyped", untyped)
+        object.__setattr__(self, "itemsize", 1 if untyped else dtype_info(dtype).itemsize)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise CorruptPickle(f"pickle tries to set {name!r} on a storage type")
+
+    def __setstate__(self, state: Any) -> None:
+        raise CorruptPickle("pickle tries to rewrite a storage type")
+
+
+class _DictWithState(dict, metaclass=_FrozenMeta):
+    """OrderedDict / Counter as a dict (instance state such as state_dict._metadata is dropped)."""
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+class _DefaultDict(_DictWithState):
+    """collections.defaultdict(factory, ...) as a dict: the factory is not kept."""
+
+    def __init__(self, factory: Any = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+
+class _ParameterStandIn(metaclass=_FrozenMeta):
+    """torch.nn.Parameter(data, requires_grad) by NEWOBJ or call: the tensor itself."""
+
+    def __new__(cls, data: Any = None, *_: Any, **__: Any) -> Any:
+        return data
+
+
+class _TensorClass(metaclass=_FrozenMeta):
+    """torch.Tensor and its legacy subclasses as the `new_type` of _rebuild_from_type_v2."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Tensor rebuild stand-ins
+
+
+def _shape(value: Any, what: str) -> tuple[int, ...]:
+    if type(value) is not tuple:
+        if not isinstance(value, (tuple, list)):
+            raise CorruptPickle(f"tensor {what} is not a tuple of integers: {value!r:.80}")
+        value = tuple(value)
+    for v in value:  # a plain loop: this runs once per tensor and all() with a generator costs 5x more
+        if type(v) is not int or v < 0 and what == "size":
+            raise CorruptPickle(f"tensor {what} is not a tuple of integers: {value!r:.80}")
+    return value
+
+
+def _tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, dtype: str | None = None) -> TensorInfo:
+    if not isinstance(storage, StorageRef):
+        raise CorruptPickle(f"tensor rebuilt from something that is not a storage: {type(storage).__name__}")
+    if type(storage_offset) is not int or storage_offset < 0:
+        raise CorruptPickle("tensor storage offset is not a non-negative integer")
+    if dtype is None:
+        dtype = storage.dtype
+    elif storage.untyped and storage.dtype == "uint8" and dtype != "uint8":
+        storage._set(dtype=dtype)  # an untyped storage takes the dtype of the tensor viewing it
+    return build(TensorInfo, {"name": "", "dtype": dtype, "shape": _shape(size, "size"),
+                              "stride": _shape(stride, "stride"), "storage_key": storage.key,
+                              "storage_offset": storage_offset, "group": "other"})  # fmt: skip
+
+
+class _RebuildTensor(metaclass=_FrozenMeta):
+    """torch._utils._rebuild_tensor(_v2): a class whose __new__ returns the TensorInfo, so the call
+    made once per tensor is a single frame and the stand-in cannot be modified by the pickle."""
+
+    def __new__(cls, storage, storage_offset, size, stride, *_rest):  # type: ignore[misc]
+        return _rebuild_tensor(storage, storage_offset, size, stride)
+
+
+def _rebuild_tensor(storage, storage_offset, size, stride, *_rest):
+    # torch's own pickles, once per tensor: checked inline, the general path handles everything else
+    if type(storage) is StorageRef and type(storage_offset) is int and storage_offset >= 0 and \
+            type(size) is tuple and type(stride) is tuple:  # fmt: skip
+        for v in size:
+            if type(v) is not int or v < 0:
+                break
+        else:
+            for v in stride:
+                if type(v) is not int:
+                    break
+            else:
+                tensor = object.__new__(TensorInfo)
+                object.__setattr__(tensor, "__dict__", {
+                    "name": "", "dtype": storage.dtype, "shape": size, "stride": stride,
+                    "storage_key": storage.key, "storage_offset": storage_offset, "group": "other"})  # fmt: skip
+                return tensor
+    return _tensor(storage, storage_offset, size, stride)
+
+
+def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad=False, hooks=None, dtype=None, *_):
+    return _tensor(storage, storage_offset, size, stride, dtype if isinstance(dtype, str) else None)
+
+
+def _rebuild_qtensor(storage, storage_offset, size, stride, *_rest):
+    return _tensor(storage, storage_offset, size, stride)
+
+
+class _RebuildParameter(metaclass=_FrozenMeta):
+    """torch._utils._rebuild_parameter(_with_state)(data, requires_grad, hooks[, state]): the tensor."""
+
+    def __new__(cls, data, *_rest):  # type: ignore[misc]
+        return data
+
+
+def _rebuild_from_type_v2(func, new_type, args, state=None):
+    if not callable(func) or not isinstance(args, tuple):
+        raise CorruptPickle("_rebuild_from_type_v2 with a non-callable rebuild function")
+    return func(*args)
+
+
+def _rebuild_device_tensor_from_cpu_tensor(data, *_rest):
+    return data
+
+
+def _device(kind: Any = "cpu", index: Any = None) -> str:
+    if isinstance(kind, str) and isinstance(index, int):
+        return f"{kind}:{index}"
+    return str(kind)
+
+
+def _size(dims: Any = ()) -> tuple[int, ...]:
+    return tuple(dims)
+
+
+def _get_layout(name: Any) -> str:
+    return str(name).removeprefix("torch.")
+
+
+_SAFE_CODECS = {"latin1", "latin-1", "iso-8859-1", "utf-8", "utf8", "ascii"}
+
+
+def _codecs_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    """protocol 2 spells bytes as _codecs.encode(str, 'latin1'); other codecs could import modules."""
+    if not isinstance(obj, str) or not isinstance(encoding, str) or encoding.lower() not in _SAFE_CODECS:
+        raise CorruptPickle(f"_codecs.encode with codec {encoding!r:.40} is not a bytes literal")
+    return obj.encode(encoding.lower(), "strict")
+
+
+def _path(*parts: Any) -> str:
+    """pathlib paths pickle as their parts ('/', 'a', 'b'): joined back into the path string."""
+    text = [str(p) for p in parts]
+    return posixpath.join(*text) if text else "."
+
+
+def _windows_path(*parts: Any) -> str:
+    text = [str(p) for p in parts]
+    return ntpath.join(*text) if text else "."
+
+
+def _deque(items: Any = (), *_: Any) -> list:
+    return list(items)
+
+
+_MAX_ZERO_FILL = 1 << 20
+
+
+def _bytes(source: Any = b"", *args: Any) -> bytes:
+    """bytes(n) allocates n zero bytes: a ten-byte pickle could ask for a terabyte."""
+    if isinstance(source, int) and not 0 <= source <= _MAX_ZERO_FILL:
+        raise CorruptPickle(f"bytes({source}) in a pickle: refusing to allocate that")
+    if args and isinstance(source, str):
+        return _codecs_encode(source, *args)
+    return bytes(source)
+
+
+def _bytearray(source: Any = b"", *args: Any) -> bytearray:
+    return bytearray(_bytes(source, *args))
+
+
+def _reconstructor(cls: Any, base: Any = None, state: Any = None) -> Any:
+    if isinstance(cls, type) and issubclass(cls, Opaque):
+        return cls.__new__(cls, state)
+    raise CorruptPickle("copyreg._reconstructor of a class that is not a plain record")
+
+
+_OPAQUE_CLASSES: dict[str, type] = {}
+
+
+def _opaque_class(qualname: str) -> type:
+    cls = _OPAQUE_CLASSES.get(qualname)
+    if cls is None:
+        cls = _FrozenMeta(qualname.rsplit(".", 1)[-1], (Opaque,), {"qualname": qualname, "__slots__": ()})
+        _OPAQUE_CLASSES[qualname] = cls
+    return cls
+
+
+_STANDINS: dict[str, Any] = {
+    "collections.OrderedDict": _DictWithState,
+    "collections.Counter": _DictWithState,
+    "collections.defaultdict": _DefaultDict,
+    "collections.deque": _Call(_deque),
+    "torch._utils._rebuild_tensor": _RebuildTensor,
+    "torch._utils._rebuild_tensor_v2": _RebuildTensor,
+    "torch._utils._rebuild_tensor_v3": _Call(_rebuild_tensor_v3),
+    "torch._utils._rebuild_qtensor": _Call(_rebuild_qtensor),
+    "torch._utils._rebuild_parameter": _RebuildParameter,
+    "torch._utils._rebuild_parameter_with_state": _RebuildParameter,
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor": _Call(_rebuild_device_tensor_from_cpu_tensor),
+    "torch._tensor._rebuild_from_type_v2": _Call(_rebuild_from_type_v2),
+    "torch.nn.parameter.Parameter": _ParameterStandIn,
+    "torch.Tensor": _TensorClass,
+    "torch.Size": _Call(_size),
+    "torch.device": _Call(_device),
+    "torch.serialization._get_layout": _Call(_get_layout),
+    "torch.storage.UntypedStorage": _StorageType("uint8", untyped=True),
+    "torch.storage.TypedStorage": _StorageType("uint8", untyped=True),
+    "_codecs.encode": _Call(_codecs_encode),
+    "builtins.set": set,
+    "builtins.frozenset": frozenset,
+    "builtins.bytearray": _Call(_bytearray),
+    "builtins.complex": complex,
+    "builtins.slice": slice,
+    "builtins.list": list,
+    "builtins.dict": dict,
+    "builtins.tuple": tuple,
+    "builtins.int": int,
+    "builtins.float": float,
+    "builtins.str": str,
+    "builtins.bytes": _Call(_bytes),
+    "builtins.bool": bool,
+    "copyreg._reconstructor": _Call(_reconstructor),
+    "numpy.core.multiarray._reconstruct": ArrayInfo,
+    "numpy._core.multiarray._reconstruct": ArrayInfo,
+    "numpy.ndarray": _opaque_class("numpy.ndarray"),
+    "numpy.dtype": _NumpyDType,
+    "numpy.core.multiarray.scalar": _Call(_numpy_scalar),
+    "numpy._core.multiarray.scalar": _Call(_numpy_scalar),
+    **{f"pathlib.{p}": _Call(_path) for p in "Path PosixPath PurePath PurePosixPath".split()},
+    **{f"pathlib.{p}": _Call(_windows_path) for p in "WindowsPath PureWindowsPath".split()},
+}
+
+
+def _storage_dtype(class_name: str) -> str:
+    """FloatStorage -> float32; QInt8Storage -> qint8 (shown as an opaque 1-byte type)."""
+    if class_name in TORCH_STORAGE_CLASSES:
+        return TORCH_STORAGE_CLASSES[class_name]
+    return class_name.removesuffix("Storage").lower() or "uint8"
+
+
+def standin_for(module: str, name: str) -> Any:
+    """The object find_class hands the unpickler for an allowed or benign global; UnsafePickle otherwise."""
+    module, name = normalize(module, name)
+    qualname = f"{module}.{name}"
+    found = _STANDINS.get(qualname)
+    if found is not None:
+        return found
+    kind = classify_global(module, name)
+    if kind == "unsafe":
+        raise UnsafePickle([qualname])
+    if module == "torch" and name in TORCH_DTYPE_ATTRS:
+        return TORCH_DTYPE_ATTRS[name]
+    if module in ("torch", "torch.cuda") and name.endswith("Storage"):
+        return _StorageType(_storage_dtype(name))
+    if module in ("torch", "torch.cuda", "torch.sparse", "torch.cuda.sparse") and name.endswith("Tensor"):
+        return _TensorClass
+    if module == "torch" and (name.startswith(("per_tensor", "per_channel")) or name in TORCH_DTYPE_ATTRS or
+                              name.islower()):
+        return name  # dtypes beyond the table (int4, quint8 ...) and qschemes, by name
+    return _opaque_class(qualname)  # a class, so that both REDUCE and NEWOBJ can build it
+
+
+_DTYPE_NAMES = frozenset(TORCH_DTYPE_ATTRS.values())
+
+
+def storage_persistent_load(pid: Any) -> Any:
+    """torch's persistent ids: ('storage', storage type, key, location, numel[, view_metadata])."""
+    if type(pid) is tuple and len(pid) >= 5 and type(pid[1]) is _StorageType and type(pid[4]) is int and pid[4] >= 0:
+        if pid[0] == "storage":  # the common case first: one call per tensor in a checkpoint
+            stype = pid[1]
+            return StorageRef(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
+    if isinstance(pid, tuple) and pid:
+        tag = pid[0].decode("ascii", "replace") if isinstance(pid[0], bytes) else pid[0]
+        if tag == "storage" and len(pid) >= 5:
+            stype, key, location, numel = pid[1:5]
+            if isinstance(stype, _StorageType):
+                dtype, untyped = stype.dtype, stype.untyped
+            elif isinstance(stype, str) and stype in _DTYPE_NAMES:
+                dtype, untyped = stype, False  # some writers name the dtype itself
+            else:
+                raise CorruptPickle(f"storage persistent id with an unknown storage type {stype!r:.60}")
+            if not isinstance(numel, int) or numel < 0:
+                raise CorruptPickle(f"storage {key!r:.40} has a bad element count {numel!r:.40}")
+            return StorageRef(str(key), dtype, str(location), numel * (1 if untyped else dtype_info(dtype).itemsize),
+                              untyped)  # fmt: skip
+        if tag == "module":
+            return _opaque_class("torch.nn.Module(source)")(*pid[1:2])
+    raise CorruptPickle(f"persistent id that is not a storage: {pid!r:.80}")
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any, persistent_load: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(file, fix_imports=False, encoding="latin1")
+        self._persistent = persistent_load or storage_persistent_load
+
+    def find_class(self, module: str, name: str) -> Any:
+        return standin_for(module, name)
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self._persistent(pid)
+
+
+def load_from(file: Any, persistent_load: Callable[[Any], Any] | None = None) -> Any:
+    """Decode the next pickle from an open binary file (positioned at its start). Callers scan first."""
+    try:
+        return RestrictedUnpickler(file, persistent_load).load()
+    except (UnsafePickle, CorruptPickle):
+        raise
+    except RecursionError:
+        raise CorruptPickle("pickle nests too deeply to decode") from None
+    except Exception as exc:  # noqa: BLE001 - anything a hostile pickle provokes is "corrupt"
+        raise CorruptPickle(f"{type(exc).__name__}: {exc}"[:300]) from None
+
+
+def restricted_load(data: bytes, persistent_load: Callable[[Any], Any] | None = None, *,
+                    scan: PickleScan | None = None) -> Any:  # fmt: skip
+    """Decode one pickle into plain data with TensorInfo (name "") in place of tensors.
+
+    Raises UnsafePickle (listing every global outside the allowlist, found by the static scan
+    before anything is decoded) or CorruptPickle.
+    """
+    if scan is None:
+        scan = scan_pickle(data)
+    unsafe = scan.unsafe
+    if unsafe:
+        raise UnsafePickle([g.qualname for g in unsafe])
+    if scan.error is not None:
+        raise CorruptPickle(scan.error)
+    return load_from(io.BytesIO(data), persistent_load)

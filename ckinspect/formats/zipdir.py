@@ -1,0 +1,179 @@
+"""Zip central directory reader for torch checkpoints: names, sizes, CRCs and where each member's
+bytes start, without reading any member.
+
+zipfile would do for whole files, but torch.distributed.checkpoint puts torch.save zips back to back
+inside one .distcp file, and torch.save zips are read here with positioned reads (no mmap, so a file
+truncated while we look cannot SIGBUS us). Members are addressed absolutely: `data_offset` is the
+file position of the member's first byte (torch stores members uncompressed and 64-byte aligned).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import NamedTuple
+
+_EOCD = struct.Struct("<4s4H2LH")  # end of central directory record, 22 bytes
+_EOCD64_LOCATOR = struct.Struct("<4sLQL")  # 20 bytes
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")  # 56 bytes
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # 46 bytes
+_LOCAL = struct.Struct("<4s2B4HL2L2H")  # 30 bytes
+_LOCAL_LENGTHS = struct.Struct("<4s22xHH")  # signature, name length, extra length
+_MAX_COMMENT = 0xFFFF
+
+
+class ZipError(Exception):
+    """The zip structure is missing or does not add up; the message says what and where."""
+
+
+class ZipMember(NamedTuple):  # a tuple: 50,000 of them are built per listing
+    name: str
+    header_offset: int  # absolute position of the local header
+    compress_type: int  # 0 stored, 8 deflated
+    compressed_size: int
+    file_size: int
+    crc32: int
+    flags: int
+
+
+class FileReader:
+    """Positioned reads from an open file, with a small block cache for walking local headers."""
+
+    BLOCK = 1 << 14
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+        self._block_start = -1
+        self._block = b""
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ZipError(f"negative read at {offset}")
+        chunks = []
+        while length > 0:
+            chunk = os.pread(self.fd, min(length, 1 << 26), offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+            length -= len(chunk)
+        return b"".join(chunks)
+
+    def small_read(self, offset: int, length: int) -> bytes:
+        """Read a few bytes through the block cache (local headers lie close together)."""
+        start = offset - offset % self.BLOCK
+        if start != self._block_start or offset + length > start + len(self._block):
+            if offset + length > start + self.BLOCK:
+                return self.read_at(offset, length)
+            self._block = self.read_at(start, self.BLOCK)
+            self._block_start = start
+        rel = offset - start
+        return self._block[rel : rel + length]
+
+
+def find_end(reader: FileReader, base: int, end: int) -> tuple[int, int, int]:
+    """(central directory start, its size, entry count) for a zip occupying [base, end) of the file."""
+    if end - base < _EOCD.size:
+        raise ZipError(f"{end - base} bytes is too short for a zip")
+    # torch writes no archive comment, so the end record sits in the last few hundred bytes; only
+    # a zip with a comment needs the full 64 KiB search (which, per DCP item, would add up)
+    for reach in (1024, _EOCD.size + _MAX_COMMENT):
+        tail_start = max(base, end - reach)
+        tail = reader.read_at(tail_start, end - tail_start)
+        pos = tail.rfind(b"PK\x05\x06")
+        while pos >= 0 and pos + _EOCD.size > len(tail):
+            pos = tail.rfind(b"PK\x05\x06", 0, pos)
+        if pos >= 0 or tail_start == base:
+            break
+    if pos < 0:
+        raise ZipError("no zip end-of-directory record: the file is truncated or is not a zip")
+    _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _clen = _EOCD.unpack_from(tail, pos)
+    eocd_abs = tail_start + pos
+    if count == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF:
+        loc_pos = pos - _EOCD64_LOCATOR.size
+        if loc_pos < 0:
+            raise ZipError("zip64 end-of-directory locator missing")
+        sig, _d, eocd64_rel, _t = _EOCD64_LOCATOR.unpack_from(tail, loc_pos)
+        if sig != b"PK\x06\x07":
+            raise ZipError("zip64 end-of-directory locator missing")
+        rec = reader.read_at(base + eocd64_rel, _EOCD64.size)
+        if len(rec) < _EOCD64.size or rec[:4] != b"PK\x06\x06":
+            raise ZipError(f"zip64 end-of-directory record not found at byte {base + eocd64_rel}")
+        fields = _EOCD64.unpack(rec)
+        count, cd_size, cd_offset = fields[7], fields[8], fields[9]
+        eocd_abs = base + eocd64_rel
+    cd_start = base + cd_offset
+    if cd_start + cd_size > eocd_abs:
+        # zipfile's rule for data prepended to a zip: the directory ends where the end record starts
+        cd_start = eocd_abs - cd_size
+    if cd_start < base:
+        raise ZipError(f"zip directory claims {cd_size} bytes before byte {eocd_abs}, more than the zip holds")
+    return cd_start, cd_size, count
+
+
+def read_directory(reader: FileReader, base: int = 0, end: int | None = None) -> tuple[list[ZipMember], int]:
+    """Every member of the zip in [base, end), plus where the central directory starts."""
+    if end is None:
+        end = reader.size
+    cd_start, cd_size, count = find_end(reader, base, end)
+    directory = reader.read_at(cd_start, cd_size)
+    if len(directory) < cd_size:
+        raise ZipError(f"zip directory cut short: {len(directory)} of {cd_size} bytes")
+    members = []
+    pos = 0
+    unpack = _CENTRAL.unpack_from
+    for index in range(count):
+        if pos + _CENTRAL.size > cd_size:
+            raise ZipError(f"zip directory ends after {index} of {count} entries")
+        (sig, _cv, _cs, _ev, _r, flags, method, _t, _d, crc, csize, usize,
+         nlen, xlen, clen, _disk, _ia, _ea, hoff) = unpack(directory, pos)  # fmt: skip
+        if sig != b"PK\x01\x02":
+            raise ZipError(f"zip directory entry {index} is damaged (bad signature at byte {cd_start + pos})")
+        name_end = pos + _CENTRAL.size + nlen
+        name = directory[pos + _CENTRAL.size : name_end].decode("utf-8", "replace")
+        if xlen and (usize == 0xFFFFFFFF or csize == 0xFFFFFFFF or hoff == 0xFFFFFFFF):
+            usize, csize, hoff = _zip64_extra(directory[name_end : name_end + xlen], usize, csize, hoff)
+        members.append(ZipMember(name, base + hoff, method, csize, usize, crc, flags))
+        pos = name_end + xlen + clen
+    return members, cd_start
+
+
+def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, int, int]:
+    i = 0
+    while i + 4 <= len(extra):
+        tag, size = struct.unpack_from("<HH", extra, i)
+        if tag == 1:
+            values = list(struct.unpack_from(f"<{size // 8}Q", extra, i + 4))
+            if usize == 0xFFFFFFFF and values:
+                usize = values.pop(0)
+            if csize == 0xFFFFFFFF and values:
+                csize = values.pop(0)
+            if hoff == 0xFFFFFFFF and values:
+                hoff = values.pop(0)
+            break
+        i += 4 + size
+    return usize, csize, hoff
+
+
+def data_offset(reader: FileReader, member: ZipMember) -> int:
+    """Absolute position of the member's first byte: local header + name + the local extra field
+    (torch pads that extra field so the data is 64-byte aligned; the directory does not record it)."""
+    header = reader.small_read(member.header_offset, _LOCAL.size)
+    if len(header) < _LOCAL.size:
+        raise ZipError(f"local header of {member.name} missing at byte {member.header_offset}")
+    sig, name_len, extra_len = _LOCAL_LENGTHS.unpack(header)
+    if sig != b"PK\x03\x04":
+        raise ZipError(f"local header of {member.name} missing at byte {member.header_offset}")
+    return member.header_offset + _LOCAL.size + name_len + extra_len
+
+
+def local_header_at(reader: FileReader, offset: int) -> tuple[str, int, int] | None:
+    """(name, data offset, flags) of a local header at `offset`, or None if there is none."""
+    header = reader.small_read(offset, _LOCAL.size)
+    if len(header) < _LOCAL.size or header[:4] != b"PK\x03\x04":
+        return None
+    fields = _LOCAL.unpack(header)
+    flags, name_len, extra_len = fields[3], fields[10], fields[11]
+    name = reader.small_read(offset + _LOCAL.size, name_len).decode("utf-8", "replace")
+    return name, offset + _LOCAL.size + name_len + extra_len, flags

@@ -1,0 +1,128 @@
+"""Walking a decoded checkpoint tree: dotted names for everything in it, tensors first of all.
+
+Shared by every reader. A tree is what the restricted unpickler returns: dicts, lists, tuples,
+scalars, `TensorInfo` leaves and `Opaque` records (whose attributes are walked like a dict).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+from ckinspect.model import TensorInfo
+
+ROOT_TENSOR_NAME = "tensor"  # torch.save(tensor) has no key to name it by
+
+
+def _children(node: Any) -> list[tuple[str, Any]] | None:
+    """(key, child) pairs of a container, or None for a leaf."""
+    if isinstance(node, dict):
+        return [(str(k), v) for k, v in node.items()]
+    if isinstance(node, (list, tuple)):
+        return [(str(i), v) for i, v in enumerate(node)]
+    fields = getattr(node, "fields", None)  # Opaque records (argparse.Namespace, dataclasses ...)
+    if isinstance(fields, dict) and hasattr(node, "qualname"):
+        pairs = [(str(k), v) for k, v in fields.items()]
+        pairs += [(str(k), v) for k, v in getattr(node, "mapping", {}).items()]
+        pairs += [(str(i), v) for i, v in enumerate(getattr(node, "items", []))]
+        return pairs
+    return None
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def walk(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every node, pre-order, as (dotted path, value); the root comes first with path `prefix`.
+
+    Each container is entered once, so shared or self-referencing structures (which a pickle can
+    build with its memo) cannot make the walk loop or explode; leaves are reported at every path.
+    """
+    entered: set[int] = set()
+    stack: list[tuple[str, Any]] = [(prefix, tree)]
+    while stack:
+        path, node = stack.pop()
+        yield path, node
+        children = _children(node)
+        if children is None or id(node) in entered:
+            continue
+        entered.add(id(node))
+        for key, child in reversed(children):
+            stack.append((_join(path, key), child))
+
+
+_SCALARS = (str, int, float, bool, type(None), bytes)
+
+
+def flatten(tree: Any, prefix: str = "") -> list[TensorInfo]:
+    """Every tensor in the tree, named by its dotted path (`model.layers.0.attn.wq.weight`).
+
+    An unnamed descriptor (name "", as the unpickler makes them) is named in place the first time
+    it is met, so the tree and the list share one object per tensor; one reached again by another
+    path (the same tensor saved twice) or already named otherwise is returned as a named copy.
+    Same traversal as walk() (containers entered once, pre-order), written out because a
+    50,000-tensor checkpoint makes the generator's per-node overhead the slowest part of listing.
+    """
+    out: list[TensorInfo] = []
+    entered: set[int] = set()
+    stack: list[tuple[str, Any]] = [(prefix, tree)]
+    while stack:
+        path, node = stack.pop()
+        kind = type(node)
+        if kind is TensorInfo:
+            name = path or ROOT_TENSOR_NAME
+            if node.name == "":
+                object.__setattr__(node, "name", name)  # frozen for users; named once, here, by its reader
+                out.append(node)
+            else:
+                out.append(node if node.name == name else _renamed(node, name))
+            continue
+        if kind in _SCALARS:
+            continue
+        if isinstance(node, TensorInfo):
+            out.append(dataclasses.replace(node, name=path or ROOT_TENSOR_NAME))
+            continue
+        if id(node) in entered:
+            continue
+        children = _children(node)
+        if children is None:
+            continue
+        entered.add(id(node))
+        dot = path + "." if path else ""
+        for key, child in reversed(children):
+            if type(child) in _SCALARS:
+                continue
+            stack.append((dot + key, child))
+    return out
+
+
+def _renamed(tensor: TensorInfo, name: str) -> TensorInfo:
+    """dataclasses.replace(tensor, name=name), minus the field introspection (50,000 tensors: 0.5 s -> 0.03 s)."""
+    fields = dict(tensor.__dict__)
+    fields["name"] = name
+    return build(TensorInfo, fields)
+
+
+def build(cls: type, fields: dict[str, Any]) -> Any:
+    """A frozen model dataclass from a complete field dict, without its generated __init__ (which sets
+    fields one object.__setattr__ at a time). Only for classes without __post_init__: TensorInfo, StorageInfo."""
+    obj = object.__new__(cls)
+    object.__setattr__(obj, "__dict__", fields)
+    return obj
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a reader builds tens of thousands of small objects
+    that hold no cycles: its generational passes otherwise cost ~30% of listing 50,000 tensors."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
