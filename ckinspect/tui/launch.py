@@ -22,5 +22,5 @@ def run(command: str, args: argparse.Namespace) -> int:
     from ckinspect.tui.app import create_app
 
     app = create_app(command, paths, quick=bool(getattr(args, "quick", False)))
-    result = app.run()
-    return int(result or 0)
+    app.run()
+    return app.return_code or 0  # 1 when the app stopped on an unhandled error (Textual printed it)
