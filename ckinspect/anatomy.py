@@ -1,0 +1,314 @@
+"""Checkpoint anatomy: which role each tensor plays and what each part costs on disk.
+
+`analyze(ckpt)` applies the layout recognisers (ckinspect.layouts): it sets every tensor's group
+(model, optimizer, rng, other), fills `ckpt.metadata` (step, epoch, world_size, config, other plain
+values) and `ckpt.layout`. `summarize(ckpt)` counts bytes.
+
+Counting rules (the JSON report's numbers mean exactly this):
+- `storage_bytes`: the size of every storage in the file, each once.
+- `tensor_bytes`: the bytes that at least one tensor view reaches, each byte once, so tied weights
+  and views of one storage are counted once. A view reaches `span_bytes` from its `byte_offset`.
+- `unused_bytes` = storage_bytes - tensor_bytes: bytes saved that no tensor uses (a slice saved
+  with the whole of its base tensor, a storage nothing refers to).
+- Per group: a byte reached by views of several groups is attributed once, to the first of
+  model, optimizer, rng, other that reaches it, so the groups add up to `tensor_bytes` exactly.
+  A group's `tensor_count` counts its views (two tied names are two tensors).
+- `optimizer_share` = optimizer bytes / tensor_bytes (0.0 for a file without tensors).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckinspect.dtypes import dtype_info
+from ckinspect.layouts import Layout, recognise
+from ckinspect.model import GROUPS, Checkpoint, TensorInfo
+
+_STRUCT = {
+    "float64": "<d",
+    "float32": "<f",
+    "float16": "<e",
+    "int64": "<q",
+    "int32": "<i",
+    "int16": "<h",
+    "int8": "<b",
+    "uint64": "<Q",
+    "uint32": "<I",
+    "uint16": "<H",
+    "uint8": "<B",
+    "bool": "<?",
+}
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    tensor_count: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class StorageUse:
+    """How much of one storage its views reach."""
+
+    key: str
+    nbytes: int
+    used_bytes: int
+    largest_view: str | None  # name of the biggest tensor viewing it, for messages
+
+    @property
+    def unused_bytes(self) -> int:
+        return self.nbytes - self.used_bytes
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    file_bytes: int
+    tensor_count: int
+    tensor_bytes: int
+    storage_bytes: int
+    groups: dict[str, GroupStats]
+    partly_used: list[StorageUse] = field(default_factory=list)  # storages some of whose bytes no tensor reaches
+
+    @property
+    def unused_bytes(self) -> int:
+        return self.storage_bytes - self.tensor_bytes
+
+    @property
+    def optimizer_share(self) -> float:
+        return self.groups["optimizer"].bytes / self.tensor_bytes if self.tensor_bytes else 0.0
+
+    def share_of_file(self, tensor: TensorInfo) -> float:
+        """The tensor's bytes as a fraction of the file (or files) on disk."""
+        return tensor.nbytes / self.file_bytes if self.file_bytes else 0.0
+
+
+# ---------------------------------------------------------------- analyze
+
+
+def analyze(ckpt: Checkpoint) -> Checkpoint:
+    """Set groups, metadata and layout from the first recogniser that knows this shape (in place; returned)."""
+    layout = recognise(ckpt)
+    apply_layout(ckpt, layout)
+    return ckpt
+
+
+def apply_layout(ckpt: Checkpoint, layout: Layout) -> None:
+    tensors = ckpt.tensors
+    for i, tensor in enumerate(tensors):
+        group = layout.group_of(tensor)
+        if group != tensor.group:
+            tensors[i] = _regrouped(tensor, group)
+    for key, value in layout.metadata.items():
+        ckpt.metadata[key] = resolve_value(ckpt, value)
+    for key in ("step", "epoch", "world_size"):  # a reader's string metadata (safetensors) made numeric
+        value = ckpt.metadata.get(key)
+        if isinstance(value, str) and _numeric(value) is not None:
+            ckpt.metadata[key] = _numeric(value)
+    ckpt.layout = layout.name
+
+
+def _regrouped(tensor: TensorInfo, group: str) -> TensorInfo:
+    """dataclasses.replace(tensor, group=group) without its field introspection (50,000 tensors: 10x faster)."""
+    copy = object.__new__(TensorInfo)
+    fields = dict(tensor.__dict__)
+    fields["group"] = group
+    object.__setattr__(copy, "__dict__", fields)
+    return copy
+
+
+def resolve_value(ckpt: Checkpoint, value: Any) -> Any:
+    """A metadata value as plain data: a one-element tensor (`step` saved as a tensor) is read from disk."""
+    if isinstance(value, TensorInfo):
+        scalar = read_scalar(ckpt, value)
+        return value if scalar is None else scalar
+    return value
+
+
+def _numeric(text: str) -> int | float | None:
+    """"30" -> 30, "1.5" -> 1.5 (safetensors metadata holds strings only); None if not a number."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def read_scalar(ckpt: Checkpoint, tensor: TensorInfo) -> int | float | bool | None:
+    """The value of a one-element tensor, read straight from its storage bytes; None where unreadable."""
+    if tensor.numel != 1:
+        return None
+    storage = ckpt.storages.get(tensor.storage_key)
+    if storage is None or storage.offset is None:
+        return None
+    start = storage.offset + tensor.byte_offset
+    size = tensor.itemsize
+    if tensor.byte_offset + size > storage.nbytes:
+        return None
+    try:
+        with open(Path(storage.file), "rb") as handle:
+            handle.seek(start)
+            raw = handle.read(size)
+    except OSError:
+        return None
+    if len(raw) != size:
+        return None
+    if tensor.dtype == "bfloat16":
+        return struct.unpack("<f", b"\0\0" + raw)[0]
+    fmt = _STRUCT.get(tensor.dtype)
+    if fmt is None:
+        return None
+    value = struct.unpack(fmt, raw)[0]
+    if isinstance(value, float) and value.is_integer() and tensor.name.endswith("step"):
+        return int(value)
+    return value
+
+
+# ---------------------------------------------------------------- summarize
+
+
+def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _subtract(intervals: list[tuple[int, int]], covered: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Parts of merged `intervals` not inside merged `covered`."""
+    out: list[tuple[int, int]] = []
+    j = 0
+    for start, end in intervals:
+        while j < len(covered) and covered[j][1] <= start:
+            j += 1
+        k = j
+        cursor = start
+        while k < len(covered) and covered[k][0] < end:
+            if covered[k][0] > cursor:
+                out.append((cursor, covered[k][0]))
+            cursor = max(cursor, covered[k][1])
+            k += 1
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def _length(intervals: list[tuple[int, int]]) -> int:
+    return sum(end - start for start, end in intervals)
+
+
+def _extent(tensor: TensorInfo, itemsize: int) -> tuple[int, int]:
+    """[first byte, past the last byte) the view reaches in its storage (TensorInfo.byte_offset/span_bytes, inlined)."""
+    start = tensor.storage_offset * itemsize
+    last = 0
+    for size, stride in zip(tensor.shape, tensor.stride):
+        if size == 0:
+            return start, start
+        last += (size - 1) * stride
+    return start, start + (last + 1) * itemsize
+
+
+_MEMO = "_ckinspect_anatomy"  # where summarize keeps its last answer on the Checkpoint instance
+
+
+@dataclass(frozen=True)
+class _Memo:
+    tensors: tuple[TensorInfo, ...]  # the very objects (TensorInfo is frozen: any change is a new one)
+    storages: dict[str, Any]
+    storage_count: int
+    file_bytes: int
+    anatomy: Anatomy
+
+    def still_fits(self, ckpt: Checkpoint, tensors: tuple[TensorInfo, ...]) -> bool:
+        return (
+            self.storages is ckpt.storages
+            and self.storage_count == len(ckpt.storages)
+            and self.file_bytes == ckpt.file_bytes
+            and len(self.tensors) == len(tensors)
+            and all(a is b for a, b in zip(self.tensors, tensors))
+        )
+
+
+def summarize(ckpt: Checkpoint) -> Anatomy:
+    """Byte accounting of a checkpoint, by the rules in this module's docstring.
+
+    The checks and the report both ask; the answer is remembered on the checkpoint for as long as
+    its tensors, storages and size stay as they were (50,000 tensors: computed once, not twice).
+    """
+    tensors = tuple(ckpt.tensors)
+    memo = ckpt.__dict__.get(_MEMO)
+    if isinstance(memo, _Memo) and memo.still_fits(ckpt, tensors):
+        return memo.anatomy
+    anatomy = _summarize(ckpt)
+    ckpt.__dict__[_MEMO] = _Memo(tensors, ckpt.storages, len(ckpt.storages), ckpt.file_bytes, anatomy)
+    return anatomy
+
+
+def _summarize(ckpt: Checkpoint) -> Anatomy:
+    counts: dict[str, int] = dict.fromkeys(GROUPS, 0)
+    views: dict[str, list[TensorInfo]] = defaultdict(list)
+    for tensor in ckpt.tensors:
+        counts[tensor.group if tensor.group in counts else "other"] += 1
+        views[tensor.storage_key].append(tensor)
+    itemsizes: dict[str, int] = {}
+
+    group_bytes: dict[str, int] = dict.fromkeys(GROUPS, 0)
+    uses: list[StorageUse] = []
+    storage_bytes = 0
+    tensor_bytes = 0
+    for key in list(ckpt.storages) + [k for k in views if k not in ckpt.storages]:
+        storage = ckpt.storages.get(key)
+        its_views = views.get(key, [])
+        extents = []
+        for t in its_views:
+            itemsize = itemsizes.get(t.dtype)
+            if itemsize is None:
+                itemsize = itemsizes[t.dtype] = dtype_info(t.dtype).itemsize
+            extents.append(_extent(t, itemsize))
+        if storage is not None:
+            size = storage.nbytes
+        else:  # a reader that lists no storage for it: the views tell its extent
+            size = max((end for _, end in extents), default=0)
+        storage_bytes += size
+        if len(its_views) == 1:  # the common case: one tensor, one storage
+            start, end = extents[0]
+            used = max(0, min(end, size) - min(start, size))
+            group = its_views[0].group if its_views[0].group in group_bytes else "other"
+            group_bytes[group] += used
+        else:
+            used = _attribute(its_views, extents, size, group_bytes)
+        tensor_bytes += used
+        if used < size:  # only storages with bytes to spare are kept, for bloat messages
+            largest = max(its_views, key=lambda t: t.nbytes).name if its_views else None
+            uses.append(StorageUse(key, size, used, largest))
+
+    groups = {g: GroupStats(counts[g], group_bytes[g]) for g in GROUPS}
+    file_bytes = ckpt.file_bytes or 0
+    return Anatomy(file_bytes, len(ckpt.tensors), tensor_bytes, storage_bytes, groups, uses)
+
+
+def _attribute(views: list[TensorInfo], extents: list[tuple[int, int]], size: int, group_bytes: dict[str, int]) -> int:
+    """Bytes of one storage its views reach, each byte once, added to the first group (in GROUPS order) reaching it."""
+    by_group: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for t, (start, end) in zip(views, extents):
+        start, end = min(start, size), min(end, size)
+        if end > start:
+            by_group[t.group if t.group in group_bytes else "other"].append((start, end))
+    covered: list[tuple[int, int]] = []
+    for group in GROUPS:
+        if group not in by_group:
+            continue
+        fresh = _subtract(_merge(by_group[group]), covered)
+        group_bytes[group] += _length(fresh)
+        covered = _merge(covered + fresh)
+    return _length(covered)

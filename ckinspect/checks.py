@@ -1,0 +1,371 @@
+"""Structural findings: what the checkpoint's shape says, before any value is read.
+
+The readers already raise UNSAFE_PICKLE, ALLOWLIST_NEEDED and CORRUPT. Here, from the tensors, the
+layout and the tree (run `anatomy.analyze` first so groups and metadata are set):
+
+- RESUME_INCOMPLETE: it looks like a resume file (optimizer state, a step counter or other
+  training state) but lacks the optimizer state, the step counter or the RNG/data position.
+- HALF_PRECISION_RESUME: a resume file whose model weights are float16/bfloat16.
+- OPTIMIZER_MISMATCH: the optimizer state does not fit the model's parameters (count or shapes).
+- STORAGE_BLOAT: more than BLOAT_MIN_BYTES and BLOAT_MIN_FRACTION of the storage bytes are reached
+  by no tensor (typically a small slice saved together with its whole base tensor).
+- LEFTOVER_TMP: an interrupted save beside the checkpoint (ckinspect.leftovers, when present).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckinspect.anatomy import Anatomy, summarize
+from ckinspect.dtypes import dtype_info
+from ckinspect.layouts import (
+    _OPTIMIZER_STATE_NAME,
+    OPTIMIZER_STATE_LEAVES,
+    Layout,
+    has_data_position,
+    is_rng_key,
+    recognise,
+    top_mapping,
+)
+from ckinspect.model import Checkpoint, Finding, TensorInfo
+from ckinspect.report.sizes import human_bytes
+
+# Bloat worth a warning: at least 1 MiB and at least a tenth of all storage bytes. Smaller waste is
+# alignment padding or a tiny view and not worth anyone's time.
+BLOAT_MIN_BYTES = 1 << 20
+BLOAT_MIN_FRACTION = 0.10
+
+HALF_DTYPES = ("float16", "bfloat16")
+# Per-parameter entries whose shape is the parameter's shape (a scalar `step` is not).
+SHAPED_LEAVES = ("exp_avg", "momentum_buffer", "exp_avg_sq", "max_exp_avg_sq", "square_avg", "acc_delta", "sum", "ax", "prev")
+SCHEDULER_KEYS = ("lr_scheduler", "lr_schedulers", "scheduler", "schedulers")
+
+
+def structural_findings(ckpt: Checkpoint, anatomy: Anatomy | None = None) -> list[Finding]:
+    layout = recognise(ckpt)
+    findings: list[Finding] = []
+    findings += resume_findings(ckpt, layout)
+    findings += optimizer_findings(ckpt, layout)
+    findings += bloat_findings(ckpt, anatomy or summarize(ckpt))
+    findings += leftover_findings(ckpt.path)
+    return findings
+
+
+# ---------------------------------------------------------------- resume
+
+
+def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
+    if layout.companion:  # one part of a multi-file checkpoint; judged on its model file
+        return []
+    top = top_mapping(ckpt)
+    groups = {t.group for t in ckpt.tensors}
+    has_optimizer = layout.resume_parts.get("optimizer")
+    if has_optimizer is None:
+        has_optimizer = bool(layout.optimizers) or "optimizer" in groups
+    has_step = layout.resume_parts.get("step")
+    if has_step is None:
+        has_step = ckpt.metadata.get("step") is not None or (
+            top is not None and any(k in top for k in SCHEDULER_KEYS)  # a scheduler's state carries the step
+        )
+    has_rng = layout.resume_parts.get("rng")
+    if has_rng is None:
+        has_rng = (
+            "rng" in groups
+            or (top is not None and any(isinstance(k, str) and is_rng_key(k) for k in top))
+            or has_data_position(top)
+        )
+    is_resume = layout.is_resume
+    if is_resume is None:
+        is_resume = has_optimizer or has_step or (top is not None and _has_training_keys(top))
+
+    findings: list[Finding] = []
+    if not is_resume:
+        return findings
+    missing = [
+        what
+        for what, present in (
+            ("optimizer state (moments start from zero: the run takes a different path)", has_optimizer),
+            ("the step counter (the LR schedule restarts)", has_step),
+            ("RNG/data-position state (the resumed run sees different batches and dropout)", has_rng),
+        )
+        if not present
+    ]
+    if missing:
+        have = [w for w, p in (("optimizer state", has_optimizer), ("a step counter", has_step), ("RNG/data-position state", has_rng)) if p]
+        why = f"has {' and '.join(have)}" if have else "has training-state keys"
+        findings.append(Finding("RESUME_INCOMPLETE", f"looks like a resume file ({why}) but lacks " + "; ".join(missing)))
+
+    model_dtypes = {t.dtype for t in ckpt.tensors if t.group == "model"}
+    if model_dtypes & set(HALF_DTYPES):
+        floating = [t for t in ckpt.tensors if t.group == "model" and dtype_info(t.dtype).is_floating]
+        half = [t for t in floating if t.dtype in HALF_DTYPES]
+        kinds = "/".join(sorted({t.dtype for t in half}))
+        findings.append(
+            Finding(
+                "HALF_PRECISION_RESUME",
+                f"resume file with {kinds} model weights ({len(half)} of {len(floating)} floating tensors): "
+                "a run resumed from it cannot match an uninterrupted one bit for bit; save fp32 master weights",
+                half[0].name,
+            )
+        )
+    return findings
+
+
+def _has_training_keys(top: Mapping[str, Any]) -> bool:
+    keys = {k.lower() for k in top if isinstance(k, str)}
+    return bool(keys & {"epoch", "global_step", "iter_num", "scaler", *SCHEDULER_KEYS}) or has_data_position(top)
+
+
+# ---------------------------------------------------------------- optimizer vs model
+
+
+@dataclass
+class OptimizerState:
+    """One torch optimizer's per-parameter state, keyed by param index (int) or by param name (DCP/FSDP)."""
+
+    prefix: str  # dotted prefix of its tensors: "optimizer.", "optimizer_states.0.", ""
+    entries: dict[Any, dict[str, TensorInfo]] = field(default_factory=dict)
+    param_ids: list[Any] | None = None  # param_groups' `params`, in order; None when not saved
+
+    def shape_of(self, key: Any) -> tuple[tuple[int, ...], str] | None:
+        """The parameter's shape as its state says, and the name of the tensor that says it."""
+        entry = self.entries.get(key, {})
+        for leaf in SHAPED_LEAVES:
+            tensor = entry.get(leaf)
+            if isinstance(tensor, TensorInfo):
+                return tensor.shape, f"{self.prefix}state.{key}.{leaf}"
+        return None
+
+
+def optimizer_states(ckpt: Checkpoint, layout: Layout) -> list[OptimizerState]:
+    """The optimizer states in a checkpoint: from the decoded tree when there is one, else from tensor names."""
+    found: list[OptimizerState] = []
+    for prefix, opt in layout.optimizers:
+        state = opt.get("state")
+        groups = opt.get("param_groups")
+        entries: dict[Any, dict[str, TensorInfo]] = {}
+        if isinstance(state, Mapping):
+            for key, entry in state.items():
+                if isinstance(entry, Mapping):
+                    entries[key] = {str(k): v for k, v in entry.items() if isinstance(v, TensorInfo)}
+        param_ids: list[Any] | None = None
+        if isinstance(groups, Sequence):
+            param_ids = []
+            for group in groups:
+                if isinstance(group, Mapping) and isinstance(group.get("params"), Sequence):
+                    param_ids.extend(p for p in group["params"] if isinstance(p, (int, str)))
+        found.append(OptimizerState(prefix, entries, param_ids))
+    if found:
+        return found
+    # No decoded optimizer dict (DCP, safetensors, unknown layouts): read the tensor names,
+    # `optim.state.layers.0.weight.exp_avg` or `optimizer.state.3.exp_avg`.
+    by_prefix: dict[str, OptimizerState] = {}
+    for tensor in ckpt.tensors:
+        if tensor.group != "optimizer":
+            continue
+        match = _OPTIMIZER_STATE_NAME.search(tensor.name)
+        if not match or match.group("leaf") not in OPTIMIZER_STATE_LEAVES:
+            continue
+        prefix = tensor.name[: match.start("param")][: -len("state.")]
+        param: Any = match.group("param")
+        if param.isdigit():
+            param = int(param)
+        opt = by_prefix.setdefault(prefix, OptimizerState(prefix))
+        opt.entries.setdefault(param, {})[match.group("leaf")] = tensor
+    return list(by_prefix.values())
+
+
+def model_parameters(ckpt: Checkpoint, layout: Layout) -> list[TensorInfo]:
+    """The model's tensors in save order, tied duplicates dropped (as `model.parameters()` would)."""
+    if layout.model_prefix is None:
+        return []
+    seen: set[tuple[str, int, tuple[int, ...]]] = set()
+    params: list[TensorInfo] = []
+    for tensor in ckpt.tensors:
+        if tensor.group != "model" or not tensor.name.startswith(layout.model_prefix):
+            continue
+        key = (tensor.storage_key, tensor.storage_offset, tensor.shape)
+        if key in seen:
+            continue
+        seen.add(key)
+        params.append(tensor)
+    return params
+
+
+def optimizer_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
+    findings: list[Finding] = []
+    states = optimizer_states(ckpt, layout)
+    params = model_parameters(ckpt, layout) if states else []
+    beside = _model_beside(layout) if states and not params else []
+    for opt in states:
+        problem = _internal_problem(opt)
+        if problem is None and params:
+            problem = _mismatch(opt, params, layout)
+        if problem is None and beside:
+            problem = _mismatch_unordered(opt, beside, layout.model_file)
+        if problem:
+            message, tensor = problem
+            findings.append(Finding("OPTIMIZER_MISMATCH", message, tensor))
+    return findings
+
+
+def _model_beside(layout: Layout) -> list[TensorInfo]:
+    """The tensors of the model file an optimizer file belongs to (HF folders), listed without their values."""
+    if layout.model_file is None:
+        return []
+    from ckinspect.formats import open_checkpoint  # listing only: a header or a pickle, never the data
+
+    try:
+        model = open_checkpoint(layout.model_file)
+    except Exception:  # an unreadable model file is reported on its own
+        return []
+    if any(f.severity == "error" for f in model.findings):
+        return []
+    return model.tensors
+
+
+def _mismatch_unordered(opt: OptimizerState, model: list[TensorInfo], model_file: Path | None) -> tuple[str, str | None] | None:
+    """An optimizer file against a model file whose tensor order is not the parameter order
+    (safetensors lists by name): the counts and the shapes, as multisets, must fit."""
+    where = Path(model_file).name if model_file else "the model file"
+    count = len(opt.param_ids) if opt.param_ids is not None else len(opt.entries)
+    if count > len(model):
+        return f"optimizer tracks {count} parameters but {where} holds only {len(model)} tensors", None
+    available: dict[tuple[int, ...], int] = {}
+    for tensor in model:
+        available[tensor.shape] = available.get(tensor.shape, 0) + 1
+    for key in opt.param_ids if opt.param_ids is not None else list(opt.entries):
+        known = opt.shape_of(key)
+        if known is None:
+            continue
+        if available.get(known[0], 0) == 0:
+            return f"{known[1]} has shape {_shape(known[0])}, which no tensor left in {where} has", known[1]
+        available[known[0]] -= 1
+    return None
+
+
+def _internal_problem(opt: OptimizerState) -> tuple[str, str | None] | None:
+    for key, entry in opt.entries.items():
+        shapes = {leaf: t.shape for leaf, t in entry.items() if leaf in SHAPED_LEAVES}
+        if len(set(shapes.values())) > 1:
+            detail = ", ".join(f"{leaf} {_shape(s)}" for leaf, s in shapes.items())
+            return f"optimizer state of parameter {key} disagrees with itself: {detail}", f"{opt.prefix}state.{key}"
+    if opt.param_ids is not None:
+        listed = set(opt.param_ids)
+        orphans = [k for k in opt.entries if k not in listed]
+        if orphans:
+            shown = ", ".join(map(str, orphans[:5])) + (" ..." if len(orphans) > 5 else "")
+            return f"optimizer state has entries for parameters {shown} that no param group lists", None
+    return None
+
+
+def _mismatch(opt: OptimizerState, params: list[TensorInfo], layout: Layout) -> tuple[str, str | None] | None:
+    prefix = layout.model_prefix or ""
+    if opt.entries and not all(isinstance(k, int) for k in opt.entries):
+        return _mismatch_by_name(opt, params, prefix)
+    order = opt.param_ids if opt.param_ids is not None else sorted(opt.entries)
+    if len(order) > len(params):
+        return (
+            f"optimizer tracks {len(order)} parameters but the model has only {len(params)} tensors "
+            f"(a state saved for another model?)",
+            None,
+        )
+    if len(order) == len(params):
+        # One optimizer entry per model tensor, in order: state key i belongs to the i-th parameter.
+        for position, key in enumerate(order):
+            known = opt.shape_of(key)
+            if known and known[0] != params[position].shape:
+                return _shape_message(known, params[position]), known[1]
+        return None
+    # Fewer parameters than model tensors (persistent buffers, frozen layers): the parameters are
+    # a subsequence of the model's tensors; every state's shape must fit the next one in order.
+    cursor = 0
+    for key in order:
+        known = opt.shape_of(key)
+        if known is None:
+            continue
+        while cursor < len(params) and params[cursor].shape != known[0]:
+            cursor += 1
+        if cursor == len(params):
+            return (
+                f"{known[1]} has shape {_shape(known[0])}, which fits no model tensor left in order "
+                f"(parameter {key} of {len(order)}; the model has {len(params)} tensors)",
+                known[1],
+            )
+        cursor += 1
+    return None
+
+
+def _mismatch_by_name(opt: OptimizerState, params: list[TensorInfo], prefix: str) -> tuple[str, str | None] | None:
+    by_name = {t.name: t for t in params}
+    for key, entry in opt.entries.items():
+        known = opt.shape_of(key)
+        if known is None:
+            continue
+        name = str(key)
+        param = by_name.get(prefix + name) or by_name.get(name)
+        if param is None:
+            candidates = [t for t in params if t.name.endswith("." + name)]
+            param = candidates[0] if candidates else None
+        if param is None:
+            return f"optimizer state for parameter {name} which the model does not have", known[1]
+        if param.shape != known[0]:
+            return _shape_message(known, param), known[1]
+    return None
+
+
+def _shape_message(known: tuple[tuple[int, ...], str], param: TensorInfo) -> str:
+    return f"{known[1]} has shape {_shape(known[0])} but its parameter {param.name} is {_shape(param.shape)}"
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(map(str, shape)) + ")"
+
+
+# ---------------------------------------------------------------- bloat and leftovers
+
+
+def bloat_findings(ckpt: Checkpoint, anatomy: Anatomy) -> list[Finding]:
+    unused = anatomy.unused_bytes
+    if anatomy.storage_bytes == 0 or unused <= BLOAT_MIN_BYTES or unused <= BLOAT_MIN_FRACTION * anatomy.storage_bytes:
+        return []
+    worst = max(anatomy.partly_used, key=lambda s: s.unused_bytes)
+    share = unused / anatomy.storage_bytes
+    if worst.largest_view is None:
+        example = f"storage {worst.key} ({human_bytes(worst.nbytes)}) is referenced by no tensor"
+    else:
+        example = (
+            f"{worst.largest_view} uses {human_bytes(worst.used_bytes)} of a {human_bytes(worst.nbytes)} storage; "
+            "save a .clone() of a slice, not a view of its base"
+        )
+    return [
+        Finding(
+            "STORAGE_BLOAT",
+            f"{human_bytes(unused)} ({unused:,} bytes, {share:.0%} of the storage) is saved but used by no tensor: {example}",
+            worst.largest_view,
+        )
+    ]
+
+
+def _optional(module: str) -> Any:
+    """A module another part of the team owns, or None while it has not landed."""
+    if importlib.util.find_spec(module) is None:
+        return None
+    return importlib.import_module(module)
+
+
+def leftover_findings(path: Path) -> list[Finding]:
+    leftovers = _optional("ckinspect.leftovers")
+    if leftovers is None:
+        return []
+    findings = []
+    for leftover in leftovers.find_leftovers(Path(path)):
+        explained = leftovers.classify(leftover).explain()
+        name = Path(leftover.tmp).name
+        findings.append(Finding("LEFTOVER_TMP", explained if name in explained else f"{name}: {explained}"))
+    return findings

@@ -1,0 +1,48 @@
+"""Pieces the text and Markdown renderers share (no rich here, so Markdown and JSON never load it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# Show every tensor up to this many; beyond it only the largest few (the JSON report has them all).
+ALL_TENSORS_UP_TO = 30
+LARGEST_SHOWN = 12
+# Metadata the one-line summary leaves to the JSON report: shown elsewhere, or of no use to a reader.
+NOT_SHOWN = frozenset({"step", "epoch", "world_size", "config", "train_config", "format", "byteorder"})
+
+
+def metadata_line(metadata: Mapping[str, Any]) -> str:
+    shown = []
+    for key in ("step", "epoch", "world_size"):
+        if metadata.get(key) is not None:
+            shown.append(f"{key} {metadata[key]}")
+    for key, value in metadata.items():
+        if key in NOT_SHOWN:
+            continue
+        if isinstance(value, float):
+            shown.append(f"{key} {value:.6g}")
+        elif isinstance(value, (int, str)) and not isinstance(value, bool) and len(str(value)) <= 40:
+            shown.append(f"{key} {value}")
+    config = metadata.get("config")
+    if isinstance(config, Mapping) and config:
+        items = ", ".join(f"{k}={v}" for k, v in list(config.items())[:6] if not isinstance(v, (dict, list)))
+        shown.append(f"config: {items}{', ...' if len(config) > 6 else ''}")
+    return " · ".join(shown)
+
+
+def finding_counts(findings: list[Mapping[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding["severity"]] = counts.get(finding["severity"], 0) + 1
+    return ", ".join(_plural(counts[s], s) for s in ("error", "warning", "info") if s in counts)
+
+
+def summary_line(summary: Mapping[str, int]) -> str:
+    parts = [_plural(summary["files"], "checkpoint")]
+    found = [_plural(summary[k], k[:-1]) for k in ("errors", "warnings", "infos") if summary[k]]
+    return f"{parts[0]}: {', '.join(found) if found else 'no findings'}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"

@@ -1,0 +1,122 @@
+"""The JSON report, schema 1 (design.md): a stable contract for CI and scripts.
+
+Keys beyond the schema (`layout`, `unused_bytes`, `tensors`) are additions; none changes the
+meaning of a schema key. Sizes are exact bytes; `optimizer_share` is a fraction of `tensor_bytes`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ckinspect import __version__
+from ckinspect.anatomy import Anatomy, summarize
+from ckinspect.dtypes import dtype_info
+from ckinspect.model import GROUPS, Checkpoint, Finding, TensorInfo
+
+SCHEMA_VERSION = 1
+_MAX_DEPTH = 8
+_MAX_ITEMS = 200
+_MAX_TEXT = 500
+
+
+def build(checkpoints: Sequence[Checkpoint], diff: Any = None) -> dict[str, Any]:
+    """Schema-1 report of these checkpoints (already analyzed and checked), and of a diff if given."""
+    files = [file_entry(ckpt) for ckpt in checkpoints]
+    findings: list[Finding] = [f for ckpt in checkpoints for f in ckpt.findings]
+    return {
+        "schema": SCHEMA_VERSION,
+        "tool": "ckinspect",
+        "version": __version__,
+        "files": files,
+        "diff": diff.to_json() if diff is not None and hasattr(diff, "to_json") else diff,
+        "summary": summary(len(files), findings),
+    }
+
+
+def summary(file_count: int, findings: Sequence[Finding]) -> dict[str, int]:
+    counts = {"error": 0, "warning": 0, "info": 0}
+    for finding in findings:
+        counts[finding.severity] = counts.get(finding.severity, 0) + 1
+    return {"files": file_count, "errors": counts["error"], "warnings": counts["warning"], "infos": counts["info"]}
+
+
+def file_entry(ckpt: Checkpoint, anatomy: Anatomy | None = None) -> dict[str, Any]:
+    anatomy = anatomy or summarize(ckpt)
+    metadata = {"step": None, "epoch": None, "world_size": None}
+    metadata.update({str(k): jsonable(v) for k, v in ckpt.metadata.items()})
+    return {
+        "path": str(ckpt.path),
+        "format": ckpt.format,
+        "layout": ckpt.layout,
+        "file_bytes": ckpt.file_bytes,
+        "tensor_count": anatomy.tensor_count,
+        "tensor_bytes": anatomy.tensor_bytes,
+        "storage_bytes": anatomy.storage_bytes,
+        "unused_bytes": anatomy.unused_bytes,
+        "groups": {g: {"tensor_count": anatomy.groups[g].tensor_count, "bytes": anatomy.groups[g].bytes} for g in GROUPS},
+        "optimizer_share": round(anatomy.optimizer_share, 6),
+        "metadata": metadata,
+        "findings": [f.to_json() for f in ckpt.findings],
+        "tensors": tensor_entries(ckpt.tensors),
+    }
+
+
+def tensor_entries(tensors: Sequence[TensorInfo]) -> list[dict[str, Any]]:
+    itemsizes: dict[str, int] = {}
+    out = []
+    for t in tensors:
+        itemsize = itemsizes.get(t.dtype)
+        if itemsize is None:
+            itemsize = itemsizes[t.dtype] = dtype_info(t.dtype).itemsize
+        out.append({"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": math.prod(t.shape) * itemsize})
+    return out
+
+
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """Metadata as plain JSON: tensors become a short description, odd objects their (short) repr."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value if not isinstance(value, str) or len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "..."
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)  # NaN/inf are not JSON
+    if isinstance(value, TensorInfo):
+        return f"tensor {value.dtype} {list(value.shape)}"
+    if depth >= _MAX_DEPTH:
+        return "..."
+    if isinstance(value, Mapping):
+        items = list(value.items())[:_MAX_ITEMS]
+        return {str(k): jsonable(v, depth + 1) for k, v in items}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, depth + 1) for v in value[:_MAX_ITEMS]]
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value)} bytes>"
+    text = repr(value)
+    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "..."
+
+
+def render(report: dict[str, Any]) -> str:
+    """Indented JSON, except that each tensor is one line: readable, and fast for 50,000 tensors
+    (json's indenting encoder is pure Python; the compact one is C)."""
+    tensor_lists = []
+    files = []
+    for entry in report["files"]:
+        tensor_lists.append(entry.get("tensors"))
+        files.append({k: (_TENSORS_MARK if k == "tensors" else v) for k, v in entry.items()})
+    text = json.dumps({**report, "files": files}, indent=2, allow_nan=False)
+    for tensors in tensor_lists:
+        if tensors is None:
+            continue
+        if tensors:
+            # One C-encoded dump, then a line break between entries: `{"name"` cannot occur inside
+            # a JSON string (its quote would be escaped), so this split is exact.
+            body = json.dumps(tensors, allow_nan=False, separators=(", ", ": "))[1:-1]
+            listing = "[\n        " + body.replace('}, {"name": ', '},\n        {"name": ') + "\n      ]"
+        else:
+            listing = "[]"
+        text = text.replace(json.dumps(_TENSORS_MARK), listing, 1)
+    return text + "\n"
+
+
+_TENSORS_MARK = "\0tensors\0"  # json escapes a NUL, so no real value can look like this

@@ -1,0 +1,113 @@
+"""The Markdown report, fit for a CI job summary (`>> $GITHUB_STEP_SUMMARY`): one overview table,
+then per checkpoint its groups, findings, and the largest tensors folded in a <details> block."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from typing import Any
+
+from ckinspect.model import GROUPS
+from ckinspect.report.sizes import human_bytes, percent
+from ckinspect.report.common import LARGEST_SHOWN, finding_counts, metadata_line, summary_line
+
+ICON = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
+
+
+def cell(text: Any) -> str:
+    """Text safe inside a table cell: pipes escaped, no line breaks."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def code(text: str) -> str:
+    fence = "``" if "`" in text else "`"
+    pad = " " if "`" in text else ""
+    return f"{fence}{pad}{cell(text)}{pad}{fence}"
+
+
+def render(report: Mapping[str, Any]) -> str:
+    files = report["files"]
+    out = ["## ckinspect report", ""]
+    if files:
+        out.append(f"**{summary_line(report['summary'])}**")
+        out.append("")
+        out += [
+            "| checkpoint | format | size | tensors | optimizer share | findings |",
+            "|---|---|--:|--:|--:|---|",
+        ]
+        for entry in files:
+            share = percent(entry["optimizer_share"]) if entry["groups"]["optimizer"]["tensor_count"] else "–"
+            status = _status(entry["findings"])
+            out.append(
+                f"| {code(entry['path'])} | {entry['format']} | {human_bytes(entry['file_bytes'])} "
+                f"| {entry['tensor_count']:,} | {share} | {status} |"
+            )
+        out.append("")
+    for entry in files:
+        out += file_section(entry)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _status(findings: list[Mapping[str, Any]]) -> str:
+    if not findings:
+        return "✅ none"
+    worst = "error" if any(f["severity"] == "error" for f in findings) else "warning"
+    if not any(f["severity"] in ("error", "warning") for f in findings):
+        worst = "info"
+    return f"{ICON[worst]} {finding_counts(findings)}"
+
+
+def file_section(entry: Mapping[str, Any]) -> list[str]:
+    layout = f" · {entry['layout']} layout" if entry.get("layout") not in (None, "unknown") else ""
+    out = [f"### {code(entry['path'])}", "", f"{entry['format']}{layout} · {human_bytes(entry['file_bytes'])}"]
+    meta = metadata_line(entry["metadata"])
+    if meta:
+        out[-1] += f" · {cell(meta)}"
+    out.append("")
+    if entry["findings"]:
+        for finding in entry["findings"]:
+            tensor = f" ({code(finding['tensor'])})" if finding.get("tensor") else ""
+            out.append(f"- {ICON.get(finding['severity'], '')} **{finding['code']}** {cell(finding['message'])}{tensor}")
+    else:
+        out.append("✅ no findings")
+    out.append("")
+    total = entry["tensor_bytes"]
+    if entry["tensor_count"]:
+        out += ["| group | tensors | size | share |", "|---|--:|--:|--:|"]
+        for group in GROUPS:
+            stats = entry["groups"][group]
+            if stats["tensor_count"]:
+                share = percent(stats["bytes"] / total) if total else "–"
+                out.append(f"| {group} | {stats['tensor_count']:,} | {human_bytes(stats['bytes'])} | {share} |")
+        out.append(f"| **total** | **{entry['tensor_count']:,}** | **{human_bytes(total)}** | |")
+        out.append("")
+        unused = entry.get("unused_bytes", entry["storage_bytes"] - total)
+        line = ""
+        if entry["groups"]["optimizer"]["bytes"]:
+            line = f"Optimizer share: **{percent(entry['optimizer_share'])}** of tensor bytes."
+        if unused:
+            line += f" {human_bytes(unused)} of storage is used by no tensor."
+        if line:
+            out += [line.strip(), ""]
+        out += tensors_details(entry)
+    return out
+
+
+def tensors_details(entry: Mapping[str, Any]) -> list[str]:
+    tensors = entry.get("tensors", [])
+    if not tensors:
+        return []
+    shown = heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
+    file_bytes = entry["file_bytes"]
+    out = [
+        f"<details><summary>Largest tensors ({len(shown)} of {len(tensors):,})</summary>",
+        "",
+        "| tensor | group | dtype | shape | size | of file |",
+        "|---|---|---|---|--:|--:|",
+    ]
+    for t in shown:
+        shape = "×".join(map(str, t["shape"])) or "scalar"
+        share = percent(t["bytes"] / file_bytes) if file_bytes else "–"
+        out.append(f"| {code(t['name'])} | {t['group']} | {t['dtype']} | {shape} | {human_bytes(t['bytes'])} | {share} |")
+    out += ["", "</details>", ""]
+    return out

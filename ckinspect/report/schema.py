@@ -1,0 +1,104 @@
+"""design.md's JSON report (schema 1) as a JSON Schema, for tests and for anyone validating reports.
+
+Plain data: importing it costs nothing and needs no `jsonschema`. Additional keys are allowed
+(design.md: "Keys may be added"); the keys listed here must keep their meaning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_COUNT = {"type": "integer", "minimum": 0}
+_GROUP = {
+    "type": "object",
+    "required": ["tensor_count", "bytes"],
+    "properties": {"tensor_count": _COUNT, "bytes": _COUNT},
+}
+_FINDING = {
+    "type": "object",
+    "required": ["code", "severity", "message"],
+    "properties": {
+        "code": {
+            "enum": [
+                "UNSAFE_PICKLE", "ALLOWLIST_NEEDED", "CORRUPT", "LEFTOVER_TMP", "NONFINITE", "FP16_OVERFLOW",
+                "RESUME_INCOMPLETE", "HALF_PRECISION_RESUME", "OPTIMIZER_MISMATCH", "STORAGE_BLOAT",
+            ]
+        },
+        "severity": {"enum": ["error", "warning", "info"]},
+        "message": {"type": "string", "minLength": 1},
+        "tensor": {"type": "string"},
+    },
+}
+_FILE = {
+    "type": "object",
+    "required": [
+        "path", "format", "file_bytes", "tensor_count", "tensor_bytes", "storage_bytes", "groups",
+        "optimizer_share", "metadata", "findings",
+    ],
+    "properties": {
+        "path": {"type": "string"},
+        "format": {"enum": ["torch-zip", "torch-legacy", "safetensors", "sharded", "dcp", "pickle", "unknown"]},
+        "file_bytes": _COUNT,
+        "tensor_count": _COUNT,
+        "tensor_bytes": _COUNT,
+        "storage_bytes": _COUNT,
+        "groups": {
+            "type": "object",
+            "required": ["model", "optimizer", "rng", "other"],
+            "properties": {g: _GROUP for g in ("model", "optimizer", "rng", "other")},
+        },
+        "optimizer_share": {"type": "number", "minimum": 0, "maximum": 1},
+        "metadata": {
+            "type": "object",
+            "properties": {
+                "step": {"type": ["integer", "number", "null"]},
+                "epoch": {"type": ["integer", "number", "null"]},
+                "world_size": {"type": ["integer", "null"]},
+            },
+        },
+        "findings": {"type": "array", "items": _FINDING},
+    },
+}
+_DIFF = {
+    "type": "object",
+    "required": ["a", "b", "identical", "only_a", "only_b", "same", "changed"],
+    "properties": {
+        "a": {"type": "string"},
+        "b": {"type": "string"},
+        "identical": {"type": "boolean"},
+        "only_a": {"type": "array", "items": {"type": "string"}},
+        "only_b": {"type": "array", "items": {"type": "string"}},
+        "same": _COUNT,
+        "changed": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "reason"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "reason": {"enum": ["values", "shape", "dtype"]},
+                    "max_abs_diff": {"type": ["number", "null"]},
+                },
+            },
+        },
+    },
+}
+
+SCHEMA_1: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "ckinspect report, schema 1",
+    "type": "object",
+    "required": ["schema", "tool", "version", "files", "summary"],
+    "properties": {
+        "schema": {"const": 1},
+        "tool": {"const": "ckinspect"},
+        "version": {"type": "string"},
+        "files": {"type": "array", "items": _FILE},
+        "diff": {"anyOf": [{"type": "null"}, _DIFF]},
+        "summary": {
+            "type": "object",
+            "required": ["files", "errors", "warnings", "infos"],
+            "properties": {"files": _COUNT, "errors": _COUNT, "warnings": _COUNT, "infos": _COUNT},
+        },
+    },
+}

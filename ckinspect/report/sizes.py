@@ -1,0 +1,16 @@
+"""Sizes for people: binary units (KiB, MiB, GiB), as `ls -h` and the TUI show them. JSON keeps exact bytes."""
+
+from __future__ import annotations
+
+import humanize
+
+
+def human_bytes(nbytes: int) -> str:
+    text = humanize.naturalsize(nbytes, binary=True, format="%.1f")
+    return text.replace(" Bytes", " B").replace(" Byte", " B")  # narrower columns at 80 wide
+
+
+def percent(fraction: float) -> str:
+    if fraction and fraction < 0.001:
+        return "<0.1%"
+    return f"{fraction * 100:.1f}%"

@@ -1,0 +1,168 @@
+"""The text report: rich tables with humanized sizes, drawn from the JSON report's data.
+
+Reads well at 80 columns: long tensor names fold, the widest table has six narrow columns.
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ckinspect.model import GROUPS
+from ckinspect.report.common import ALL_TENSORS_UP_TO, LARGEST_SHOWN, finding_counts, metadata_line, summary_line
+from ckinspect.report.sizes import human_bytes, percent
+
+SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "cyan")}
+
+
+def render(report: Mapping[str, Any], width: int = 80, color: bool = False) -> str:
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        color_system="standard" if color else None,
+        highlight=False,
+        emoji=False,
+        soft_wrap=False,
+    )
+    files = report["files"]
+    for index, entry in enumerate(files):
+        if index:
+            console.print()
+        console.print(file_section(entry))
+    if len(files) > 1:
+        console.print()
+        console.print(summary_table(files))
+    if report.get("diff") is None:
+        console.print(summary_line(report["summary"]))
+    # rich pads every line to the width; trailing blanks only get in the way of diffs and logs
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+def file_section(entry: Mapping[str, Any]) -> RenderableType:
+    parts: list[RenderableType] = []
+    title = Text.assemble(
+        (entry["path"], "bold"),
+        f"  {entry['format']}",
+        f" · {entry['layout']} layout" if entry.get("layout") not in (None, "unknown") else "",
+        f" · {human_bytes(entry['file_bytes'])}",
+    )
+    parts.append(title)
+    meta = metadata_line(entry["metadata"])
+    if meta:
+        parts.append(Text(meta, style="dim"))
+    if entry["tensor_count"]:
+        parts.append(groups_table(entry))
+        parts.append(Text(bytes_line(entry)))
+        parts.append(tensors_table(entry))
+    else:
+        parts.append(Text("no tensors", style="dim"))
+    parts.append(findings_block(entry["findings"]))
+    return Group(*parts)
+
+
+def groups_table(entry: Mapping[str, Any]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, show_footer=True)
+    total = entry["tensor_bytes"]
+    table.add_column("group", footer="total")
+    table.add_column("tensors", justify="right", footer=f"{entry['tensor_count']:,}")
+    table.add_column("size", justify="right", footer=human_bytes(total))
+    table.add_column("share", justify="right", footer="100.0%" if total else "-")
+    for group in GROUPS:
+        stats = entry["groups"][group]
+        if not stats["tensor_count"]:
+            continue
+        share = percent(stats["bytes"] / total) if total else "-"
+        table.add_row(group, f"{stats['tensor_count']:,}", human_bytes(stats["bytes"]), share)
+    return table
+
+
+def bytes_line(entry: Mapping[str, Any]) -> str:
+    parts = []
+    if entry["groups"]["optimizer"]["bytes"]:
+        parts.append(f"optimizer share {percent(entry['optimizer_share'])} of tensor bytes")
+    unused = entry.get("unused_bytes", entry["storage_bytes"] - entry["tensor_bytes"])
+    parts.append(f"storages {human_bytes(entry['storage_bytes'])}")
+    line = " · ".join(parts)
+    if unused:
+        line += f", {human_bytes(unused)} used by no tensor"
+    return line
+
+
+def tensors_table(entry: Mapping[str, Any]) -> Table:
+    tensors = entry.get("tensors", [])
+    file_bytes = entry["file_bytes"]
+    if len(tensors) > ALL_TENSORS_UP_TO:
+        shown = heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
+        title = f"largest {len(shown)} of {len(tensors):,} tensors (--format json lists all)"
+    else:
+        shown = tensors
+        title = None
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=title, title_justify="left", title_style="")
+    table.add_column("tensor", overflow="fold", ratio=1, min_width=16)
+    table.add_column("group", no_wrap=True)
+    table.add_column("dtype", no_wrap=True)
+    table.add_column("shape", overflow="fold", max_width=18)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("of file", justify="right", no_wrap=True)
+    for t in shown:
+        share = percent(t["bytes"] / file_bytes) if file_bytes else "-"
+        shape = "×".join(map(str, t["shape"])) or "scalar"
+        table.add_row(escape(t["name"]), t["group"], t["dtype"], shape, human_bytes(t["bytes"]), share)
+    return table
+
+
+def findings_block(findings: list[Mapping[str, Any]]) -> RenderableType:
+    if not findings:
+        return Text("✓ no findings", style="green")
+    table = Table.grid(padding=(0, 1))
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
+    for finding in findings:
+        mark, style = SEVERITY_STYLE.get(finding["severity"], ("?", ""))
+        head = Text(f"{mark} {finding['code']}", style=style)
+        message = finding["message"]
+        if finding.get("tensor") and finding["tensor"] not in message:
+            message += f" [{finding['tensor']}]"
+        table.add_row(head, Text(message))
+    return table
+
+
+def summary_table(files: list[Mapping[str, Any]]) -> RenderableType:
+    base = common_folder([entry["path"] for entry in files])
+    title = Text.assemble(("summary", "bold"), f" of {len(files)} checkpoints" + (f" in {base}" if base else ""))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("checkpoint", overflow="fold", ratio=1)
+    table.add_column("format", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("optim", justify="right", no_wrap=True)
+    table.add_column("findings", no_wrap=True)
+    for entry in files:
+        table.add_row(
+            escape(os.path.relpath(entry["path"], base) if base else entry["path"]),
+            entry["format"],
+            human_bytes(entry["file_bytes"]),
+            percent(entry["optimizer_share"]) if entry["groups"]["optimizer"]["tensor_count"] else "-",
+            finding_counts(entry["findings"]) or "none",
+        )
+    return Group(title, table)
+
+
+def common_folder(paths: list[str]) -> str:
+    """The folder all these checkpoints are in, when it is more than the current one; else ""."""
+    try:
+        base = os.path.commonpath([os.path.dirname(p) or "." for p in paths])
+    except ValueError:  # absolute and relative paths mixed
+        return ""
+    return "" if base in ("", ".") else base

@@ -1,0 +1,58 @@
+"""Listing and reporting never import torch or textual (import torch alone costs ~3 s and ~200 MB),
+and the JSON path does not even load rich."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, cli_env
+
+PROBE = r"""
+import json, runpy, sys
+sys.argv = ["ckinspect"] + json.loads(sys.argv[1])
+try:
+    runpy.run_module("ckinspect", run_name="__main__", alter_sys=True)
+    code = 0
+except SystemExit as exc:
+    code = exc.code
+loaded = {m: m in sys.modules for m in ("torch", "textual", "rich")}
+sys.stderr.write("\nPROBE " + json.dumps({"code": code, **loaded}) + "\n")
+"""
+
+
+def probe(*args):
+    argv = json.dumps([str(a) for a in args])
+    proc = subprocess.run([sys.executable, "-c", PROBE, argv], capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120)
+    line = [l for l in proc.stderr.splitlines() if l.startswith("PROBE ")]
+    assert line, proc.stderr
+    return json.loads(line[-1][len("PROBE ") :])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--quick"], ["--quick", "--format", "json"], ["--quick", "--format", "markdown"], [], ["--format", "json"]],
+    ids=["text-quick", "json-quick", "markdown-quick", "text-scan", "json-scan"],
+)
+def test_report_never_imports_torch_or_textual(ckpts, options):
+    result = probe("--report", *options, ckpts["root"])
+    assert result["code"] in (0, 1)
+    assert not result["torch"] and not result["textual"]
+    if options == ["--quick", "--format", "json"]:
+        assert not result["rich"]
+
+
+def test_core_modules_import_alone_without_torch_textual_or_rich():
+    modules = ["ckinspect.cli", "ckinspect.formats", "ckinspect.anatomy", "ckinspect.checks", "ckinspect.layouts",
+               "ckinspect.report.json_report", "ckinspect.report.markdown", "ckinspect.report.schema"]
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}:\n"
+        "    importlib.import_module(m)\n"
+        "print(json.dumps({m: m in sys.modules for m in ('torch', 'textual', 'rich', 'numpy')}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout)
+    assert loaded == {"torch": False, "textual": False, "rich": False, "numpy": False}
