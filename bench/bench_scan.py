@@ -1,0 +1,92 @@
+"""Full value scan (CRC of every storage + min/max/mean/std/NaN/Inf/fp16 range of every float tensor)
+of a ~2 GiB resume-shaped checkpoint, against `cat FILE > /dev/null`, in fresh processes, warm cache.
+
+    python bench/bench_scan.py                 # 2 GiB under a fresh /tmp folder, deleted afterwards
+    python bench/bench_scan.py --gib 1 --keep --dir /scratch
+
+Rows: the scan alone (open_checkpoint + scan_values in a fresh process: wall time, and the scan's own
+GB/s), `ckinspect --report FILE` end to end when the report command exists, and cat. Checks issue 4's
+target (>= 1.5 GB/s on 2 cores). Run by hand; not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_diff import GIB, MIB, REPO, Run, best, child_env, run, write_in_child  # noqa: E402
+
+SCAN_ONLY = r"""
+import json, sys, time
+from pathlib import Path
+from ckinspect.formats import open_checkpoint
+from ckinspect.scan import scan_values
+ckpt = open_checkpoint(Path(sys.argv[1]))
+cpu = time.process_time()
+result = scan_values(ckpt)
+cpu = time.process_time() - cpu
+json.dump({"bytes": result.bytes_scanned, "seconds": result.seconds, "crc": result.crc_checked, "cpu": cpu,
+           "findings": [f.code for f in result.findings]}, open(sys.argv[2], "w"))
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gib", type=float, default=2.0)
+    ap.add_argument("--dir", type=Path)
+    ap.add_argument("--repeat", type=int, default=3, help="best of N")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+
+    folder = Path(tempfile.mkdtemp(prefix="ckinspect-bench-scan-", dir=args.dir))
+    path = folder / "resume.pth"
+    try:
+        t = time.perf_counter()
+        size = write_in_child(path, int(args.gib * GIB))
+        print(f"wrote {size / GIB:.2f} GiB in {time.perf_counter() - t:.1f} s under {folder}", flush=True)
+        for _ in range(2):
+            run("warm", ["cat", str(path)])
+        env = child_env()
+        out = folder / "scan.json"
+        scans: list[tuple[Run, dict]] = []
+        for _ in range(args.repeat):
+            r = run("open_checkpoint + scan_values", [sys.executable, "-c", SCAN_ONLY, str(path), str(out)], env)
+            scans.append((r, json.loads(out.read_text())))
+        scan_run, inner = min(scans, key=lambda s: s[0].wall)
+        rows = [scan_run]
+        if (REPO / "ckinspect" / "commands" / "report.py").exists():
+            rows.append(best([
+                run("ckinspect --report FILE", [sys.executable, "-m", "ckinspect", "--report", str(path)], env, expect=None)
+                for _ in range(args.repeat)
+            ]))
+        cat = best([run("cat FILE > /dev/null", ["cat", str(path)]) for _ in range(args.repeat)])
+        rows.append(cat)
+        print()
+        print(f"{'method':<34} {'seconds':>8} {'GB/s':>7} {'CPU s':>7} {'peak RSS':>10} {'vs cat':>7}")
+        for r in rows:
+            print(f"{r.label:<34} {r.wall:>8.3f} {size / r.wall / 1e9:>7.2f} {r.cpu:>7.2f} {r.peak_rss / MIB:>8.0f} MB {cat.wall / r.wall:>6.0%}")
+        inner_gbs = inner["bytes"] / inner["seconds"] / 1e9
+        print()
+        print(f"scan_values itself: {inner['bytes'] / GIB:.2f} GiB in {inner['seconds']:.3f} s = {inner_gbs:.2f} GB/s, "
+              f"{inner['cpu'] / inner['bytes'] * 1e9:.2f} CPU s per GB "
+              f"({inner['crc']} CRCs checked, findings: {inner['findings'] or 'none'}; load average {os.getloadavg()[0]:.1f})")
+        ok = inner_gbs >= 1.5
+        print(f"target (>= 1.5 GB/s on 2 cores): {'met' if ok else 'NOT met'}")
+        return 0 if ok else 1
+    finally:
+        if args.keep:
+            print(f"kept {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

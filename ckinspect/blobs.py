@@ -1,0 +1,240 @@
+"""Bounded-memory access to the raw bytes of storages: preads into reused buffers and short-lived mmap windows.
+
+Nothing here grows with file size: a read is at most one chunk, a window is unmapped as soon as it is
+used (so its pages never pile up in the process's resident set). No torch; numpy only where a caller
+asks for an address to hand to memcmp.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from ckinspect.model import StorageInfo
+
+DEFAULT_CHUNK = 8 << 20  # 8 MiB: big enough to amortise syscalls, small enough to stay near the CPU caches
+_SMALL = 256 << 10  # below this a pread copy is cheaper than setting up a mapping
+
+
+class UnreadableStorage(Exception):
+    """The bytes of a storage cannot be read directly (no raw offset, file gone, file cut short)."""
+
+
+def storage_range(storage: StorageInfo, start: int = 0, length: int | None = None) -> tuple[int, int]:
+    """Absolute (offset, length) in `storage.file` of `length` bytes from `start` within the storage."""
+    if storage.offset is None:
+        where = f" (member {storage.member})" if storage.member else ""
+        raise UnreadableStorage(f"storage {storage.key}{where} has no raw byte offset in {storage.file.name}")
+    if length is None:
+        length = storage.nbytes - start
+    if start < 0 or length < 0 or start + length > storage.nbytes:
+        raise ValueError(f"range {start}+{length} outside storage {storage.key} of {storage.nbytes} bytes")
+    return storage.offset + start, length
+
+
+class Blobs:
+    """Open files once and hand out reads and mapped windows of their bytes; thread-safe.
+
+    Use as a context manager (or call close()); every descriptor it opened is closed at the end.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}  # keyed by the path string: hashing a Path re-parses it every time
+        self._sizes: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Blobs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._fds.clear()
+
+    def fd(self, path: Path) -> int:
+        key = os.fspath(path)
+        fd = self._fds.get(key)
+        if fd is not None:
+            return fd
+        with self._lock:
+            fd = self._fds.get(key)
+            if fd is None:
+                try:
+                    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+                except OSError as exc:
+                    raise UnreadableStorage(f"cannot open {path}: {exc.strerror or exc}") from None
+                self._sizes[key] = os.fstat(fd).st_size
+                self._fds[key] = fd
+            return fd
+
+    def size(self, path: Path) -> int:
+        key = os.fspath(path)
+        size = self._sizes.get(key)
+        if size is None:
+            self.fd(path)
+            size = self._sizes[key]
+        return size
+
+    def check_within(self, storage: StorageInfo, start: int = 0, length: int | None = None) -> tuple[int, int]:
+        """Absolute (offset, length) of the range, raising UnreadableStorage if the file ends before it does."""
+        offset, length = storage_range(storage, start, length)
+        size = self.size(storage.file)
+        if offset + length > size:
+            raise UnreadableStorage(
+                f"storage {storage.key} is cut short: it needs bytes up to {offset + length:,} "
+                f"but {storage.file.name} ends at {size:,}"
+            )
+        return offset, length
+
+    def pread(self, path: Path, offset: int, length: int) -> bytes:
+        fd = self.fd(path)
+        data = os.pread(fd, length, offset)
+        while len(data) < length:  # pread may return short on some filesystems; stop only at EOF
+            more = os.pread(fd, length - len(data), offset + len(data))
+            if not more:
+                raise UnreadableStorage(f"{Path(path).name} ends at {offset + len(data):,}, wanted {offset + length:,}")
+            data += more
+        return data
+
+    def pread_into(self, path: Path, offset: int, buffer: bytearray | memoryview) -> int:
+        """Fill `buffer` from `offset` (releases the GIL while the kernel copies); returns bytes read."""
+        fd = self.fd(path)
+        view = memoryview(buffer)
+        done = 0
+        while done < len(view):
+            n = os.preadv(fd, [view[done:]], offset + done)
+            if n == 0:
+                break
+            done += n
+        return done
+
+    @contextlib.contextmanager
+    def window(self, path: Path, offset: int, length: int) -> Iterator[memoryview]:
+        """A read-only view of `length` bytes at `offset`: mapped for big ranges, copied for small ones.
+
+        The view is valid only inside the `with`; the mapping is removed on exit so resident memory
+        stays bounded however much of the file is walked.
+        """
+        if length < _SMALL:
+            yield memoryview(self.pread(path, offset, length))
+            return
+        fd = self.fd(path)
+        aligned = offset - offset % mmap.ALLOCATIONGRANULARITY
+        if offset + length > self.size(path):
+            raise UnreadableStorage(f"{Path(path).name} ends at {self.size(path):,}, wanted {offset + length:,}")
+        mapped = mmap.mmap(fd, offset + length - aligned, prot=mmap.PROT_READ, offset=aligned)
+        view = memoryview(mapped)[offset - aligned :]
+        try:
+            yield view
+        finally:
+            try:
+                view.release()
+                mapped.close()
+            except BufferError:  # a caller still holds an export (e.g. inside a traceback); GC unmaps it later
+                pass
+
+    @contextlib.contextmanager
+    def address(self, path: Path, offset: int, length: int) -> Iterator[int]:
+        """The memory address of `length` mapped bytes at `offset`, for C functions such as memcmp.
+
+        A private (copy-on-write) mapping, so ctypes can take its address without numpy; it is only
+        read, so nothing is ever copied. Unmapped on exit.
+        """
+        import ctypes
+
+        fd = self.fd(path)
+        if offset + length > self.size(path):
+            raise UnreadableStorage(f"{Path(path).name} ends at {self.size(path):,}, wanted {offset + length:,}")
+        aligned = offset - offset % mmap.ALLOCATIONGRANULARITY
+        mapped = mmap.mmap(fd, offset + length - aligned, flags=mmap.MAP_PRIVATE,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=aligned)
+        anchor = ctypes.c_char.from_buffer(mapped)
+        try:
+            yield ctypes.addressof(anchor) + (offset - aligned)
+        finally:
+            del anchor
+            try:
+                mapped.close()
+            except BufferError:
+                pass
+
+
+def read_chunks(
+    storage: StorageInfo, start: int = 0, length: int | None = None, chunk: int = DEFAULT_CHUNK
+) -> Iterator[memoryview]:
+    """Yield the raw bytes of a storage range in pieces of at most `chunk` bytes, in order.
+
+    Each piece is a view onto one reused buffer: it is valid until the next piece is requested, so
+    memory stays at one chunk whatever the storage size. Raises UnreadableStorage when the storage has
+    no raw offset (the caller reports it) or the file ends early.
+    """
+    offset, length = storage_range(storage, start, length)
+    chunk = max(1, chunk)
+    with Blobs() as blobs:
+        blobs.check_within(storage, start, length)
+        buffer = bytearray(min(chunk, length) or 1)
+        view = memoryview(buffer)
+        done = 0
+        while done < length:
+            n = min(chunk, length - done)
+            got = blobs.pread_into(storage.file, offset + done, view[:n])
+            if got < n:
+                raise UnreadableStorage(f"{storage.file.name} ends inside storage {storage.key}")
+            yield view[:n]
+            done += n
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """CRC-32 of A+B from crc(A), crc(B) and len(B), as zlib's crc32_combine (which Python does not expose).
+
+    This is what lets two threads checksum different chunks of one storage and still check the
+    zip directory's CRC of the whole member.
+    """
+    return _multmodp(_x2nmodp(len2, 3), crc1) ^ crc2
+
+
+_POLY = 0xEDB88320  # reflected CRC-32 polynomial
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a(x) * b(x) modulo the CRC polynomial (reflected bit order)."""
+    m = 1 << 31
+    p = 0
+    while True:
+        if a & m:
+            p ^= b
+            if (a & (m - 1)) == 0:
+                break
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+    return p
+
+
+def _powers() -> list[int]:
+    table = [1 << 30]  # x^1
+    for _ in range(31):
+        table.append(_multmodp(table[-1], table[-1]))
+    return table
+
+
+_X2N = _powers()  # x^(2^n) modulo the polynomial
+
+
+def _x2nmodp(n: int, k: int) -> int:
+    """x^(n * 2^k) modulo the polynomial."""
+    p = 1 << 31  # x^0
+    while n:
+        if n & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return p

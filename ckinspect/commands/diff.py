@@ -1,0 +1,88 @@
+"""`ckinspect diff A B --report`: exit 0 identical, 1 different, 2 error (or no verdict possible)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ckinspect.errors import CkinspectError
+from ckinspect.model import Checkpoint
+
+EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+
+
+def open_for_command(path: str | Path, quick: bool = True) -> Checkpoint:
+    """Open + analyze + structural checks through the shared `inspect_path` when it exists, else the readers."""
+    target = Path(path)
+    if not target.exists():
+        raise CkinspectError(f"{path}: no such file or folder")
+    try:
+        from ckinspect.inspect import inspect_path
+    except ImportError:
+        inspect_path = None  # type: ignore[assignment]
+    if inspect_path is not None:
+        return inspect_path(target, quick=quick)
+    try:
+        from ckinspect.formats import open_checkpoint
+    except ImportError:
+        raise CkinspectError("this build has no checkpoint readers (ckinspect.formats.open_checkpoint)") from None
+    ckpt = open_checkpoint(target)
+    try:
+        from ckinspect.anatomy import analyze
+    except ImportError:
+        return ckpt
+    return analyze(ckpt) or ckpt
+
+
+def _unreadable(ckpt: Checkpoint) -> str | None:
+    """Why a checkpoint cannot be diffed at all, or None."""
+    if ckpt.format == "unknown" or (not ckpt.tensors and any(f.code == "CORRUPT" for f in ckpt.findings)):
+        why = next((f.message for f in ckpt.findings if f.code == "CORRUPT"), "not a checkpoint")
+        return f"{ckpt.path}: {why}"
+    return None
+
+
+def emit(text: str, output: str | None) -> None:
+    if output:
+        from ckinspect.atomic import atomic_write_text
+
+        try:
+            atomic_write_text(output, text)
+        except OSError as exc:
+            raise CkinspectError(f"cannot write {output}: {exc.strerror or exc}") from None
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from ckinspect.diff import diff_checkpoints
+    from ckinspect.report import diff_report
+
+    a = open_for_command(args.a, quick=True)
+    b = open_for_command(args.b, quick=True)
+    for ckpt in (a, b):
+        why = _unreadable(ckpt)
+        if why:
+            raise CkinspectError(f"cannot diff: {why}")
+    from ckinspect.scan import terminal_progress
+
+    with terminal_progress("comparing", enabled=not getattr(args, "no_progress", False)) as progress:
+        only, atol = getattr(args, "only", None), getattr(args, "atol", 0.0) or 0.0
+        result = diff_checkpoints(a, b, only=only, atol=atol, progress=progress)
+    if only and not (result.same or result.changed or result.only_a or result.only_b or result.unreadable):
+        raise CkinspectError(f"neither file has tensors in group(s) {', '.join(only)}: nothing to compare")
+    fmt = getattr(args, "format", "text")
+    if fmt == "json":
+        text = diff_report.render_json(diff_report.build_document(a, b, result))
+    elif fmt == "markdown":
+        text = diff_report.render_markdown(result.to_json(), a, b)
+    else:
+        text = diff_report.render_text(result.to_json(), a, b)
+    emit(text, getattr(args, "output", None))
+    if result.changed or result.only_a or result.only_b or result.metadata_changed:
+        return EXIT_DIFFERENT
+    if result.unreadable:
+        return EXIT_ERROR  # some tensors could not be read: no honest verdict of "identical"
+    return EXIT_IDENTICAL

@@ -1,0 +1,41 @@
+"""`ckinspect drift PATH --report`: fp16/bf16 round-trip error of every weight, and logit drift where the
+model is known. Exit 1 when values would overflow in fp16 and --fail-on is warning; 2 on errors."""
+
+from __future__ import annotations
+
+import argparse
+
+from ckinspect.errors import CkinspectError
+from ckinspect.model import Finding, fails
+
+
+def run(args: argparse.Namespace) -> int:
+    from ckinspect import drift
+    from ckinspect.commands.diff import _unreadable, emit, open_for_command
+    from ckinspect.report import drift_report
+    from ckinspect.scan import terminal_progress
+
+    ckpt = open_for_command(args.path, quick=True)
+    why = _unreadable(ckpt)
+    if why:
+        raise CkinspectError(f"cannot measure drift: {why}")
+    with terminal_progress("rounding weights", enabled=not getattr(args, "no_progress", False)) as progress:
+        drifts = drift.weight_drift(ckpt, progress)
+    reason = drift.logit_drift_reason(ckpt)
+    logits = drift.logit_drift(ckpt) if reason is None else None
+    findings = [
+        Finding("FP16_OVERFLOW", f"{d.name}: {d.fp16.overflow:,} values become inf when stored as float16", d.name)
+        for d in drifts
+        if d.fp16.overflow and d.dtype != "float16"
+    ]
+    data = drift_report.drift_json(ckpt, drifts, logits, reason)
+    fmt = getattr(args, "format", "text")
+    if fmt == "json":
+        text = drift_report.render_json(drift_report.build_document(ckpt, data, findings))
+    else:
+        data["findings"] = [f.to_json() for f in findings]
+        text = drift_report.render_markdown(data, ckpt) if fmt == "markdown" else drift_report.render_text(data, ckpt)
+    emit(text, getattr(args, "output", None))
+    if any(d.error for d in drifts):
+        return 2
+    return 1 if fails(findings, getattr(args, "fail_on", "error")) else 0

@@ -1,0 +1,229 @@
+"""The diff of two checkpoints as text (rich tables), Markdown and JSON (schema 1 with a `diff` object).
+
+All three are drawn from `DiffResult.to_json()`, so they cannot disagree. No torch, no textual.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ckinspect.model import Checkpoint
+
+_LIST_LIMIT = 12  # names listed before "... and N more" in text and Markdown (JSON lists all)
+
+
+def human_bytes(nbytes: int) -> str:
+    try:
+        from ckinspect.report.sizes import human_bytes as shared
+    except ImportError:
+        import humanize
+
+        return humanize.naturalsize(nbytes, binary=True, format="%.1f")
+    return shared(nbytes)
+
+
+def number(x: Any) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if not math.isfinite(x):
+        return "inf" if x > 0 else "nan"
+    if x == 0:
+        return "0"
+    return f"{x:.3g}"
+
+
+def _percent(fraction: float) -> str:
+    return "<0.1%" if 0 < fraction < 0.001 else f"{fraction:.1%}"
+
+
+def _group_note(diff: dict[str, Any], key: str) -> str:
+    groups = diff.get(f"{key}_groups") or {}
+    return ", ".join(f"{g} {n:,}" for g, n in sorted(groups.items(), key=lambda kv: -kv[1]))
+
+
+def hint(diff: dict[str, Any]) -> str | None:
+    """A next step when one side has whole groups the other lacks (a resume file against a weights file)."""
+    if diff.get("only"):
+        return None
+    extra = {**(diff.get("only_a_groups") or {}), **(diff.get("only_b_groups") or {})}
+    if extra and "model" not in extra and diff["same"] + len(diff["changed"]) > 0:
+        return "hint: --only model compares the model weights alone"
+    return None
+
+
+def summary_line(diff: dict[str, Any]) -> str:
+    if diff["identical"]:
+        return f"identical: {diff['same']:,} tensors match bit for bit" + (
+            f" ({len(diff['within_atol'])} within --atol {diff['atol']:g})" if diff.get("within_atol") else ""
+        )
+    reasons: dict[str, int] = {}
+    for c in diff["changed"]:
+        reasons[c["reason"]] = reasons.get(c["reason"], 0) + 1
+    parts = [f"{diff['same']:,} same"]
+    parts += [f"{n:,} changed ({reason})" for reason, n in sorted(reasons.items())]
+    if diff["only_a"]:
+        parts.append(f"{len(diff['only_a']):,} only in A")
+    if diff["only_b"]:
+        parts.append(f"{len(diff['only_b']):,} only in B")
+    if diff.get("unreadable"):
+        parts.append(f"{len(diff['unreadable']):,} unreadable")
+    for key, (va, vb) in (diff.get("metadata_changed") or {}).items():
+        parts.append(f"{key} {va} -> {vb}")
+    return "different: " + ", ".join(parts)
+
+
+def _changed_rows(diff: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for c in diff["changed"]:
+        a, b = c["a"], c["b"]
+        dtype = a["dtype"] if a["dtype"] == b["dtype"] else f"{a['dtype']} -> {b['dtype']}"
+        shape = "x".join(map(str, a["shape"])) or "scalar"
+        if a["shape"] != b["shape"]:
+            shape = f"{shape} -> {'x'.join(map(str, b['shape'])) or 'scalar'}"
+        n_diff = "-" if c["n_diff"] is None else f"{c['n_diff']:,}" + (
+            f" ({_percent(c['n_diff'] / c['numel'])})" if c.get("numel") else ""
+        )
+        first = "-" if c["first_index"] is None else "[" + ",".join(map(str, c["first_index"])) + "]"
+        max_abs, max_rel = number(c["max_abs_diff"]), number(c.get("max_rel_diff"))
+        rows.append([a["name"], c["reason"], dtype, shape, max_abs, max_rel, n_diff, first])
+    return rows
+
+
+_HEADERS = ["tensor", "reason", "dtype", "shape", "max |Δ|", "max rel", "differing", "first at"]
+_NUMERIC = ("max |Δ|", "max rel", "differing")
+
+
+def _head(names: Sequence[str]) -> tuple[list[str], int]:
+    return list(names[:_LIST_LIMIT]), max(0, len(names) - _LIST_LIMIT)
+
+
+def render_text(
+    diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None, width: int | None = None
+) -> str:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    out = io.StringIO()
+    width = width or int(os.environ.get("COLUMNS", "0") or 0) or 120
+    console = Console(file=out, width=width, force_terminal=False, color_system=None, highlight=False)
+    for side, path, ckpt in (("A", diff["a"], a), ("B", diff["b"], b)):
+        extra = f"  ({ckpt.format}, {len(ckpt.tensors):,} tensors, {human_bytes(ckpt.file_bytes)})" if ckpt else ""
+        console.print(f"{side}: {path}{extra}")
+    console.print(f"matching: {diff['match']}")
+    console.print(Text(summary_line(diff), style="bold"))
+    if diff["changed"]:
+        table = Table(title="changed tensors", title_justify="left", show_edge=False, pad_edge=False)
+        rows = _changed_rows(diff)
+        first = min(48, max(len(r[0]) for r in rows))  # names stay whole where they can
+        for i, h in enumerate(_HEADERS):
+            table.add_column(h, justify="right" if h in _NUMERIC else "left", overflow="fold",
+                             min_width=first if i == 0 else None)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    lists = (("only_a", "only in A"), ("only_b", "only in B"), ("within_atol", f"within --atol {diff['atol']:g}"))
+    for key, title in lists:
+        names = diff.get(key) or []
+        if names:
+            shown, more = _head(names)
+            note = _group_note(diff, key)
+            console.print(f"{title} ({len(names):,}{': ' + note if note else ''}):")
+            for n in shown:
+                console.print(f"  {n}", soft_wrap=True)
+            if more:
+                console.print(f"  ... and {more:,} more")
+    unreadable = diff.get("unreadable") or []
+    for item in unreadable[:_LIST_LIMIT]:
+        console.print(f"cannot compare {item['name']}: {item['message']}", soft_wrap=True)
+    if len(unreadable) > _LIST_LIMIT:
+        console.print(f"... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+    for side, ckpt in (("A", a), ("B", b)):
+        for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
+            console.print(f"{side} is damaged: {f.message}", soft_wrap=True)
+    if hint(diff):
+        console.print(hint(diff))
+    return out.getvalue()
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None) -> str:
+    lines = ["## ckinspect diff", ""]
+    lines.append(f"- **A**: `{diff['a']}`" + (f" ({a.format}, {len(a.tensors):,} tensors)" if a else ""))
+    lines.append(f"- **B**: `{diff['b']}`" + (f" ({b.format}, {len(b.tensors):,} tensors)" if b else ""))
+    lines.append(f"- **matching**: {diff['match']}")
+    lines.append("")
+    lines.append(f"**{summary_line(diff)}**")
+    lines.append("")
+    if diff["changed"]:
+        lines.append("| " + " | ".join(_md_escape(h) for h in _HEADERS) + " |")
+        lines.append("|" + "|".join("---:" if h in _NUMERIC else "---" for h in _HEADERS) + "|")
+        for row in _changed_rows(diff):
+            lines.append("| " + " | ".join(_md_escape(f"`{c}`" if i == 0 else c) for i, c in enumerate(row)) + " |")
+        lines.append("")
+    lists = (("only_a", "Only in A"), ("only_b", "Only in B"), ("within_atol", f"Within --atol {diff['atol']:g}"))
+    for key, title in lists:
+        names = diff.get(key) or []
+        if names:
+            shown, more = _head(names)
+            note = _group_note(diff, key)
+            lines.append(f"<details><summary>{title} ({len(names):,}{': ' + note if note else ''})</summary>")
+            lines.append("")
+            lines.extend(f"- `{n}`" for n in shown)
+            if more:
+                lines.append(f"- ... and {more:,} more")
+            lines.append("")
+            lines.append("</details>")
+            lines.append("")
+    unreadable = diff.get("unreadable") or []
+    for item in unreadable[:_LIST_LIMIT]:
+        lines.append(f"- cannot compare `{item['name']}`: {item['message']}")
+    if len(unreadable) > _LIST_LIMIT:
+        lines.append(f"- ... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+    for side, ckpt in (("A", a), ("B", b)):
+        for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
+            lines.append(f"- **{side} is damaged**: {f.message}")
+    if hint(diff):
+        lines.append("")
+        lines.append(f"_{hint(diff)}_")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def build_document(a: Checkpoint, b: Checkpoint, result: Any) -> dict[str, Any]:
+    """The schema-1 document: both files' entries (from the report helper's json_report) plus `diff`."""
+    try:
+        from ckinspect.report import json_report
+    except ImportError:
+        json_report = None  # type: ignore[assignment]
+    if json_report is not None and hasattr(json_report, "build"):
+        return json_report.build([a, b], diff=result)
+    from ckinspect import __version__
+
+    findings = [f for c in (a, b) for f in c.findings]
+    files = []
+    for c in (a, b):
+        files.append({
+            "path": str(c.path), "format": c.format, "file_bytes": c.file_bytes, "tensor_count": len(c.tensors),
+            "metadata": {k: c.metadata.get(k) for k in ("step", "epoch", "world_size")},
+            "findings": [f.to_json() for f in c.findings],
+        })
+    sev = [f.severity for f in findings]
+    return {
+        "schema": 1, "tool": "ckinspect", "version": __version__, "files": files, "diff": result.to_json(),
+        "summary": {"files": 2, "errors": sev.count("error"), "warnings": sev.count("warning"),
+                    "infos": sev.count("info")},
+    }
+
+
+def render_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
