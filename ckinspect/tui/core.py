@@ -352,25 +352,51 @@ def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress 
 
 
 def diff_name_pairs(a: Checkpoint, b: Checkpoint) -> list[tuple[str | None, str | None]] | None:
-    """How ckinspect.diff pairs tensors (it matches across layouts), in A's order; None when unknown."""
+    """How ckinspect.diff pairs tensors (it matches across layouts), in A's order; None when unknown.
+
+    Uses a public `match_names(a, b)` when the diff module has one; until then its private matcher
+    (either signature it has had). Anything unexpected gives None: the diff screen then realigns
+    from the DiffResult once it arrives (`name_pairs_from_result`).
+    """
     try:
-        match = contract("diff", "match_names")
+        return [(x, y) for x, y in contract("diff", "match_names")(a, b)]
     except NotAvailable:
-        try:  # the matcher diff_checkpoints uses, until it is public
-            private = contract("diff", "_match")
-        except NotAvailable:
-            return None
-
-        def match(a: Checkpoint, b: Checkpoint) -> Any:
-            ka, kb, _ = private(a, a.tensors, b, b.tensors)
-            return [(ta.name, kb[k].name if k in kb else None) for k, ta in ka.items()] + [
-                (None, tb.name) for k, tb in kb.items() if k not in ka
-            ]
-
-    try:
-        return [(x, y) for x, y in match(a, b)]
-    except Exception:  # a matcher that changed shape must not take the diff screen down
+        pass
+    except Exception:  # a public matcher must never take the diff screen down
         return None
+    try:
+        private = contract("diff", "_match")
+        roles = getattr(importlib.import_module("ckinspect.diff"), "roles", None)
+        if roles is not None:
+            ka, kb, _ = private(a.tensors, roles(a), b.tensors, roles(b))
+        else:
+            ka, kb, _ = private(a, a.tensors, b, b.tensors)
+        return [(ta.name, kb[k].name if k in kb else None) for k, ta in ka.items()] + [
+            (None, tb.name) for k, tb in kb.items() if k not in ka
+        ]
+    except Exception:  # NotAvailable, or the private matcher changed shape
+        return None
+
+
+def name_pairs_from_result(a: Checkpoint, b: Checkpoint, result: Any) -> dict[str, str] | None:
+    """A name -> B name from a DiffResult: its changes name both sides; the tensors it found equal
+    are paired in file order (renamings such as a dropped `model.` prefix keep the order)."""
+    only_a, only_b = _get(result, "only_a"), _get(result, "only_b")
+    changed = _get(result, "changed")
+    if only_a is None or only_b is None or changed is None:
+        return None
+    matched: dict[str, str] = {}
+    for change in changed:
+        x, y = _get(change, "a_name", default=""), _get(change, "b_name", default="")
+        if x and y:
+            matched[x] = y
+    skip_a, skip_b = set(only_a) | set(matched), set(only_b) | set(matched.values())
+    rest_a = [t.name for t in a.tensors if t.name not in skip_a]
+    rest_b = [t.name for t in b.tensors if t.name not in skip_b]
+    if len(rest_a) != len(rest_b):
+        return None
+    matched.update(zip(rest_a, rest_b))
+    return matched
 
 
 # ---------------------------------------------------------------- the backend the screens call

@@ -16,7 +16,7 @@ from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.core import NotAvailable, human_bytes, name_matcher, shape_text
+from ckinspect.tui.core import NotAvailable, human_bytes, name_matcher, name_pairs_from_result, shape_text
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.palette import STATUS_COLOURS
@@ -164,6 +164,7 @@ class DiffScreen(Screen[None]):
         self.differences_only = False
         self.result: dict[str, Any] | None = None
         self.result_note = "comparing values…"
+        self.matched: dict[str, str] | None = None
 
     def compose(self) -> ComposeResult:
         yield Label(Text.assemble(("A ", "bold"), str(self.a_path), ("   B ", "bold"), str(self.b_path)), classes="title-line", id="diff-title")
@@ -212,6 +213,7 @@ class DiffScreen(Screen[None]):
 
     def on_diff_loaded(self, message: DiffLoaded) -> None:
         self.a, self.b = message.a, message.b
+        self.matched = message.matched
         self.pairs = align(message.a, message.b, message.matched)
         self.query_one("#diff-loading").display = False
         self.query_one("#tables").display = True
@@ -225,6 +227,11 @@ class DiffScreen(Screen[None]):
             self._show_summary()
 
     def on_diff_computed(self, message: DiffComputed) -> None:
+        if self.matched is None and self.a is not None and self.b is not None:
+            matched = name_pairs_from_result(self.a, self.b, message.result)
+            if matched is not None:
+                self.matched = matched
+                self.pairs = align(self.a, self.b, matched)
         self.result = apply_result(self.pairs, message.result)
         self.result_note = ""
         self._refresh_rows()
