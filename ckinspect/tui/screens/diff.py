@@ -31,8 +31,8 @@ RIGHT_COLUMNS = (
     Column("status", "status", 13),
     Column("delta", "max |Δ|", 9, justify="right"),
     Column("name", "B: name", None, min_width=20, keep_end=True),
-    Column("dtype", "dtype", 8, optional=2),
-    Column("shape", "shape", 12, optional=1),
+    Column("dtype", "dtype", 8, optional=1),
+    Column("shape", "shape", 12, optional=2),  # B's shape goes first: the status says when it differs
 )
 
 
