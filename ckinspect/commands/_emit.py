@@ -1,0 +1,37 @@
+"""Shared by the repair, salvage and convert commands: where the rendered result goes."""
+
+from __future__ import annotations
+
+import sys
+
+from ckinspect import __version__
+from ckinspect.atomic import atomic_write_text
+from ckinspect.errors import CkinspectError
+
+EXIT_OK, EXIT_ATTENTION, EXIT_ERROR = 0, 1, 2
+
+
+def emit(text: str, output: str | None) -> None:
+    """Print, or write atomically to --output."""
+    if not text.endswith("\n"):
+        text += "\n"
+    if output:
+        try:
+            atomic_write_text(output, text)
+        except OSError as exc:
+            raise CkinspectError(f"cannot write {output}: {exc.strerror or exc}") from exc
+    else:
+        sys.stdout.write(text)
+
+
+def envelope(command: str, **body) -> dict:
+    return {"schema": 1, "tool": "ckinspect", "version": __version__, "command": command, **body}
+
+
+def md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def exit_for(needs_attention: bool, fail_on: str | None) -> int:
+    """1 when something needs the user's attention, unless --fail-on never."""
+    return EXIT_ATTENTION if needs_attention and fail_on != "never" else EXIT_OK

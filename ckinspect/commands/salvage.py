@@ -1,0 +1,50 @@
+"""`ckinspect salvage BROKEN OUT`: recover every whole, CRC-valid tensor of a damaged checkpoint.
+
+OUT ending in `.safetensors` gets a safetensors file, anything else a torch zip (torch.save).
+Exit status: 0 every tensor recovered; 1 something is missing (listed); 2 nothing could be salvaged
+or usage error.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ckinspect.commands._emit import emit, envelope, exit_for, md_escape
+from ckinspect.salvage import SalvageResult, salvage
+
+
+TEXT_LIMIT = 25
+
+
+def run(args) -> int:
+    result = salvage(args.broken, args.out)
+    emit(render(result, getattr(args, "format", "text")), getattr(args, "output", None))
+    return exit_for(bool(result.missing), getattr(args, "fail_on", "error"))
+
+
+def render(r: SalvageResult, fmt: str) -> str:
+    total = len(r.recovered) + len(r.missing)
+    head = f"salvage {r.source} -> {r.out} ({r.out_format}): "
+    head += f"{len(r.recovered)} of {total} tensors recovered bit-exact, {len(r.missing)} missing"
+    if fmt == "json":
+        summary = {"tensors": total, "recovered": len(r.recovered), "missing": len(r.missing)}
+        return json.dumps(envelope("salvage", **r.to_json(), summary=summary), indent=2)
+    if fmt == "markdown":
+        lines = [f"## {md_escape(head)}", ""]
+        if r.missing:
+            lines += ["| missing tensor | why |", "|---|---|"]
+            lines += [f"| `{md_escape(n)}` | {md_escape(w)} |" for n, w in r.missing] + [""]
+        lines += [f"- dropped `{md_escape(p)}`: {md_escape(w)}" for p, w in r.dropped]
+        lines += [f"- {md_escape(n)}" for n in r.notes]
+        return "\n".join(lines)
+    lines = [head]
+    lines += [f"  missing  {n}: {w}" for n, w in r.missing[:TEXT_LIMIT]]
+    if len(r.missing) > TEXT_LIMIT:
+        lines.append(f"  ... and {len(r.missing) - TEXT_LIMIT} more missing (--format json lists all)")
+    lines += [f"  dropped  {p}: {w}" for p, w in r.dropped]
+    lines += [f"  note     {n}" for n in r.notes]
+    if r.missing:
+        lines.append(f"wrote {r.out_bytes} bytes; the missing tensors must come from another checkpoint")
+    else:
+        lines.append(f"wrote {r.out_bytes} bytes; nothing was lost")
+    return "\n".join(lines)

@@ -1,0 +1,284 @@
+"""Convert a checkpoint: resume file -> weights, any safe torch file -> safetensors, legacy -> zip,
+DCP folder -> one file; optionally cast floating tensors and keep only some groups.
+
+The input is read by our readers (nothing executed); torch only builds tensors from those bytes
+and writes the output through ckinspect.atomic. A file whose pickle names code-running globals
+(UNSAFE_PICKLE) is refused unless the user passes trust=True, and then `announce` is told exactly
+what torch.load call is about to run and which globals it will call, before it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckinspect.errors import CkinspectError
+from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+
+DTYPE_FLAGS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+@dataclass
+class ConvertResult:
+    source: Path
+    out: Path
+    source_format: str
+    out_format: str
+    tensors: int = 0
+    out_bytes: int = 0
+    subtree: str = ""  # the part of the tree written, when --only narrowed it to one ("model")
+    cast: int = 0
+    notes: list[str] = field(default_factory=list)
+    trusted_load: str = ""  # the torch.load call that was run under --trust
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": str(self.source),
+            "out": str(self.out),
+            "source_format": self.source_format,
+            "out_format": self.out_format,
+            "tensors": self.tensors,
+            "out_bytes": self.out_bytes,
+            "subtree": self.subtree,
+            "cast": self.cast,
+            "notes": self.notes,
+            "trusted_load": self.trusted_load,
+        }
+
+
+def convert(
+    source: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    dtype: str | None = None,
+    only: list[str] | None = None,
+    trust: bool = False,
+    announce: Callable[[str], None] = print,
+) -> ConvertResult:
+    from ckinspect.formats import open_checkpoint
+
+    source, out = Path(source), Path(out)
+    if out.exists() and out.resolve() == source.resolve():
+        raise CkinspectError("OUT must differ from IN")
+    if out.is_dir():
+        raise CkinspectError(f"{out} is a folder; name the output file (.pth or .safetensors)")
+    out_format = "safetensors" if out.suffix == ".safetensors" else "torch-zip"
+    ckpt = open_checkpoint(source)
+    result = ConvertResult(source, out, ckpt.format, out_format)
+    unsafe = [f for f in ckpt.findings if f.code == "UNSAFE_PICKLE"]
+    corrupt = [f for f in ckpt.findings if f.code == "CORRUPT"]
+    if corrupt and not unsafe:
+        raise CkinspectError(f"{source} is damaged ({corrupt[0].message}); try `ckinspect salvage {source} OUT`")
+    if ckpt.format in ("unknown", "pickle") and not unsafe:
+        raise CkinspectError(f"{source}: format {ckpt.format} holds no tensors this tool can convert")
+    if unsafe and not trust:
+        names = ", ".join(sorted({g for f in unsafe for g in _globals_in(f, ckpt)})) or unsafe[0].message
+        raise CkinspectError(
+            f"refused: {source} names globals that run code when loaded ({names}); "
+            "nothing was executed. Pass --trust only if you know where this file comes from"
+        )
+    groups = _groups(ckpt)
+    if only:
+        unknown = sorted(set(only) - {"model", "optimizer", "rng", "other"})
+        if unknown:
+            raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
+
+    import torch  # only now: a refused file never pays for it
+
+    from ckinspect.torchio import rebuild_tree, save_torch, tensors_to_safetensors, torch_dtype
+
+    target = torch_dtype(DTYPE_FLAGS[dtype]) if dtype else None
+
+    def cast(name: str, t):
+        if target is None or not t.is_floating_point() or t.dtype == target:
+            return t
+        if t.dim() == 0:
+            return t  # step counters and scalars keep their dtype
+        result.cast += 1
+        return t.to(target)
+
+    def keep(name: str, info: TensorInfo) -> bool:
+        return not only or groups.get(name, info.group) in only
+
+    if unsafe:  # and trusted: say exactly what is about to run, then run it
+        call = f"torch.load({str(source)!r}, map_location='cpu', weights_only=False)"
+        names = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
+        announce(f"--trust: about to run {call}; its pickle will call: {names}")
+        result.trusted_load = call
+        try:
+            loaded = torch.load(source, map_location="cpu", weights_only=False)
+        except Exception as exc:  # noqa: BLE001 - whatever the trusted pickle raised, say it in one line
+            raise CkinspectError(f"torch.load of {source} failed: {type(exc).__name__}: {exc}") from exc
+        built = _built_from_objects(loaded, keep, cast)
+    else:
+        reader = _StorageReader(ckpt)
+        tree = ckpt.tree if ckpt.tree is not None else {t.name: t for t in ckpt.tensors}
+        built = rebuild_tree(tree, reader.read, keep=keep, cast=cast)
+        if built.missing:
+            names = ", ".join(n for n, _ in built.missing[:5])
+            count = len(built.missing)
+            raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({names}); try ckinspect salvage")
+    for path, why in built.dropped:
+        result.notes.append(f"{path}: {why}; left out")
+    tree, names = built.tree, built.tensors
+    if only:
+        prefix = _common_subtree(tree, [n for n, _ in names])
+        if prefix:
+            tree = _get(tree, prefix)
+            names = [(n[len(prefix) + 1 :], t) for n, t in names]
+            result.subtree = prefix
+            result.notes.append(f"wrote the `{prefix}` subtree only (tensor names without the `{prefix}.` prefix)")
+    if not names:
+        raise CkinspectError(f"nothing to write: no tensors in group(s) {', '.join(only or [])}")
+    if target is not None and result.cast:
+        result.notes.append(
+            f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)"
+        )
+    if out_format == "safetensors":
+        scalars = _scalars(tree)
+        reserved = {"format": "pt", "converted_from": source.name}
+        metadata = {**{(f"checkpoint_{k}" if k in reserved else k): v for k, v in scalars.items()}, **reserved}
+        skipped = _count_non_tensors(tree) - len(scalars)
+        if skipped > 0:
+            result.notes.append(
+                f"safetensors holds tensors only: {skipped} other value(s) (hyperparameters, config ...) left out"
+            )
+        if scalars:
+            result.notes.append(f"top-level scalars kept as metadata: {', '.join(sorted(scalars))}")
+        result.out_bytes, shared = tensors_to_safetensors(out, names, metadata)
+        result.notes += shared
+    else:
+        result.out_bytes = save_torch(out, tree)
+    result.tensors = len(names)
+    return result
+
+
+_TOP_LEVEL_GROUPS = {
+    "model": "model", "state_dict": "model", "model_state_dict": "model", "module": "model", "ema": "model",
+    "optimizer": "optimizer", "optimizer_states": "optimizer", "optimizer_state_dict": "optimizer",
+    "optim": "optimizer",
+    "rng": "rng", "rng_state": "rng", "rng_states": "rng",
+}  # fmt: skip
+
+
+def _groups(ckpt: Checkpoint) -> dict[str, str]:
+    """Tensor name -> group, from the anatomy's layouts; by top-level key where anatomy is not available."""
+    try:
+        from ckinspect.anatomy import analyze
+    except ImportError:
+        analyze = None
+    if analyze is not None:
+        return {t.name: t.group for t in analyze(ckpt).tensors}
+    return {t.name: _TOP_LEVEL_GROUPS.get(t.name.split(".", 1)[0], t.group) for t in ckpt.tensors}
+
+
+def _globals_in(finding, ckpt: Checkpoint) -> list[str]:
+    from_msg = [g for g in ckpt.globals if g in finding.message]
+    return from_msg or list(ckpt.globals)
+
+
+class _StorageReader:
+    """Raw bytes of a storage, from where the reader says they lie."""
+
+    def __init__(self, ckpt: Checkpoint) -> None:
+        self.ckpt = ckpt
+
+    def read(self, info: TensorInfo) -> bytes | None:
+        storage: StorageInfo | None = self.ckpt.storages.get(info.storage_key)
+        if storage is None:
+            return None
+        if storage.offset is not None:
+            data = bytearray(storage.nbytes)
+            with open(storage.file, "rb") as handle:
+                handle.seek(storage.offset)
+                got = handle.readinto(data)
+            return data if got == storage.nbytes else None
+        if storage.member and zipfile.is_zipfile(storage.file):
+            with zipfile.ZipFile(storage.file) as archive:
+                return archive.read(storage.member)
+        return None
+
+
+def _built_from_objects(obj: Any, keep, cast):
+    """--trust path: the object torch.load returned, walked like the reader's tree."""
+    import torch
+
+    from ckinspect.torchio import Built
+
+    built = Built(None)
+
+    def walk(o, path):
+        if isinstance(o, torch.Tensor):
+            info = TensorInfo(path, str(o.dtype).removeprefix("torch."), tuple(o.shape), tuple(o.stride()), "")
+            if not keep(path, info):
+                return _SKIP
+            t = cast(path, o)
+            built.tensors.append((path, t))
+            return t
+        if isinstance(o, dict):
+            out = type(o)() if type(o) is not dict and hasattr(type(o), "__setitem__") else {}
+            for k, v in o.items():
+                c = walk(v, f"{path}.{k}" if path else str(k))
+                if c is not _SKIP:
+                    out[k] = c
+            return out
+        if isinstance(o, (list, tuple)):
+            items = [walk(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(o)]
+            kept = [None if c is _SKIP else c for c in items]
+            return type(o)(kept) if type(o) in (list, tuple) else kept
+        return o
+
+    built.tree = walk(obj, "")
+    return built
+
+
+_SKIP = object()
+
+
+def _common_subtree(tree: Any, names: list[str]) -> str:
+    """The top-level entry that holds every one of these tensors ("" when they span several).
+
+    Only one level deep: `--only optimizer` keeps the whole optimizer state_dict (state and
+    param_groups), which is what `optimizer.load_state_dict` wants.
+    """
+    firsts = {n.split(".", 1)[0] for n in names}
+    if len(firsts) != 1 or any("." not in n for n in names):
+        return ""
+    (first,) = firsts
+    return first if isinstance(_get(tree, first), dict) else ""
+
+
+def _get(tree: Any, dotted: str) -> Any:
+    node = tree
+    for part in dotted.split("."):
+        if isinstance(node, dict):
+            match = next((k for k in node if str(k) == part), None)
+            if match is None:
+                return None
+            node = node[match]
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _scalars(tree: Any) -> dict[str, str]:
+    if not isinstance(tree, dict):
+        return {}
+    return {str(k): str(v) for k, v in tree.items() if isinstance(v, (int, float, str, bool))}
+
+
+def _count_non_tensors(tree: Any) -> int:
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return 0
+    if isinstance(tree, dict):
+        return sum(_count_non_tensors(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(_count_non_tensors(v) for v in tree)
+    return 0 if tree is None else 1

@@ -1,0 +1,384 @@
+"""Leftover temporaries of interrupted saves: find them, and judge each against its main file.
+
+A save done right writes `<name>.tmp` (or a unique `.<name>.XXXX.tmp`), fsyncs it, then renames it
+over `<name>`. A crash leaves the tmp behind: partial if the crash came mid-write, complete if it
+came between the fsync and the rename. Whether the tmp or the main file is the one to keep is
+judged from the bytes: the structure (zip directory, member CRCs, safetensors offsets, a pickle
+that ends) and the step counter inside, never from mtime alone. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickletools
+import struct
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+QUARANTINE_DIR = ".ckinspect-quarantine"
+DCP_METADATA = ".metadata"
+TMP_SUFFIX = ".tmp"
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".tar", ".distcp")
+SKIP_DIRS = {QUARANTINE_DIR, ".git", "__pycache__"}
+SMALL_MEMBER = 1 << 20  # members up to this size get their CRC checked even in a quick check
+STEP_KEYS = ("step", "global_step", "iter_num", "iteration", "num_updates")
+
+
+@dataclass(frozen=True)
+class Leftover:
+    tmp: Path
+    main: Path
+    guessed: bool = False  # the main's name is a guess: no sibling told us its extension
+
+    @property
+    def folder(self) -> Path:
+        return self.tmp.parent
+
+
+@dataclass(frozen=True)
+class Integrity:
+    """What reading a file's structure says: whole or not, and why not."""
+
+    ok: bool
+    format: str
+    problem: str = ""  # one phrase when not ok: "no readable zip directory at its end: cut short?"
+    checkpoint: Any = field(default=None, compare=False, repr=False)  # the reader's view, when it was opened
+
+
+@dataclass(frozen=True)
+class TmpStatus:
+    leftover: Leftover
+    main_exists: bool
+    main_intact: bool
+    tmp_complete: bool
+    main_step: int | None
+    tmp_step: int | None
+    newer: str  # "tmp" | "main" | "same" | "unknown"
+    main_problem: str = ""
+    tmp_problem: str = ""
+    identical: bool = False  # tmp and main hold the same bytes
+
+    def explain(self) -> str:
+        tmp, main = self.leftover.tmp.name, self.leftover.main.name
+        tmp_part = f"complete{_step(self.tmp_step)}" if self.tmp_complete else f"partial ({self.tmp_problem})"
+        if not self.main_exists:
+            main_part = "missing"
+        elif self.main_intact:
+            main_part = f"intact{_step(self.main_step)}"
+        else:
+            main_part = f"damaged ({self.main_problem})"
+        verdict = {
+            "tmp": "the tmp is newer",
+            "main": "the main file is newer",
+            "same": "both hold the same checkpoint" + (" byte for byte" if self.identical else ""),
+            "unknown": "which is newer cannot be told from their content",
+        }[self.newer]
+        if not (self.tmp_complete and self.main_exists and self.main_intact):
+            verdict = ""
+        return f"{tmp} is {tmp_part}; {main} is {main_part}" + (f": {verdict}" if verdict else "")
+
+
+def _step(step: int | None) -> str:
+    return "" if step is None else f", step {step}"
+
+
+# ---------------------------------------------------------------------------------------- finding
+
+
+def main_for_tmp(tmp: Path) -> Leftover | None:
+    """The main file a temporary was meant to become, or None when it is not a save's temporary."""
+    name = tmp.name
+    if not name.endswith(TMP_SUFFIX) or name == TMP_SUFFIX:
+        return None
+    folder = tmp.parent
+    if name == DCP_METADATA + TMP_SUFFIX:
+        return Leftover(tmp, folder / DCP_METADATA)
+    stem = name[: -len(TMP_SUFFIX)]
+    if name.startswith(".") and "." in stem[1:]:
+        # ckinspect.atomic / tempfile.mkstemp style: .<name>.<random>.tmp
+        target, _, _random = stem[1:].rpartition(".")
+        if target and (_has_checkpoint_suffix(target) or _checkpoint_pair(tmp, folder / target)):
+            return Leftover(tmp, folder / target)
+    if _has_checkpoint_suffix(stem) or _checkpoint_pair(tmp, folder / stem):
+        return Leftover(tmp, folder / stem)
+    # <stem>.tmp beside <stem>.pt: the extension is not in the tmp's name
+    siblings = [folder / (stem + s) for s in CHECKPOINT_SUFFIXES if (folder / (stem + s)).is_file()]
+    if len(siblings) == 1:
+        return Leftover(tmp, siblings[0])
+    if not siblings and _looks_like_checkpoint(tmp):
+        return Leftover(tmp, folder / stem, guessed=True)
+    return None
+
+
+def _has_checkpoint_suffix(name: str) -> bool:
+    return name.endswith(CHECKPOINT_SUFFIXES) or name == DCP_METADATA
+
+
+def _checkpoint_pair(tmp: Path, main: Path) -> bool:
+    """An extension-less main counts when one of the two holds checkpoint bytes (not a report.json's tmp)."""
+    return main.is_file() and (_looks_like_checkpoint(tmp) or _looks_like_checkpoint(main))
+
+
+def _looks_like_checkpoint(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+    except OSError:
+        return False
+    return head.startswith((b"PK\x03\x04", b"\x80")) or _safetensors_header_len(head) is not None
+
+
+def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
+    """Leftover temporaries of `path`: a checkpoint file (its siblings), a tmp itself, or a folder (recursive)."""
+    path = Path(path)
+    if path.is_dir():
+        found = []
+        for folder, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+            for name in sorted(files):
+                if name.endswith(TMP_SUFFIX):
+                    leftover = main_for_tmp(Path(folder) / name)
+                    if leftover is not None:
+                        found.append(leftover)
+        return found
+    if path.name.endswith(TMP_SUFFIX):
+        leftover = main_for_tmp(path)
+        return [leftover] if leftover is not None and path.exists() else []
+    folder = path.parent
+    if not folder.is_dir():
+        return []
+    found = []
+    for sibling in sorted(folder.iterdir()):
+        if sibling.name.endswith(TMP_SUFFIX) and sibling.is_file():
+            leftover = main_for_tmp(sibling)
+            if leftover is not None and leftover.main.name == path.name:
+                found.append(leftover)
+    return found
+
+
+# ------------------------------------------------------------------------------------ classifying
+
+
+def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
+    """Judge the pair from their bytes. `full_crc` checks every zip member's CRC, not only small ones."""
+    tmp_check = check_integrity(leftover.tmp, full_crc=full_crc)
+    main_exists = leftover.main.is_file()
+    missing = Integrity(False, "missing", "missing")
+    main_check = check_integrity(leftover.main, full_crc=full_crc) if main_exists else missing
+    tmp_step = read_step(leftover.tmp, tmp_check.checkpoint) if tmp_check.ok else None
+    main_step = read_step(leftover.main, main_check.checkpoint) if main_check.ok else None
+    steps_differ = tmp_step is not None and main_step is not None and tmp_step != main_step
+    # reading both files whole is only worth it when their steps do not already tell them apart
+    identical = tmp_check.ok and main_check.ok and not steps_differ and same_bytes(leftover.tmp, leftover.main)
+    if identical:
+        newer = "same"
+    elif tmp_step is not None and main_step is not None:
+        newer = "tmp" if tmp_step > main_step else "main" if main_step > tmp_step else "same"
+    else:
+        newer = "unknown"
+    return TmpStatus(
+        leftover=leftover,
+        main_exists=main_exists,
+        main_intact=main_check.ok,
+        tmp_complete=tmp_check.ok,
+        main_step=main_step,
+        tmp_step=tmp_step,
+        newer=newer,
+        main_problem=main_check.problem,
+        tmp_problem=tmp_check.problem,
+        identical=identical,
+    )
+
+
+def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
+    """Is this file a whole checkpoint? Judged from its structure, by format."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+    except OSError as exc:
+        return Integrity(False, "unreadable", f"cannot read: {exc.strerror or exc}")
+    if size == 0:
+        return Integrity(False, "empty", "empty file")
+    if head.startswith(b"PK\x03\x04"):
+        return _check_zip(path, size, full_crc)
+    if _safetensors_header_len(head) is not None:
+        return _check_safetensors(path, size)
+    if path.name in (DCP_METADATA, DCP_METADATA + TMP_SUFFIX):
+        return _check_dcp_metadata(path)
+    return _check_with_reader(path)
+
+
+def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        return Integrity(False, "torch-zip", "no readable zip directory at its end: cut short?")
+    with archive, open(path, "rb") as handle:
+        infos = archive.infolist()
+        if not any(i.filename.endswith("data.pkl") for i in infos):
+            return Integrity(False, "torch-zip", "no data.pkl in the zip")
+        for info in infos:
+            if info.compress_type != zipfile.ZIP_STORED and info.file_size > SMALL_MEMBER:
+                continue
+            handle.seek(info.header_offset)
+            header = handle.read(30)
+            if len(header) < 30 or header[:4] != b"PK\x03\x04":
+                where = f"member {info.filename} has no local header at {info.header_offset}"
+                return Integrity(False, "torch-zip", where)
+            nlen, elen = struct.unpack("<HH", header[26:30])
+            data_start = info.header_offset + 30 + nlen + elen
+            if data_start + info.compress_size > size:
+                return Integrity(False, "torch-zip", f"member {info.filename} runs past the end of the file")
+            if full_crc or info.file_size <= SMALL_MEMBER:
+                try:
+                    with archive.open(info) as member:
+                        while member.read(1 << 22):
+                            pass
+                except (zipfile.BadZipFile, OSError, EOFError) as exc:
+                    return Integrity(False, "torch-zip", f"member {info.filename}: {exc}")
+    # the reader checks that data.pkl parses and names only storages that are present
+    return _check_with_reader(path, fallback_format="torch-zip")
+
+
+def _safetensors_header_len(head: bytes) -> int | None:
+    if len(head) < 8:
+        return None
+    (n,) = struct.unpack("<Q", head[:8])
+    return n if 2 <= n <= 100_000_000 else None
+
+
+def _check_safetensors(path: Path, size: int) -> Integrity:
+    with open(path, "rb") as handle:
+        n = struct.unpack("<Q", handle.read(8))[0]
+        raw = handle.read(n)
+    if len(raw) < n:
+        return Integrity(False, "safetensors", f"header cut short ({len(raw)} of {n} bytes)")
+    try:
+        header = json.loads(raw)
+    except ValueError:
+        return Integrity(False, "safetensors", "header is not JSON")
+    if not isinstance(header, dict) or not raw.lstrip().startswith(b"{"):
+        return Integrity(False, "safetensors", "header is not a JSON object")
+    entries = [v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+    spans = sorted(tuple(v["data_offsets"]) for v in entries if "data_offsets" in v)
+    end = 0
+    for begin, stop in spans:
+        if begin != end or stop < begin:
+            return Integrity(False, "safetensors", f"tensor offsets do not add up at byte {begin}")
+        end = stop
+    have = size - 8 - n
+    if have < end:
+        return Integrity(False, "safetensors", f"buffer cut short: {have} of {end} bytes")
+    if have > end:
+        return Integrity(False, "safetensors", f"{have - end} bytes after the last tensor")
+    return Integrity(True, "safetensors")
+
+
+def _check_pickle_stream(path: Path, fmt: str) -> Integrity:
+    """A pickle is whole when its opcodes parse through to STOP (nothing executed)."""
+    try:
+        data = path.read_bytes()
+        last = None
+        for last, _arg, _pos in pickletools.genops(data):
+            pass
+    except Exception as exc:  # noqa: BLE001 - genops raises ValueError and friends on a cut stream
+        return Integrity(False, fmt, f"pickle cut short or damaged ({type(exc).__name__})")
+    if last is None or last.name != "STOP":
+        return Integrity(False, fmt, "pickle does not end")
+    return Integrity(True, fmt)
+
+
+def _check_dcp_metadata(path: Path) -> Integrity:
+    """A DCP index is whole when its pickle ends and, for `.metadata`, the folder reads without CORRUPT.
+
+    A `.metadata.tmp` is judged by its pickle alone: the DCP reader only reads `.metadata`, and
+    pointing it at links elsewhere is refused (paths that leave the folder), rightly.
+    """
+    stream = _check_pickle_stream(path, "dcp")
+    if not stream.ok or path.name != DCP_METADATA:
+        return stream
+    return _verdict(_open(path.parent), "dcp")
+
+
+def _verdict(ckpt, fmt: str) -> Integrity:
+    if ckpt is None:
+        return Integrity(True, fmt)
+    corrupt = [f.message for f in ckpt.findings if f.code == "CORRUPT"]
+    if corrupt or ckpt.format == "unknown":
+        return Integrity(False, ckpt.format, corrupt[0] if corrupt else "not a checkpoint", ckpt)
+    return Integrity(True, ckpt.format, checkpoint=ckpt)
+
+
+def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrity:
+    ckpt = _open(path)
+    if ckpt is None:
+        if fallback_format == "unknown":
+            return _check_pickle_stream(path, "pickle")
+        return Integrity(True, fallback_format)
+    return _verdict(ckpt, fallback_format)
+
+
+def _open(path: Path):
+    """The shared reader's view of the file, or None where the reader is not available."""
+    try:
+        from ckinspect.formats import open_checkpoint
+    except ImportError:
+        return None
+    return open_checkpoint(path)
+
+
+def read_step(path: Path, ckpt: Any = None) -> int | None:
+    """The training step the checkpoint says it was saved at, if it says (`ckpt`: already opened)."""
+    ckpt = ckpt if ckpt is not None else _open(path)
+    if ckpt is None:
+        return None
+    try:
+        from ckinspect.anatomy import analyze
+    except ImportError:  # the anatomy module may land after this one; the tree still has the step
+        analyze = None
+    if analyze is not None:
+        try:
+            ckpt = analyze(ckpt)
+        except Exception:  # noqa: BLE001 - a layout that does not fit must not hide the raw step
+            pass
+    for key in ("step", *STEP_KEYS):
+        value = ckpt.metadata.get(key)
+        if _is_int(value):
+            return int(value)
+    return _step_in_tree(ckpt.tree)
+
+
+def _step_in_tree(tree, depth: int = 0) -> int | None:
+    if not isinstance(tree, dict) or depth > 2:
+        return None
+    for key in STEP_KEYS:
+        if _is_int(tree.get(key)):
+            return int(tree[key])
+    for key in ("trainer_state", "state", "meta", "metadata", "extra_state"):
+        found = _step_in_tree(tree.get(key), depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def same_bytes(a: Path, b: Path, chunk: int = 1 << 22) -> bool:
+    try:
+        if a.stat().st_size != b.stat().st_size:
+            return False
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            while True:
+                x, y = fa.read(chunk), fb.read(chunk)
+                if x != y:
+                    return False
+                if not x:
+                    return True
+    except OSError:
+        return False

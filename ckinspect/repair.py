@@ -1,0 +1,483 @@
+"""Plan and apply the repair of interrupted saves; undo the last apply.
+
+One action per leftover tmp:
+  promote           a complete tmp becomes the main file (a damaged main goes to quarantine first)
+  promote-keep-old  both whole and the tmp is newer: the tmp becomes the main, the old main is kept in quarantine
+  set-aside         the tmp is partial, stale or a duplicate: it moves to quarantine, the main is untouched
+  nothing           unsure (or nothing whole to keep): say why and touch nothing
+
+Nothing is deleted: what is replaced or set aside moves to `<folder>/.ckinspect-quarantine/<run>/`
+with a `manifest.json` that `undo` replays backwards. Every step is one atomic rename or link,
+followed by an fsync of the folders involved, and the steps are ordered so that a SIGKILL at any
+instant leaves the newest whole checkpoint under its tmp name or its main name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckinspect.atomic import atomic_write_text, fsync_dir
+from ckinspect.errors import CkinspectError
+from ckinspect.leftovers import QUARANTINE_DIR, Leftover, TmpStatus, check_integrity, classify, find_leftovers
+
+MANIFEST = "manifest.json"
+ACTIONS = ("promote", "promote-keep-old", "set-aside", "nothing")
+# test hooks: pause after every filesystem step / SIGKILL ourselves after step N (crash injection)
+DELAY_ENV = "CKINSPECT_REPAIR_STEP_DELAY"
+CRASH_ENV = "CKINSPECT_REPAIR_CRASH_AFTER"
+
+
+@dataclass
+class RepairAction:
+    action: str  # one of ACTIONS
+    leftover: Leftover
+    status: TmpStatus | None
+    reason: str
+    state: str = "planned"  # planned | done | skipped | failed | left-alone (action "nothing")
+    note: str = ""
+    tmp_stat: tuple[int, int] | None = None  # (size, mtime_ns) when planned: apply refuses a file that changed
+    main_stat: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.action == "nothing" and self.state == "planned":
+            self.state = "left-alone"
+
+    @property
+    def pending(self) -> bool:
+        return self.action != "nothing" and self.state == "planned"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "action": self.action,
+            "tmp": str(self.leftover.tmp),
+            "main": str(self.leftover.main),
+            "reason": self.reason,
+            "state": self.state,
+        }
+        if self.note:
+            out["note"] = self.note
+        if self.status is not None:
+            s = self.status
+            out["status"] = {
+                "tmp_complete": s.tmp_complete,
+                "main_exists": s.main_exists,
+                "main_intact": s.main_intact,
+                "tmp_step": s.tmp_step,
+                "main_step": s.main_step,
+                "newer": s.newer,
+                "explain": s.explain(),
+            }
+        return out
+
+
+@dataclass
+class RepairPlan:
+    path: Path
+    actions: list[RepairAction] = field(default_factory=list)
+
+    @property
+    def pending(self) -> list[RepairAction]:
+        return [a for a in self.actions if a.pending]
+
+    @property
+    def undecided(self) -> list[RepairAction]:
+        return [a for a in self.actions if a.action == "nothing"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "actions": [a.to_json() for a in self.actions]}
+
+
+@dataclass
+class ApplyResult:
+    plan: RepairPlan
+    run_id: str
+    quarantines: list[Path] = field(default_factory=list)
+
+    @property
+    def done(self) -> list[RepairAction]:
+        return [a for a in self.plan.actions if a.state == "done"]
+
+    @property
+    def failed(self) -> list[RepairAction]:
+        return [a for a in self.plan.actions if a.state in ("failed", "skipped")]
+
+
+@dataclass
+class UndoResult:
+    run_id: str | None
+    restored: list[str] = field(default_factory=list)  # one line per move put back
+    problems: list[str] = field(default_factory=list)
+    manifests: list[Path] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------- planning
+
+
+def plan_repairs(path: str | os.PathLike[str], full_crc: bool = False) -> RepairPlan:
+    path = Path(path)
+    leftovers = find_leftovers(path)  # a missing main file named by the user still has its tmps found
+    if not path.exists() and not leftovers:
+        raise CkinspectError(f"{path}: no such file or folder, and no leftover temporary of it")
+    plan = RepairPlan(path)
+    by_main: dict[Path, list[TmpStatus]] = {}
+    for leftover in leftovers:
+        by_main.setdefault(leftover.main, []).append(_full_check(classify(leftover, full_crc=full_crc)))
+    for statuses in by_main.values():
+        plan.actions.extend(_decide(statuses))
+    for action in plan.actions:
+        action.tmp_stat = _stat(action.leftover.tmp)
+        action.main_stat = _stat(action.leftover.main)
+    return plan
+
+
+def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
+    """One action per tmp of the same main file; at most one of them is promoted."""
+    if len(statuses) == 1:
+        return [_decide_one(statuses[0])]
+    complete = [s for s in statuses if s.tmp_complete]
+    if len(complete) > 1:
+        steps = [s.tmp_step for s in complete]
+        if None in steps or len(set(steps)) != len(steps):
+            names = ", ".join(s.leftover.tmp.name for s in complete)
+            reason = f"several whole tmps ({names}) and their steps do not say which is newest; rename by hand"
+            return [RepairAction("nothing", s.leftover, s, reason) for s in statuses]
+    best = max(complete, key=lambda s: s.tmp_step or 0) if complete else None
+    best_promoted = best is not None and _decide_one(best).action.startswith("promote")
+    actions = []
+    for s in statuses:
+        if best_promoted and s is not best and s.tmp_complete:
+            reason = f"older than {best.leftover.tmp.name}, which is promoted"
+            actions.append(RepairAction("set-aside", s.leftover, s, reason))
+        else:
+            actions.append(_decide_one(s))
+    # a partial tmp is set aside only when something whole will be under the main name
+    will_be_whole = (statuses[0].main_exists and statuses[0].main_intact) or any(
+        a.action.startswith("promote") for a in actions
+    )
+    for i, a in enumerate(actions):
+        if a.action == "set-aside" and not a.status.tmp_complete and not will_be_whole:
+            actions[i] = RepairAction("nothing", a.leftover, a.status, "neither this tmp nor the main file is whole")
+        elif a.action == "nothing" and not a.status.tmp_complete and will_be_whole:
+            reason = "partial tmp of an interrupted save; another file is promoted"
+            actions[i] = RepairAction("set-aside", a.leftover, a.status, reason)
+    return actions
+
+
+def _full_check(s: TmpStatus) -> TmpStatus:
+    """A tmp that may become the main file gets every member's CRC checked, not only the small ones."""
+    if not s.tmp_complete:
+        return s
+    verdict = check_integrity(s.leftover.tmp, full_crc=True)
+    if verdict.ok:
+        return s
+    return dataclasses.replace(
+        s, tmp_complete=False, tmp_problem=verdict.problem, tmp_step=None, newer="unknown", identical=False
+    )
+
+
+def _decide_one(s: TmpStatus) -> RepairAction:
+    left = s.leftover
+
+    def act(action: str, reason: str) -> RepairAction:
+        return RepairAction(action, left, s, reason)
+
+    if left.main.is_symlink() or left.tmp.is_symlink():
+        return act("nothing", "a symlink is involved; repair the file it points to instead")
+    if not s.tmp_complete:
+        if s.main_exists and s.main_intact:
+            return act("set-aside", "partial tmp of an interrupted save; the main file is intact")
+        return act("nothing", "neither is whole; try `ckinspect salvage` on each")
+    if not s.main_exists:
+        if left.guessed:
+            return act("nothing", "the tmp is whole but which name it was meant to get is unknown; rename it by hand")
+        return act("promote", "the tmp is whole and the main file is missing: the save died before its rename")
+    if not s.main_intact:
+        return act("promote", "the tmp is whole and the main file is damaged; the damaged file goes to quarantine")
+    steps = f"step {s.tmp_step} vs {s.main_step}"
+    if s.newer == "tmp":
+        return act("promote-keep-old", f"both whole and the tmp is newer ({steps}); the old main goes to quarantine")
+    if s.newer == "main":
+        return act("set-aside", f"a stale tmp: the main file is newer ({steps})")
+    if s.newer == "same" and s.identical:
+        return act("set-aside", "the tmp is a byte-identical copy of the main file")
+    if s.newer == "same":
+        return act("nothing", f"both whole, same step {s.tmp_step}, different bytes; compare with `ckinspect diff`")
+    return act(
+        "nothing",
+        f"both whole and neither says its step, so which is newer is unknown{_mtime_hint(left)}; "
+        "compare with `ckinspect diff`",
+    )
+
+
+def _mtime_hint(left: Leftover) -> str:
+    try:
+        newer = "tmp" if left.tmp.stat().st_mtime_ns > left.main.stat().st_mtime_ns else "main file"
+    except OSError:
+        return ""
+    return f" (by mtime alone the {newer} is newer)"
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns)
+
+
+# ---------------------------------------------------------------------------------------- applying
+
+
+class _Steps:
+    """Counts filesystem steps; honours the test hooks (a pause, or SIGKILL after step N)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.delay = float(os.environ.get(DELAY_ENV, "0") or 0)
+        crash = os.environ.get(CRASH_ENV, "")
+        self.crash_after = int(crash) if crash.strip() else None
+
+    def __call__(self) -> None:
+        self.count += 1
+        if self.crash_after is not None and self.count >= self.crash_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.delay:
+            time.sleep(self.delay)
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S_%fZ")
+
+
+def apply_plan(plan: RepairPlan, run_id: str | None = None) -> ApplyResult:
+    run_id = run_id or new_run_id()
+    result = ApplyResult(plan, run_id)
+    step = _Steps()
+    by_folder: dict[Path, list[RepairAction]] = {}
+    for action in plan.pending:
+        by_folder.setdefault(action.leftover.folder, []).append(action)
+    for folder, actions in by_folder.items():
+        quarantine = folder / QUARANTINE_DIR / run_id
+        quarantine.mkdir(parents=True, exist_ok=False)
+        fsync_dir(quarantine.parent)
+        fsync_dir(folder)
+        result.quarantines.append(quarantine)
+        manifest = _Manifest(quarantine, folder, run_id, actions, step)
+        manifest.write("applying")
+        step()
+        for action in actions:
+            try:
+                _apply_one(action, quarantine, manifest, step)
+            except OSError as exc:
+                action.state, action.note = "failed", f"{type(exc).__name__}: {exc}"
+        manifest.write("applied")  # every move was written down before it was made
+    return result
+
+
+def _apply_one(action: RepairAction, quarantine: Path, manifest: _Manifest, step: _Steps) -> None:
+    left = action.leftover
+    tmp, main = left.tmp, left.main
+    if action.tmp_stat is None or not tmp.is_file():
+        action.state, action.note = "skipped", "the tmp is gone (a trainer may have finished its save)"
+        return
+    # a set-aside leaves the main alone (another tmp of the same main may just have been promoted)
+    if _stat(tmp) != action.tmp_stat or (action.action != "set-aside" and _stat(main) != action.main_stat):
+        action.state, action.note = "skipped", "a file changed since the plan was made; run repair again"
+        return
+    moves = manifest.moves_for(action)
+    if action.action == "set-aside":
+        _record_and(moves, "rename", tmp, quarantine / tmp.name, manifest)
+        _move_no_clobber(tmp, quarantine / tmp.name)
+        _sync(quarantine, tmp.parent)
+        step()
+    elif action.action in ("promote", "promote-keep-old"):
+        if main.exists():
+            # the old main stays reachable under its own name until the tmp replaces it
+            _record_and(moves, "link", main, quarantine / main.name, manifest)
+            _keep_copy(main, quarantine / main.name)
+            _sync(quarantine, main.parent)
+            step()
+            _record_and(moves, "replace", tmp, main, manifest)
+            os.replace(tmp, main)
+        else:
+            _record_and(moves, "rename", tmp, main, manifest)
+            _move_no_clobber(tmp, main)
+        _sync(main.parent)
+        step()
+    action.state = "done"
+
+
+def _record_and(moves: list[dict[str, Any]], op: str, src: Path, dst: Path, manifest: _Manifest) -> None:
+    """Write the intent to the manifest before the move, so undo knows about a move a crash interrupted."""
+    size, mtime_ns = _stat(src) or (None, None)
+    moves.append({"op": op, "from": manifest.rel(src), "to": manifest.rel(dst), "size": size, "mtime_ns": mtime_ns})
+    manifest.write("applying")
+    manifest.step()
+
+
+def _keep_copy(src: Path, dst: Path) -> None:
+    """A second name for src in quarantine: a hard link (src keeps its name), else a rename."""
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        raise
+    except OSError:
+        os.rename(src, dst)
+
+
+def _move_no_clobber(src: Path, dst: Path) -> None:
+    """Rename that refuses to replace an existing file (link + unlink where links work)."""
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        raise
+    except OSError:
+        if dst.exists():
+            raise FileExistsError(dst)
+        os.rename(src, dst)
+        return
+    os.unlink(src)  # src's bytes live on under dst
+
+
+def _sync(*folders: Path) -> None:
+    for folder in dict.fromkeys(folders):
+        fsync_dir(folder)
+
+
+class _Manifest:
+    def __init__(self, quarantine: Path, folder: Path, run_id: str, actions: list[RepairAction], step: _Steps) -> None:
+        self.path = quarantine / MANIFEST
+        self.step = step
+        self.folder = folder
+        self.run_id = run_id
+        self.actions = actions
+        self.entries = [
+            {"action": a.action, "tmp": a.leftover.tmp.name, "main": a.leftover.main.name, "reason": a.reason}
+            | {"moves": []}
+            for a in actions
+        ]
+
+    def rel(self, path: Path) -> str:
+        return os.path.relpath(path, self.folder)
+
+    def moves_for(self, action: RepairAction) -> list[dict[str, Any]]:
+        return self.entries[self.actions.index(action)]["moves"]
+
+    def write(self, status: str) -> None:
+        for entry, action in zip(self.entries, self.actions):
+            entry["state"] = action.state
+        doc = {
+            "schema": 1,
+            "tool": "ckinspect",
+            "run": self.run_id,
+            "folder": str(self.folder.resolve()),
+            "status": status,
+            "entries": self.entries,
+        }
+        atomic_write_text(self.path, json.dumps(doc, indent=2) + "\n")
+
+
+# ------------------------------------------------------------------------------------------- undo
+
+
+def find_manifests(folder: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """(run id, manifest path) of every apply under `folder`, oldest first."""
+    folder = Path(folder)
+    if folder.is_file():
+        folder = folder.parent
+    found = []
+    for root, dirs, _files in os.walk(folder):
+        if QUARANTINE_DIR in dirs:
+            qroot = Path(root) / QUARANTINE_DIR
+            for run in sorted(p for p in qroot.iterdir() if p.is_dir()):
+                if (run / MANIFEST).is_file():
+                    found.append((run.name, run / MANIFEST))
+        dirs[:] = [d for d in dirs if d not in (QUARANTINE_DIR, ".git")]
+    return sorted(found)
+
+
+def undo(folder: str | os.PathLike[str]) -> UndoResult:
+    """Put back everything the last apply (under `folder`) moved, newest move first."""
+    runs: dict[str, list[Path]] = {}
+    for run_id, manifest in find_manifests(folder):
+        doc = json.loads(manifest.read_text())
+        if doc.get("status") != "undone":
+            runs.setdefault(run_id, []).append(manifest)
+    if not runs:
+        return UndoResult(None)
+    run_id = max(runs)
+    result = UndoResult(run_id, manifests=runs[run_id])
+    for manifest in runs[run_id]:
+        doc = json.loads(manifest.read_text())
+        base = manifest.parent.parent.parent  # <folder>/.ckinspect-quarantine/<run>/manifest.json
+        for entry in reversed(doc["entries"]):
+            for move in reversed(entry["moves"]):
+                _undo_move(base, move, result)
+        doc["status"] = "undone"
+        atomic_write_text(manifest, json.dumps(doc, indent=2) + "\n")
+    return result
+
+
+def _undo_move(base: Path, move: dict[str, Any], result: UndoResult) -> None:
+    src, dst = base / move["from"], base / move["to"]  # the apply moved src -> dst
+    recorded = (move.get("size"), move.get("mtime_ns"))
+    what = f"{move['to']} -> {move['from']}"
+    if move["op"] == "link":
+        # src (the old main) was linked into quarantine; src's name then went to the promoted tmp
+        if not dst.exists():
+            return  # the link never happened
+        if src.exists() and os.path.samefile(src, dst):
+            os.unlink(dst)  # the replace never happened: src still is the old file; drop the extra name
+            fsync_dir(dst.parent)
+            result.restored.append(f"{move['from']} was never replaced")
+            return
+        if src.exists() and _stat(src) != (recorded[0], recorded[1]) and not _has_other_name(src):
+            why = f"{move['from']} is not the file this apply put there; {move['to']} stays in quarantine"
+            result.problems.append(why)
+            return
+        os.replace(dst, src)
+        fsync_dir(src.parent)
+        result.restored.append(what)
+        return
+    if not dst.exists():
+        return  # never happened
+    moved = _stat(dst) == recorded
+    if src.exists():
+        if os.path.samefile(src, dst):
+            if move["op"] == "replace":
+                result.restored.append(what)  # an earlier, interrupted undo already gave it its tmp name back
+                return
+            os.unlink(dst)  # a crash came between the link and the unlink: src never lost its name
+            fsync_dir(dst.parent)
+            result.restored.append(f"{move['from']} was never moved")
+        elif moved:
+            result.problems.append(f"{move['from']} exists again; {move['to']} not moved back")
+        return  # otherwise the move never happened
+    if not moved:
+        result.problems.append(f"{move['to']} changed since the apply (a new save?); not moved back")
+        return
+    if move["op"] == "replace":
+        # give the promoted file its tmp name back; the link undo that follows puts the old main back
+        try:
+            os.link(dst, src)
+        except OSError:
+            os.rename(dst, src)
+    else:
+        _move_no_clobber(dst, src)
+    _sync(src.parent, dst.parent)
+    result.restored.append(what)
+
+
+def _has_other_name(path: Path) -> bool:
+    try:
+        return path.stat().st_nlink > 1
+    except OSError:
+        return False

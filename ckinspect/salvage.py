@@ -1,0 +1,246 @@
+"""Recover every whole tensor of a damaged checkpoint and write them as a valid file.
+
+torch zip: the central directory may be gone and the last storages cut short or corrupted. The
+local file headers are walked from the start (`zipwalk`), `data.pkl` (written first by torch.save)
+is read with the restricted unpickler to learn which tensor lives in which storage, and a tensor is
+kept only when its storage member is complete and its CRC-32 holds. safetensors and legacy (pre-1.6)
+torch files: every tensor whose bytes lie wholly inside the file is kept (neither has checksums).
+
+Torch is imported only to write a torch file (tensors built from the recovered bytes, then
+torch.save through ckinspect.atomic); nothing from the damaged file is ever executed.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckinspect.errors import CkinspectError
+from ckinspect.zipwalk import LocalMember, crc32_of, map_file, walk_local_headers
+
+
+@dataclass
+class SalvageResult:
+    source: Path
+    out: Path
+    source_format: str
+    out_format: str
+    recovered: list[str] = field(default_factory=list)
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (tensor name, why)
+    dropped: list[tuple[str, str]] = field(default_factory=list)  # non-tensor values that could not be carried over
+    notes: list[str] = field(default_factory=list)
+    out_bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": str(self.source),
+            "out": str(self.out),
+            "source_format": self.source_format,
+            "out_format": self.out_format,
+            "recovered": self.recovered,
+            "missing": [{"tensor": n, "why": w} for n, w in self.missing],
+            "dropped": [{"path": n, "why": w} for n, w in self.dropped],
+            "notes": self.notes,
+            "out_bytes": self.out_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class StorageBytes:
+    """One storage member as found in the damaged file."""
+
+    key: str
+    member: LocalMember | None
+    state: str  # "ok" | "cut short" | "CRC mismatch" | "absent" | "compressed"
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "ok"
+
+
+def salvage(broken: str | Path, out: str | Path) -> SalvageResult:
+    broken, out = Path(broken), Path(out)
+    if not broken.is_file():
+        raise CkinspectError(f"{broken}: no such file")
+    if out.resolve() == broken.resolve():
+        raise CkinspectError("OUT must differ from BROKEN: salvage never overwrites the damaged file")
+    buf = map_file(broken)
+    head = bytes(buf[:8])
+    if head.startswith(b"PK\x03\x04"):
+        return _salvage_torch_zip(broken, out, buf)
+    if len(head) == 8 and 2 <= struct.unpack("<Q", head)[0] <= 100_000_000:
+        return _salvage_safetensors(broken, out, buf)
+    if head.startswith(b"\x80"):
+        return _salvage_legacy(broken, out)
+    raise CkinspectError(f"{broken}: neither a torch zip nor a safetensors file; nothing to salvage from")
+
+
+# ----------------------------------------------------------------------------------------- torch
+
+
+def zip_storages(buf) -> tuple[LocalMember | None, dict[str, StorageBytes]]:
+    """data.pkl's member and every `data/<key>` storage member, judged whole or not."""
+    pickle_member = None
+    storages: dict[str, StorageBytes] = {}
+    for m in walk_local_headers(buf):
+        prefix, _, rest = m.name.partition("/")
+        if rest == "data.pkl" and pickle_member is None:
+            pickle_member = m
+        elif rest.startswith("data/"):
+            key = rest[len("data/") :]
+            storages[key] = StorageBytes(key, m, _member_state(buf, m))
+    return pickle_member, storages
+
+
+def _member_state(buf, m: LocalMember) -> str:
+    if m.method != 0:
+        return "compressed"
+    if not m.complete:
+        return "cut short"
+    if crc32_of(buf, m.data_offset, m.size) != m.crc32:
+        return "CRC mismatch"
+    return "ok"
+
+
+def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
+    from ckinspect.formats.unpickler import restricted_load
+
+    result = SalvageResult(broken, out, "torch-zip", _out_format(out))
+    pickle_member, storages = zip_storages(buf)
+    if pickle_member is None or not pickle_member.complete:
+        raise CkinspectError(
+            f"{broken}: data.pkl is lost or cut short, so no tensor can be told from another; nothing salvaged"
+        )
+    state = _member_state(buf, pickle_member)
+    if state != "ok":
+        raise CkinspectError(f"{broken}: data.pkl {state}; refusing to guess the tensors' layout")
+    data = bytes(buf[pickle_member.data_offset : pickle_member.end])
+    try:
+        tree = restricted_load(data)
+    except Exception as exc:  # UnsafePickle / CorruptPickle: say what it was, do not run it
+        raise CkinspectError(f"{broken}: data.pkl cannot be read safely ({type(exc).__name__}: {exc})") from exc
+
+    def storage_bytes(info) -> bytes | None:
+        st = storages.get(info.storage_key)
+        if st is None or not st.ok:
+            return None
+        return bytearray(buf[st.member.data_offset : st.member.end])  # one copy: torch.frombuffer shares it
+
+    def why_missing(info) -> str:
+        st = storages.get(info.storage_key)
+        if st is None:
+            return f"storage {info.storage_key} is not in the file (cut off before it)"
+        if st.ok:
+            return f"storage {info.storage_key} is shorter than the tensor's view"
+        return f"storage {info.storage_key} {st.state}"
+
+    _write_tree(tree, result, storage_bytes, why_missing)
+    return result
+
+
+def _out_format(out: Path) -> str:
+    return "safetensors" if out.suffix == ".safetensors" else "torch-zip"
+
+
+def _write_tree(tree, result: SalvageResult, storage_bytes, why_missing) -> None:
+    """Rebuild the tree with real tensors for every recovered TensorInfo and write it."""
+    from ckinspect.torchio import rebuild_tree, save_torch, tensors_to_safetensors
+
+    built = rebuild_tree(tree, storage_bytes)
+    result.recovered = [name for name, _t in built.tensors]
+    result.missing = [(name, why_missing(info)) for name, info in built.missing]
+    result.dropped = built.dropped
+    if result.out_format == "safetensors":
+        size, notes = tensors_to_safetensors(result.out, built.tensors, metadata={"salvaged_from": result.source.name})
+        result.notes += notes
+    else:
+        size = save_torch(result.out, built.tree)
+    result.out_bytes = size
+
+
+# ------------------------------------------------------------------------------------ torch legacy
+
+
+def _salvage_legacy(broken: Path, out: Path) -> SalvageResult:
+    """Pre-1.6 torch files: the pickle comes first and the storages follow inline, without checksums,
+    so a storage is kept when the reader found all of its bytes inside the file."""
+    from ckinspect.formats import open_checkpoint
+
+    ckpt = open_checkpoint(broken)
+    if ckpt.format != "torch-legacy" or ckpt.tree is None:
+        problems = [f.message for f in ckpt.findings if f.code in ("CORRUPT", "UNSAFE_PICKLE")]
+        why = problems[0] if problems else "its pickle is unreadable"
+        raise CkinspectError(f"{broken}: nothing to salvage from ({why})")
+    size = broken.stat().st_size
+    result = SalvageResult(broken, out, "torch-legacy", _out_format(out))
+
+    def storage_bytes(info):
+        st = ckpt.storages.get(info.storage_key)
+        if st is None or st.offset is None or st.offset + st.nbytes > size:
+            return None
+        data = bytearray(st.nbytes)
+        with open(st.file, "rb") as handle:
+            handle.seek(st.offset)
+            return data if handle.readinto(data) == st.nbytes else None
+
+    def why_missing(info):
+        return f"storage {info.storage_key} cut short or not in the file"
+
+    _write_tree(ckpt.tree, result, storage_bytes, why_missing)
+    return result
+
+
+# ----------------------------------------------------------------------------------- safetensors
+
+
+def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
+    from ckinspect.safetensors_out import Entry, write_safetensors
+    from ckinspect.dtypes import SAFETENSORS_DTYPES
+
+    result = SalvageResult(broken, out, "safetensors", _out_format(out))
+    size = len(buf)
+    n = struct.unpack("<Q", bytes(buf[:8]))[0]
+    if 8 + n > size:
+        raise CkinspectError(f"{broken}: the header itself is cut short ({size - 8} of {n} bytes); nothing to locate")
+    try:
+        header = json.loads(bytes(buf[8 : 8 + n]))
+    except ValueError as exc:
+        raise CkinspectError(f"{broken}: the header is not JSON ({exc}); no tensor can be located") from exc
+    base = 8 + n
+    meta = header.pop("__metadata__", None) or {}
+    kept: list[tuple[str, dict]] = []
+    for name, spec in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        begin, end = spec["data_offsets"]
+        dtype = SAFETENSORS_DTYPES.get(spec["dtype"])
+        if dtype is None:
+            result.missing.append((name, f"unknown dtype {spec['dtype']}"))
+        elif base + end <= size:
+            kept.append((name, spec))
+        else:
+            have = max(0, size - base - begin)
+            result.missing.append((name, f"cut short: {have} of {end - begin} bytes in the file"))
+    result.recovered = [name for name, _ in kept]
+    if result.out_format == "safetensors":
+        entries = [
+            Entry(
+                name,
+                SAFETENSORS_DTYPES[spec["dtype"]],
+                tuple(spec["shape"]),
+                (lambda b=spec["data_offsets"][0], e=spec["data_offsets"][1]: [memoryview(buf)[base + b : base + e]]),
+            )
+            for name, spec in kept
+        ]
+        result.out_bytes = write_safetensors(out, entries, {**meta, "salvaged_from": broken.name})
+    else:
+        from ckinspect.torchio import save_torch, tensor_from_bytes
+
+        tensors = {}
+        for name, spec in kept:
+            begin, end = spec["data_offsets"]
+            raw = bytearray(buf[base + begin : base + end])
+            tensors[name] = tensor_from_bytes(raw, SAFETENSORS_DTYPES[spec["dtype"]], tuple(spec["shape"]))
+        result.out_bytes = save_torch(out, tensors)
+    return result

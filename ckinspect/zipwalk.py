@@ -1,0 +1,151 @@
+"""Walk a zip archive by its local file headers, front to back, without its central directory.
+
+torch.save writes stored (uncompressed) members whose sizes follow the data in a data descriptor
+(flag bit 3), so a member's end is found by searching for the descriptor whose size field equals
+the distance walked. This is what lets `salvage` read a file whose tail, directory included, is gone.
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCAL_SIG = b"PK\x03\x04"
+DESCRIPTOR_SIG = b"PK\x07\x08"
+CENTRAL_SIG = b"PK\x01\x02"
+_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # 30 bytes
+_CRC_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class LocalMember:
+    """One member as its local header and data descriptor describe it."""
+
+    name: str
+    header_offset: int
+    data_offset: int  # absolute offset of the first data byte
+    size: int | None  # None: the member's end was not found (cut short)
+    crc32: int | None  # expected CRC-32 (header or descriptor); None when unknown
+    method: int  # 0 = stored; anything else we do not salvage
+
+    @property
+    def complete(self) -> bool:
+        return self.size is not None and self.crc32 is not None
+
+    @property
+    def end(self) -> int | None:
+        return None if self.size is None else self.data_offset + self.size
+
+
+def walk_local_headers(buf: bytes | mmap.mmap | memoryview) -> Iterator[LocalMember]:
+    """Yield every member whose local header is readable, in file order.
+
+    After a member that cannot be delimited (cut short), or a header that does not parse, the walk
+    resynchronises on the next local-header signature, so one damaged member hides no others.
+    """
+    size = len(buf)
+    pos = 0
+    while pos + _LOCAL.size <= size:
+        if bytes(buf[pos : pos + 4]) != LOCAL_SIG:
+            nxt = _find(buf, LOCAL_SIG, pos + 1)
+            if nxt < 0:
+                return
+            pos = nxt
+            continue
+        sig, _ver, flags, method, _t, _d, crc, csize, usize, nlen, elen = _LOCAL.unpack_from(buf, pos)
+        name_start = pos + _LOCAL.size
+        data_offset = name_start + nlen + elen
+        if data_offset > size:
+            return
+        name = bytes(buf[name_start : name_start + nlen]).decode("utf-8", "replace")
+        extra = bytes(buf[name_start + nlen : data_offset])
+        csize, usize = _zip64_sizes(extra, csize, usize)
+        if flags & 0x08:
+            found = _find_descriptor(buf, data_offset)
+            if found is None:
+                yield LocalMember(name, pos, data_offset, None, None, method)
+                nxt = _find(buf, LOCAL_SIG, data_offset)
+                if nxt < 0:
+                    return
+                pos = nxt
+                continue
+            length, crc, desc_len = found
+            yield LocalMember(name, pos, data_offset, length, crc, method)
+            pos = data_offset + length + desc_len
+        else:
+            end = data_offset + csize
+            if end > size:
+                yield LocalMember(name, pos, data_offset, None, crc, method)
+                return
+            yield LocalMember(name, pos, data_offset, csize, crc, method)
+            pos = end
+
+
+def _zip64_sizes(extra: bytes, csize: int, usize: int) -> tuple[int, int]:
+    if csize != 0xFFFFFFFF and usize != 0xFFFFFFFF:
+        return csize, usize
+    i = 0
+    while i + 4 <= len(extra):
+        tag, length = struct.unpack_from("<HH", extra, i)
+        if tag == 0x0001 and length >= 16:
+            usize, csize = struct.unpack_from("<QQ", extra, i + 4)
+            break
+        i += 4 + length
+    return csize, usize
+
+
+def _find(buf, needle: bytes, start: int) -> int:
+    if isinstance(buf, (bytes, mmap.mmap)):
+        return buf.find(needle, start)
+    return bytes(buf).find(needle, start)
+
+
+def _find_descriptor(buf, data_offset: int) -> tuple[int, int, int] | None:
+    """(data length, crc, descriptor length) for the first descriptor whose size field matches."""
+    pos = data_offset
+    size = len(buf)
+    while True:
+        hit = _find(buf, DESCRIPTOR_SIG, pos)
+        if hit < 0:
+            return None
+        length = hit - data_offset
+        if hit + 16 <= size:
+            crc, c32, u32 = struct.unpack_from("<III", buf, hit + 4)
+            if c32 == length & 0xFFFFFFFF and u32 == c32 and (length < 0xFFFFFFFF):
+                # a 32-bit descriptor; a zip64 one has 8-byte sizes that also start with these bytes
+                if hit + 24 <= size:
+                    c64, u64 = struct.unpack_from("<QQ", buf, hit + 8)
+                    if c64 == length and u64 == length and _is_boundary(buf, hit + 24):
+                        return length, crc, 24
+                return length, crc, 16
+        if hit + 24 <= size:
+            crc = struct.unpack_from("<I", buf, hit + 4)[0]
+            c64, u64 = struct.unpack_from("<QQ", buf, hit + 8)
+            if c64 == length and u64 == length:
+                return length, crc, 24
+        pos = hit + 1
+
+
+def _is_boundary(buf, pos: int) -> bool:
+    return pos == len(buf) or bytes(buf[pos : pos + 4]) in (LOCAL_SIG, CENTRAL_SIG)
+
+
+def crc32_of(buf, start: int, length: int) -> int:
+    crc = 0
+    view = memoryview(buf)
+    for off in range(start, start + length, _CRC_CHUNK):
+        crc = zlib.crc32(view[off : min(off + _CRC_CHUNK, start + length)], crc)
+    return crc
+
+
+def map_file(path: Path) -> mmap.mmap | bytes:
+    """Read-only map of a file (b"" for an empty one, which mmap refuses)."""
+    with open(path, "rb") as handle:
+        if handle.seek(0, 2) == 0:
+            return b""
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
