@@ -71,3 +71,35 @@ async def test_diff_of_a_resume_file_and_its_weights_aligns_renamed_tensors():
         assert status["model.tok_embeddings.weight"] == ("dtype changed", "tok_embeddings.weight")
         assert status["optimizer.state.0.exp_avg"][0] == "only in A"
         assert "DIFFERENT" in str(screen.query_one("#summary").render())
+
+
+async def test_repair_of_an_interrupted_save_applies_after_yes_and_undoes(tmp_path):
+    _needs("ckinspect.repair", "ckinspect.inspect")
+    import shutil
+
+    from ckinspect.tui.screens.confirm import ConfirmScreen
+    from ckinspect.tui.screens.repair import RepairScreen
+
+    folder = tmp_path / "interrupted"
+    shutil.copytree(REPO / "samples" / "interrupted", folder)
+    tmp_file = folder / "tiny_resume.pth.tmp"
+    app = create_app("main", [folder / "tiny_resume.pth"], cursor_blink=False, quick=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _settle(pilot)
+        await pilot.press("R")
+        await _settle(pilot)
+        assert isinstance(app.screen, RepairScreen)
+        table = app.screen.query_one(VirtualTable)
+        assert table.rows[0].cells[:2] == ("set-aside", "tiny_resume.pth.tmp")
+        await pilot.press("a")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")  # cancel: nothing moves
+        await _settle(pilot)
+        assert tmp_file.exists()
+        await pilot.press("a", "y")
+        await _settle(pilot)
+        assert not tmp_file.exists() and any((folder / ".ckinspect-quarantine").rglob("tiny_resume.pth.tmp"))
+        assert "press u to undo" in str(app.screen.query_one("#repair-summary").render())
+        await pilot.press("u", "y")
+        await _settle(pilot)
+        assert tmp_file.exists()
