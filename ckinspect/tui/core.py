@@ -141,14 +141,14 @@ def safe_load_verdict(ckpt: Checkpoint) -> tuple[str, str]:
     codes = {f.code for f in ckpt.findings}
     if "UNSAFE_PICKLE" in codes:
         return "UNSAFE: names code-running globals (nothing executed)", "error"
+    if ckpt.format == "unknown":
+        return "not a checkpoint (see findings)", "error"
     if "CORRUPT" in codes:
         return "corrupt: cannot be read whole", "error"
     if "ALLOWLIST_NEEDED" in codes:
         return "needs an allowlist for weights_only=True", "warning"
     if ckpt.format == "safetensors" or ckpt.format == "sharded":
         return "safe: no code in the format", "ok"
-    if ckpt.format == "unknown":
-        return "not a checkpoint", "error"
     return "safe: loads with weights_only=True", "ok"
 
 

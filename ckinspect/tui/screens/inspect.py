@@ -136,6 +136,8 @@ class InspectScreen(Screen[None]):
         bar.note = message.groups_note
         bar.groups = message.groups
         table = self.query_one(TensorTable)
+        if not message.rows:
+            table.empty_text = "no tensors in this file" + (" (see the findings)" if ckpt.findings else "")
         table.set_rows(message.rows)
         table.focus()
         self._show_details()
