@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ckinspect.anatomy import analyze
+from ckinspect.anatomy import analyze_layout
 from ckinspect.checks import structural_findings
 from ckinspect.formats import open_checkpoint
 from ckinspect.model import Checkpoint
@@ -23,8 +23,8 @@ from ckinspect.model import Checkpoint
 def inspect_path(target: Any, quick: bool = False, progress: Any = None) -> Checkpoint:
     path = Path(target.path if hasattr(target, "path") else os.fspath(target))
     ckpt = open_checkpoint(path)
-    analyze(ckpt)
-    ckpt.findings.extend(structural_findings(ckpt))
+    layout = analyze_layout(ckpt)
+    ckpt.findings.extend(structural_findings(ckpt, layout=layout))
     if not quick:
         scan = optional_module("ckinspect.scan")
         if scan is not None and ckpt.tensors:
