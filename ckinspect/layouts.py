@@ -57,6 +57,9 @@ _ROLE_NAMES = re.compile(
     re.MULTILINE | re.IGNORECASE,
 )
 
+# Every match of _ROLE_NAMES contains one of these (all OPTIMIZER_KEYS contain "opt").
+_ROLE_WORDS = ("opt", "state.", "rng", "random_state", "generator")
+
 HF_MODEL_FILES = re.compile(
     r"^(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?$"
 )
@@ -390,10 +393,20 @@ def _state_dict(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
         return None
     if top is None and ckpt.format not in ("safetensors", "sharded"):
         return None
-    if not ckpt.tensors or _ROLE_NAMES.search("\n".join(t.name for t in ckpt.tensors)):
+    if not ckpt.tensors or _names_a_role("\n".join(t.name for t in ckpt.tensors)):
         return None
     # Weights only: a step in its metadata (safetensors `__metadata__`) records provenance, not resume state.
     return Layout("state_dict", default_group="model", model_prefix="", metadata={}, is_resume=False)
+
+
+def _names_a_role(names: str) -> bool:
+    """_ROLE_NAMES.search(names), skipped when no word it looks for occurs at all (a case-insensitive
+    regex with alternatives cannot skip ahead: 50,000 names took 40 ms, the substring tests 2 ms)."""
+    if names.isascii():  # non-ASCII text can match ASCII letters case-insensitively (K and the Kelvin sign)
+        low = names.lower()
+        if not any(word in low for word in _ROLE_WORDS):
+            return False
+    return _ROLE_NAMES.search(names) is not None
 
 
 RECOGNISERS: tuple[Callable[[Checkpoint, Mapping[str, Any] | None], Layout | None], ...] = (

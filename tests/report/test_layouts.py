@@ -173,3 +173,14 @@ def test_flat_safetensors_tree_of_weights_is_a_state_dict():
 def test_rng_file_by_name():
     ckpt = analyze(build({"cpu": T((5056,), "uint8"), "cuda": T((16,), "uint8")}, path="run/rng_state_3.pth"))
     assert ckpt.layout == "rng" and set(groups(ckpt).values()) == {"rng"}
+
+
+def test_role_name_prefilter_agrees_with_the_full_search():
+    from ckinspect.layouts import _ROLE_NAMES, OPTIMIZER_KEYS, _names_a_role
+
+    names = ["layers.0.w", "dropout.p", "Optimizer.state.0.exp_avg", "a.OPT.b", "x.state.y", "cuda_RNG", "np.Random_State",
+             "gan.Generator.w", "optimizers", "weights.\u212a", "\u017ftate.0.w", "opt_state_x", "adapter.up"]  # fmt: skip
+    names += [f"m.{key.upper()}.w" for key in OPTIMIZER_KEYS]
+    for name in names:
+        for text in (name, "model.a\n" + name, "model.a\nmodel.b"):
+            assert _names_a_role(text) == (_ROLE_NAMES.search(text) is not None), text
