@@ -27,6 +27,7 @@ from typing import Any
 from ckinspect.dtypes import dtype_info
 from ckinspect.layouts import Layout, recognise
 from ckinspect.model import GROUPS, Checkpoint, TensorInfo
+from ckinspect.tree import build, no_gc
 
 _STRUCT = {
     "float64": "<d",
@@ -97,15 +98,19 @@ def analyze(ckpt: Checkpoint) -> Checkpoint:
 
 def analyze_layout(ckpt: Checkpoint) -> Layout:
     """`analyze`, returning the recognised layout so the role-based checks need not recognise it again."""
-    layout = recognise(ckpt)
-    apply_layout(ckpt, layout)
+    with no_gc():  # one new descriptor per regrouped tensor, no cycles: collector passes are pure overhead
+        layout = recognise(ckpt)
+        apply_layout(ckpt, layout)
     return layout
 
 
 def apply_layout(ckpt: Checkpoint, layout: Layout) -> None:
     tensors = ckpt.tensors
+    # a layout without role keys puts every tensor in its default group: no per-tensor lookup
+    fixed = layout.default_group if not layout.roles else None
+    group_of = layout.group_of
     for i, tensor in enumerate(tensors):
-        group = layout.group_of(tensor)
+        group = fixed or group_of(tensor)
         if group != tensor.group:
             tensors[i] = _regrouped(tensor, group)
     for key, value in layout.metadata.items():
@@ -119,11 +124,9 @@ def apply_layout(ckpt: Checkpoint, layout: Layout) -> None:
 
 def _regrouped(tensor: TensorInfo, group: str) -> TensorInfo:
     """dataclasses.replace(tensor, group=group) without its field introspection (50,000 tensors: 10x faster)."""
-    copy = object.__new__(TensorInfo)
-    fields = dict(tensor.__dict__)
+    fields = tensor.__dict__.copy()
     fields["group"] = group
-    object.__setattr__(copy, "__dict__", fields)
-    return copy
+    return build(TensorInfo, fields)
 
 
 def resolve_value(ckpt: Checkpoint, value: Any) -> Any:
@@ -261,41 +264,71 @@ def summarize(ckpt: Checkpoint) -> Anatomy:
 
 
 def _summarize(ckpt: Checkpoint) -> Anatomy:
+    with no_gc():  # a 50,000-tensor file allocates as many small tuples here; none holds a cycle
+        return _count(ckpt)
+
+
+def _count(ckpt: Checkpoint) -> Anatomy:
+    # One pass over the tensors: per group counts, and the views of each storage. Most storages have
+    # exactly one view, kept alone; a list is made only for storages viewed more than once.
     counts: dict[str, int] = dict.fromkeys(GROUPS, 0)
-    views: dict[str, list[TensorInfo]] = defaultdict(list)
+    only_view: dict[str, TensorInfo] = {}
+    shared: dict[str, list[TensorInfo]] = {}
     for tensor in ckpt.tensors:
-        counts[tensor.group if tensor.group in counts else "other"] += 1
-        views[tensor.storage_key].append(tensor)
+        group = tensor.group
+        counts[group if group in counts else "other"] += 1
+        key = tensor.storage_key
+        first = only_view.get(key)
+        if first is None:
+            only_view[key] = tensor
+        elif key in shared:
+            shared[key].append(tensor)
+        else:
+            shared[key] = [first, tensor]
     itemsizes: dict[str, int] = {}
 
+    storages = ckpt.storages
     group_bytes: dict[str, int] = dict.fromkeys(GROUPS, 0)
     uses: list[StorageUse] = []
     storage_bytes = 0
     tensor_bytes = 0
-    for key in list(ckpt.storages) + [k for k in views if k not in ckpt.storages]:
-        storage = ckpt.storages.get(key)
-        its_views = views.get(key, [])
-        extents = []
-        for t in its_views:
-            itemsize = itemsizes.get(t.dtype)
+    for key in list(storages) + [k for k in only_view if k not in storages]:
+        storage = storages.get(key)
+        view = only_view.get(key)
+        if view is not None and key not in shared:  # the common case: one tensor, one storage
+            itemsize = itemsizes.get(view.dtype)
             if itemsize is None:
-                itemsize = itemsizes[t.dtype] = dtype_info(t.dtype).itemsize
-            extents.append(_extent(t, itemsize))
-        if storage is not None:
-            size = storage.nbytes
-        else:  # a reader that lists no storage for it: the views tell its extent
-            size = max((end for _, end in extents), default=0)
-        storage_bytes += size
-        if len(its_views) == 1:  # the common case: one tensor, one storage
-            start, end = extents[0]
+                itemsize = itemsizes[view.dtype] = dtype_info(view.dtype).itemsize
+            start = view.storage_offset * itemsize  # _extent(view, itemsize), inlined
+            last = 0
+            for dim, step in zip(view.shape, view.stride):
+                if dim == 0:
+                    last = -1
+                    break
+                last += (dim - 1) * step
+            end = start + (last + 1) * itemsize
+            size = storage.nbytes if storage is not None else end
             used = max(0, min(end, size) - min(start, size))
-            group = its_views[0].group if its_views[0].group in group_bytes else "other"
+            group = view.group if view.group in group_bytes else "other"
             group_bytes[group] += used
+            largest = view.name
         else:
+            its_views = shared.get(key, [])
+            extents = []
+            for t in its_views:
+                itemsize = itemsizes.get(t.dtype)
+                if itemsize is None:
+                    itemsize = itemsizes[t.dtype] = dtype_info(t.dtype).itemsize
+                extents.append(_extent(t, itemsize))
+            if storage is not None:
+                size = storage.nbytes
+            else:  # a reader that lists no storage for it: the views tell its extent
+                size = max((end for _, end in extents), default=0)
             used = _attribute(its_views, extents, size, group_bytes)
+            largest = max(its_views, key=lambda t: t.nbytes).name if its_views else None
+        storage_bytes += size
         tensor_bytes += used
         if used < size:  # only storages with bytes to spare are kept, for bloat messages
-            largest = max(its_views, key=lambda t: t.nbytes).name if its_views else None
             uses.append(StorageUse(key, size, used, largest))
 
     groups = {g: GroupStats(counts[g], group_bytes[g]) for g in GROUPS}
