@@ -63,6 +63,8 @@ def structural_findings(ckpt: Checkpoint, anatomy: Anatomy | None = None, layout
 def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     if layout.companion:  # one part of a multi-file checkpoint; judged on its model file
         return []
+    if layout.is_resume is False:  # weights only: nothing below could apply
+        return []
     top = top_mapping(ckpt)
     groups = {t.group for t in ckpt.tensors}
     has_optimizer = layout.resume_parts.get("optimizer")
