@@ -15,6 +15,7 @@ from ckinspect import __version__
 from ckinspect.anatomy import Anatomy, summarize
 from ckinspect.dtypes import dtype_info
 from ckinspect.model import GROUPS, Checkpoint, Finding, TensorInfo
+from ckinspect.tree import no_gc
 
 SCHEMA_VERSION = 1
 _MAX_DEPTH = 8
@@ -24,7 +25,8 @@ _MAX_TEXT = 500
 
 def build(checkpoints: Sequence[Checkpoint], diff: Any = None) -> dict[str, Any]:
     """Schema-1 report of these checkpoints (already analyzed and checked), and of a diff if given."""
-    files = [file_entry(ckpt) for ckpt in checkpoints]
+    with no_gc():  # one small dict per tensor, no cycles: collector passes would only add time
+        files = [file_entry(ckpt) for ckpt in checkpoints]
     findings: list[Finding] = [f for ckpt in checkpoints for f in ckpt.findings]
     return {
         "schema": SCHEMA_VERSION,
