@@ -308,7 +308,9 @@ def _count(ckpt: Checkpoint) -> Anatomy:
                 last += (dim - 1) * step
             end = start + (last + 1) * itemsize
             size = storage.nbytes if storage is not None else end
-            used = max(0, min(end, size) - min(start, size))
+            if end > size:
+                end = size
+            used = end - start if end > start else 0
             group = view.group if view.group in group_bytes else "other"
             group_bytes[group] += used
             largest = view.name
