@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import GlobalRef, PickleScan
-from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
+from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load, storage_ref
 from ckinspect.model import Checkpoint, TensorInfo
 
 _MAX_LISTED = 12
@@ -75,7 +75,7 @@ class StorageCollector:
                 return known
             stype, numel = pid[1], pid[4]
             if pid[0] == "storage" and type(stype) is _StorageType and type(numel) is int and numel >= 0:
-                ref = StorageRef(self.key_prefix + key, stype.dtype, str(pid[3]), numel * stype.itemsize, stype.untyped)
+                ref = storage_ref(self.key_prefix + key, stype.dtype, str(pid[3]), numel * stype.itemsize, stype.untyped)
                 self.storages[key] = ref
                 return ref
         ref = storage_persistent_load(pid)

@@ -83,6 +83,22 @@ class StorageRef:
             object.__setattr__(self, name, value)
 
 
+_SET_REF_FIELDS = tuple(StorageRef.__dict__[name].__set__ for name in ("key", "dtype", "location", "nbytes", "untyped"))
+
+
+def storage_ref(key: str, dtype: str, location: str, nbytes: int, untyped: bool = False) -> StorageRef:
+    """StorageRef(...) through its slots, skipping the frozen dataclass __init__ (an object.__setattr__
+    per field): a third of the time, and torch zips make one per tensor."""
+    ref = object.__new__(StorageRef)
+    set_key, set_dtype, set_location, set_nbytes, set_untyped = _SET_REF_FIELDS
+    set_key(ref, key)
+    set_dtype(ref, dtype)
+    set_location(ref, location)
+    set_nbytes(ref, nbytes)
+    set_untyped(ref, untyped)
+    return ref
+
+
 class Opaque(metaclass=_FrozenMeta):
     """A benign object kept as a record: the global it names, its constructor args and its state."""
 
@@ -249,15 +265,7 @@ def _tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, dtype: st
                               "storage_offset": storage_offset, "group": "other"})  # fmt: skip
 
 
-class _RebuildTensor(metaclass=_FrozenMeta):
-    """torch._utils._rebuild_tensor(_v2): a class whose __new__ returns the TensorInfo, so the call
-    made once per tensor is a single frame and the stand-in cannot be modified by the pickle."""
-
-    def __new__(cls, storage, storage_offset, size, stride, *_rest):  # type: ignore[misc]
-        return _rebuild_tensor(storage, storage_offset, size, stride)
-
-
-def _rebuild_tensor(storage, storage_offset, size, stride, *_rest):
+def _rebuild_tensor(cls, storage, storage_offset, size, stride, *_rest):  # type: ignore[no-untyped-def]
     # torch's own pickles, once per tensor: checked inline, the general path handles everything else
     if type(storage) is StorageRef and type(storage_offset) is int and storage_offset >= 0 and \
             type(size) is tuple and type(stride) is tuple:  # fmt: skip
@@ -275,6 +283,13 @@ def _rebuild_tensor(storage, storage_offset, size, stride, *_rest):
                     "storage_key": storage.key, "storage_offset": storage_offset, "group": "other"})  # fmt: skip
                 return tensor
     return _tensor(storage, storage_offset, size, stride)
+
+
+class _RebuildTensor(metaclass=_FrozenMeta):
+    """torch._utils._rebuild_tensor(_v2): a class whose __new__ returns the TensorInfo, so the call
+    made once per tensor is a single frame and the stand-in cannot be modified by the pickle."""
+
+    __new__ = _rebuild_tensor
 
 
 def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad=False, hooks=None, dtype=None, *_):
@@ -457,7 +472,7 @@ def storage_persistent_load(pid: Any) -> Any:
     if type(pid) is tuple and len(pid) >= 5 and type(pid[1]) is _StorageType and type(pid[4]) is int and pid[4] >= 0:
         if pid[0] == "storage":  # the common case first: one call per tensor in a checkpoint
             stype = pid[1]
-            return StorageRef(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
+            return storage_ref(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
     if isinstance(pid, tuple) and pid:
         tag = pid[0].decode("ascii", "replace") if isinstance(pid[0], bytes) else pid[0]
         if tag == "storage" and len(pid) >= 5:
@@ -480,13 +495,11 @@ def storage_persistent_load(pid: Any) -> Any:
 class RestrictedUnpickler(pickle.Unpickler):
     def __init__(self, file: Any, persistent_load: Callable[[Any], Any] | None = None) -> None:
         super().__init__(file, fix_imports=False, encoding="latin1")
-        self._persistent = persistent_load or storage_persistent_load
+        # set on the instance, the C unpickler calls it directly: no forwarding frame per tensor
+        self.persistent_load = persistent_load or storage_persistent_load
 
     def find_class(self, module: str, name: str) -> Any:
         return standin_for(module, name)
-
-    def persistent_load(self, pid: Any) -> Any:
-        return self._persistent(pid)
 
 
 def load_from(file: Any, persistent_load: Callable[[Any], Any] | None = None) -> Any:
