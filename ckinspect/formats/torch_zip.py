@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals
+from ckinspect.formats.unpickler import StorageRef
 from ckinspect.formats.pickle_scan import PickleScan, scan_stream
-from ckinspect.formats.zipdir import FileReader, ZipError, ZipMember, data_offset, local_header_at, read_directory
+from ckinspect.formats.zipdir import FileReader, ZipError, ZipMember, data_offset, data_offsets, local_header_at, read_directory
 from ckinspect.model import Checkpoint, StorageInfo
 from ckinspect.tree import build, flatten, no_gc
 
@@ -135,15 +136,18 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
 def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
                            reader: FileReader, file: Path, cd_start: int) -> None:  # fmt: skip
     missing = []
+    found: list[tuple[StorageRef, ZipMember]] = []
+    folder = f"{archive}data/"
     for key, ref in collector.storages.items():
-        member = by_name.get(f"{archive}data/{key}")
+        member = by_name.get(folder + key)
         if member is None:
             missing.append(key)
-            continue
-        try:
-            offset: int | None = data_offset(reader, member)
-        except ZipError as exc:
-            ckpt.add("CORRUPT", f"{file.name}: {exc}")
+        else:
+            found.append((ref, member))
+    storages = ckpt.storages
+    for (ref, member), offset in zip(found, data_offsets(reader, [member for _, member in found])):
+        if type(offset) is not int:
+            ckpt.add("CORRUPT", f"{file.name}: {offset}")
             offset = None
         if member.compress_type != 0:
             offset = None  # compressed by some re-zipping tool: bytes cannot be addressed in place
@@ -153,7 +157,7 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         if member.file_size < ref.nbytes:
             ckpt.add("CORRUPT", f"{file.name}: storage {member.name} holds {member.file_size} bytes "
                                 f"but the pickle says {ref.nbytes}")  # fmt: skip
-        ckpt.storages[ref.key] = build(StorageInfo, {
+        storages[ref.key] = build(StorageInfo, {
             "key": ref.key, "dtype": ref.dtype, "nbytes": member.file_size, "file": file, "offset": offset,
             "crc32": member.crc32, "member": member.name, "location": ref.location,
         })  # fmt: skip
