@@ -115,16 +115,17 @@ def check_views(ckpt: Checkpoint) -> None:
     storages = ckpt.storages
     itemsizes: dict[str, int] = {}
     bad: list[TensorInfo] = []
-    kept: list[TensorInfo] = []
-    malformed = 0
+    dropped: set[int] = set()  # ids of malformed descriptors (the verdict belongs to the object)
     for t in ckpt.tensors:
         d = t.__dict__
-        shape, stride, offset, dtype, key = d.get("shape"), d.get("stride"), d.get("storage_offset"), d.get("dtype"), \
-            d.get("storage_key")  # fmt: skip
+        if d.keys() != _FIELDS:
+            dropped.add(id(t))
+            continue
+        shape, stride, offset, dtype, key = d["shape"], d["stride"], d["storage_offset"], d["dtype"], d["storage_key"]
         if (type(shape) is not tuple or type(stride) is not tuple or len(shape) != len(stride) or type(offset) is not int
-                or offset < 0 or type(dtype) is not str or type(key) is not str or type(d.get("name")) is not str
-                or type(d.get("group")) is not str or d.keys() != _FIELDS):  # fmt: skip
-            malformed += 1
+                or offset < 0 or type(dtype) is not str or type(key) is not str or type(d["name"]) is not str
+                or type(d["group"]) is not str):  # fmt: skip
+            dropped.add(id(t))
             continue
         last = offset
         empty = ok = False
@@ -137,9 +138,8 @@ def check_views(ckpt: Checkpoint) -> None:
         else:
             ok = True
         if not ok:
-            malformed += 1
+            dropped.add(id(t))
             continue
-        kept.append(t)
         storage = storages.get(key)
         if empty or storage is None or storage.offset is None and storage.nbytes == 0:
             continue  # missing storages are reported where they are found missing
@@ -148,8 +148,9 @@ def check_views(ckpt: Checkpoint) -> None:
             itemsize = itemsizes[dtype] = t.itemsize
         if (last + 1) * itemsize > storage.nbytes:
             bad.append(t)
-    if malformed:
-        ckpt.tensors = kept
+    if dropped:
+        malformed = sum(id(t) in dropped for t in ckpt.tensors)
+        ckpt.tensors = [t for t in ckpt.tensors if id(t) not in dropped]
         ckpt.add("CORRUPT", f"{malformed} tensor descriptor(s) in the pickle are malformed and were dropped")
     if bad:
         t = bad[0]
