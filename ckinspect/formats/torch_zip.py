@@ -82,8 +82,9 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipM
                         cd_start: int, file: Path) -> None:  # fmt: skip
     """torch.load reads only data.pkl, but TorchScript archives (constants.pkl, code/) are handed to
     torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive."""
-    for member in members:
-        if member is pkl or not member.name.endswith(".pkl") or member.file_size > MAX_OTHER_PICKLE_BYTES:
+    pickles = [m for m in members if m.name.endswith(".pkl")]
+    for member in pickles:
+        if member is pkl or member.file_size > MAX_OTHER_PICKLE_BYTES:
             continue
         try:
             data = _member_bytes(reader, member, cd_start)
@@ -91,7 +92,8 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipM
             ckpt.add("CORRUPT", f"{file.name}: {exc}")
             continue
         record_globals(ckpt, [g for s in scan_stream(data) for g in s.globals], f"{file.name}:{member.name}")
-    if any(m.name.endswith("/constants.pkl") or "/code/" in m.name for m in members):
+    # "/code/" cannot straddle the line break between two names: one search instead of one per member
+    if any(m.name.endswith("/constants.pkl") for m in pickles) or "/code/" in "\n".join(m.name for m in members):
         ckpt.metadata["torchscript"] = True  # torch.load would hand it to torch.jit.load
 
 
@@ -146,20 +148,22 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
             found.append((ref, member))
     storages = ckpt.storages
     for (ref, member), offset in zip(found, data_offsets(reader, [member for _, member in found])):
+        name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
         if type(offset) is not int:
             ckpt.add("CORRUPT", f"{file.name}: {offset}")
             offset = None
-        if member.compress_type != 0:
+        if compress_type != 0:
             offset = None  # compressed by some re-zipping tool: bytes cannot be addressed in place
-        elif offset is not None and offset + member.file_size > cd_start:
-            ckpt.add("CORRUPT", f"{file.name}: storage {member.name} runs past the end of the data")
+        elif offset is not None and offset + file_size > cd_start:
+            ckpt.add("CORRUPT", f"{file.name}: storage {name} runs past the end of the data")
             offset = None
-        if member.file_size < ref.nbytes:
-            ckpt.add("CORRUPT", f"{file.name}: storage {member.name} holds {member.file_size} bytes "
+        if file_size < ref.nbytes:
+            ckpt.add("CORRUPT", f"{file.name}: storage {name} holds {file_size} bytes "
                                 f"but the pickle says {ref.nbytes}")  # fmt: skip
-        storages[ref.key] = build(StorageInfo, {
-            "key": ref.key, "dtype": ref.dtype, "nbytes": member.file_size, "file": file, "offset": offset,
-            "crc32": member.crc32, "member": member.name, "location": ref.location,
+        key = ref.key
+        storages[key] = build(StorageInfo, {
+            "key": key, "dtype": ref.dtype, "nbytes": file_size, "file": file, "offset": offset,
+            "crc32": crc32, "member": name, "location": ref.location,
         })  # fmt: skip
     if missing:
         shown = ", ".join(f"{archive}data/{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
