@@ -113,7 +113,8 @@ def render(report: dict[str, Any]) -> str:
         if tensors:
             # One C-encoded dump, then a line break between entries: `{"name"` cannot occur inside
             # a JSON string (its quote would be escaped), so this split is exact.
-            body = json.dumps(tensors, allow_nan=False, separators=(", ", ": "))[1:-1]
+            # (fresh flat dicts from tensor_entries cannot contain themselves: no cycle bookkeeping per entry)
+            body = json.dumps(tensors, allow_nan=False, separators=(", ", ": "), check_circular=False)[1:-1]
             listing = "[\n        " + body.replace('}, {"name": ', '},\n        {"name": ') + "\n      ]"
         else:
             listing = "[]"
