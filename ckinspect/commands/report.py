@@ -15,7 +15,7 @@ from typing import Any
 
 from ckinspect.discover import find_checkpoints
 from ckinspect.errors import CkinspectError
-from ckinspect.inspect import inspect_path, optional_module
+from ckinspect.inspect import inspect_path
 from ckinspect.model import Checkpoint, fails
 
 TEXT_WIDTH_MAX = 120
@@ -36,11 +36,10 @@ def run(args: argparse.Namespace) -> int:
 def _inspect(target: Any, args: argparse.Namespace, index: int, count: int) -> Checkpoint:
     if args.quick:
         return inspect_path(target, quick=True)
-    scan = optional_module("ckinspect.scan")
-    if scan is None or not hasattr(scan, "terminal_progress"):
-        return inspect_path(target, quick=False)
+    from ckinspect.scan import terminal_progress
+
     label = f"scanning {Path(target.path).name}" + (f" ({index + 1}/{count})" if count > 1 else "")
-    with scan.terminal_progress(label, enabled=not getattr(args, "no_progress", False)) as progress:
+    with terminal_progress(label, enabled=not getattr(args, "no_progress", False)) as progress:
         return inspect_path(target, quick=False, progress=progress)
 
 

@@ -13,18 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckinspect.model import Checkpoint
+from ckinspect.report.sizes import human_bytes
 
 _LIST_LIMIT = 12  # names listed before "... and N more" in text and Markdown (JSON lists all)
-
-
-def human_bytes(nbytes: int) -> str:
-    try:
-        from ckinspect.report.sizes import human_bytes as shared
-    except ImportError:
-        import humanize
-
-        return humanize.naturalsize(nbytes, binary=True, format="%.1f")
-    return shared(nbytes)
 
 
 def number(x: Any) -> str:
@@ -200,29 +191,10 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
 
 
 def build_document(a: Checkpoint, b: Checkpoint, result: Any) -> dict[str, Any]:
-    """The schema-1 document: both files' entries (from the report helper's json_report) plus `diff`."""
-    try:
-        from ckinspect.report import json_report
-    except ImportError:
-        json_report = None  # type: ignore[assignment]
-    if json_report is not None and hasattr(json_report, "build"):
-        return json_report.build([a, b], diff=result)
-    from ckinspect import __version__
+    """The schema-1 document: both files' entries plus `diff`."""
+    from ckinspect.report import json_report
 
-    findings = [f for c in (a, b) for f in c.findings]
-    files = []
-    for c in (a, b):
-        files.append({
-            "path": str(c.path), "format": c.format, "file_bytes": c.file_bytes, "tensor_count": len(c.tensors),
-            "metadata": {k: c.metadata.get(k) for k in ("step", "epoch", "world_size")},
-            "findings": [f.to_json() for f in c.findings],
-        })
-    sev = [f.severity for f in findings]
-    return {
-        "schema": 1, "tool": "ckinspect", "version": __version__, "files": files, "diff": result.to_json(),
-        "summary": {"files": 2, "errors": sev.count("error"), "warnings": sev.count("warning"),
-                    "infos": sev.count("info")},
-    }
+    return json_report.build([a, b], diff=result)
 
 
 def render_json(document: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@ import os
 from typing import Any
 
 from ckinspect.model import Checkpoint, Finding
-from ckinspect.report.diff_report import human_bytes, number
+from ckinspect.report.diff_report import number
+from ckinspect.report.sizes import human_bytes
 
 TOP = 25  # tensors shown in text/Markdown, worst first; JSON lists all
 
@@ -28,20 +29,10 @@ def drift_json(
 
 
 def build_document(ckpt: Checkpoint, drift: dict[str, Any], findings: list[Finding]) -> dict[str, Any]:
-    """Schema 1 with the file entry (from the report helper's json_report when present) and a `drift` object."""
-    try:
-        from ckinspect.report import json_report
-    except ImportError:
-        json_report = None  # type: ignore[assignment]
-    if json_report is not None and hasattr(json_report, "build"):
-        doc = json_report.build([ckpt])
-    else:
-        from ckinspect import __version__
+    """Schema 1: the file's entry plus a `drift` object."""
+    from ckinspect.report import json_report
 
-        doc = {"schema": 1, "tool": "ckinspect", "version": __version__,
-               "files": [{"path": str(ckpt.path), "format": ckpt.format, "file_bytes": ckpt.file_bytes,
-                          "tensor_count": len(ckpt.tensors), "findings": [f.to_json() for f in ckpt.findings]}],
-               "summary": {"files": 1, "errors": 0, "warnings": 0, "infos": 0}}
+    doc = json_report.build([ckpt])
     doc["drift"] = drift
     doc["drift"]["findings"] = [f.to_json() for f in findings]
     return doc

@@ -201,9 +201,8 @@ def test_the_trainers_interrupted_sample_keeps_its_main_and_sets_the_partial_tmp
     from tests.conftest import REPO
 
     sample = REPO / "samples" / "interrupted"
-    tmps = sorted(sample.glob("*.pth.tmp")) if sample.is_dir() else []
-    if not tmps:
-        pytest.skip("samples/interrupted not generated in this checkout")
+    tmps = sorted(sample.glob("*.pth.tmp"))
+    assert tmps, "samples/interrupted has no .pth.tmp: regenerate samples with python -m trainer samples"
     folder = shutil.copytree(sample, tmp_path / "interrupted")
     main = folder / tmps[0].name.removesuffix(".tmp")
     main_hash, tmp_hash = sha(main), sha(folder / tmps[0].name)
