@@ -91,9 +91,15 @@ class Anatomy:
 
 def analyze(ckpt: Checkpoint) -> Checkpoint:
     """Set groups, metadata and layout from the first recogniser that knows this shape (in place; returned)."""
+    analyze_layout(ckpt)
+    return ckpt
+
+
+def analyze_layout(ckpt: Checkpoint) -> Layout:
+    """`analyze`, returning the recognised layout so the role-based checks need not recognise it again."""
     layout = recognise(ckpt)
     apply_layout(ckpt, layout)
-    return ckpt
+    return layout
 
 
 def apply_layout(ckpt: Checkpoint, layout: Layout) -> None:
