@@ -29,6 +29,14 @@ def _unreadable(ckpt: Checkpoint) -> str | None:
     return None
 
 
+def text_layout(args: argparse.Namespace) -> tuple[int, bool]:
+    """(width, colour) for a text report: the shared rule, colour only when stdout is a terminal."""
+    from ckinspect.report.console import text_width
+
+    terminal = not getattr(args, "output", None) and sys.stdout.isatty()
+    return text_width(terminal), terminal
+
+
 def emit(text: str, output: str | None) -> None:
     if output:
         from ckinspect.atomic import atomic_write_text
@@ -65,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     elif fmt == "markdown":
         text = diff_report.render_markdown(result.to_json(), a, b)
     else:
-        text = diff_report.render_text(result.to_json(), a, b)
+        text = diff_report.render_text(result.to_json(), a, b, *text_layout(args))
     emit(text, getattr(args, "output", None))
     if result.changed or result.only_a or result.only_b or result.metadata_changed:
         return EXIT_DIFFERENT

@@ -7,8 +7,6 @@ unwritable --output: one line, raised as CkinspectError and printed by the CLI).
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,6 @@ from ckinspect.discover import find_checkpoints
 from ckinspect.errors import CkinspectError
 from ckinspect.inspect import inspect_path
 from ckinspect.model import Checkpoint, fails
-
-TEXT_WIDTH_MAX = 120
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,16 +50,9 @@ def render(checkpoints: list[Checkpoint], fmt: str, color: bool = False) -> str:
 
         return markdown.render(report)
     from ckinspect.report import text
+    from ckinspect.report.console import text_width
 
     return text.render(report, width=text_width(color), color=color)
-
-
-def text_width(terminal: bool) -> int:
-    """The terminal's width (capped so tables stay readable); 80 in files and pipes unless COLUMNS says."""
-    if terminal:
-        return min(shutil.get_terminal_size().columns, TEXT_WIDTH_MAX)
-    columns = os.environ.get("COLUMNS", "")
-    return min(int(columns), TEXT_WIDTH_MAX) if columns.isdigit() and int(columns) >= 40 else 80
 
 
 def write(output: str, destination: str | None) -> None:
