@@ -296,15 +296,20 @@ def _check_pickle_stream(path: Path, fmt: str) -> Integrity:
 
 
 def _check_dcp_metadata(path: Path) -> Integrity:
-    """A DCP index is whole when its pickle ends and, for `.metadata`, the folder reads without CORRUPT.
+    """A DCP index is whole when its pickle ends and the folder reads through it without CORRUPT.
 
-    A `.metadata.tmp` is judged by its pickle alone: the DCP reader only reads `.metadata`, and
-    pointing it at links elsewhere is refused (paths that leave the folder), rightly.
+    A `.metadata.tmp` is read as the folder's index in place of `.metadata`, so a tmp whose .distcp
+    files are missing or cut short is not taken for a save that only lacked its rename.
     """
+    from ckinspect.formats.dcp import read_dcp
+
     stream = _check_pickle_stream(path, "dcp")
-    if not stream.ok or path.name != DCP_METADATA:
+    if not stream.ok:
         return stream
-    return _verdict(open_checkpoint(path.parent), "dcp")
+    try:
+        return _verdict(read_dcp(path.parent, metadata_name=path.name), "dcp")
+    except Exception as exc:  # noqa: BLE001 - as open_checkpoint does: a reader failure is a verdict, not a crash
+        return Integrity(False, "dcp", f"unreadable DCP index ({type(exc).__name__}: {exc})")
 
 
 def _verdict(ckpt, fmt: str) -> Integrity:
