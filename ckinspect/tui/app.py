@@ -1,0 +1,105 @@
+"""The one app factory: the CLI (launch.py) and the snapshot tests build the app through `create_app`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from ckinspect.tui.core import Backend
+
+THEMES = ("textual-dark", "textual-light")
+
+
+class CkinspectApp(App[int]):
+    TITLE = "ckinspect"
+    CSS_PATH: ClassVar = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss"]
+    HORIZONTAL_BREAKPOINTS: ClassVar = [(0, "-narrow"), (110, "-wide")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark,f1", "help", "Help", key_display="?"),
+        Binding("t", "toggle_theme", "Theme", tooltip="Switch between the dark and the light theme"),
+        Binding("ctrl+p", "command_palette", "Commands", show=False),
+    ]
+
+    def __init__(
+        self,
+        first_screen: Screen,
+        *,
+        backend: Backend | None = None,
+        theme: str = "textual-dark",
+        cursor_blink: bool = True,
+        quick: bool = False,
+    ) -> None:
+        super().__init__()
+        self._first_screen = first_screen
+        self.quick = quick  # --quick: structure only, no value scan
+        self.backend = backend or Backend()
+        self.cursor_blink_enabled = cursor_blink
+        self.theme = theme
+
+    def get_default_screen(self) -> Screen:
+        return self._first_screen
+
+    def action_toggle_theme(self) -> None:
+        self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
+
+    def action_help(self) -> None:
+        from ckinspect.tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Every key binding of the current screen and the app, plus each screen's extra commands."""
+        seen: set[str] = set()
+        for binding in [*getattr(screen, "BINDINGS", []), *self.BINDINGS]:
+            if not isinstance(binding, Binding) or not binding.description or binding.action in seen:
+                continue
+            if binding.action == "command_palette":
+                continue
+            seen.add(binding.action)
+            target = self if binding in self.BINDINGS else screen
+            yield SystemCommand(
+                binding.description,
+                binding.tooltip or f"key: {binding.key_display or binding.key}",
+                lambda target=target, action=binding.action: self.call_later(target.run_action, action),
+            )
+        for title, help_text, action in getattr(screen, "palette_commands", lambda: [])():
+            yield SystemCommand(title, help_text, lambda action=action: self.call_later(screen.run_action, action))
+        yield from super().get_system_commands(screen)
+
+
+def create_app(
+    command: str,
+    paths: Sequence[str | Path],
+    *,
+    backend: Backend | None = None,
+    theme: str = "textual-dark",
+    cursor_blink: bool = True,
+    quick: bool = False,
+) -> CkinspectApp:
+    """`main` PATH... (a file, or folders to choose from), `diff` A B, or `drift` PATH."""
+    targets = [Path(p) for p in paths]
+    screen: Screen
+    if command == "diff":
+        from ckinspect.tui.screens.diff import DiffScreen
+
+        screen = DiffScreen(targets[0], targets[1])
+    elif command == "drift":
+        from ckinspect.tui.screens.drift import DriftScreen
+
+        screen = DriftScreen(targets[0])
+    elif len(targets) == 1 and not targets[0].is_dir():
+        from ckinspect.tui.screens.inspect import InspectScreen
+
+        screen = InspectScreen(targets[0])
+    else:
+        from ckinspect.tui.screens.folder import FolderScreen
+
+        screen = FolderScreen(targets)
+    return CkinspectApp(screen, backend=backend, theme=theme, cursor_blink=cursor_blink, quick=quick)

@@ -1,0 +1,26 @@
+"""`ckinspect PATH`, `ckinspect diff A B`, `ckinspect drift PATH` without --report start the TUI here."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ckinspect.errors import CkinspectError
+
+
+def run(command: str, args: argparse.Namespace) -> int:
+    if command == "diff":
+        paths = [args.a, args.b]
+    elif command == "drift":
+        paths = [args.path]
+    else:
+        paths = list(args.paths)
+    for path in paths:
+        if not Path(path).exists():
+            raise CkinspectError(f"{path}: no such file or folder")
+
+    from ckinspect.tui.app import create_app
+
+    app = create_app(command, paths, quick=bool(getattr(args, "quick", False)))
+    app.run()
+    return app.return_code or 0  # 1 when the app stopped on an unhandled error (Textual printed it)

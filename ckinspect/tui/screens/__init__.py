@@ -1,0 +1,1 @@
+"""Screens of the ckinspect TUI, one per file."""

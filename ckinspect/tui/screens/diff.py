@@ -1,0 +1,341 @@
+"""Two checkpoints side by side: rows aligned by tensor name, a status column, max |Δ|, a summary line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
+from textual.worker import Worker, WorkerState
+
+from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.tui.core import NotAvailable, human_bytes, name_matcher, name_pairs_from_result, shape_text
+from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
+from ckinspect.tui.screens.inspect import failure_text
+from ckinspect.tui.widgets.palette import STATUS_COLOURS
+from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
+
+LEFT_COLUMNS = (
+    Column("name", "A: name", None, min_width=20, keep_end=True),
+    Column("dtype", "dtype", 8, optional=True),
+    Column("shape", "shape", 12),
+)
+RIGHT_COLUMNS = (
+    Column("status", "status", 13),
+    Column("delta", "max |Δ|", 9, justify="right"),
+    Column("name", "B: name", None, min_width=20, keep_end=True),
+    Column("dtype", "dtype", 8, optional=1),
+    Column("shape", "shape", 12, optional=2),  # B's shape goes first: the status says when it differs
+)
+
+
+@dataclass
+class Pair:
+    name: str
+    a: TensorInfo | None
+    b: TensorInfo | None
+    status: str = "comparing"
+    max_abs_diff: float | None = None
+
+    @property
+    def differs(self) -> bool:
+        return self.status not in ("same", "comparing")
+
+
+def align(a: Checkpoint, b: Checkpoint, matched: dict[str, str] | None = None) -> list[Pair]:
+    """A's order, with each tensor only in B placed right after its predecessor in B.
+
+    `matched` maps A names to B names (the diff matches `model.x` in a resume file with `x` in a
+    weights file); without it, names are matched as stored.
+    """
+    in_a = {t.name: t for t in a.tensors}
+    in_b = {t.name: t for t in b.tensors}
+    if matched is None:
+        matched = {name: name for name in in_a if name in in_b}
+    b_to_a = {y: x for x, y in matched.items()}
+    after: dict[str | None, list[str]] = {}
+    previous: str | None = None
+    for t in b.tensors:
+        if t.name not in b_to_a:
+            after.setdefault(previous, []).append(t.name)
+        else:
+            previous = b_to_a[t.name]
+    pairs: list[Pair] = []
+    used: set[str] = set(in_a)
+
+    def add_only_b(anchor: str | None) -> None:
+        for name in after.get(anchor, []):
+            key = name if name not in used else f"{name} (B)"
+            used.add(key)
+            pairs.append(Pair(key, None, in_b[name], "only in B"))
+
+    add_only_b(None)
+    for t in a.tensors:
+        other = in_b.get(matched.get(t.name, ""))
+        if other is None:
+            pairs.append(Pair(t.name, t, None, "only in A"))
+        elif other.dtype != t.dtype:
+            pairs.append(Pair(t.name, t, other, "dtype changed"))
+        elif tuple(other.shape) != tuple(t.shape):
+            pairs.append(Pair(t.name, t, other, "shape changed"))
+        else:
+            pairs.append(Pair(t.name, t, other))
+        add_only_b(t.name)
+    return pairs
+
+
+def apply_result(pairs: list[Pair], result: Any) -> dict[str, Any]:
+    """Fold a DiffResult (its schema-1 JSON) into the pairs; returns that JSON."""
+    data = result.to_json() if hasattr(result, "to_json") else dict(result)
+    data = data.get("diff", data)
+    changed = {c["name"]: c for c in data.get("changed", [])}
+    unreadable = {u["name"]: u.get("message", "") for u in data.get("unreadable", [])}
+    for pair in pairs:
+        if pair.name in unreadable:
+            pair.status = "unreadable"
+            continue
+        if pair.status != "comparing":
+            entry = changed.get(pair.name)
+            if entry is not None and entry.get("max_abs_diff") is not None:
+                pair.max_abs_diff = entry["max_abs_diff"]
+            continue
+        entry = changed.get(pair.name)
+        if entry is None:
+            pair.status = "same"
+        else:
+            reason = entry.get("reason", "values")
+            pair.status = {"shape": "shape changed", "dtype": "dtype changed"}.get(reason, "changed")
+            pair.max_abs_diff = _as_float(entry.get("max_abs_diff"))
+    return data
+
+
+def _as_float(x: Any) -> float | None:
+    """JSON writes non-finite differences as "inf"/"nan"."""
+    if x is None:
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _cells(t: TensorInfo | None) -> tuple[str, str, str]:
+    if t is None:
+        return ("—", "", "")
+    return (t.name, t.dtype, shape_text(t.shape))
+
+
+def _delta(x: float | None) -> str:
+    if x is None:
+        return ""
+    return f"{x:.3g}"
+
+
+def rows_for(pairs: list[Pair]) -> tuple[list[Row], list[Row]]:
+    left, right = [], []
+    for index, p in enumerate(pairs):
+        colour = STATUS_COLOURS.get(p.status) or None
+        a, b = _cells(p.a), _cells(p.b)
+        left.append(Row(p.name, a, (index, a[1], a[2]), (None if p.a else "dim",)))
+        right.append(Row(p.name, (p.status, _delta(p.max_abs_diff), *b), (index,) * 5, (colour, colour, None if p.b else "dim")))
+    return left, right
+
+
+class DiffScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("x", "toggle_differences", "Diffs only", tooltip="Show only tensors that differ (or show all again)"),
+        Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring or a glob"),
+        Binding("n", "next_difference", "Next diff", tooltip="Move to the next tensor that differs"),
+        Binding("escape", "back", "Back", show=False),
+    ]
+
+    def __init__(self, a_path: Path, b_path: Path, *, a: Checkpoint | None = None, b: Checkpoint | None = None) -> None:
+        super().__init__()
+        self.a_path, self.b_path = Path(a_path), Path(b_path)
+        self.a, self.b = a, b
+        self.pairs: list[Pair] = []
+        self.differences_only = False
+        self.result: dict[str, Any] | None = None
+        self.result_note = "comparing values…"
+        self.matched: dict[str, str] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Label(Text.assemble(("A ", "bold"), str(self.a_path), ("   B ", "bold"), str(self.b_path)), classes="title-line", id="diff-title")
+        yield Static("reading both checkpoints…", classes="summary-line", id="summary")
+        yield Input(placeholder="filter: substring or glob", id="diff-filter", classes="filter-box")
+        with Vertical(id="diff-loading"):
+            yield LoadingIndicator()
+        with Horizontal(id="tables"):
+            yield VirtualTable(LEFT_COLUMNS, id="left", empty_text="no tensor to show")
+            yield VirtualTable(RIGHT_COLUMNS, id="right", empty_text="")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#diff-filter", Input).cursor_blink = self.app.cursor_blink_enabled
+        self.query_one("#tables").display = False
+        self.load()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="reading both checkpoints")
+    def load(self) -> None:
+        backend = self.app.backend
+        a = self.a or backend.load(self.a_path)
+        b = self.b or backend.load(self.b_path)
+        names = backend.match_names(a, b)
+        matched = {x: y for x, y in names if x is not None and y is not None} if names is not None else None
+        self.post_message(DiffLoaded(a, b, matched))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="diff", description="comparing values")
+    def compare(self, a: Checkpoint, b: Checkpoint) -> None:
+        result = self.app.backend.diff(a, b, progress=lambda f: self.post_message(Progress("diff", f)))
+        self.post_message(DiffComputed(result))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state != WorkerState.ERROR:
+            return
+        why = failure_text(event.worker.error)
+        if event.worker.group == "load":
+            self.query_one("#diff-loading").display = False
+            self.query_one("#summary", Static).update(f"cannot read both checkpoints: {why}")
+        else:
+            self.result_note = f"value comparison {why}"
+            if isinstance(event.worker.error, NotAvailable):
+                for pair in self.pairs:
+                    if pair.status == "comparing":
+                        pair.status = "same shape"
+            self._refresh_rows()
+
+    def on_diff_loaded(self, message: DiffLoaded) -> None:
+        self.a, self.b = message.a, message.b
+        self.matched = message.matched
+        self.pairs = align(message.a, message.b, message.matched)
+        self.query_one("#diff-loading").display = False
+        self.query_one("#tables").display = True
+        self._refresh_rows()
+        self.query_one("#left", VirtualTable).focus()
+        self.compare(message.a, message.b)
+
+    def on_progress(self, message: Progress) -> None:
+        if message.task == "diff" and self.result is None:
+            self.result_note = f"comparing values… {message.fraction:.0%}"
+            self._show_summary()
+
+    def on_diff_computed(self, message: DiffComputed) -> None:
+        if self.matched is None and self.a is not None and self.b is not None:
+            matched = name_pairs_from_result(self.a, self.b, message.result)
+            if matched is not None:
+                self.matched = matched
+                self.pairs = align(self.a, self.b, matched)
+        self.result = apply_result(self.pairs, message.result)
+        self.result_note = ""
+        self._refresh_rows()
+
+    def _refresh_rows(self) -> None:
+        left_rows, right_rows = rows_for(self.pairs)
+        left, right = self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)
+        keep = left.current_row.key if left.current_row else None
+        left.set_rows(left_rows)
+        right.set_rows(right_rows)
+        self._apply_filter()
+        if keep:
+            left.move_to_key(keep)
+        self._show_summary()
+
+    def _apply_filter(self) -> None:
+        matches = name_matcher(self.query_one("#diff-filter", Input).value)
+        differing = {p.name for p in self.pairs if p.differs}
+        only = self.differences_only
+
+        def keep(row: Row) -> bool:
+            return (not only or row.key in differing) and matches(row.key)
+
+        left = self.query_one("#left", VirtualTable)
+        left.empty_text = "no differences" if only and not differing and not self.query_one("#diff-filter", Input).value else "no tensor matches"
+        for table in self.query(VirtualTable):
+            table.set_filter(keep)
+
+    def _show_summary(self) -> None:
+        counts: dict[str, int] = {}
+        for p in self.pairs:
+            counts[p.status] = counts.get(p.status, 0) + 1
+        a_n = len(self.a.tensors) if self.a else 0
+        b_n = len(self.b.tensors) if self.b else 0
+        text = Text(f"A {a_n:,} tensors ({human_bytes(self.a.file_bytes) if self.a else '?'})  "
+                    f"B {b_n:,} tensors ({human_bytes(self.b.file_bytes) if self.b else '?'})  ")
+        for status in ("same", "changed", "shape changed", "dtype changed", "only in A", "only in B", "unreadable", "same shape", "comparing"):
+            if counts.get(status):
+                text.append(f"{status} {counts[status]:,}", style=STATUS_COLOURS.get(status) or "")
+                text.append("  ")
+        if self.result is not None:
+            identical = bool(self.result.get("identical", not any(p.differs for p in self.pairs)))
+            text.append("IDENTICAL" if identical else "DIFFERENT", style="bold " + ("#3bb58a" if identical else "#e5484d"))
+            match = self.result.get("match") or ""
+            if match and match != "names matched exactly":
+                text.append(f"  ({match})", style="italic")
+        elif self.result_note:
+            text.append(self.result_note, style="italic")
+        if self.differences_only:
+            text.append("  (differences only)", style="italic")
+        self.query_one("#summary", Static).update(text)
+
+    # ------------------------------------------------------------ the two tables move together
+
+    @on(VirtualTable.Scrolled)
+    def _scrolled(self, event: VirtualTable.Scrolled) -> None:
+        other = self._other(event.table)
+        if other is not None and round(other.scroll_y) != event.top:
+            other.scroll_to(y=event.top, animate=False, force=True)
+
+    @on(VirtualTable.RowHighlighted)
+    def _highlighted(self, event: VirtualTable.RowHighlighted) -> None:
+        other = self._other(event.table)
+        if other is not None and other.cursor != event.index:
+            other.cursor = event.index
+
+    def _other(self, table: VirtualTable) -> VirtualTable | None:
+        if table.id == "left":
+            return self.query_one("#right", VirtualTable)
+        if table.id == "right":
+            return self.query_one("#left", VirtualTable)
+        return None
+
+    # ------------------------------------------------------------ actions
+
+    @on(Input.Changed, "#diff-filter")
+    def _filter_changed(self) -> None:
+        self._apply_filter()
+
+    @on(Input.Submitted, "#diff-filter")
+    def _filter_submitted(self) -> None:
+        self.query_one("#left", VirtualTable).focus()
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#diff-filter", Input).focus()
+
+    def action_toggle_differences(self) -> None:
+        self.differences_only = not self.differences_only
+        self._apply_filter()
+        self._show_summary()
+
+    def action_next_difference(self) -> None:
+        left = self.query_one("#left", VirtualTable)
+        differing = {p.name for p in self.pairs if p.differs}
+        keys = left.visible_keys()
+        for position in range(left.cursor + 1, len(keys)):
+            if keys[position] in differing:
+                left.cursor = position
+                return
+        self.notify("no further difference", timeout=1.5)
+
+    def action_back(self) -> None:
+        box = self.query_one("#diff-filter", Input)
+        if box.value:
+            box.value = ""
+        elif len(self.app.screen_stack) > 1:
+            self.app.pop_screen()

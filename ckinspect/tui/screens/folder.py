@@ -1,0 +1,147 @@
+"""A folder (or several paths): the checkpoints found, with format, size, step and finding badges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Label, Static
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from ckinspect.model import Checkpoint
+from ckinspect.tui.core import human_bytes, severity_badges, verdict_of
+from ckinspect.tui.messages import TargetsFound, TargetSummarized, TargetSummary
+from ckinspect.tui.screens.inspect import InspectScreen, failure_text
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
+from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
+
+COLUMNS = (
+    Column("path", "checkpoint", None, min_width=16, keep_end=True),
+    Column("format", "format", 12),
+    Column("size", "size", 9, justify="right"),
+    Column("step", "step", 7, justify="right"),
+    Column("findings", "findings", 9),
+)
+
+
+def shown_path(path: Path, roots: list[Path]) -> str:
+    for root in roots:
+        if root.is_dir() and path.is_relative_to(root):
+            return str(path.relative_to(root)) or path.name
+    return str(path)
+
+
+def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
+    name = shown_path(summary.path, roots)
+    if summary.error:
+        return Row(str(summary.path), (name, "?", "", "", "unreadable"), (name, "", -1, -1, 3), (None, None, None, None, SEVERITY_COLOURS["error"]))
+    if summary.findings is None:
+        return Row(str(summary.path), (name, "…", "", "", ""), (name, "", -1, -1, -1))
+    badges = severity_badges(summary.findings) or "ok"
+    level = verdict_of(summary.findings)
+    step = summary.step if summary.step is not None else ""
+    return Row(
+        str(summary.path),
+        (name, summary.format, human_bytes(summary.file_bytes or 0), str(step), badges),
+        (name, summary.format, summary.file_bytes or 0, step if isinstance(step, int) else -1, {"ok": 0, "info": 0, "warning": 1, "error": 2}[level]),
+        (None, None, None, None, SEVERITY_COLOURS.get(level)),
+    )
+
+
+class FolderScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Open", tooltip="Inspect the selected checkpoint"),
+        Binding("s", "sort_next", "Sort", tooltip="Sort on the next column"),
+        Binding("R", "repair", "Repair", tooltip="Plan repairs of interrupted saves in this folder"),
+    ]
+
+    def __init__(self, paths: list[Path]) -> None:
+        super().__init__()
+        self.roots = [Path(p) for p in paths]
+        self.summaries: dict[Path, TargetSummary] = {}
+        self.loaded: dict[Path, Checkpoint] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Label(Text.assemble(("checkpoints in ", "bold"), ", ".join(map(str, self.roots))), classes="title-line")
+        yield Static("looking for checkpoints…", classes="summary-line", id="folder-summary")
+        yield VirtualTable(COLUMNS, id="targets", empty_text="looking…")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(VirtualTable).focus()
+        self.discover()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="discover", description="finding checkpoints")
+    def discover(self) -> None:
+        backend = self.app.backend
+        paths = backend.find(self.roots)
+        self.post_message(TargetsFound(paths))
+        if len(paths) == 1 and len(self.roots) == 1:
+            return  # it opens straight away in its own screen, which reads it
+        worker = get_current_worker()
+        for path in paths:
+            if worker.is_cancelled:
+                return
+            try:
+                ckpt = backend.load(path)
+            except Exception as exc:  # one unreadable file must not hide the others
+                self.post_message(TargetSummarized(TargetSummary(path, error=str(exc))))
+                continue
+            self.loaded[path] = ckpt
+            summary = TargetSummary(path, ckpt.format, ckpt.file_bytes, ckpt.metadata.get("step"), list(ckpt.findings))
+            self.post_message(TargetSummarized(summary))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            self.query_one("#folder-summary", Static).update(f"finding checkpoints {failure_text(event.worker.error)}")
+
+    def on_targets_found(self, message: TargetsFound) -> None:
+        if len(message.paths) == 1 and len(self.roots) == 1:
+            # a DCP folder, a sharded set, or a folder holding one checkpoint: open it straight away
+            # (pushed, so Escape still leads back to the listing)
+            self.app.push_screen(InspectScreen(message.paths[0]))
+        self.summaries = {p: TargetSummary(p) for p in message.paths}
+        table = self.query_one(VirtualTable)
+        table.empty_text = "no checkpoint found here"
+        table.set_rows([summary_row(s, self.roots) for s in self.summaries.values()])
+        self._summarize()
+
+    def on_target_summarized(self, message: TargetSummarized) -> None:
+        self.summaries[message.summary.path] = message.summary
+        self.query_one(VirtualTable).replace_row(summary_row(message.summary, self.roots))
+        self._summarize()
+
+    def _summarize(self) -> None:
+        done = [s for s in self.summaries.values() if s.findings is not None or s.error]
+        text = f"{len(self.summaries)} checkpoint(s)"
+        if len(done) < len(self.summaries):
+            text += f" · reading {len(done)}/{len(self.summaries)}…"
+        self.query_one("#folder-summary", Static).update(text + " · Enter opens one")
+
+    @on(VirtualTable.RowSelected)
+    def _selected(self) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        row = self.query_one(VirtualTable).current_row
+        if row is not None:
+            path = Path(row.key)
+            self.app.push_screen(InspectScreen(path, self.loaded.get(path)))
+
+    def action_sort_next(self) -> None:
+        table = self.query_one(VirtualTable)
+        keys = [c.key for c in COLUMNS]
+        current = table.sort_column
+        following = keys[(keys.index(current) + 1) % len(keys)] if current in keys else keys[0]
+        table.sort_by(following, reverse=following in ("size", "step", "findings"))
+
+    def action_repair(self) -> None:
+        from ckinspect.tui.screens.repair import RepairScreen
+
+        folder = next((r for r in self.roots if r.is_dir()), self.roots[0].parent)
+        self.app.push_screen(RepairScreen(folder))

@@ -1,0 +1,304 @@
+"""One checkpoint: header, group bar, sortable/filterable tensor table (or tree), details, findings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
+from textual.worker import Worker, WorkerState
+
+from ckinspect.model import Checkpoint
+from ckinspect.tui.core import NotAvailable, ValueStats, name_matcher
+from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
+from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
+from ckinspect.tui.widgets.details_pane import DetailsPane
+from ckinspect.tui.widgets.findings_panel import FindingsPanel
+from ckinspect.tui.widgets.group_bar import GroupBar
+from ckinspect.tui.widgets.tensor_table import COLUMNS, TensorTable, tensor_rows
+from ckinspect.tui.widgets.tensor_tree import TensorTree
+from ckinspect.tui.widgets.virtual_table import VirtualTable
+
+
+def failure_text(error: BaseException | None) -> str:
+    if isinstance(error, NotAvailable):
+        return f"not available yet ({error})"
+    return f"failed: {type(error).__name__}: {error}"
+
+
+class InspectScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring, or a glob with * ? ["),
+        Binding("s", "sort_next", "Sort", tooltip="Sort on the next column (click a header to sort on it)"),
+        Binding("r", "sort_reverse", "Reverse", tooltip="Reverse the sort order"),
+        Binding("g", "toggle_tree", "Tree", tooltip="Switch between the table and a tree grouped by module path"),
+        Binding("v", "value_stats", "Values", tooltip="Compute value statistics of the selected tensor"),
+        Binding("f", "focus_findings", "Findings", tooltip="Go to the findings; Enter on one jumps to its tensor"),
+        Binding("d", "diff_with", "Diff", tooltip="Compare with another checkpoint"),
+        Binding("w", "drift", "Drift", tooltip="fp16/bf16 rounding error per tensor, and logit drift"),
+        Binding("R", "repair", "Repair", tooltip="Plan repairs of interrupted saves in this folder"),
+        Binding("escape", "back", "Back", show=False),
+    ]
+
+    def __init__(self, target: Path, ckpt: Checkpoint | None = None) -> None:
+        super().__init__()
+        self.target = Path(target)
+        self.ckpt: Checkpoint | None = ckpt
+        self.scan_note = ""
+        self.scan_stats: dict[str, ValueStats] = {}
+        self.stats_cache: dict[str, ValueStats] = {}
+
+    def compose(self) -> ComposeResult:
+        yield CheckpointHeader(id="ckpt-header")
+        yield GroupBar(id="group-bar")
+        with Vertical(id="loading"):
+            yield Label(f"reading {self.target} …", id="loading-label")
+            yield ProgressBar(total=None, show_eta=False, id="loading-progress")
+        with Horizontal(id="body"):
+            with Vertical(id="main"):
+                yield Input(placeholder="filter: substring or glob (model.*.attn.*)", id="filter")
+                with ContentSwitcher(initial="tensors", id="views"):
+                    yield TensorTable(id="tensors")
+                    yield TensorTree(id="tree")
+            with Vertical(id="side"):
+                yield DetailsPane(id="details")
+                yield FindingsPanel(id="findings")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).cursor_blink = self.app.cursor_blink_enabled
+        self.query_one("#body").display = False
+        self.query_one(CheckpointHeader).show_loading(str(self.target))
+        self.load()
+
+    # ------------------------------------------------------------ workers
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="reading the checkpoint")
+    def load(self) -> None:
+        backend = self.app.backend
+        ckpt = self.ckpt or backend.load(self.target, progress=lambda f: self.post_message(Progress("load", f)))
+        rows = tensor_rows(ckpt)
+        try:
+            groups, note = backend.group_bytes(ckpt), ""
+        except NotAvailable as exc:
+            groups, note = None, f"group sizes not available yet ({exc})"
+        self.post_message(CheckpointLoaded(ckpt, rows, groups, note))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="scan", description="scanning values")
+    def scan(self, ckpt: Checkpoint) -> None:
+        outcome = self.app.backend.scan(ckpt, progress=lambda f: self.post_message(Progress("scan", f)))
+        self.post_message(ScanFinished(outcome.findings, outcome.stats))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="stats", description="value statistics")
+    def compute_stats(self, ckpt: Checkpoint, name: str) -> None:
+        tensor = ckpt.tensor(name)
+        if tensor is None:
+            return
+        stats = self.app.backend.value_stats(ckpt, tensor, progress=lambda f: self.post_message(Progress("stats", f)))
+        self.post_message(StatsReady(name, stats))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Every worker failure of this screen lands here."""
+        if event.state != WorkerState.ERROR:
+            return
+        worker, why = event.worker, failure_text(event.worker.error)
+        if worker.group == "load":
+            self.query_one("#loading-label", Label).update(f"cannot open {self.target}: {why}")
+            self.query_one("#loading-progress").display = False
+        elif worker.group == "scan":
+            self.scan_note = f"value scan {why}"
+            self._show_findings()
+        elif worker.group == "stats":
+            self.query_one(DetailsPane).show_stats_note(f"value statistics {why}")
+
+    # ------------------------------------------------------------ results
+
+    def on_progress(self, message: Progress) -> None:
+        if message.task == "load":
+            bar = self.query_one("#loading-progress", ProgressBar)
+            bar.update(total=1.0, progress=message.fraction)
+        elif message.task == "stats":
+            self.query_one(DetailsPane).show_stats_note(f"computing… {message.fraction:.0%}")
+        elif message.task == "scan":
+            self.scan_note = f"value scan {message.fraction:.0%}"
+
+    def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
+        self.ckpt = ckpt = message.ckpt
+        self.query_one("#loading").display = False
+        self.query_one("#body").display = True
+        self.query_one(CheckpointHeader).show(ckpt)
+        bar = self.query_one(GroupBar)
+        bar.note = message.groups_note
+        bar.groups = message.groups
+        table = self.query_one(TensorTable)
+        if not message.rows:
+            table.empty_text = "no tensors in this file" + (" (see the findings)" if ckpt.findings else "")
+        table.set_rows(message.rows)
+        table.focus()
+        self._show_details()
+        if self.app.quick:
+            self.scan_note = "--quick: values not scanned"
+            self._show_findings()
+            return
+        self.scan_note = "value scan running…"
+        self._show_findings()
+        self.scan(ckpt)
+
+    def on_scan_finished(self, message: ScanFinished) -> None:
+        if self.ckpt is not None:
+            self.ckpt.findings.extend(message.findings)
+        self.scan_note = ""
+        self.scan_stats = message.stats
+        self._show_findings()
+        self._show_details(refresh_stats=True)
+
+    def on_stats_ready(self, message: StatsReady) -> None:
+        self.stats_cache[message.tensor] = message.stats
+        if self.query_one(DetailsPane).tensor_name == message.tensor:
+            self.query_one(DetailsPane).show_stats(message.stats)
+
+    def _show_findings(self) -> None:
+        if self.ckpt is not None:
+            self.query_one(FindingsPanel).show(self.ckpt.findings, self.scan_note)
+
+    def _show_details(self, name: str | None = None, refresh_stats: bool = False) -> None:
+        if self.ckpt is None:
+            return
+        if name is None:
+            row = self.query_one(TensorTable).current_row
+            name = row.key if row else None
+        pane = self.query_one(DetailsPane)
+        if not pane.show_tensor(self.ckpt, self.ckpt.tensor(name) if name else None) and not refresh_stats:
+            return  # already showing it (with whatever statistics arrived)
+        if name in self.stats_cache:
+            pane.show_stats(self.stats_cache[name])
+        elif name in self.scan_stats:
+            pane.show_stats(self.scan_stats[name], note="from the value scan; v adds a histogram")
+
+    # ------------------------------------------------------------ interaction
+
+    @on(VirtualTable.RowHighlighted, "#tensors")
+    def _row_highlighted(self, event: VirtualTable.RowHighlighted) -> None:
+        self._show_details(event.row.key if event.row else None)
+
+    @on(VirtualTable.RowSelected, "#tensors")
+    def _row_selected(self, event: VirtualTable.RowSelected) -> None:
+        self.action_value_stats()
+
+    @on(TensorTree.TensorChosen)
+    def _tree_chosen(self, event: TensorTree.TensorChosen) -> None:
+        self.query_one(TensorTable).move_to_key(event.name)
+        self._show_details(event.name)
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        matches = name_matcher(event.value)
+        table = self.query_one(TensorTable)
+        table.set_filter(None if not event.value.strip() else (lambda row: matches(row.key)))
+        if self.query_one(ContentSwitcher).current == "tree" and self.ckpt is not None:
+            self.query_one(TensorTree).load(self.ckpt, set(table.visible_keys()))
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self) -> None:
+        self.query_one(TensorTable).focus()
+
+    @on(FindingsPanel.JumpToTensor)
+    def _jump(self, event: FindingsPanel.JumpToTensor) -> None:
+        self.jump_to(event.tensor)
+
+    def jump_to(self, name: str) -> None:
+        table = self.query_one(TensorTable)
+        if not table.move_to_key(name):
+            self.query_one("#filter", Input).value = ""
+            table.set_filter(None)
+            table.move_to_key(name)
+        self.query_one(ContentSwitcher).current = "tensors"
+        table.focus()
+        self._show_details(name)
+
+    def action_focus_filter(self) -> None:
+        self.query_one(ContentSwitcher).current = "tensors"
+        self.query_one("#filter", Input).focus()
+
+    def action_sort_next(self) -> None:
+        table = self.query_one(TensorTable)
+        keys = [c.key for c in COLUMNS]
+        current = table.sort_column
+        following = keys[(keys.index(current) + 1) % len(keys)] if current in keys else keys[0]
+        table.sort_by(following, reverse=following not in ("name", "group", "dtype"))
+        self.notify(f"sorted by {following}", timeout=1.5)
+
+    def action_sort_by(self, column: str) -> None:
+        self.query_one(TensorTable).sort_by(column)
+
+    def action_sort_reverse(self) -> None:
+        table = self.query_one(TensorTable)
+        if table.sort_column is None:
+            table.sort_by("name", reverse=True)
+        else:
+            table.sort_by(table.sort_column, reverse=not table.sort_reverse)
+
+    def action_toggle_tree(self) -> None:
+        switcher = self.query_one(ContentSwitcher)
+        if switcher.current == "tensors":
+            if self.ckpt is not None:
+                table = self.query_one(TensorTable)
+                names = None if table.row_count == len(table.rows) else set(table.visible_keys())
+                self.query_one(TensorTree).load(self.ckpt, names)
+            switcher.current = "tree"
+            self.query_one(TensorTree).focus()
+        else:
+            switcher.current = "tensors"
+            self.query_one(TensorTable).focus()
+
+    def action_value_stats(self) -> None:
+        row = self.query_one(TensorTable).current_row
+        if self.ckpt is None or row is None:
+            return
+        if row.key in self.stats_cache:
+            self.query_one(DetailsPane).show_stats(self.stats_cache[row.key])
+            return
+        self.query_one(DetailsPane).show_stats_note("computing…")
+        self.compute_stats(self.ckpt, row.key)
+
+    def action_focus_findings(self) -> None:
+        self.query_one(FindingsPanel).focus()
+
+    def action_diff_with(self) -> None:
+        from ckinspect.tui.screens.pick_file import PickFileScreen
+
+        def chosen(other: Path | None) -> None:
+            if other is not None:
+                from ckinspect.tui.screens.diff import DiffScreen
+
+                self.app.push_screen(DiffScreen(self.target, other, a=self.ckpt))
+
+        self.app.push_screen(PickFileScreen(self.target), chosen)
+
+    def action_drift(self) -> None:
+        from ckinspect.tui.screens.drift import DriftScreen
+
+        self.app.push_screen(DriftScreen(self.target, self.ckpt))
+
+    def action_repair(self) -> None:
+        from ckinspect.tui.screens.repair import RepairScreen
+
+        folder = self.target if self.target.is_dir() else self.target.parent
+        self.app.push_screen(RepairScreen(folder))
+
+    def action_back(self) -> None:
+        filter_box = self.query_one("#filter", Input)
+        if filter_box.value:
+            filter_box.value = ""
+            self.query_one(TensorTable).focus()
+        elif len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    def palette_commands(self) -> list[tuple[str, str, str]]:
+        """(title, help, action) for the command palette beyond this screen's key bindings."""
+        return [(f"Sort by {c.label}", f"Sort the tensor table on {c.label} (again: reverse)", f"sort_by('{c.key}')") for c in COLUMNS]

@@ -1,0 +1,80 @@
+"""Choose the second checkpoint for a diff: the ones beside the current file, or type a path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, OptionList
+from textual.widgets.option_list import Option
+from textual.worker import Worker, WorkerState
+
+
+class PickFileScreen(ModalScreen[Path | None]):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    class Candidates(Message):
+        def __init__(self, paths: list[Path]) -> None:
+            super().__init__()
+            self.paths = paths
+
+    def __init__(self, current: Path) -> None:
+        super().__init__()
+        self.current = Path(current)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(f"Compare {self.current} with:")
+            yield Input(value="", placeholder="path of another checkpoint (Enter)", id="path")
+            yield OptionList(id="candidates")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).cursor_blink = self.app.cursor_blink_enabled
+        self.query_one(OptionList).add_option(Option("looking beside it…", disabled=True))
+        self.query_one(OptionList).focus()
+        self.look_around()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="pick", description="checkpoints nearby")
+    def look_around(self) -> None:
+        folder = self.current.parent if not self.current.is_dir() else self.current.parent
+        paths = [p for p in self.app.backend.find([folder]) if p != self.current]
+        self.post_message(self.Candidates(paths))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            options = self.query_one(OptionList)
+            options.clear_options()
+            options.add_option(Option("cannot list the folder; type a path above", disabled=True))
+
+    def on_pick_file_screen_candidates(self, message: Candidates) -> None:
+        options = self.query_one(OptionList)
+        options.clear_options()
+        for path in message.paths:
+            options.add_option(Option(str(path), id=str(path)))
+        if not message.paths:
+            options.add_option(Option("no other checkpoint beside it; type a path above", disabled=True))
+            self.query_one(Input).focus()
+        else:
+            options.highlighted = 0
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        if event.option.id:
+            self.dismiss(Path(event.option.id))
+
+    @on(Input.Submitted)
+    def _typed(self, event: Input.Submitted) -> None:
+        path = Path(event.value.strip()).expanduser()
+        if path.exists():
+            self.dismiss(path)
+        else:
+            self.notify(f"{path}: no such file or folder", severity="error")
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

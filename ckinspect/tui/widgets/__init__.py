@@ -1,0 +1,1 @@
+"""Widgets of the ckinspect TUI, one per file."""

@@ -1,0 +1,36 @@
+"""Two lines on what the file is: path, format, size; step/epoch/world_size, layout, safe-load verdict."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ckinspect.model import Checkpoint
+from ckinspect.tui.core import human_bytes, safe_load_verdict
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
+
+
+class CheckpointHeader(Static):
+    DEFAULT_CSS = """
+    CheckpointHeader { height: 2; padding: 0 1; background: $panel; }
+    """
+
+    def show_loading(self, path: str) -> None:
+        self.update(Text.assemble((path, "bold"), "\n", ("reading…", "italic")))
+
+    def show(self, ckpt: Checkpoint) -> None:
+        meta = ckpt.metadata
+        verdict, level = safe_load_verdict(ckpt)
+        facts = [
+            f"{key} {meta[key]}" for key in ("step", "epoch", "world_size") if meta.get(key) is not None
+        ] or ["no step/epoch recorded"]
+        first = Text.assemble(
+            (str(ckpt.path), "bold"), "  ", (ckpt.format, "bold"), f"  {human_bytes(ckpt.file_bytes)}",
+            f"  {len(ckpt.tensors):,} tensors",
+        )
+        second = Text.assemble(
+            (verdict, f"bold {SEVERITY_COLOURS.get(level, '')}"), "  ", " · ".join(facts), f" · layout {ckpt.layout}",
+        )
+        first.no_wrap = second.no_wrap = True
+        first.overflow = second.overflow = "ellipsis"
+        self.update(Text("\n").join([first, second]))

@@ -1,0 +1,103 @@
+"""The selected tensor: layout facts at once, value statistics and a histogram when asked for."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.tui.core import ValueStats, human_bytes, shape_text
+from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS
+
+
+def _number(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.6g}"
+
+
+class DetailsPane(VerticalScroll):
+    DEFAULT_CSS = """
+    DetailsPane { height: 1fr; padding: 0 1; }
+    DetailsPane > #facts { height: auto; }
+    DetailsPane > #stats { height: auto; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("select a tensor", id="facts")
+        yield Static("", id="stats")
+
+    tensor_name: str | None = None
+
+    def show_tensor(self, ckpt: Checkpoint, tensor: TensorInfo | None) -> bool:
+        """Show a tensor's layout facts; False (nothing redrawn) when it is already shown."""
+        name = tensor.name if tensor is not None else None
+        if name == self.tensor_name and name is not None:
+            return False
+        self.tensor_name = name
+        facts = self.query_one("#facts", Static)
+        self.show_stats_note("")
+        if tensor is None:
+            facts.update("select a tensor")
+            return True
+        shared = sum(1 for t in ckpt.tensors if t.storage_key == tensor.storage_key) if len(ckpt.tensors) < 20_000 else 0
+        storage = ckpt.storages.get(tensor.storage_key)
+        text = Text()
+        text.append(tensor.name + "\n", style="bold")
+        text.append(tensor.group, style=GROUP_COLOURS.get(tensor.group, ""))
+        text.append(f" · {tensor.dtype} · {shape_text(tensor.shape)}\n")
+        text.append(f"{tensor.numel:,} elements · {human_bytes(tensor.nbytes)}\n")
+        text.append(f"stride {shape_text(tensor.stride)}{'' if tensor.is_contiguous else ' (not contiguous)'}\n")
+        text.append(f"storage {tensor.storage_key} @ {tensor.storage_offset}")
+        if storage is not None:
+            text.append(f" of {human_bytes(storage.nbytes)}")
+        if shared > 1:
+            text.append(f"\nshares its storage with {shared - 1} other tensor(s)", style="italic")
+        facts.update(text)
+        return True
+
+    def show_stats_note(self, note: str) -> None:
+        self.query_one("#stats", Static).update(Text("\n" + note, style="italic") if note else "")
+
+    def show_stats(self, stats: ValueStats, note: str = "") -> None:
+        text = Text("\n")
+        rows = [
+            ("min", _number(stats.minimum)),
+            ("max", _number(stats.maximum)),
+            ("mean", _number(stats.mean)),
+            ("std", _number(stats.std)),
+        ]
+        for label, value in rows:
+            text.append(f"{label:<6}", style="bold")
+            text.append(value + "\n")
+        text.append("non-finite ", style="bold")
+        text.append(f"{stats.nonfinite:,}\n", style=SEVERITY_COLOURS["error"] if stats.nonfinite else "")
+        text.append("> fp16 max ", style="bold")
+        text.append(f"{stats.fp16_overflow:,}", style=SEVERITY_COLOURS["warning"] if stats.fp16_overflow else "")
+        if stats.histogram:
+            lo, hi = stats.hist_range
+            text.append("\n")
+            text.append_text(histogram_text(stats.histogram))
+            text.append(f"\n{_number(lo)} … {_number(hi)}" + (" (sampled)" if stats.sampled else ""), style="dim")
+        if note:
+            text.append(f"\n{note}", style="italic dim")
+        self.query_one("#stats", Static).update(text)
+
+
+_EIGHTHS = " ▁▂▃▄▅▆▇█"
+
+
+def histogram_text(counts: list[int], rows: int = 3) -> Text:
+    """Vertical bars, `rows` lines tall, one column per bin (a non-empty bin shows at least ▁)."""
+    top = max(counts) or 1
+    heights = [0 if c == 0 else max(1, round(c / top * rows * 8)) for c in counts]
+    lines = []
+    for level in range(rows - 1, -1, -1):
+        line = ""
+        for h in heights:
+            filled = h - level * 8
+            line += _EIGHTHS[max(0, min(8, filled))]
+        lines.append(line)
+    return Text("\n".join(lines), style="#4f8ff7")

@@ -1,0 +1,398 @@
+"""A table that draws only the rows on screen, so 50,000 tensors open and sort at once.
+
+Textual's DataTable measures every cell as rows are added (about 15 s for 50,000 rows
+here); this one keeps plain rows in a list, a view (filtered, sorted indices into it) and
+renders lines on demand with the Line API, as toolong does for big logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, ClassVar
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    width: int | None = None  # None: takes the width the fixed columns leave (at least min_width)
+    justify: str = "left"
+    min_width: int = 12
+    keep_end: bool = False  # truncate at the start ("…attn.wq.weight"): the end of a dotted name says most
+    optional: int = 0  # > 0: may be dropped when the flexible column would get narrower than min_width, highest first
+
+
+class Row:
+    """One line of a table. Subclasses may compute `cells` and `sort_key` lazily (50,000 rows)."""
+
+    __slots__ = ("key", "cells", "sort_keys", "styles")
+
+    def __init__(
+        self,
+        key: str,  # what a row stands for (a tensor name); unique within a table
+        cells: tuple[str, ...],
+        sort_keys: tuple[Any, ...],
+        styles: tuple[str | None, ...] = (),  # optional rich style per cell
+    ) -> None:
+        self.key, self.cells, self.sort_keys, self.styles = key, cells, sort_keys, styles
+
+    def sort_key(self, position: int) -> Any:
+        return self.sort_keys[position]
+
+
+@lru_cache(maxsize=256)
+def _parse(style: str) -> Style:
+    return Style.parse(style)
+
+
+def _fit(text: str, width: int, justify: str, keep_end: bool = False) -> str:
+    if width <= 0:
+        return ""
+    length = cell_len(text)
+    if length > width:
+        if width < 2:
+            return text[:width]
+        return "…" + text[-(width - 1):] if keep_end else text[: width - 1] + "…"
+    pad = " " * (width - length)
+    return pad + text if justify == "right" else text + pad
+
+
+class VirtualTable(ScrollView, can_focus=True):
+    """Rows of strings, a cursor, click-a-header to sort; only visible lines are rendered."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up,k", "cursor_up", "Up", show=False),
+        Binding("down,j", "cursor_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "first", "First", show=False),
+        Binding("end", "last", "Last", show=False),
+        Binding("enter", "select", "Select", show=False),
+    ]
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "virtual-table--header",
+        "virtual-table--header-sorted",
+        "virtual-table--cursor",
+        "virtual-table--even-row",
+        "virtual-table--empty",
+    }
+
+    DEFAULT_CSS = """
+    VirtualTable {
+        background: $surface;
+        color: $foreground;
+        height: 1fr;
+        overflow-x: hidden;
+        & > .virtual-table--header { text-style: bold; background: $panel; color: $foreground; }
+        & > .virtual-table--header-sorted { text-style: bold underline; background: $panel; color: $accent; }
+        & > .virtual-table--even-row { background: $surface-lighten-1 50%; }
+        & > .virtual-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+        }
+        & > .virtual-table--empty { color: $text-muted; text-style: italic; }
+        &:focus > .virtual-table--cursor {
+            background: $block-cursor-background;
+            color: $block-cursor-foreground;
+            text-style: $block-cursor-text-style;
+        }
+    }
+    """
+
+    cursor = reactive(0, always_update=True, init=False)
+
+    class RowHighlighted(Message):
+        def __init__(self, table: VirtualTable, row: Row | None, index: int) -> None:
+            super().__init__()
+            self.table, self.row, self.index = table, row, index
+
+        @property
+        def control(self) -> VirtualTable:
+            return self.table
+
+    class RowSelected(Message):
+        def __init__(self, table: VirtualTable, row: Row) -> None:
+            super().__init__()
+            self.table, self.row = table, row
+
+        @property
+        def control(self) -> VirtualTable:
+            return self.table
+
+    class Scrolled(Message):
+        """The first visible row changed (the diff screen keeps its two tables in step)."""
+
+        def __init__(self, table: VirtualTable, top: int) -> None:
+            super().__init__()
+            self.table, self.top = table, top
+
+        @property
+        def control(self) -> VirtualTable:
+            return self.table
+
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        *,
+        empty_text: str = "nothing to show",
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.columns: list[Column] = list(columns)
+        self.rows: list[Row] = []
+        self.view: list[int] = []  # indices into rows, in display order
+        self.sort_column: str | None = None
+        self.sort_reverse = False
+        self.empty_text = empty_text
+        self._filter: Callable[[Row], bool] | None = None
+        self._index_of: dict[str, int] = {}
+
+    # ------------------------------------------------------------ data
+
+    def set_rows(self, rows: list[Row]) -> None:
+        self.rows = rows
+        self._index_of = {row.key: i for i, row in enumerate(rows)}
+        self._rebuild_view(keep=None)
+
+    def set_filter(self, predicate: Callable[[Row], bool] | None) -> None:
+        keep = self.current_row.key if self.current_row else None
+        self._filter = predicate
+        self._rebuild_view(keep)
+
+    def sort_by(self, column: str, reverse: bool | None = None) -> None:
+        """Sort on a column; sorting again on the same column flips the order."""
+        if reverse is None:
+            reverse = (not self.sort_reverse) if column == self.sort_column else False
+        self.sort_column, self.sort_reverse = column, reverse
+        keep = self.current_row.key if self.current_row else None
+        self._apply_sort()
+        self._restore(keep)
+
+    def column_index(self, key: str) -> int:
+        return next(i for i, c in enumerate(self.columns) if c.key == key)
+
+    def _apply_sort(self) -> None:
+        if self.sort_column is None:
+            return
+        position = self.column_index(self.sort_column)
+        rows = self.rows
+        self.view.sort(key=lambda i: rows[i].sort_key(position), reverse=self.sort_reverse)
+
+    def _rebuild_view(self, keep: str | None) -> None:
+        predicate = self._filter
+        rows = self.rows
+        self.view = list(range(len(rows))) if predicate is None else [i for i, r in enumerate(rows) if predicate(r)]
+        self._apply_sort()
+        self._restore(keep)
+
+    def _restore(self, keep: str | None) -> None:
+        self.virtual_size = Size(self.size.width, len(self.view) + 1)
+        position = 0
+        if keep is not None and keep in self._index_of:
+            wanted = self._index_of[keep]
+            try:
+                position = self.view.index(wanted)
+            except ValueError:
+                position = 0
+        self.cursor = min(position, max(0, len(self.view) - 1))
+        self.refresh()
+
+    @property
+    def row_count(self) -> int:
+        return len(self.view)
+
+    @property
+    def current_row(self) -> Row | None:
+        if 0 <= self.cursor < len(self.view):
+            return self.rows[self.view[self.cursor]]
+        return None
+
+    def replace_row(self, row: Row) -> bool:
+        """Swap in a new version of the row with the same key (a folder entry read later)."""
+        index = self._index_of.get(row.key)
+        if index is None:
+            return False
+        self.rows[index] = row
+        self.refresh()
+        return True
+
+    def visible_keys(self) -> list[str]:
+        return [self.rows[i].key for i in self.view]
+
+    def move_to_key(self, key: str) -> bool:
+        """Put the cursor on the row with this key (False when it is filtered out or absent)."""
+        index = self._index_of.get(key)
+        if index is None:
+            return False
+        try:
+            self.cursor = self.view.index(index)
+        except ValueError:
+            return False
+        return True
+
+    # ------------------------------------------------------------ cursor and scrolling
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        if self.view and not 0 <= new < len(self.view):
+            self.cursor = max(0, min(new, len(self.view) - 1))
+            return
+        self._scroll_cursor_into_view()
+        self.refresh()
+        self.post_message(self.RowHighlighted(self, self.current_row, new))
+
+    def _page(self) -> int:
+        return max(1, self.scrollable_content_region.height - 1)
+
+    def _scroll_cursor_into_view(self) -> None:
+        top = int(self.scroll_y)
+        height = self._page()
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, force=True)
+        elif self.cursor >= top + height:
+            self.scroll_to(y=self.cursor - height + 1, animate=False, force=True)
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if round(old) != round(new):
+            self.post_message(self.Scrolled(self, round(new)))
+
+    def action_cursor_up(self) -> None:
+        if self.cursor > 0:
+            self.cursor -= 1
+
+    def action_cursor_down(self) -> None:
+        if self.cursor < len(self.view) - 1:
+            self.cursor += 1
+
+    def action_page_up(self) -> None:
+        self.cursor = max(0, self.cursor - self._page())
+
+    def action_page_down(self) -> None:
+        self.cursor = min(max(0, len(self.view) - 1), self.cursor + self._page())
+
+    def action_first(self) -> None:
+        self.cursor = 0
+
+    def action_last(self) -> None:
+        self.cursor = max(0, len(self.view) - 1)
+
+    def action_select(self) -> None:
+        row = self.current_row
+        if row is not None:
+            self.post_message(self.RowSelected(self, row))
+
+    def _column_at(self, x: int) -> str | None:
+        position = 0
+        for column, width in zip(self.columns, self._widths()):
+            if width == 0:
+                continue
+            if position <= x < position + width + 1:
+                return column.key
+            position += width + 1
+        return None
+
+    async def _on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        if offset.y == 0:
+            column = self._column_at(offset.x)
+            if column is not None:
+                self.sort_by(column)
+            return
+        position = int(self.scroll_y) + offset.y - 1
+        if 0 <= position < len(self.view):
+            was = self.cursor
+            self.cursor = position
+            if was == position or event.chain > 1:
+                self.action_select()
+
+    def _on_resize(self, event: events.Resize) -> None:
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self.view) + 1)
+
+    # ------------------------------------------------------------ rendering
+
+    def _widths(self) -> list[int]:
+        """Width per column; 0 for optional columns dropped to leave the flexible ones room."""
+        width = max(1, self.scrollable_content_region.width)
+        shown = list(self.columns)
+        flexible = [c for c in self.columns if c.width is None]
+        # highest `optional` first; among equals, the rightmost first
+        ranked = sorted((i for i, c in enumerate(self.columns) if c.optional), key=lambda i: (-self.columns[i].optional, -i))
+        optional = [self.columns[i] for i in ranked]
+        while True:
+            fixed = sum(c.width or 0 for c in shown) + len(shown)  # one space before each column
+            share = (width - fixed) // len(flexible) if flexible else 0
+            if not flexible or share >= min(c.min_width for c in flexible) or not optional:
+                break
+            shown.remove(optional.pop(0))
+        return [
+            0 if c not in shown else (c.width if c.width is not None else max(c.min_width, share))
+            for c in self.columns
+        ]
+
+    def _line(self, cells: Sequence[str], widths: list[int], base: Style, styles: Sequence[str | None] = ()) -> Strip:
+        segments: list[Segment] = []
+        for position, (column, width) in enumerate(zip(self.columns, widths)):
+            if width == 0:
+                continue
+            text = _fit(cells[position] if position < len(cells) else "", width, column.justify, column.keep_end)
+            style = base
+            extra = styles[position] if position < len(styles) else None
+            if extra:
+                style = base + _parse(extra)
+            segments.append(Segment(" ", base))
+            segments.append(Segment(text, style))
+        return Strip(segments)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        widths = self._widths()
+        if y == 0:
+            header = self.get_component_rich_style("virtual-table--header")
+            sorted_style = self.get_component_rich_style("virtual-table--header-sorted")
+            labels, styles = [], []
+            for column in self.columns:
+                label = column.label
+                if column.key == self.sort_column:
+                    label += " ▼" if self.sort_reverse else " ▲"
+                    styles.append(str(sorted_style))
+                else:
+                    styles.append(None)
+                labels.append(label)
+            return self._line(labels, widths, header, styles).adjust_cell_length(width, header).crop(0, width)
+        position = int(self.scroll_y) + y - 1
+        if not self.view:
+            if y == 1:
+                muted = self.get_component_rich_style("virtual-table--empty")
+                return Strip([Segment(" " + self.empty_text, muted)]).adjust_cell_length(width).crop(0, width)
+            return Strip.blank(width, self.rich_style)
+        if position >= len(self.view):
+            return Strip.blank(width, self.rich_style)
+        row = self.rows[self.view[position]]
+        if position == self.cursor:
+            base = self.get_component_rich_style("virtual-table--cursor")
+            styles: Sequence[str | None] = ()
+        else:
+            base = self.rich_style
+            if position % 2:
+                base = base + self.get_component_rich_style("virtual-table--even-row")
+            styles = row.styles
+        return self._line(row.cells, widths, base, styles).adjust_cell_length(width, base).crop(0, width)
+

@@ -1,0 +1,96 @@
+"""The TUI's plain-Python half: value statistics, name filters, diff alignment, and import hygiene."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.tui.core import human_bytes, name_matcher, tensor_value_stats
+from ckinspect.tui.screens.diff import align
+
+from tests.conftest import REPO, cli_env, run_cli
+
+
+def _one_tensor(tmp_path: Path, raw: bytes, tensor: TensorInfo) -> Checkpoint:
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"\0" * 16 + raw)
+    storage = StorageInfo(tensor.storage_key, tensor.dtype, len(raw), blob, 16)
+    return Checkpoint(Path("x.pth"), "torch-zip", len(raw), [tensor], {tensor.storage_key: storage})
+
+
+def test_bfloat16_statistics_without_torch(tmp_path):
+    values = np.array([1.0, -2.0, 3.0, np.inf, 1e5], dtype=np.float32)
+    bf16 = (values.view(np.uint32) >> 16).astype("<u2").tobytes()  # exact for these values
+    t = TensorInfo("w", "bfloat16", (5,), (1,), "0")
+    stats = tensor_value_stats(_one_tensor(tmp_path, bf16, t), t)
+    assert (stats.minimum, stats.nonfinite, stats.fp16_overflow) == (-2.0, 1, 1)
+    assert abs(stats.maximum - 99840.0) < 1  # 1e5 rounded to bf16
+    assert sum(stats.histogram) == 4
+
+
+def test_statistics_of_a_transposed_view_read_its_own_elements(tmp_path):
+    base = np.arange(12, dtype=np.float32)  # a 3x4 storage; the view is its transpose, offset by 0
+    t = TensorInfo("wt", "float32", (4, 3), (1, 4), "0")
+    stats = tensor_value_stats(_one_tensor(tmp_path, base.tobytes(), t), t)
+    assert (stats.count, stats.minimum, stats.maximum, stats.mean) == (12, 0.0, 11.0, 5.5)
+
+
+def test_filter_is_a_substring_or_a_glob():
+    assert name_matcher("attn")("model.layers.0.attn.wq.weight")
+    assert not name_matcher("model.*.wq")("model.layers.0.attn.wk.weight")
+    assert name_matcher("model.*.w?.weight")("model.layers.0.attn.wq.weight")
+    assert name_matcher("EXP_AVG")("optimizer.state.0.exp_avg")
+
+
+def test_human_bytes_uses_binary_units():
+    assert [human_bytes(n) for n in (12, 1536, 64 * 1024, 3 * 1024**3)] == ["12 B", "1.50 KiB", "64.0 KiB", "3.00 GiB"]
+
+
+def test_alignment_keeps_a_order_and_slots_b_only_tensors_after_their_neighbour():
+    def ckpt(*names: str, shape=(2,)) -> Checkpoint:
+        return Checkpoint(Path("c"), "torch-zip", 0, [TensorInfo(n, "float32", shape, (1,), n) for n in names])
+
+    a, b = ckpt("x", "y", "z"), ckpt("x", "new", "z", "tail")
+    b.tensors[0] = TensorInfo("x", "float32", (3,), (1,), "x")
+    pairs = align(a, b)
+    assert [(p.name, p.status) for p in pairs] == [
+        ("x", "shape changed"), ("new", "only in B"), ("y", "only in A"), ("z", "comparing"), ("tail", "only in B"),
+    ]
+
+
+def test_nothing_outside_the_tui_imports_textual():
+    code = (
+        "import sys, ckinspect, ckinspect.cli, ckinspect.model, ckinspect.tui, ckinspect.tui.core\n"
+        "assert 'textual' not in sys.modules, 'textual imported'\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_missing_path_is_a_one_line_error_not_a_tui():
+    proc = run_cli("no/such/checkpoint.pth")
+    assert proc.returncode == 2 and "no such file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_rows_realign_from_a_diff_result_when_names_were_renamed():
+    from types import SimpleNamespace
+
+    from ckinspect.tui.core import name_pairs_from_result
+
+    def ckpt(*names: str) -> Checkpoint:
+        return Checkpoint(Path("c"), "torch-zip", 0, [TensorInfo(n, "float32", (2,), (1,), n) for n in names])
+
+    a = ckpt("model.emb", "model.w", "model.norm", "optimizer.state.0.exp_avg")
+    b = ckpt("emb", "w", "norm")
+    change = SimpleNamespace(a_name="model.w", b_name="w")
+    result = SimpleNamespace(only_a=["optimizer.state.0.exp_avg"], only_b=[], changed=[change], same=["model.emb", "model.norm"])
+    matched = name_pairs_from_result(a, b, result)
+    assert matched == {"model.w": "w", "model.emb": "emb", "model.norm": "norm"}
+    assert [(p.name, p.b.name if p.b else None, p.status) for p in align(a, b, matched)][:2] == [
+        ("model.emb", "emb", "comparing"), ("model.w", "w", "comparing"),
+    ]

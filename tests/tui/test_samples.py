@@ -1,0 +1,105 @@
+"""The TUI over the real core and the bundled samples, as a new user meets it (skipped until the
+readers/anatomy/diff land in this checkout)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from ckinspect.tui.app import create_app
+from ckinspect.tui.screens.diff import DiffScreen
+from ckinspect.tui.widgets.group_bar import GroupBar
+from ckinspect.tui.widgets.tensor_table import TensorTable
+from ckinspect.tui.widgets.virtual_table import VirtualTable
+
+from tests.conftest import REPO
+
+RESUME = Path("samples/stopped-30/tiny_resume.pth")
+WEIGHTS = Path("samples/stopped-30/tiny.pth")
+
+
+def _needs(*modules: str) -> None:
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} has not landed in this checkout")
+    if not (REPO / RESUME).exists():
+        pytest.skip("samples/ missing (python -m trainer samples)")
+
+
+async def _settle(pilot) -> None:
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+@pytest.fixture(autouse=True)
+def _in_repo():
+    here = os.getcwd()
+    os.chdir(REPO)  # sample paths are shown as given: relative
+    yield
+    os.chdir(here)
+
+
+async def test_a_resume_sample_shows_names_sizes_and_the_optimizer_share():
+    _needs("ckinspect.inspect", "ckinspect.anatomy")
+    app = create_app("main", [RESUME], cursor_blink=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _settle(pilot)
+        table = app.screen.query_one(TensorTable)
+        names = table.visible_keys()
+        assert "model.tok_embeddings.weight" in names and any(n.endswith("exp_avg_sq") for n in names)
+        row = next(r for r in table.rows if r.key == "model.tok_embeddings.weight")
+        assert row.cells[5].endswith("KiB")
+        bar = app.screen.query_one(GroupBar)
+        assert bar.groups is not None and 0.5 < bar.groups.optimizer_share < 0.8  # AdamW: two moments per weight
+        assert f"optimizer share {bar.groups.optimizer_share:.1%}" in str(bar.render())
+
+
+async def test_diff_of_a_resume_file_and_its_weights_aligns_renamed_tensors():
+    _needs("ckinspect.inspect", "ckinspect.diff")
+    app = create_app("diff", [RESUME, WEIGHTS], cursor_blink=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, DiffScreen)
+        right = screen.query_one("#right", VirtualTable)
+        status = {row.key: (row.cells[0], row.cells[2]) for row in right.rows}
+        # model.x in the resume file is x in the fp16 weights file: one row, dtype changed
+        assert status["model.tok_embeddings.weight"] == ("dtype changed", "tok_embeddings.weight")
+        assert status["optimizer.state.0.exp_avg"][0] == "only in A"
+        assert "DIFFERENT" in str(screen.query_one("#summary").render())
+
+
+async def test_repair_of_an_interrupted_save_applies_after_yes_and_undoes(tmp_path):
+    _needs("ckinspect.repair", "ckinspect.inspect")
+    import shutil
+
+    from ckinspect.tui.screens.confirm import ConfirmScreen
+    from ckinspect.tui.screens.repair import RepairScreen
+
+    folder = tmp_path / "interrupted"
+    shutil.copytree(REPO / "samples" / "interrupted", folder)
+    tmp_file = folder / "tiny_resume.pth.tmp"
+    app = create_app("main", [folder / "tiny_resume.pth"], cursor_blink=False, quick=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _settle(pilot)
+        await pilot.press("R")
+        await _settle(pilot)
+        assert isinstance(app.screen, RepairScreen)
+        table = app.screen.query_one(VirtualTable)
+        assert table.rows[0].cells[:2] == ("set-aside", "tiny_resume.pth.tmp")
+        await pilot.press("a")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")  # cancel: nothing moves
+        await _settle(pilot)
+        assert tmp_file.exists()
+        await pilot.press("a", "y")
+        await _settle(pilot)
+        assert not tmp_file.exists() and any((folder / ".ckinspect-quarantine").rglob("tiny_resume.pth.tmp"))
+        assert "press u to undo" in str(app.screen.query_one("#repair-summary").render())
+        await pilot.press("u", "y")
+        await _settle(pilot)
+        assert tmp_file.exists()

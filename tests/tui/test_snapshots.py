@@ -1,0 +1,79 @@
+"""Snapshot tests of each screen at fixed sizes; fixture paths are relative and fixed, cursor blink
+is off, and no clock or host detail is drawn. Update with `pytest tests/tui --snapshot-update`."""
+
+from __future__ import annotations
+
+from ckinspect.tui.widgets.tensor_table import TensorTable
+
+from tests.tui.apps import make_app
+from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
+
+
+async def _settle(pilot) -> None:
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def _select(name: str, stats: bool = True):
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        pilot.app.screen.jump_to(name)
+        if stats:
+            pilot.app.screen.action_value_stats()
+        await _settle(pilot)
+
+    return run_before
+
+
+def test_inspect_100x30(snap_compare, tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=_select("model.layers.0.attn.wo.weight"))
+
+
+def test_inspect_wide_light_theme(snap_compare, tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path, theme="textual-light", use_real=False)
+    assert snap_compare(app, terminal_size=(130, 36), run_before=_select("model.layers.1.mlp.w2.weight"))
+
+
+def test_inspect_80x24_sorted_by_size(snap_compare, tmp_path):
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        pilot.app.screen.query_one(TensorTable).sort_by("size", reverse=True)
+        await _settle(pilot)
+
+    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_inspect_tree(snap_compare, tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=_settle, press=["g", "enter", "down", "enter"])
+
+
+def test_diff_100x30(snap_compare, tmp_path):
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path, use_real=False)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=_settle)
+
+
+def test_diff_80x24_differences_only(snap_compare, tmp_path):
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path, use_real=False)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_settle, press=["x", "end"])
+
+
+def test_drift_100x30(snap_compare, tmp_path):
+    app = make_app("drift", [DEMO_PATH], tmp_path, use_real=False)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=_settle)
+
+
+def test_repair_confirmation_100x30(snap_compare, tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        await pilot.press("R")
+        await _settle(pilot)
+        await pilot.press("down", "a")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
