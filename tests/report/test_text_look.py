@@ -2,13 +2,11 @@
 colour only on a terminal, and at 80 columns the trainer's tensor names stay whole."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from ckinspect.report import diff_report, drift_report
-from tests.conftest import REPO, cli_env
+from tests.conftest import REPO, run_cli
 
 SAMPLES = REPO / "samples"
 HEAVY_BOX = set("┃━╇│┏┓┗┛")
@@ -22,8 +20,7 @@ COMMANDS = {
 
 
 def run_at(columns, *args):
-    return subprocess.run([sys.executable, "-m", "ckinspect", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, env=cli_env({"COLUMNS": str(columns)}), timeout=120)
+    return run_cli(*args, env={"COLUMNS": str(columns)})
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
