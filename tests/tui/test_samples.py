@@ -54,8 +54,8 @@ async def test_a_resume_sample_shows_names_sizes_and_the_optimizer_share():
         row = next(r for r in table.rows if r.key == "model.tok_embeddings.weight")
         assert row.cells[5].endswith("KiB")
         bar = app.screen.query_one(GroupBar)
-        assert bar.groups is not None and 0.5 < bar.groups.optimizer_share < 0.8  # AdamW: two moments per weight
-        assert f"optimizer share {bar.groups.optimizer_share:.1%}" in str(bar.render())
+        assert bar.anatomy is not None and 0.5 < bar.anatomy.optimizer_share < 0.8  # AdamW: two moments per weight
+        assert f"optimizer share {bar.anatomy.optimizer_share:.1%}" in str(bar.render())
 
 
 async def test_diff_of_a_resume_file_and_its_weights_aligns_renamed_tensors():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -16,11 +16,14 @@ from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.core import NotAvailable, human_bytes, name_matcher, name_pairs_from_result, shape_text
+from ckinspect.tui.core import human_bytes, name_matcher, shape_text
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.palette import STATUS_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
+
+if TYPE_CHECKING:
+    from ckinspect.diff import DiffResult
 
 LEFT_COLUMNS = (
     Column("name", "A: name", None, min_width=20, keep_end=True),
@@ -91,39 +94,21 @@ def align(a: Checkpoint, b: Checkpoint, matched: dict[str, str] | None = None) -
     return pairs
 
 
-def apply_result(pairs: list[Pair], result: Any) -> dict[str, Any]:
-    """Fold a DiffResult (its schema-1 JSON) into the pairs; returns that JSON."""
-    data = result.to_json() if hasattr(result, "to_json") else dict(result)
-    data = data.get("diff", data)
-    changed = {c["name"]: c for c in data.get("changed", [])}
-    unreadable = {u["name"]: u.get("message", "") for u in data.get("unreadable", [])}
+def apply_result(pairs: list[Pair], result: DiffResult) -> None:
+    """Fold the diff's verdict into the pairs (changes and unreadable tensors are reported under A's name)."""
+    changed = {c.name: c for c in result.changed}
+    unreadable = {name for name, _ in result.unreadable}
     for pair in pairs:
         if pair.name in unreadable:
             pair.status = "unreadable"
             continue
-        if pair.status != "comparing":
-            entry = changed.get(pair.name)
-            if entry is not None and entry.get("max_abs_diff") is not None:
-                pair.max_abs_diff = entry["max_abs_diff"]
-            continue
-        entry = changed.get(pair.name)
-        if entry is None:
+        change = changed.get(pair.name)
+        if change is not None:
+            pair.max_abs_diff = change.max_abs_diff
+            if pair.status == "comparing":
+                pair.status = {"shape": "shape changed", "dtype": "dtype changed"}.get(change.reason, "changed")
+        elif pair.status == "comparing":
             pair.status = "same"
-        else:
-            reason = entry.get("reason", "values")
-            pair.status = {"shape": "shape changed", "dtype": "dtype changed"}.get(reason, "changed")
-            pair.max_abs_diff = _as_float(entry.get("max_abs_diff"))
-    return data
-
-
-def _as_float(x: Any) -> float | None:
-    """JSON writes non-finite differences as "inf"/"nan"."""
-    if x is None:
-        return None
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return None
 
 
 def _cells(t: TensorInfo | None) -> tuple[str, str, str]:
@@ -162,9 +147,8 @@ class DiffScreen(Screen[None]):
         self.a, self.b = a, b
         self.pairs: list[Pair] = []
         self.differences_only = False
-        self.result: dict[str, Any] | None = None
+        self.result: DiffResult | None = None
         self.result_note = "comparing values…"
-        self.matched: dict[str, str] | None = None
 
     def compose(self) -> ComposeResult:
         yield Label(Text.assemble(("A ", "bold"), str(self.a_path), ("   B ", "bold"), str(self.b_path)), classes="title-line", id="diff-title")
@@ -187,8 +171,7 @@ class DiffScreen(Screen[None]):
         backend = self.app.backend
         a = self.a or backend.load(self.a_path)
         b = self.b or backend.load(self.b_path)
-        names = backend.match_names(a, b)
-        matched = {x: y for x, y in names if x is not None and y is not None} if names is not None else None
+        matched = {x: y for x, y in backend.match_names(a, b) if x is not None and y is not None}
         self.post_message(DiffLoaded(a, b, matched))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="diff", description="comparing values")
@@ -205,15 +188,10 @@ class DiffScreen(Screen[None]):
             self.query_one("#summary", Static).update(f"cannot read both checkpoints: {why}")
         else:
             self.result_note = f"value comparison {why}"
-            if isinstance(event.worker.error, NotAvailable):
-                for pair in self.pairs:
-                    if pair.status == "comparing":
-                        pair.status = "same shape"
             self._refresh_rows()
 
     def on_diff_loaded(self, message: DiffLoaded) -> None:
         self.a, self.b = message.a, message.b
-        self.matched = message.matched
         self.pairs = align(message.a, message.b, message.matched)
         self.query_one("#diff-loading").display = False
         self.query_one("#tables").display = True
@@ -227,12 +205,8 @@ class DiffScreen(Screen[None]):
             self._show_summary()
 
     def on_diff_computed(self, message: DiffComputed) -> None:
-        if self.matched is None and self.a is not None and self.b is not None:
-            matched = name_pairs_from_result(self.a, self.b, message.result)
-            if matched is not None:
-                self.matched = matched
-                self.pairs = align(self.a, self.b, matched)
-        self.result = apply_result(self.pairs, message.result)
+        apply_result(self.pairs, message.result)
+        self.result = message.result
         self.result_note = ""
         self._refresh_rows()
 
@@ -268,16 +242,15 @@ class DiffScreen(Screen[None]):
         b_n = len(self.b.tensors) if self.b else 0
         text = Text(f"A {a_n:,} tensors ({human_bytes(self.a.file_bytes) if self.a else '?'})  "
                     f"B {b_n:,} tensors ({human_bytes(self.b.file_bytes) if self.b else '?'})  ")
-        for status in ("same", "changed", "shape changed", "dtype changed", "only in A", "only in B", "unreadable", "same shape", "comparing"):
+        for status in ("same", "changed", "shape changed", "dtype changed", "only in A", "only in B", "unreadable", "comparing"):
             if counts.get(status):
                 text.append(f"{status} {counts[status]:,}", style=STATUS_COLOURS.get(status) or "")
                 text.append("  ")
         if self.result is not None:
-            identical = bool(self.result.get("identical", not any(p.differs for p in self.pairs)))
+            identical = self.result.identical
             text.append("IDENTICAL" if identical else "DIFFERENT", style="bold " + ("#3bb58a" if identical else "#e5484d"))
-            match = self.result.get("match") or ""
-            if match and match != "names matched exactly":
-                text.append(f"  ({match})", style="italic")
+            if self.result.match != "names matched exactly":
+                text.append(f"  ({self.result.match})", style="italic")
         elif self.result_note:
             text.append(self.result_note, style="italic")
         if self.differences_only:

@@ -14,7 +14,9 @@ from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import NotAvailable, ValueStats, name_matcher
+from ckinspect.blobs import UnreadableStorage
+from ckinspect.errors import CkinspectError
+from ckinspect.tui.core import ValueStats, name_matcher
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
@@ -26,8 +28,9 @@ from ckinspect.tui.widgets.virtual_table import VirtualTable
 
 
 def failure_text(error: BaseException | None) -> str:
-    if isinstance(error, NotAvailable):
-        return f"not available yet ({error})"
+    """One line for the UI: the message of an error the core raises on purpose, else its type too."""
+    if isinstance(error, (CkinspectError, UnreadableStorage, OSError, ValueError)):
+        return f"failed: {error}"
     return f"failed: {type(error).__name__}: {error}"
 
 
@@ -81,13 +84,8 @@ class InspectScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="reading the checkpoint")
     def load(self) -> None:
         backend = self.app.backend
-        ckpt = self.ckpt or backend.load(self.target, progress=lambda f: self.post_message(Progress("load", f)))
-        rows = tensor_rows(ckpt)
-        try:
-            groups, note = backend.group_bytes(ckpt), ""
-        except NotAvailable as exc:
-            groups, note = None, f"group sizes not available yet ({exc})"
-        self.post_message(CheckpointLoaded(ckpt, rows, groups, note))
+        ckpt = self.ckpt or backend.load(self.target)
+        self.post_message(CheckpointLoaded(ckpt, tensor_rows(ckpt), backend.summarize(ckpt)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scan", description="scanning values")
     def scan(self, ckpt: Checkpoint) -> None:
@@ -119,10 +117,7 @@ class InspectScreen(Screen[None]):
     # ------------------------------------------------------------ results
 
     def on_progress(self, message: Progress) -> None:
-        if message.task == "load":
-            bar = self.query_one("#loading-progress", ProgressBar)
-            bar.update(total=1.0, progress=message.fraction)
-        elif message.task == "stats":
+        if message.task == "stats":
             self.query_one(DetailsPane).show_stats_note(f"computing… {message.fraction:.0%}")
         elif message.task == "scan":
             self.scan_note = f"value scan {message.fraction:.0%}"
@@ -132,9 +127,7 @@ class InspectScreen(Screen[None]):
         self.query_one("#loading").display = False
         self.query_one("#body").display = True
         self.query_one(CheckpointHeader).show(ckpt)
-        bar = self.query_one(GroupBar)
-        bar.note = message.groups_note
-        bar.groups = message.groups
+        self.query_one(GroupBar).anatomy = message.anatomy
         table = self.query_one(TensorTable)
         if not message.rows:
             table.empty_text = "no tensors in this file" + (" (see the findings)" if ckpt.findings else "")
