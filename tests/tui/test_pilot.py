@@ -129,7 +129,8 @@ async def test_diff_aligns_rows_and_toggles_differences_only(tmp_path):
         assert status["optimizer.state.0.step"] == "same"
         assert status["model.layers.0.attn.wq.weight"] == "changed"
         gap = next(r for r in left.rows if r.key == "model.lm_bias")
-        assert gap.cells[0] == "—"  # the A side of a B-only tensor is an empty, aligned row
+        # names agree on both sides, so each is shown once: a B-only tensor's row has its name, dimmed, and no A shape
+        assert (gap.cells[0], gap.cells[-1], gap.styles[0]) == ("model.lm_bias", "", "dim")
         assert "DIFFERENT" in str(screen.query_one("#summary").render())
         await pilot.press("x")
         assert left.row_count == right.row_count == 62
@@ -279,3 +280,38 @@ async def test_a_folder_with_one_checkpoint_opens_it_directly(tmp_path):
         await settle(pilot)
         assert isinstance(app.screen, InspectScreen) and app.screen.target == DEMO_PATH
         assert app.screen.query_one(TensorTable).row_count == 83
+
+
+async def test_typing_in_the_file_picker_starts_a_path(tmp_path):
+    from ckinspect.tui.screens.pick_file import PickFileScreen
+
+    app = make_app("main", [DEMO_PATH], tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("d")
+        await settle(pilot)
+        assert isinstance(app.screen, PickFileScreen)
+        await pilot.press(*"runs/other.pth")  # the list has focus: the keys still end up in the path box
+        assert app.screen.query_one("#path").value == "runs/other.pth"
+
+
+async def test_an_interrupted_save_leads_from_its_finding_to_the_repair_and_back(tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path)
+    backend = app.backend
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel = app.screen.query_one(FindingsPanel)
+        await pilot.press("f")
+        leftover = next(i for i, f in enumerate(panel.findings) if f.code == "LEFTOVER_TMP")
+        panel.highlighted = leftover
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, RepairScreen)
+        await pilot.press("a", "y")
+        await settle(pilot)
+        assert len(backend.applied) == 1
+        backend.checkpoints[DEMO_PATH].findings = [f for f in backend.checkpoints[DEMO_PATH].findings if f.code != "LEFTOVER_TMP"]
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, InspectScreen)  # and it read the file again: the finding is gone
+        assert "LEFTOVER_TMP" not in {f.code for f in app.screen.query_one(FindingsPanel).findings}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -32,11 +32,33 @@ LEFT_COLUMNS = (
 )
 RIGHT_COLUMNS = (
     Column("status", "status", 13),
-    Column("delta", "max |Δ|", 9, justify="right"),
+    Column("delta", "max |Δ|", 8, justify="right"),
     Column("name", "B: name", None, min_width=20, keep_end=True),
     Column("dtype", "dtype", 8, optional=1),
     Column("shape", "shape", 12, optional=2),  # B's shape goes first: the status says when it differs
 )
+# When every matched tensor has the same name on both sides, or the same up to the renaming the
+# summary line states (`model.x` vs `x`), the name is shown once (A's, on the left) and the right
+# side keeps only what can differ: the names get the room.
+ONE_NAME_LEFT = (
+    Column("name", "name", None, min_width=24, keep_end=True),
+    Column("dtype", "A dtype", 8, optional=True),
+    Column("shape", "A shape", 12),
+)
+ONE_NAME_RIGHT = (
+    Column("status", "status", 13),
+    Column("delta", "max |Δ|", 8, justify="right"),
+    Column("dtype", "B dtype", 8),
+    Column("shape", "B shape", 12),
+)
+WIDE_ENOUGH_FOR_DTYPES = 110  # below this, the dtypes give way (the status says "dtype changed")
+
+
+def names_agree(pairs: list[Pair]) -> bool:
+    def agree(x: str, y: str) -> bool:
+        return x == y or x.endswith("." + y) or y.endswith("." + x)
+
+    return all(agree(p.a.name, p.b.name) for p in pairs if p.a is not None and p.b is not None)
 
 
 @dataclass
@@ -123,13 +145,20 @@ def _delta(x: float | None) -> str:
     return f"{x:.3g}"
 
 
-def rows_for(pairs: list[Pair]) -> tuple[list[Row], list[Row]]:
+def rows_for(pairs: list[Pair], left_keys: list[str], right_keys: list[str], one_name: bool = False) -> tuple[list[Row], list[Row]]:
+    """The cells of each side for the columns shown (keys as in the Column definitions)."""
     left, right = [], []
     for index, p in enumerate(pairs):
         colour = STATUS_COLOURS.get(p.status) or None
         a, b = _cells(p.a), _cells(p.b)
-        left.append(Row(p.name, a, (index, a[1], a[2]), (None if p.a else "dim",)))
-        right.append(Row(p.name, (p.status, _delta(p.max_abs_diff), *b), (index,) * 5, (colour, colour, None if p.b else "dim")))
+        a_cells = {"name": p.name if one_name else a[0], "dtype": a[1], "shape": a[2]}
+        b_cells = {"status": p.status, "delta": _delta(p.max_abs_diff), "name": b[0], "dtype": b[1], "shape": b[2]}
+        left_cells = tuple(a_cells[k] for k in left_keys)
+        right_cells = tuple(b_cells[k] for k in right_keys)
+        b_style = None if p.b else "dim"
+        left.append(Row(p.name, left_cells, (index,) * len(left_cells), (None if p.a else "dim",)))
+        right.append(Row(p.name, right_cells, (index,) * len(right_cells),
+                         tuple(colour if k in ("status", "delta") else b_style for k in right_keys)))
     return left, right
 
 
@@ -149,6 +178,7 @@ class DiffScreen(Screen[None]):
         self.differences_only = False
         self.result: DiffResult | None = None
         self.result_note = "comparing values…"
+        self.one_name = False
 
     def compose(self) -> ComposeResult:
         yield Label(Text.assemble(("A ", "bold"), str(self.a_path), ("   B ", "bold"), str(self.b_path)), classes="title-line", id="diff-title")
@@ -193,6 +223,13 @@ class DiffScreen(Screen[None]):
     def on_diff_loaded(self, message: DiffLoaded) -> None:
         self.a, self.b = message.a, message.b
         self.pairs = align(message.a, message.b, message.matched)
+        self.one_name = names_agree(self.pairs)
+        left, right = self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)
+        left.columns = list(ONE_NAME_LEFT if self.one_name else LEFT_COLUMNS)
+        if self.one_name and any(p.a is not None and p.b is not None and p.a.name != p.b.name for p in self.pairs):
+            left.columns[0] = replace(left.columns[0], label="A: name")
+        right.columns = list(ONE_NAME_RIGHT if self.one_name else RIGHT_COLUMNS)
+        self._fit_right()  # may drop the dtypes on a narrow screen
         self.query_one("#diff-loading").display = False
         self.query_one("#tables").display = True
         self._refresh_rows()
@@ -210,9 +247,28 @@ class DiffScreen(Screen[None]):
         self.result_note = ""
         self._refresh_rows()
 
+    def on_resize(self) -> None:
+        self._fit_right()
+
+    def _fit_right(self) -> None:
+        """With one name column, the right table is as wide as its columns and the left takes the rest."""
+        right = self.query_one("#right", VirtualTable)
+        if not self.one_name:
+            right.styles.width = "1fr"
+            return
+        wide = self.size.width >= WIDE_ENOUGH_FOR_DTYPES
+        columns = [c for c in ONE_NAME_RIGHT if wide or c.key != "dtype"]
+        # one space before each column, the border, the scrollbar
+        right.styles.width = sum(c.width or 0 for c in columns) + len(columns) + 1 + 2
+        if [c.key for c in columns] != [c.key for c in right.columns]:
+            right.columns = columns
+            left = self.query_one("#left", VirtualTable)
+            left.columns = [left.columns[0], *(c for c in ONE_NAME_LEFT[1:] if wide or c.key != "dtype")]
+            self._refresh_rows()
+
     def _refresh_rows(self) -> None:
-        left_rows, right_rows = rows_for(self.pairs)
         left, right = self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)
+        left_rows, right_rows = rows_for(self.pairs, [c.key for c in left.columns], [c.key for c in right.columns], self.one_name)
         keep = left.current_row.key if left.current_row else None
         left.set_rows(left_rows)
         right.set_rows(right_rows)

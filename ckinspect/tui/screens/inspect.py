@@ -152,8 +152,10 @@ class InspectScreen(Screen[None]):
 
     def on_stats_ready(self, message: StatsReady) -> None:
         self.stats_cache[message.tensor] = message.stats
-        if self.query_one(DetailsPane).tensor_name == message.tensor:
-            self.query_one(DetailsPane).show_stats(message.stats)
+        pane = self.query_one(DetailsPane)
+        if pane.tensor_name == message.tensor:
+            pane.show_stats(message.stats)
+            pane.scroll_end(animate=False)  # asked for: on a short pane, show the numbers over the facts
 
     def _show_findings(self) -> None:
         if self.ckpt is not None:
@@ -203,6 +205,10 @@ class InspectScreen(Screen[None]):
     @on(FindingsPanel.JumpToTensor)
     def _jump(self, event: FindingsPanel.JumpToTensor) -> None:
         self.jump_to(event.tensor)
+
+    @on(FindingsPanel.RepairWanted)
+    def _repair_wanted(self) -> None:
+        self.action_repair()
 
     def jump_to(self, name: str) -> None:
         table = self.query_one(TensorTable)
@@ -260,7 +266,10 @@ class InspectScreen(Screen[None]):
         self.compute_stats(self.ckpt, row.key)
 
     def action_focus_findings(self) -> None:
-        self.query_one(FindingsPanel).focus()
+        panel = self.query_one(FindingsPanel)
+        panel.focus()
+        if panel.highlighted is None and panel.option_count:
+            panel.action_first()  # so that Enter acts on the worst finding straight away
 
     def action_diff_with(self) -> None:
         from ckinspect.tui.screens.pick_file import PickFileScreen
@@ -281,8 +290,19 @@ class InspectScreen(Screen[None]):
     def action_repair(self) -> None:
         from ckinspect.tui.screens.repair import RepairScreen
 
+        def closed(changed: bool | None) -> None:
+            if changed:  # files moved: the findings (LEFTOVER_TMP) describe a folder that is gone
+                self.reload()
+
         folder = self.target if self.target.is_dir() else self.target.parent
-        self.app.push_screen(RepairScreen(folder))
+        self.app.push_screen(RepairScreen(folder), closed)
+
+    def reload(self) -> None:
+        self.ckpt = None
+        self.stats_cache.clear()
+        self.scan_stats = {}
+        self.query_one(FindingsPanel).show([], "reading again…")
+        self.load()
 
     def action_back(self) -> None:
         filter_box = self.query_one("#filter", Input)

@@ -45,7 +45,7 @@ def action_rows(plan: RepairPlan, folder: Path) -> list[Row]:
     return rows
 
 
-class RepairScreen(Screen[None]):
+class RepairScreen(Screen[bool]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "apply", "Apply", tooltip="Carry out the plan (asks first; nothing is deleted, replaced files are kept aside)"),
         Binding("u", "undo", "Undo", tooltip="Restore what the last apply replaced or set aside"),
@@ -58,6 +58,7 @@ class RepairScreen(Screen[None]):
         self.folder = Path(folder)
         self.plan: RepairPlan | None = None
         self.applied = False
+        self.changed = False  # something was applied or undone: the screen below should read again
 
     def compose(self) -> ComposeResult:
         yield Label(Text.assemble(("repair ", "bold"), str(self.folder), " — dry run until you apply"), classes="title-line")
@@ -105,6 +106,7 @@ class RepairScreen(Screen[None]):
 
     def on_repair_applied(self, message: RepairApplied) -> None:
         self.applied = not message.undone
+        self.changed = True
         result = message.result
         if message.undone:
             if result.run_id is None:
@@ -169,4 +171,4 @@ class RepairScreen(Screen[None]):
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1:
-            self.app.pop_screen()
+            self.dismiss(self.changed)
