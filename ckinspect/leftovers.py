@@ -218,7 +218,7 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
 def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError):
         return Integrity(False, "torch-zip", "no readable zip directory at its end: cut short?")
     with archive, open(path, "rb") as handle:
         infos = archive.infolist()

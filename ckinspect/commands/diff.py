@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ckinspect.commands._emit import emit
 from ckinspect.errors import CkinspectError
 from ckinspect.inspect import inspect_path
 from ckinspect.model import Checkpoint
@@ -35,19 +36,6 @@ def text_layout(args: argparse.Namespace) -> tuple[int, bool]:
 
     terminal = not getattr(args, "output", None) and sys.stdout.isatty()
     return text_width(terminal), terminal
-
-
-def emit(text: str, output: str | None) -> None:
-    if output:
-        from ckinspect.atomic import atomic_write_text
-
-        try:
-            atomic_write_text(output, text)
-        except OSError as exc:
-            raise CkinspectError(f"cannot write {output}: {exc.strerror or exc}") from None
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,8 @@ from ckinspect.model import Finding, fails
 
 def run(args: argparse.Namespace) -> int:
     from ckinspect import drift
-    from ckinspect.commands.diff import _unreadable, emit, open_for_command, text_layout
+    from ckinspect.commands._emit import emit
+    from ckinspect.commands.diff import _unreadable, open_for_command, text_layout
     from ckinspect.report import drift_report
     from ckinspect.scan import terminal_progress
 

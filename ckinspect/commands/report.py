@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ckinspect.commands._emit import emit
 from ckinspect.discover import find_checkpoints
 from ckinspect.errors import CkinspectError
 from ckinspect.inspect import inspect_path
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoints.insert(_place(checkpoints, orphan.path), orphan)
     to_terminal = not args.output and sys.stdout.isatty()
     output = render(checkpoints, args.format, color=to_terminal)
-    write(output, args.output)
+    emit(output, args.output)
     findings = [f for ckpt in checkpoints for f in ckpt.findings]
     return 1 if fails(findings, args.fail_on) else 0
 
@@ -107,16 +108,3 @@ def render(checkpoints: list[Checkpoint], fmt: str, color: bool = False) -> str:
     from ckinspect.report.console import text_width
 
     return text.render(report, width=text_width(color), color=color)
-
-
-def write(output: str, destination: str | None) -> None:
-    if not destination:
-        sys.stdout.write(output)
-        sys.stdout.flush()
-        return
-    from ckinspect.atomic import atomic_write_text
-
-    try:
-        atomic_write_text(destination, output)
-    except OSError as exc:
-        raise CkinspectError(f"{destination}: cannot write the report ({exc.strerror or exc})") from None
