@@ -14,8 +14,6 @@ layout and the tree (run `anatomy.analyze` first so groups and metadata are set)
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,17 +353,9 @@ def bloat_findings(ckpt: Checkpoint, anatomy: Anatomy) -> list[Finding]:
     ]
 
 
-def _optional(module: str) -> Any:
-    """A module another part of the team owns, or None while it has not landed."""
-    if importlib.util.find_spec(module) is None:
-        return None
-    return importlib.import_module(module)
-
-
 def leftover_findings(path: Path) -> list[Finding]:
-    leftovers = _optional("ckinspect.leftovers")
-    if leftovers is None:
-        return []
+    from ckinspect import leftovers
+
     findings = []
     for leftover in leftovers.find_leftovers(Path(path)):
         explained = leftovers.classify(leftover).explain()

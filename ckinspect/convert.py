@@ -156,23 +156,11 @@ def convert(
     return result
 
 
-_TOP_LEVEL_GROUPS = {
-    "model": "model", "state_dict": "model", "model_state_dict": "model", "module": "model", "ema": "model",
-    "optimizer": "optimizer", "optimizer_states": "optimizer", "optimizer_state_dict": "optimizer",
-    "optim": "optimizer",
-    "rng": "rng", "rng_state": "rng", "rng_states": "rng",
-}  # fmt: skip
-
-
 def _groups(ckpt: Checkpoint) -> dict[str, str]:
-    """Tensor name -> group, from the anatomy's layouts; by top-level key where anatomy is not available."""
-    try:
-        from ckinspect.anatomy import analyze
-    except ImportError:
-        analyze = None
-    if analyze is not None:
-        return {t.name: t.group for t in analyze(ckpt).tensors}
-    return {t.name: _TOP_LEVEL_GROUPS.get(t.name.split(".", 1)[0], t.group) for t in ckpt.tensors}
+    """Tensor name -> group, from the anatomy's layouts."""
+    from ckinspect.anatomy import analyze
+
+    return {t.name: t.group for t in analyze(ckpt).tensors}
 
 
 def _globals_in(finding, ckpt: Checkpoint) -> list[str]:

@@ -178,6 +178,14 @@ def _namings(tensors: list[TensorInfo], role: dict[str, str]) -> list[_Naming]:
     return out
 
 
+def match_names(a: Checkpoint, b: Checkpoint) -> list[tuple[str | None, str | None]]:
+    """How the diff pairs A's tensors with B's (across layouts): A's order, then B's unmatched names."""
+    ka, kb, _ = _match(a.tensors, roles(a), b.tensors, roles(b))
+    return [(ta.name, kb[k].name if k in kb else None) for k, ta in ka.items()] + [
+        (None, tb.name) for k, tb in kb.items() if k not in ka
+    ]
+
+
 def _match(ta: list[TensorInfo], ra: dict[str, str], tb: list[TensorInfo], rb: dict[str, str]):
     best = None
     for na in _namings(ta, ra):

@@ -8,8 +8,6 @@ raises CkinspectError only for a path that cannot be opened at all.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -25,15 +23,8 @@ def inspect_path(target: Any, quick: bool = False, progress: Any = None) -> Chec
     ckpt = open_checkpoint(path)
     layout = analyze_layout(ckpt)
     ckpt.findings.extend(structural_findings(ckpt, layout=layout))
-    if not quick:
-        scan = optional_module("ckinspect.scan")
-        if scan is not None and ckpt.tensors:
-            ckpt.findings.extend(scan.scan_values(ckpt, progress).findings)
+    if not quick and ckpt.tensors:
+        from ckinspect.scan import scan_values  # here, so --quick never pays for the value scanner
+
+        ckpt.findings.extend(scan_values(ckpt, progress).findings)
     return ckpt
-
-
-def optional_module(name: str) -> Any:
-    """A module another part of the team owns, or None while it has not landed (import errors inside it still raise)."""
-    if importlib.util.find_spec(name) is None:
-        return None
-    return importlib.import_module(name)

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckinspect.anatomy import analyze
+from ckinspect.formats import open_checkpoint
+
 QUARANTINE_DIR = ".ckinspect-quarantine"
 DCP_METADATA = ".metadata"
 TMP_SUFFIX = ".tmp"
@@ -215,7 +218,7 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
 def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError):
         return Integrity(False, "torch-zip", "no readable zip directory at its end: cut short?")
     with archive, open(path, "rb") as handle:
         infos = archive.infolist()
@@ -293,20 +296,23 @@ def _check_pickle_stream(path: Path, fmt: str) -> Integrity:
 
 
 def _check_dcp_metadata(path: Path) -> Integrity:
-    """A DCP index is whole when its pickle ends and, for `.metadata`, the folder reads without CORRUPT.
+    """A DCP index is whole when its pickle ends and the folder reads through it without CORRUPT.
 
-    A `.metadata.tmp` is judged by its pickle alone: the DCP reader only reads `.metadata`, and
-    pointing it at links elsewhere is refused (paths that leave the folder), rightly.
+    A `.metadata.tmp` is read as the folder's index in place of `.metadata`, so a tmp whose .distcp
+    files are missing or cut short is not taken for a save that only lacked its rename.
     """
+    from ckinspect.formats.dcp import read_dcp
+
     stream = _check_pickle_stream(path, "dcp")
-    if not stream.ok or path.name != DCP_METADATA:
+    if not stream.ok:
         return stream
-    return _verdict(_open(path.parent), "dcp")
+    try:
+        return _verdict(read_dcp(path.parent, metadata_name=path.name), "dcp")
+    except Exception as exc:  # noqa: BLE001 - as open_checkpoint does: a reader failure is a verdict, not a crash
+        return Integrity(False, "dcp", f"unreadable DCP index ({type(exc).__name__}: {exc})")
 
 
 def _verdict(ckpt, fmt: str) -> Integrity:
-    if ckpt is None:
-        return Integrity(True, fmt)
     corrupt = [f.message for f in ckpt.findings if f.code == "CORRUPT"]
     if corrupt or ckpt.format == "unknown":
         return Integrity(False, ckpt.format, corrupt[0] if corrupt else "not a checkpoint", ckpt)
@@ -314,37 +320,16 @@ def _verdict(ckpt, fmt: str) -> Integrity:
 
 
 def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrity:
-    ckpt = _open(path)
-    if ckpt is None:
-        if fallback_format == "unknown":
-            return _check_pickle_stream(path, "pickle")
-        return Integrity(True, fallback_format)
-    return _verdict(ckpt, fallback_format)
-
-
-def _open(path: Path):
-    """The shared reader's view of the file, or None where the reader is not available."""
-    try:
-        from ckinspect.formats import open_checkpoint
-    except ImportError:
-        return None
-    return open_checkpoint(path)
+    return _verdict(open_checkpoint(path), fallback_format)
 
 
 def read_step(path: Path, ckpt: Any = None) -> int | None:
     """The training step the checkpoint says it was saved at, if it says (`ckpt`: already opened)."""
-    ckpt = ckpt if ckpt is not None else _open(path)
-    if ckpt is None:
-        return None
+    ckpt = ckpt if ckpt is not None else open_checkpoint(path)
     try:
-        from ckinspect.anatomy import analyze
-    except ImportError:  # the anatomy module may land after this one; the tree still has the step
-        analyze = None
-    if analyze is not None:
-        try:
-            ckpt = analyze(ckpt)
-        except Exception:  # noqa: BLE001 - a layout that does not fit must not hide the raw step
-            pass
+        ckpt = analyze(ckpt)
+    except Exception:  # noqa: BLE001 - a layout that does not fit must not hide the raw step
+        pass
     for key in ("step", *STEP_KEYS):
         value = ckpt.metadata.get(key)
         if _is_int(value):

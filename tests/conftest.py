@@ -22,14 +22,16 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str | os.PathLike[str], cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run `python -m ckinspect ARGS` in a fresh process, as a user or CI would."""
+def run_cli(
+    *args: str | os.PathLike[str], cwd: Path | None = None, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m ckinspect ARGS` in a fresh process, as a user or CI would (`env`: extra variables)."""
     return subprocess.run(
         [sys.executable, "-m", "ckinspect", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd or REPO,
-        env=cli_env(),
+        env=cli_env(env),
         timeout=timeout,
     )
 

@@ -1,4 +1,4 @@
-"""Shared by the repair, salvage and convert commands: where the rendered result goes."""
+"""Shared by every headless command: where the rendered result goes, and the JSON envelope."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def emit(text: str, output: str | None) -> None:
             raise CkinspectError(f"cannot write {output}: {exc.strerror or exc}") from exc
     else:
         sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 def envelope(command: str, **body) -> dict:

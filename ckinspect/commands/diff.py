@@ -6,33 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
+from ckinspect.commands._emit import emit
 from ckinspect.errors import CkinspectError
+from ckinspect.inspect import inspect_path
 from ckinspect.model import Checkpoint
 
 EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
 
 
 def open_for_command(path: str | Path, quick: bool = True) -> Checkpoint:
-    """Open + analyze + structural checks through the shared `inspect_path` when it exists, else the readers."""
+    """Open + analyze + structural checks, with a usage error (exit 2) for a path that does not exist."""
     target = Path(path)
     if not target.exists():
         raise CkinspectError(f"{path}: no such file or folder")
-    try:
-        from ckinspect.inspect import inspect_path
-    except ImportError:
-        inspect_path = None  # type: ignore[assignment]
-    if inspect_path is not None:
-        return inspect_path(target, quick=quick)
-    try:
-        from ckinspect.formats import open_checkpoint
-    except ImportError:
-        raise CkinspectError("this build has no checkpoint readers (ckinspect.formats.open_checkpoint)") from None
-    ckpt = open_checkpoint(target)
-    try:
-        from ckinspect.anatomy import analyze
-    except ImportError:
-        return ckpt
-    return analyze(ckpt) or ckpt
+    return inspect_path(target, quick=quick)
 
 
 def _unreadable(ckpt: Checkpoint) -> str | None:
@@ -43,17 +30,12 @@ def _unreadable(ckpt: Checkpoint) -> str | None:
     return None
 
 
-def emit(text: str, output: str | None) -> None:
-    if output:
-        from ckinspect.atomic import atomic_write_text
+def text_layout(args: argparse.Namespace) -> tuple[int, bool]:
+    """(width, colour) for a text report: the shared rule, colour only when stdout is a terminal."""
+    from ckinspect.report.console import text_width
 
-        try:
-            atomic_write_text(output, text)
-        except OSError as exc:
-            raise CkinspectError(f"cannot write {output}: {exc.strerror or exc}") from None
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    terminal = not getattr(args, "output", None) and sys.stdout.isatty()
+    return text_width(terminal), terminal
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     elif fmt == "markdown":
         text = diff_report.render_markdown(result.to_json(), a, b)
     else:
-        text = diff_report.render_text(result.to_json(), a, b)
+        text = diff_report.render_text(result.to_json(), a, b, *text_layout(args))
     emit(text, getattr(args, "output", None))
     if result.changed or result.only_a or result.only_b or result.metadata_changed:
         return EXIT_DIFFERENT

@@ -11,7 +11,8 @@ from ckinspect.model import Finding, fails
 
 def run(args: argparse.Namespace) -> int:
     from ckinspect import drift
-    from ckinspect.commands.diff import _unreadable, emit, open_for_command
+    from ckinspect.commands._emit import emit
+    from ckinspect.commands.diff import _unreadable, open_for_command, text_layout
     from ckinspect.report import drift_report
     from ckinspect.scan import terminal_progress
 
@@ -34,7 +35,10 @@ def run(args: argparse.Namespace) -> int:
         text = drift_report.render_json(drift_report.build_document(ckpt, data, findings))
     else:
         data["findings"] = [f.to_json() for f in findings]
-        text = drift_report.render_markdown(data, ckpt) if fmt == "markdown" else drift_report.render_text(data, ckpt)
+        if fmt == "markdown":
+            text = drift_report.render_markdown(data, ckpt)
+        else:
+            text = drift_report.render_text(data, ckpt, *text_layout(args))
     emit(text, getattr(args, "output", None))
     if any(d.error for d in drifts):
         return 2

@@ -8,27 +8,28 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from ckinspect.commands._emit import emit
 from ckinspect.discover import find_checkpoints
 from ckinspect.errors import CkinspectError
-from ckinspect.inspect import inspect_path, optional_module
+from ckinspect.inspect import inspect_path
 from ckinspect.model import Checkpoint, fails
-
-TEXT_WIDTH_MAX = 120
 
 
 def run(args: argparse.Namespace) -> int:
     targets = find_checkpoints(args.paths)
-    if not targets:
+    orphans = unfinished_saves(args.paths, known={Path(t.path) for t in targets})
+    if not targets and not orphans:
         raise CkinspectError(f"no checkpoint found in {', '.join(map(str, args.paths))}")
     checkpoints = [_inspect(target, args, index, len(targets)) for index, target in enumerate(targets)]
+    for orphan in orphans:
+        checkpoints.insert(_place(checkpoints, orphan.path), orphan)
     to_terminal = not args.output and sys.stdout.isatty()
     output = render(checkpoints, args.format, color=to_terminal)
-    write(output, args.output)
+    emit(output, args.output)
     findings = [f for ckpt in checkpoints for f in ckpt.findings]
     return 1 if fails(findings, args.fail_on) else 0
 
@@ -36,12 +37,61 @@ def run(args: argparse.Namespace) -> int:
 def _inspect(target: Any, args: argparse.Namespace, index: int, count: int) -> Checkpoint:
     if args.quick:
         return inspect_path(target, quick=True)
-    scan = optional_module("ckinspect.scan")
-    if scan is None or not hasattr(scan, "terminal_progress"):
-        return inspect_path(target, quick=False)
+    from ckinspect.scan import terminal_progress
+
     label = f"scanning {Path(target.path).name}" + (f" ({index + 1}/{count})" if count > 1 else "")
-    with scan.terminal_progress(label, enabled=not getattr(args, "no_progress", False)) as progress:
+    with terminal_progress(label, enabled=not getattr(args, "no_progress", False)) as progress:
         return inspect_path(target, quick=False, progress=progress)
+
+
+def unfinished_saves(paths: list[str], known: set[Path]) -> list[Checkpoint]:
+    """Saves that died before their first rename: a `*.tmp` whose main file does not exist.
+
+    Discovery never makes a tmp a checkpoint of its own, yet such a tmp may be the only copy of the
+    newest checkpoint. Each becomes an entry for the missing main path (format "unknown", no tensors)
+    with one LEFTOVER_TMP per tmp saying what `ckinspect repair` would do with it.
+    """
+    from ckinspect.leftovers import DCP_METADATA, find_leftovers
+    from ckinspect.repair import plan_repairs
+
+    mains: dict[Path, None] = {}
+    for path in paths:
+        for leftover in find_leftovers(path):
+            # a tmp the user named is reported as itself
+            if not os.path.lexists(leftover.main) and leftover.tmp not in known:
+                mains.setdefault(leftover.main)
+    entries = []
+    for main in mains:
+        # a DCP folder without `.metadata` is a checkpoint already (its .distcp files) whose checks report the tmp
+        entry_path = main.parent if main.name == DCP_METADATA else main
+        if entry_path in known:
+            continue
+        entry = Checkpoint(path=entry_path, format="unknown", file_bytes=0)
+        for action in plan_repairs(main).actions:
+            explained = action.status.explain() if action.status else action.leftover.tmp.name
+            entry.add("LEFTOVER_TMP", f"{explained}: {_repair_would(action)}")
+        entries.append(entry)
+    return entries
+
+
+def _place(checkpoints: list[Checkpoint], path: Path) -> int:
+    """Where a missing checkpoint goes in the list: among the others of its folder, in name order."""
+    same = [i for i, ckpt in enumerate(checkpoints) if Path(ckpt.path).parent == path.parent]
+    later = [i for i in same if Path(checkpoints[i].path).name > path.name]
+    return later[0] if later else same[-1] + 1 if same else len(checkpoints)
+
+
+def _repair_would(action: Any) -> str:
+    if action.action.startswith("promote"):
+        main = action.leftover.main.name
+        return f"the save died before its rename; `ckinspect repair --apply` would promote it to {main}"
+    if action.action == "set-aside":
+        return f"`ckinspect repair --apply` would move it to quarantine ({action.reason})"
+    status = action.status
+    if status is not None and not status.tmp_complete and not status.main_exists:
+        tmp = action.leftover.tmp.name
+        return f"nothing whole to promote; `ckinspect salvage {tmp} OUT` keeps the tensors it holds in full"
+    return f"`ckinspect repair` would leave it alone: {action.reason}"
 
 
 def render(checkpoints: list[Checkpoint], fmt: str, color: bool = False) -> str:
@@ -55,26 +105,6 @@ def render(checkpoints: list[Checkpoint], fmt: str, color: bool = False) -> str:
 
         return markdown.render(report)
     from ckinspect.report import text
+    from ckinspect.report.console import text_width
 
     return text.render(report, width=text_width(color), color=color)
-
-
-def text_width(terminal: bool) -> int:
-    """The terminal's width (capped so tables stay readable); 80 in files and pipes unless COLUMNS says."""
-    if terminal:
-        return min(shutil.get_terminal_size().columns, TEXT_WIDTH_MAX)
-    columns = os.environ.get("COLUMNS", "")
-    return min(int(columns), TEXT_WIDTH_MAX) if columns.isdigit() and int(columns) >= 40 else 80
-
-
-def write(output: str, destination: str | None) -> None:
-    if not destination:
-        sys.stdout.write(output)
-        sys.stdout.flush()
-        return
-    from ckinspect.atomic import atomic_write_text
-
-    try:
-        atomic_write_text(destination, output)
-    except OSError as exc:
-        raise CkinspectError(f"{destination}: cannot write the report ({exc.strerror or exc})") from None

@@ -46,12 +46,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 def read_as(path: Path, kind: str) -> Checkpoint:
     """Run the reader for `kind`; anything it raises becomes a CORRUPT finding, never an exception."""
     module_name, function_name = READERS[kind]
-    try:
-        reader = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as exc:
-        ckpt = _empty(path, kind)
-        ckpt.add("CORRUPT", f"cannot read {kind} files: reader unavailable ({exc})")
-        return ckpt
+    reader = getattr(importlib.import_module(module_name), function_name)
     try:
         ckpt = reader(path)
     except Exception as exc:  # a reader bug or hostile input must not take the report down

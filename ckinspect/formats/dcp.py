@@ -40,17 +40,18 @@ def _fields(obj: Any) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
+def _read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> Checkpoint:
     """List a DCP folder. Never raises for bad content: problems become findings."""
     folder = Path(folder)
     data_files = sorted(folder.glob("*.distcp"))
-    meta_path = folder / METADATA
+    meta_path = folder / metadata_name
+    index = f"{folder.name}/{metadata_name}"
     sizes = {p: p.stat().st_size for p in data_files}
     ckpt = Checkpoint(path=folder, format="dcp", file_bytes=sum(sizes.values()), files=list(data_files))
     if not meta_path.is_file():
         tmp = " (a .metadata.tmp is there: the save was interrupted before it was renamed)" if (
             folder / ".metadata.tmp").exists() else ""  # fmt: skip
-        ckpt.add("CORRUPT", f"DCP folder without .metadata: {len(data_files)} .distcp file(s) but no index{tmp}")
+        ckpt.add("CORRUPT", f"DCP folder without {metadata_name}: {len(data_files)} .distcp file(s) but no index{tmp}")
         return ckpt
     meta_size = meta_path.stat().st_size
     ckpt.file_bytes += meta_size
@@ -59,25 +60,25 @@ def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
         data = f.read(MAX_METADATA_BYTES)
     scans = scan_stream(data, limit=1)
     if not scans:
-        ckpt.add("CORRUPT", f"{folder.name}/.metadata is empty")
+        ckpt.add("CORRUPT", f"{index} is empty")
         return ckpt
     scan = scans[0]
     refs = [g for g in scan.globals if not _expected_dcp_global(g)]
     for g in scan.globals:
         if _expected_dcp_global(g):
             ckpt.globals.append(g.qualname)
-    if record_globals(ckpt, refs, f"{folder.name}/.metadata"):
+    if record_globals(ckpt, refs, index):
         return ckpt
     if scan.error is not None:
-        ckpt.add("CORRUPT", f"{folder.name}/.metadata: {scan.error}")
+        ckpt.add("CORRUPT", f"{index}: {scan.error}")
         return ckpt
-    meta = decode(ckpt, data[: scan.end], scan, f"{folder.name}/.metadata")
+    meta = decode(ckpt, data[: scan.end], scan, index)
     fields = _fields(meta)
     state_md = fields.get("state_dict_metadata")
     storage_data = fields.get("storage_data")
     if not isinstance(state_md, dict) or not isinstance(storage_data, dict):
         if meta is not None:
-            ckpt.add("CORRUPT", f"{folder.name}/.metadata is a pickle but not DCP Metadata (no state_dict_metadata)")
+            ckpt.add("CORRUPT", f"{index} is a pickle but not DCP Metadata (no state_dict_metadata)")
         return ckpt
     if isinstance(fields.get("version"), str):
         ckpt.metadata["dcp_version"] = fields["version"]
@@ -92,7 +93,7 @@ def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
         try:
             items[(str(idx.get("fqn")), tuple(offset) if isinstance(offset, (tuple, list)) else None)] = where
         except TypeError:
-            ckpt.add("CORRUPT", f"{folder.name}/.metadata: a storage index entry is malformed")
+            ckpt.add("CORRUPT", f"{index}: a storage index entry is malformed")
     planner = fields.get("planner_data") if isinstance(fields.get("planner_data"), dict) else {}
 
     readers: dict[str, FileReader | None] = {}
@@ -114,7 +115,7 @@ def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
                 _place(tree, keys or fqn.split("."), value)
             except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
                 # a .metadata that decodes but whose fields are not what DCP writes
-                ckpt.add("CORRUPT", f"{folder.name}/.metadata: entry {fqn} is malformed ({type(exc).__name__})", fqn)
+                ckpt.add("CORRUPT", f"{index}: entry {fqn} is malformed ({type(exc).__name__})", fqn)
     finally:
         for h in handles:
             h.close()
@@ -122,7 +123,7 @@ def _read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
         ckpt.tree = _lists(tree)
     except RecursionError:  # planner paths thousands of levels deep: keep the dicts as they are
         ckpt.tree = tree
-        ckpt.add("CORRUPT", f"{folder.name}/.metadata: key paths nest too deeply to rebuild")
+        ckpt.add("CORRUPT", f"{index}: key paths nest too deeply to rebuild")
     check_views(ckpt)
     return ckpt
 
@@ -277,8 +278,10 @@ def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def read_dcp(folder: str | os.PathLike[str]) -> Checkpoint:
+def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> Checkpoint:
     """List a torch.distributed.checkpoint folder. Never raises for bad content:
-    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened.
+
+    `metadata_name` reads another index in the folder: `.metadata.tmp`, to judge an interrupted save."""
     with no_gc():
-        return _read_dcp(folder)
+        return _read_dcp(folder, metadata_name)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from ckinspect.formats.safetensors import read_safetensors
-from ckinspect.model import Checkpoint, Finding
+from ckinspect.model import Checkpoint
 
 MAX_NAMED = 5  # tensor names quoted per finding before "... and N more"
 

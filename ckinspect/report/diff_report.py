@@ -5,26 +5,17 @@ All three are drawn from `DiffResult.to_json()`, so they cannot disagree. No tor
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from ckinspect.model import Checkpoint
+from ckinspect.report.sizes import human_bytes
 
 _LIST_LIMIT = 12  # names listed before "... and N more" in text and Markdown (JSON lists all)
-
-
-def human_bytes(nbytes: int) -> str:
-    try:
-        from ckinspect.report.sizes import human_bytes as shared
-    except ImportError:
-        import humanize
-
-        return humanize.naturalsize(nbytes, binary=True, format="%.1f")
-    return shared(nbytes)
 
 
 def number(x: Any) -> str:
@@ -40,7 +31,9 @@ def number(x: Any) -> str:
 
 
 def _percent(fraction: float) -> str:
-    return "<0.1%" if 0 < fraction < 0.001 else f"{fraction:.1%}"
+    if 0 < fraction < 0.001:
+        return "<0.1%"
+    return ">99.9%" if 0.999 < fraction < 1 else f"{fraction:.1%}"  # "100.0%" only when all of them
 
 
 def _group_note(diff: dict[str, Any], key: str) -> str:
@@ -79,21 +72,70 @@ def summary_line(diff: dict[str, Any]) -> str:
     return "different: " + ", ".join(parts)
 
 
+def _shape(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape)) or "scalar"
+
+
+def _differing(c: dict[str, Any]) -> str:
+    if c["n_diff"] is None:
+        return "-"
+    return f"{c['n_diff']:,}" + (f" ({_percent(c['n_diff'] / c['numel'])})" if c.get("numel") else "")
+
+
+def _first_at(c: dict[str, Any]) -> str:
+    return "-" if c["first_index"] is None else "[" + ",".join(map(str, c["first_index"])) + "]"
+
+
 def _changed_rows(diff: dict[str, Any]) -> list[list[str]]:
     rows = []
     for c in diff["changed"]:
         a, b = c["a"], c["b"]
         dtype = a["dtype"] if a["dtype"] == b["dtype"] else f"{a['dtype']} -> {b['dtype']}"
-        shape = "x".join(map(str, a["shape"])) or "scalar"
-        if a["shape"] != b["shape"]:
-            shape = f"{shape} -> {'x'.join(map(str, b['shape'])) or 'scalar'}"
-        n_diff = "-" if c["n_diff"] is None else f"{c['n_diff']:,}" + (
-            f" ({_percent(c['n_diff'] / c['numel'])})" if c.get("numel") else ""
-        )
-        first = "-" if c["first_index"] is None else "[" + ",".join(map(str, c["first_index"])) + "]"
+        shape = _shape(a["shape"]) if a["shape"] == b["shape"] else f"{_shape(a['shape'])} -> {_shape(b['shape'])}"
         max_abs, max_rel = number(c["max_abs_diff"]), number(c.get("max_rel_diff"))
-        rows.append([a["name"], c["reason"], dtype, shape, max_abs, max_rel, n_diff, first])
+        rows.append([a["name"], c["reason"], dtype, shape, max_abs, max_rel, _differing(c), _first_at(c)])
     return rows
+
+
+def _change(c: dict[str, Any]) -> str:
+    """The reason, plus what became what when the dtype or shape changed (the text table has no columns for them)."""
+    a, b = c["a"], c["b"]
+    what = [f"{a['dtype']} -> {b['dtype']}"] if a["dtype"] != b["dtype"] else []
+    if a["shape"] != b["shape"]:
+        what.append(f"{_shape(a['shape'])} -> {_shape(b['shape'])}")
+    return " ".join([c["reason"], *what])
+
+
+def _differing_short(c: dict[str, Any]) -> str:
+    if c["n_diff"] is not None and c["n_diff"] == c.get("numel"):
+        return f"all {c['n_diff']:,}"
+    return _differing(c)
+
+
+def _changed_table(diff: dict[str, Any]) -> Any:
+    """Tensor name first; columns that would repeat one value on every row go to the title instead (80 columns)."""
+    from rich.markup import escape
+
+    from ckinspect.report.console import make_table
+
+    changes = [_change(c) for c in diff["changed"]]
+    same_change = len(set(changes)) == 1
+    # "first at" locates a sparse change (one flipped byte); a column of [0,0] says nothing
+    pinpoint = any(any(c["first_index"] or ()) for c in diff["changed"])
+    table = make_table(f"changed tensors: {changes[0]}" if same_change else "changed tensors")
+    table.add_column("tensor", overflow="fold", ratio=1, min_width=16)
+    if not same_change:
+        table.add_column("change", overflow="fold", max_width=24)
+    table.add_column("max |Δ|", justify="right", no_wrap=True)
+    table.add_column("max rel", justify="right", no_wrap=True)
+    table.add_column("differing", justify="right", no_wrap=True)
+    if pinpoint:
+        table.add_column("first at", overflow="fold", max_width=16)
+    for c, change in zip(diff["changed"], changes):
+        row = [escape(c["a"]["name"])] + ([] if same_change else [change])
+        row += [number(c["max_abs_diff"]), number(c.get("max_rel_diff")), _differing_short(c)]
+        table.add_row(*row, *([_first_at(c)] if pinpoint else []))
+    return table
 
 
 _HEADERS = ["tensor", "reason", "dtype", "shape", "max |Δ|", "max rel", "differing", "first at"]
@@ -105,52 +147,45 @@ def _head(names: Sequence[str]) -> tuple[list[str], int]:
 
 
 def render_text(
-    diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None, width: int | None = None
+    diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None, width: int = 80,
+    color: bool = False,
 ) -> str:
-    from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
+    from ckinspect.report.console import finish, make_console, title_line
+
     out = io.StringIO()
-    width = width or int(os.environ.get("COLUMNS", "0") or 0) or 120
-    console = Console(file=out, width=width, force_terminal=False, color_system=None, highlight=False)
+    console = make_console(out, width, color)
     for side, path, ckpt in (("A", diff["a"], a), ("B", diff["b"], b)):
-        extra = f"  ({ckpt.format}, {len(ckpt.tensors):,} tensors, {human_bytes(ckpt.file_bytes)})" if ckpt else ""
-        console.print(f"{side}: {path}{extra}")
-    console.print(f"matching: {diff['match']}")
-    console.print(Text(summary_line(diff), style="bold"))
+        details = (ckpt.format, f"{len(ckpt.tensors):,} tensors", human_bytes(ckpt.file_bytes)) if ckpt else ()
+        console.print(Text.assemble(f"{side}  ", title_line(path, *details)))
+    console.print(Text(f"matching: {diff['match']}", style="dim"))
+    console.print(Text(summary_line(diff), style="bold green" if diff["identical"] else "bold yellow"))
     if diff["changed"]:
-        table = Table(title="changed tensors", title_justify="left", show_edge=False, pad_edge=False)
-        rows = _changed_rows(diff)
-        first = min(48, max(len(r[0]) for r in rows))  # names stay whole where they can
-        for i, h in enumerate(_HEADERS):
-            table.add_column(h, justify="right" if h in _NUMERIC else "left", overflow="fold",
-                             min_width=first if i == 0 else None)
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
+        console.print(_changed_table(diff))
+    say = functools.partial(console.print, markup=False, soft_wrap=True)  # names and messages are not markup
     lists = (("only_a", "only in A"), ("only_b", "only in B"), ("within_atol", f"within --atol {diff['atol']:g}"))
     for key, title in lists:
         names = diff.get(key) or []
         if names:
             shown, more = _head(names)
             note = _group_note(diff, key)
-            console.print(f"{title} ({len(names):,}{': ' + note if note else ''}):")
+            say(f"{title} ({len(names):,}{': ' + note if note else ''}):")
             for n in shown:
-                console.print(f"  {n}", soft_wrap=True)
+                say(f"  {n}")
             if more:
-                console.print(f"  ... and {more:,} more")
+                say(f"  ... and {more:,} more")
     unreadable = diff.get("unreadable") or []
     for item in unreadable[:_LIST_LIMIT]:
-        console.print(f"cannot compare {item['name']}: {item['message']}", soft_wrap=True)
+        say(f"cannot compare {item['name']}: {item['message']}")
     if len(unreadable) > _LIST_LIMIT:
-        console.print(f"... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+        say(f"... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
     for side, ckpt in (("A", a), ("B", b)):
         for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
-            console.print(f"{side} is damaged: {f.message}", soft_wrap=True)
+            console.print(Text.assemble((f"{side} is damaged", "bold red"), f": {f.message}"), soft_wrap=True)
     if hint(diff):
-        console.print(hint(diff))
-    return out.getvalue()
+        console.print(Text(hint(diff), style="dim"))
+    return finish(out)
 
 
 def _md_escape(text: str) -> str:
@@ -200,29 +235,10 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
 
 
 def build_document(a: Checkpoint, b: Checkpoint, result: Any) -> dict[str, Any]:
-    """The schema-1 document: both files' entries (from the report helper's json_report) plus `diff`."""
-    try:
-        from ckinspect.report import json_report
-    except ImportError:
-        json_report = None  # type: ignore[assignment]
-    if json_report is not None and hasattr(json_report, "build"):
-        return json_report.build([a, b], diff=result)
-    from ckinspect import __version__
+    """The schema-1 document: both files' entries plus `diff`."""
+    from ckinspect.report import json_report
 
-    findings = [f for c in (a, b) for f in c.findings]
-    files = []
-    for c in (a, b):
-        files.append({
-            "path": str(c.path), "format": c.format, "file_bytes": c.file_bytes, "tensor_count": len(c.tensors),
-            "metadata": {k: c.metadata.get(k) for k in ("step", "epoch", "world_size")},
-            "findings": [f.to_json() for f in c.findings],
-        })
-    sev = [f.severity for f in findings]
-    return {
-        "schema": 1, "tool": "ckinspect", "version": __version__, "files": files, "diff": result.to_json(),
-        "summary": {"files": 2, "errors": sev.count("error"), "warnings": sev.count("warning"),
-                    "infos": sev.count("info")},
-    }
+    return json_report.build([a, b], diff=result)
 
 
 def render_json(document: dict[str, Any]) -> str:

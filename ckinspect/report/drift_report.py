@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from typing import Any
 
 from ckinspect.model import Checkpoint, Finding
-from ckinspect.report.diff_report import human_bytes, number
+from ckinspect.report.diff_report import number
+from ckinspect.report.sizes import human_bytes
 
 TOP = 25  # tensors shown in text/Markdown, worst first; JSON lists all
 
@@ -28,20 +28,10 @@ def drift_json(
 
 
 def build_document(ckpt: Checkpoint, drift: dict[str, Any], findings: list[Finding]) -> dict[str, Any]:
-    """Schema 1 with the file entry (from the report helper's json_report when present) and a `drift` object."""
-    try:
-        from ckinspect.report import json_report
-    except ImportError:
-        json_report = None  # type: ignore[assignment]
-    if json_report is not None and hasattr(json_report, "build"):
-        doc = json_report.build([ckpt])
-    else:
-        from ckinspect import __version__
+    """Schema 1: the file's entry plus a `drift` object."""
+    from ckinspect.report import json_report
 
-        doc = {"schema": 1, "tool": "ckinspect", "version": __version__,
-               "files": [{"path": str(ckpt.path), "format": ckpt.format, "file_bytes": ckpt.file_bytes,
-                          "tensor_count": len(ckpt.tensors), "findings": [f.to_json() for f in ckpt.findings]}],
-               "summary": {"files": 1, "errors": 0, "warnings": 0, "infos": 0}}
+    doc = json_report.build([ckpt])
     doc["drift"] = drift
     doc["drift"]["findings"] = [f.to_json() for f in findings]
     return doc
@@ -84,50 +74,81 @@ def _logit_rows(drift: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-_SUMMARY_HEAD = ["round trip", "max |Δ|", "max rel", "-> inf", "-> 0", "worst tensor"]
+_SUMMARY_HEAD = ["format", "max |Δ|", "max rel", "-> inf", "-> 0", "worst tensor"]
 _TENSOR_HEAD = ["tensor", "dtype", "values",
                 "fp16 |Δ|", "fp16 rel", "fp16 inf/0", "bf16 |Δ|", "bf16 rel", "bf16 inf/0"]
 _LOGIT_HEAD = ["logits", "max |Δ|", "mean |Δ|", "top-1 agree", "positions"]
 
 
-def render_text(drift: dict[str, Any], ckpt: Checkpoint | None = None, width: int | None = None) -> str:
-    from rich.console import Console
-    from rich.table import Table
+WIDE = 110  # from this many columns the per-tensor table also shows absolute errors
+
+
+def render_text(drift: dict[str, Any], ckpt: Checkpoint | None = None, width: int = 80, color: bool = False) -> str:
+    from rich.markup import escape
+    from rich.text import Text
+
+    from ckinspect.report.console import finish, make_console, make_table, title_line
+    from ckinspect.report.text import findings_block
 
     out = io.StringIO()
-    width = width or int(os.environ.get("COLUMNS", "0") or 0) or 120
-    console = Console(file=out, width=width, force_terminal=False, color_system=None, highlight=False)
-    head = f"{drift['path']}"
-    if ckpt is not None:
-        head += f"  ({ckpt.format}, {human_bytes(ckpt.file_bytes)})"
-    console.print(head)
+    console = make_console(out, width, color)
+    console.print(title_line(drift["path"], *((ckpt.format, human_bytes(ckpt.file_bytes)) if ckpt else ())))
     s = drift["summary"]
-    console.print(f"{s['tensors']:,} floating model tensors, {s['values']:,} values")
+    console.print(Text(f"{s['tensors']:,} floating model tensors, {s['values']:,} values", style="dim"))
 
-    def table(title: str, headers: list[str], rows: list[list[str]]) -> None:
-        t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-        first = min(48, max((len(r[0]) for r in rows), default=8))  # names stay whole where they can
-        for i, h in enumerate(headers):
-            t.add_column(h, justify="left" if i == 0 or h in ("dtype", "worst tensor") else "right", overflow="fold",
-                         min_width=first if i == 0 else None)
-        for r in rows:
-            t.add_row(*r)
-        console.print(t)
+    summary = make_table("weights stored in half precision and read back")
+    for h in _SUMMARY_HEAD[:-1]:
+        summary.add_column(h, justify="left" if h == "format" else "right", no_wrap=True)
+    summary.add_column(_SUMMARY_HEAD[-1], overflow="fold", ratio=1)
+    for row in _summary_rows(drift):
+        summary.add_row(*row[:-1], escape(row[-1]))
+    console.print(summary)
 
-    table("weights stored in half precision and read back", _SUMMARY_HEAD, _summary_rows(drift))
     if drift["weights"]:
-        shown = min(TOP, len(drift["weights"]))
-        table(f"per tensor, worst first ({shown} of {len(drift['weights']):,})", _TENSOR_HEAD, _tensor_rows(drift))
+        console.print(_tensor_table(drift, wide=width >= WIDE))
     if drift["logits"]:
         lg = drift["logits"]
-        table(f"logit drift ({lg.get('model')}, fixed batch, seed {lg.get('seed')})", _LOGIT_HEAD, _logit_rows(drift))
+        logits = make_table(f"logit drift ({lg.get('model')}, fixed batch, seed {lg.get('seed')})")
+        for h in _LOGIT_HEAD:
+            logits.add_column(h, justify="left" if h == "logits" else "right", no_wrap=True)
+        for row in _logit_rows(drift):
+            logits.add_row(*row)
+        console.print(logits)
         if lg.get("note"):
-            console.print(f"note: {lg['note']}", soft_wrap=True)
+            console.print(f"note: {lg['note']}", markup=False)
     else:
-        console.print(f"logit drift: skipped: {drift['logits_skipped']}", soft_wrap=True)
-    for f in drift.get("findings", []):
-        console.print(f"{f['severity']} {f['code']}: {f['message']}", soft_wrap=True)
-    return out.getvalue()
+        console.print(f"logit drift skipped: {drift['logits_skipped']}", markup=False)
+    if drift.get("findings"):
+        console.print(findings_block(drift["findings"]))
+    return finish(out)
+
+
+def _tensor_table(drift: dict[str, Any], wide: bool) -> Any:
+    """Worst first; one dtype for all goes in the title, and absolute errors only where there is room."""
+    from rich.markup import escape
+
+    from ckinspect.report.console import make_table
+
+    worst = _worst(drift)
+    dtypes = sorted({w["dtype"] for w in worst})
+    title = f"per tensor, worst first ({len(worst)} of {len(drift['weights']):,}"
+    table = make_table(title + (f", all {dtypes[0]})" if len(dtypes) == 1 else ")"))
+    table.add_column("tensor", overflow="fold", ratio=1, min_width=16)
+    if len(dtypes) > 1:
+        table.add_column("dtype", no_wrap=True)
+    table.add_column("values", justify="right", no_wrap=True)
+    for fmt in ("fp16", "bf16"):
+        if wide:
+            table.add_column(f"{fmt}\nmax |Δ|", justify="right", no_wrap=True)
+        table.add_column(f"{fmt}\nmax rel", justify="right", no_wrap=True)
+        table.add_column(f"{fmt}\ninf/0", justify="right", no_wrap=True)
+    for w in worst:
+        row = [escape(w["name"])] + ([w["dtype"]] if len(dtypes) > 1 else []) + [f"{w['numel']:,}"]
+        for fmt in ("fp16", "bf16"):
+            r = w[fmt]
+            row += ([number(r["max_abs"])] if wide else []) + [number(r["max_rel"]), f"{r['overflow']:,}/{r['underflow']:,}"]
+        table.add_row(*row)
+    return table
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:

@@ -11,14 +11,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from ckinspect.model import GROUPS
 from ckinspect.report.common import ALL_TENSORS_UP_TO, LARGEST_SHOWN, finding_counts, metadata_line, summary_line
+from ckinspect.report.console import finish, make_console, make_table, title_line
 from ckinspect.report.sizes import human_bytes, percent
 
 SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "cyan")}
@@ -26,16 +26,7 @@ SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "inf
 
 def render(report: Mapping[str, Any], width: int = 80, color: bool = False) -> str:
     buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=width,
-        force_terminal=color,
-        no_color=not color,
-        color_system="standard" if color else None,
-        highlight=False,
-        emoji=False,
-        soft_wrap=False,
-    )
+    console = make_console(buffer, width, color)
     files = report["files"]
     for index, entry in enumerate(files):
         if index:
@@ -46,19 +37,13 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False) -> s
         console.print(summary_table(files))
     if report.get("diff") is None:
         console.print(summary_line(report["summary"]))
-    # rich pads every line to the width; trailing blanks only get in the way of diffs and logs
-    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+    return finish(buffer)
 
 
 def file_section(entry: Mapping[str, Any]) -> RenderableType:
     parts: list[RenderableType] = []
-    title = Text.assemble(
-        (entry["path"], "bold"),
-        f"  {entry['format']}",
-        f" · {entry['layout']} layout" if entry.get("layout") not in (None, "unknown") else "",
-        f" · {human_bytes(entry['file_bytes'])}",
-    )
-    parts.append(title)
+    layout = f"{entry['layout']} layout" if entry.get("layout") not in (None, "unknown") else ""
+    parts.append(title_line(entry["path"], entry["format"], layout, human_bytes(entry["file_bytes"])))
     meta = metadata_line(entry["metadata"])
     if meta:
         parts.append(Text(meta, style="dim"))
@@ -73,7 +58,7 @@ def file_section(entry: Mapping[str, Any]) -> RenderableType:
 
 
 def groups_table(entry: Mapping[str, Any]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, show_footer=True)
+    table = make_table(show_footer=True)
     total = entry["tensor_bytes"]
     table.add_column("group", footer="total")
     table.add_column("tensors", justify="right", footer=f"{entry['tensor_count']:,}")
@@ -109,7 +94,7 @@ def tensors_table(entry: Mapping[str, Any]) -> Table:
     else:
         shown = tensors
         title = None
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=title, title_justify="left", title_style="")
+    table = make_table(title)
     table.add_column("tensor", overflow="fold", ratio=1, min_width=16)
     table.add_column("group", no_wrap=True)
     table.add_column("dtype", no_wrap=True)
@@ -142,7 +127,7 @@ def findings_block(findings: list[Mapping[str, Any]]) -> RenderableType:
 def summary_table(files: list[Mapping[str, Any]]) -> RenderableType:
     base = common_folder([entry["path"] for entry in files])
     title = Text.assemble(("summary", "bold"), f" of {len(files)} checkpoints" + (f" in {base}" if base else ""))
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table = make_table()
     table.add_column("checkpoint", overflow="fold", ratio=1)
     table.add_column("format", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
 from ckinspect.model import Checkpoint, Finding
-from ckinspect.tui.core import GroupBytes, ValueStats
+from ckinspect.tui.core import ValueStats
 from ckinspect.tui.widgets.virtual_table import Row
+
+if TYPE_CHECKING:
+    from ckinspect.anatomy import Anatomy
+    from ckinspect.diff import DiffResult
+    from ckinspect.drift import TensorDrift
+    from ckinspect.repair import ApplyResult, RepairPlan, UndoResult
 
 
 class Progress(Message):
@@ -25,9 +31,9 @@ class Progress(Message):
 
 
 class CheckpointLoaded(Message):
-    def __init__(self, ckpt: Checkpoint, rows: list[Row], groups: GroupBytes | None, groups_note: str) -> None:
+    def __init__(self, ckpt: Checkpoint, rows: list[Row], anatomy: Anatomy) -> None:
         super().__init__()
-        self.ckpt, self.rows, self.groups, self.groups_note = ckpt, rows, groups, groups_note
+        self.ckpt, self.rows, self.anatomy = ckpt, rows, anatomy
 
 
 class ScanFinished(Message):
@@ -65,30 +71,30 @@ class TargetsFound(Message):
 
 
 class DiffLoaded(Message):
-    def __init__(self, a: Checkpoint, b: Checkpoint, matched: dict[str, str] | None) -> None:
+    def __init__(self, a: Checkpoint, b: Checkpoint, matched: dict[str, str]) -> None:
         super().__init__()
         self.a, self.b, self.matched = a, b, matched
 
 
 class DiffComputed(Message):
-    def __init__(self, result: Any) -> None:
+    def __init__(self, result: DiffResult) -> None:
         super().__init__()
         self.result = result
 
 
 class DriftComputed(Message):
-    def __init__(self, weights: Any, logits: Any, logits_note: str) -> None:
+    def __init__(self, weights: list[TensorDrift], logits: dict[str, Any] | None, logits_note: str) -> None:
         super().__init__()
         self.weights, self.logits, self.logits_note = weights, logits, logits_note
 
 
 class RepairPlanned(Message):
-    def __init__(self, plan: Any) -> None:
+    def __init__(self, plan: RepairPlan) -> None:
         super().__init__()
         self.plan = plan
 
 
 class RepairApplied(Message):
-    def __init__(self, result: Any, undone: bool = False) -> None:
+    def __init__(self, result: ApplyResult | UndoResult, undone: bool = False) -> None:
         super().__init__()
         self.result, self.undone = result, undone

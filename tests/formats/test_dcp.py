@@ -8,11 +8,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed.checkpoint as dcp
 
 from ckinspect.formats.dcp import read_dcp
-
-torch = pytest.importorskip("torch")
-dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 
 def raw_bytes(storage) -> bytes:

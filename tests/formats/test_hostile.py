@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from ckinspect.formats.dcp import read_dcp
 from ckinspect.formats.errors import UnsafePickle
@@ -25,8 +26,6 @@ from ckinspect.formats.pickle_file import read_pickle
 from ckinspect.formats.torch_legacy import read_torch_legacy
 from ckinspect.formats.torch_zip import read_torch_zip
 from ckinspect.formats.unpickler import restricted_load
-
-torch = pytest.importorskip("torch")
 
 
 class SystemPayload:
@@ -167,7 +166,8 @@ def test_every_dangerous_global_is_listed(tmp_path):
 
 
 def test_dcp_metadata_payload(tmp_path):
-    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    import torch.distributed.checkpoint as dcp
+
     folder = tmp_path / "ckpt"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -300,10 +300,9 @@ def test_payload_in_another_pickle_of_the_archive(tmp_path):
 
 @pytest.mark.parametrize("legacy", [False, True])
 def test_report_cli_exits_1_and_nothing_runs(tmp_path, legacy):
-    """End to end through `ckinspect --report` (skipped until the report command lands on main)."""
+    """End to end through `ckinspect --report`."""
     import json
 
-    pytest.importorskip("ckinspect.commands.report")
     from tests.conftest import run_cli
 
     marker = tmp_path / "PWNED-cli"

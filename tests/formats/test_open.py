@@ -102,16 +102,6 @@ def test_reader_exception_becomes_a_finding(tmp_path, monkeypatch):
     ]
 
 
-def test_missing_reader_module_becomes_a_finding(tmp_path, monkeypatch):
-    import ckinspect.formats as formats
-
-    monkeypatch.setitem(formats.READERS, "dcp", ("ckinspect.formats.no_such_reader", "read_dcp"))
-    (tmp_path / ".metadata").write_bytes(b"x")
-    ckpt = open_checkpoint(tmp_path)
-    assert ckpt.format == "dcp"
-    assert ckpt.findings[0].code == "CORRUPT" and ckpt.findings[0].message.startswith("cannot read dcp files: reader unavailable")
-
-
 def test_opening_never_imports_torch_or_safetensors(tmp_path):
     path = tmp_path / "m.safetensors"
     save_file({"w": torch.zeros(2)}, path)

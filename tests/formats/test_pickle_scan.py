@@ -201,7 +201,8 @@ def test_restricted_load_refuses_unsafe_names_every_one():
 
 
 def test_numpy_rng_state_decodes_to_array_info_without_numpy():
-    np = pytest.importorskip("numpy")
+    import numpy as np
+
     state = np.random.RandomState(7).get_state()
     data = pickle.dumps({"np": state, "f": np.float64(1.5), "i": np.int64(3)}, protocol=2)
     kinds = {g.qualname: g.kind for g in scan_globals(data)}

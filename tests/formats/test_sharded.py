@@ -103,7 +103,6 @@ def test_bad_index(tmp_path, text, expected):
 
 
 def test_bin_shards(tmp_path):
-    pytest.importorskip("ckinspect.formats.torch_zip")
     torch.save({"a.weight": torch.zeros(2, 3)}, tmp_path / "pytorch_model-00001-of-00002.bin")
     torch.save({"b.weight": torch.ones(5, dtype=torch.float16)}, tmp_path / "pytorch_model-00002-of-00002.bin")
     index = tmp_path / "pytorch_model.bin.index.json"

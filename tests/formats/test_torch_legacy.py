@@ -6,11 +6,10 @@ import pickle
 from pathlib import Path
 
 import pytest
+import torch
 
 from ckinspect.formats.pickle_file import read_pickle
 from ckinspect.formats.torch_legacy import read_torch_legacy
-
-torch = pytest.importorskip("torch")
 
 
 def raw_bytes(storage) -> bytes:

@@ -11,12 +11,11 @@ import zlib
 from pathlib import Path
 
 import pytest
+import torch
 
 from ckinspect.formats.torch_zip import read_torch_zip
 from ckinspect.formats.unpickler import ArrayInfo
 from tests.conftest import REPO, cli_env
-
-torch = pytest.importorskip("torch")
 
 
 def raw_bytes(storage) -> bytes:
@@ -139,7 +138,8 @@ def test_new_dtypes_use_untyped_storage_and_v3(tmp_path):
 
 
 def test_numpy_rng_state_needs_allowlist(tmp_path):
-    np = pytest.importorskip("numpy")
+    import numpy as np
+
     torch.save({"w": torch.zeros(2), "rng": {"numpy": np.random.get_state()}}, tmp_path / "r.pt")
     ckpt = read_torch_zip(tmp_path / "r.pt")
     assert codes(ckpt) == ["ALLOWLIST_NEEDED"]

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from ckinspect.repair import apply_plan, plan_repairs, undo
+from ckinspect.repair import apply_plan, plan_repairs
 
 from tests.conftest import run_cli
 from tests.repair.helpers import bit_equal, cut, resume_state, save_resume, sha, tree_hashes
@@ -177,12 +177,15 @@ def test_dcp_folder_whose_metadata_was_never_renamed_gets_it_promoted(tmp_path):
     # a second save died mid-way through its metadata: the whole one stays, the partial is set aside
     (folder / ".metadata.tmp").write_bytes(whole[: len(whole) // 2])
     assert [a.action for a in plan_repairs(folder).actions] == ["set-aside"]
-    # the whole index beside a data file cut short: the folder does not read whole, the tmp is not promoted over it
+    # the whole index beside a data file cut short: neither index reads whole, so nothing is promoted
     data = next(folder.glob("*.distcp"))
     data.write_bytes(data.read_bytes()[:100])
     (folder / ".metadata.tmp").write_bytes(whole)
-    status = plan_repairs(folder).actions[0].status
-    assert status.tmp_complete and not status.main_intact and "truncated" in status.main_problem
+    [action] = plan_repairs(folder).actions
+    status = action.status
+    assert not status.main_intact and "truncated" in status.main_problem
+    assert not status.tmp_complete and "truncated" in status.tmp_problem
+    assert action.action == "nothing"
 
 
 def test_a_tmp_whose_big_storage_fails_its_crc_is_not_promoted(tmp_path):
@@ -201,9 +204,8 @@ def test_the_trainers_interrupted_sample_keeps_its_main_and_sets_the_partial_tmp
     from tests.conftest import REPO
 
     sample = REPO / "samples" / "interrupted"
-    tmps = sorted(sample.glob("*.pth.tmp")) if sample.is_dir() else []
-    if not tmps:
-        pytest.skip("samples/interrupted not generated in this checkout")
+    tmps = sorted(sample.glob("*.pth.tmp"))
+    assert tmps, "samples/interrupted has no .pth.tmp: regenerate samples with python -m trainer samples"
     folder = shutil.copytree(sample, tmp_path / "interrupted")
     main = folder / tmps[0].name.removesuffix(".tmp")
     main_hash, tmp_hash = sha(main), sha(folder / tmps[0].name)

@@ -2,8 +2,6 @@
 
 import json
 
-import pytest
-
 from ckinspect.anatomy import analyze
 from ckinspect.checks import structural_findings
 
@@ -140,8 +138,7 @@ def test_odd_optimizer_trees_do_not_crash_the_checks():
 
 
 def test_hf_optimizer_file_against_the_model_file_beside_it(tmp_path):
-    pytest.importorskip("ckinspect.formats.safetensors")
-    torch = pytest.importorskip("torch")
+    import torch
     from safetensors.torch import save_file
 
     folder = tmp_path / "checkpoint-3"

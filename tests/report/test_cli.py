@@ -68,7 +68,6 @@ def test_fp16_weights_file_is_not_a_resume_file(ckpts):
 
 
 def test_value_scan_runs_unless_quick(ckpts):
-    pytest.importorskip("ckinspect.scan")
     quick, _ = report_json(ckpts["nan_weights.pth"], "--quick")
     full, data = report_json(ckpts["nan_weights.pth"])
     assert quick == 0 and full == 1
@@ -144,7 +143,6 @@ def test_folder_without_checkpoints_is_exit_2(tmp_path):
 
 
 def test_leftover_tmp_beside_a_checkpoint(ckpts, tmp_path):
-    pytest.importorskip("ckinspect.leftovers")
     main = tmp_path / "ckpt.pth"
     main.write_bytes(ckpts["good_resume.pth"].read_bytes())
     data = main.read_bytes()

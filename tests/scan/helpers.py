@@ -73,31 +73,14 @@ def to_bf16_bits(x: np.ndarray) -> np.ndarray:
     return rounded.astype(np.uint16)
 
 
-def saved_checkpoint(path: Path, tensors: dict, group: str = "other") -> Checkpoint:
-    """torch.save a flat dict of distinct contiguous tensors and describe it: with the real reader when this
-    checkout has one, else from the zip directory (torch numbers storages in the order it meets them)."""
+def saved_checkpoint(path: Path, tensors: dict) -> Checkpoint:
+    """torch.save a flat dict of tensors and describe it with the real reader."""
     import torch
 
+    from ckinspect.formats import open_checkpoint
+
     torch.save(tensors, path)
-    try:
-        from ckinspect.formats import open_checkpoint
-        from ckinspect.formats.torch_zip import read_torch_zip  # noqa: F401
-    except ImportError:
-        open_checkpoint = None
-    if open_checkpoint is not None:
-        return open_checkpoint(Path(path))
-    infos: dict[str, StorageInfo] = {}
-    views: list[TensorInfo] = []
-    with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
-        prefix = zf.namelist()[0].split("/")[0]
-        for i, (name, t) in enumerate(tensors.items()):
-            zi = zf.getinfo(f"{prefix}/data/{i}")
-            fh.seek(zi.header_offset + 26)
-            n, e = int.from_bytes(fh.read(2), "little"), int.from_bytes(fh.read(2), "little")
-            dtype = str(t.dtype).removeprefix("torch.")
-            infos[str(i)] = StorageInfo(str(i), dtype, zi.file_size, Path(path), zi.header_offset + 30 + n + e, zi.CRC, zi.filename)
-            views.append(TensorInfo(name, dtype, tuple(t.shape), tuple(t.stride()), str(i), t.storage_offset(), group))
-    return Checkpoint(Path(path), "torch-zip", Path(path).stat().st_size, views, infos)
+    return open_checkpoint(Path(path))
 
 
 def flip_byte(path: Path, offset: int) -> None:

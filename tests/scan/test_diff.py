@@ -195,3 +195,15 @@ def test_narrow_floats_decode_as_torch_does(name):
     codes = np.arange(1 << (8 * width), dtype=np.uint16 if width == 2 else np.uint8)
     ref = torch.from_numpy(codes.view(np.int16) if width == 2 else codes.copy()).view(getattr(torch, name)).double().numpy()
     assert np.array_equal(decode(codes, name), ref, equal_nan=True)
+
+
+def test_match_names_pairs_a_resume_files_model_with_a_bare_weights_file():
+    from ckinspect.diff import match_names
+    from ckinspect.inspect import inspect_path
+    from tests.conftest import REPO
+
+    resume = inspect_path(REPO / "samples/resumed-60/tiny_resume.pth", quick=True)
+    weights = inspect_path(REPO / "samples/resumed-60/tiny.pth", quick=True)
+    pairs = dict(p for p in match_names(resume, weights) if p[0] is not None)
+    assert pairs["model.layers.0.attn.wq.weight"] == "layers.0.attn.wq.weight"
+    assert pairs["optimizer.state.0.exp_avg"] is None

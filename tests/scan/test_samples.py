@@ -5,15 +5,13 @@ import json
 from tests.conftest import run_cli
 
 
-def test_straight_vs_resumed_is_identical(samples, open_ckpt):
-    open_ckpt(samples / "straight-60" / "tiny_resume.pth")
+def test_straight_vs_resumed_is_identical(samples):
     for name in ("tiny_resume.pth", "tiny.pth"):
         proc = run_cli("diff", samples / "straight-60" / name, samples / "resumed-60" / name, "--report")
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_straight_vs_stopped_differs(samples, open_ckpt):
-    open_ckpt(samples / "straight-60" / "tiny_resume.pth")
+def test_straight_vs_stopped_differs(samples):
     proc = run_cli("diff", samples / "straight-60" / "tiny_resume.pth", samples / "stopped-30" / "tiny_resume.pth",
                    "--report", "--format", "json")
     assert proc.returncode == 1
@@ -23,8 +21,7 @@ def test_straight_vs_stopped_differs(samples, open_ckpt):
     assert all(c["reason"] == "values" and c["max_abs_diff"] > 0 for c in diff["changed"])
 
 
-def test_resume_file_against_its_fp16_weights(samples, open_ckpt):
-    open_ckpt(samples / "straight-60" / "tiny_resume.pth")
+def test_resume_file_against_its_fp16_weights(samples):
     proc = run_cli("diff", samples / "straight-60" / "tiny_resume.pth", samples / "straight-60" / "tiny.pth",
                    "--report", "--only", "model", "--format", "json")
     diff = json.loads(proc.stdout)["diff"]
@@ -33,12 +30,11 @@ def test_resume_file_against_its_fp16_weights(samples, open_ckpt):
 
 
 def test_logit_drift_matches_the_trainers_verify_figure(samples, open_ckpt):
-    import pytest
     import torch
 
     from ckinspect.drift import logit_drift
+    from trainer import experiment
 
-    experiment = pytest.importorskip("trainer.experiment")
     ckpt = open_ckpt(samples / "straight-60" / "tiny_resume.pth")
     ours = logit_drift(ckpt)
     resume = torch.load(samples / "straight-60" / "tiny_resume.pth", weights_only=True)

@@ -17,7 +17,7 @@ COUNT = 50_000
 
 async def test_fifty_thousand_tensors_appear_and_sort_quickly():
     big = big_checkpoint(COUNT)
-    app = create_app("main", [big.path], backend=FixtureBackend({big.path: big}, use_real=False), cursor_blink=False)
+    app = create_app("main", [big.path], backend=FixtureBackend({big.path: big}), cursor_blink=False)
     start = time.perf_counter()
     async with app.run_test(size=(120, 40)) as pilot:
         while not (app.screen.query(TensorTable) and app.screen.query_one(TensorTable).row_count == COUNT):

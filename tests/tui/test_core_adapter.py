@@ -77,20 +77,17 @@ def test_a_missing_path_is_a_one_line_error_not_a_tui():
     assert proc.returncode == 2 and "no such file" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_rows_realign_from_a_diff_result_when_names_were_renamed():
-    from types import SimpleNamespace
-
-    from ckinspect.tui.core import name_pairs_from_result
+def test_rows_align_the_way_the_diff_matches_renamed_names():
+    from ckinspect.diff import match_names
 
     def ckpt(*names: str) -> Checkpoint:
         return Checkpoint(Path("c"), "torch-zip", 0, [TensorInfo(n, "float32", (2,), (1,), n) for n in names])
 
     a = ckpt("model.emb", "model.w", "model.norm", "optimizer.state.0.exp_avg")
     b = ckpt("emb", "w", "norm")
-    change = SimpleNamespace(a_name="model.w", b_name="w")
-    result = SimpleNamespace(only_a=["optimizer.state.0.exp_avg"], only_b=[], changed=[change], same=["model.emb", "model.norm"])
-    matched = name_pairs_from_result(a, b, result)
+    matched = {x: y for x, y in match_names(a, b) if x and y}
     assert matched == {"model.w": "w", "model.emb": "emb", "model.norm": "norm"}
-    assert [(p.name, p.b.name if p.b else None, p.status) for p in align(a, b, matched)][:2] == [
-        ("model.emb", "emb", "comparing"), ("model.w", "w", "comparing"),
+    assert [(p.name, p.b.name if p.b else None, p.status) for p in align(a, b, matched)] == [
+        ("model.emb", "emb", "comparing"), ("model.w", "w", "comparing"), ("model.norm", "norm", "comparing"),
+        ("optimizer.state.0.exp_avg", None, "only in A"),
     ]

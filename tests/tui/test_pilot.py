@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckinspect.tui.core import Backend, NotAvailable
+from ckinspect.errors import CkinspectError
+from ckinspect.tui.core import Backend
 from ckinspect.tui.screens.confirm import ConfirmScreen
 from ckinspect.tui.screens.diff import DiffScreen
 from ckinspect.tui.screens.help import HelpScreen
@@ -31,7 +32,7 @@ async def settle(pilot) -> None:
 
 
 async def test_open_shows_names_sizes_and_the_optimizer_share(tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         table = app.screen.query_one(TensorTable)
@@ -40,12 +41,12 @@ async def test_open_shows_names_sizes_and_the_optimizer_share(tmp_path):
         assert first.cells[0] == "model.tok_embeddings.weight" and first.cells[5] == "64.0 KiB"
         bar = app.screen.query_one(GroupBar)
         # 2 moments of every fp32 weight (the tied output counted once) + the step scalars
-        assert bar.groups.bytes["optimizer"] == 2 * bar.groups.bytes["model"] + 20 * 4
+        assert bar.anatomy.groups["optimizer"].bytes == 2 * bar.anatomy.groups["model"].bytes + 20 * 4
         assert "optimizer share 66.1%" in str(bar.render())
 
 
 async def test_sort_by_key_and_by_clicking_a_header(tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         table = app.screen.query_one(TensorTable)
@@ -63,7 +64,7 @@ async def test_sort_by_key_and_by_clicking_a_header(tmp_path):
 
 
 async def test_filter_by_substring_and_by_glob(tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         table = app.screen.query_one(TensorTable)
@@ -76,7 +77,7 @@ async def test_filter_by_substring_and_by_glob(tmp_path):
 
 
 async def test_select_computes_value_statistics_in_a_worker(tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.screen.jump_to("model.layers.1.mlp.w2.weight")
@@ -89,7 +90,7 @@ async def test_select_computes_value_statistics_in_a_worker(tmp_path):
 
 
 async def test_choosing_a_finding_jumps_to_its_tensor(tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("f")
@@ -100,7 +101,7 @@ async def test_choosing_a_finding_jumps_to_its_tensor(tmp_path):
 
 
 async def test_tree_groups_by_module_path(tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("g")
@@ -115,7 +116,7 @@ async def test_tree_groups_by_module_path(tmp_path):
 
 
 async def test_diff_aligns_rows_and_toggles_differences_only(tmp_path):
-    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path, use_real=False)
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         screen = app.screen
@@ -128,7 +129,8 @@ async def test_diff_aligns_rows_and_toggles_differences_only(tmp_path):
         assert status["optimizer.state.0.step"] == "same"
         assert status["model.layers.0.attn.wq.weight"] == "changed"
         gap = next(r for r in left.rows if r.key == "model.lm_bias")
-        assert gap.cells[0] == "—"  # the A side of a B-only tensor is an empty, aligned row
+        # names agree on both sides, so each is shown once: a B-only tensor's row has its name, dimmed, and no A shape
+        assert (gap.cells[0], gap.cells[-1], gap.styles[0]) == ("model.lm_bias", "", "dim")
         assert "DIFFERENT" in str(screen.query_one("#summary").render())
         await pilot.press("x")
         assert left.row_count == right.row_count == 62
@@ -142,7 +144,7 @@ async def test_diff_aligns_rows_and_toggles_differences_only(tmp_path):
 
 
 async def test_repair_applies_only_after_confirmation_and_offers_undo(tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     backend = app.backend
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -167,7 +169,7 @@ async def test_repair_applies_only_after_confirmation_and_offers_undo(tmp_path):
 
 
 async def test_help_palette_theme_and_quit(tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("question_mark")
@@ -182,23 +184,24 @@ async def test_help_palette_theme_and_quit(tmp_path):
     assert app.return_code == 0
 
 
-async def test_a_missing_core_module_says_not_available_yet(tmp_path):
-    class Missing(Backend):
-        def load(self, target, progress=None):
-            raise NotAvailable("ckinspect.inspect is not available yet")
+async def test_a_worker_failure_is_one_line_in_the_ui(tmp_path):
+    class Unreadable(Backend):
+        def load(self, target):
+            raise CkinspectError(f"{target}: permission denied")
 
     from ckinspect.tui.app import create_app
 
-    app = create_app("main", [DEMO_PATH], backend=Missing(), cursor_blink=False)
+    app = create_app("main", [DEMO_PATH], backend=Unreadable(), cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        assert "not available yet" in str(app.screen.query_one("#loading-label").render())
+        label = str(app.screen.query_one("#loading-label").render())
+        assert label == f"cannot open {DEMO_PATH}: failed: {DEMO_PATH}: permission denied"
 
 
 @pytest.mark.parametrize("command", ["main", "diff"])
 async def test_narrow_terminal_still_shows_the_table(tmp_path, command):
     paths = [DEMO_PATH] if command == "main" else [DEMO_PATH, DEMO_B_PATH]
-    app = make_app(command, paths, tmp_path, use_real=False)
+    app = make_app(command, paths, tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         table = app.screen.query(VirtualTable).first()
@@ -210,7 +213,7 @@ async def test_folder_lists_checkpoints_with_badges_and_enter_opens_one(tmp_path
     from ckinspect.tui.screens.folder import FolderScreen
     from tests.tui.apps import demo_backend
 
-    app = create_app("main", [DEMO_PATH, DEMO_B_PATH], backend=demo_backend(tmp_path, use_real=False), cursor_blink=False)
+    app = create_app("main", [DEMO_PATH, DEMO_B_PATH], backend=demo_backend(tmp_path), cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert isinstance(app.screen, FolderScreen)
@@ -228,7 +231,7 @@ async def test_folder_lists_checkpoints_with_badges_and_enter_opens_one(tmp_path
 async def test_diff_with_a_neighbour_chosen_from_the_inspect_screen(tmp_path):
     from ckinspect.tui.screens.pick_file import PickFileScreen
 
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("d")
@@ -244,7 +247,7 @@ async def test_mouse_click_selects_a_row_and_quick_skips_the_scan(tmp_path):
     from ckinspect.tui.app import create_app
     from tests.tui.apps import demo_backend
 
-    app = create_app("main", [DEMO_PATH], backend=demo_backend(tmp_path, use_real=False), cursor_blink=False, quick=True)
+    app = create_app("main", [DEMO_PATH], backend=demo_backend(tmp_path), cursor_blink=False, quick=True)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         table = app.screen.query_one(TensorTable)
@@ -255,7 +258,7 @@ async def test_mouse_click_selects_a_row_and_quick_skips_the_scan(tmp_path):
 
 
 async def test_command_palette_runs_a_screen_action(tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("ctrl+p", *"sort by size")
@@ -271,9 +274,44 @@ async def test_a_folder_with_one_checkpoint_opens_it_directly(tmp_path):
     from tests.tui.apps import FixtureBackend
     from tests.tui.fixtures import demo_checkpoint
 
-    backend = FixtureBackend({DEMO_PATH: demo_checkpoint(tmp_path)}, use_real=False)
+    backend = FixtureBackend({DEMO_PATH: demo_checkpoint(tmp_path)})
     app = create_app("main", [tmp_path], backend=backend, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert isinstance(app.screen, InspectScreen) and app.screen.target == DEMO_PATH
         assert app.screen.query_one(TensorTable).row_count == 83
+
+
+async def test_typing_in_the_file_picker_starts_a_path(tmp_path):
+    from ckinspect.tui.screens.pick_file import PickFileScreen
+
+    app = make_app("main", [DEMO_PATH], tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("d")
+        await settle(pilot)
+        assert isinstance(app.screen, PickFileScreen)
+        await pilot.press(*"runs/other.pth")  # the list has focus: the keys still end up in the path box
+        assert app.screen.query_one("#path").value == "runs/other.pth"
+
+
+async def test_an_interrupted_save_leads_from_its_finding_to_the_repair_and_back(tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path)
+    backend = app.backend
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel = app.screen.query_one(FindingsPanel)
+        await pilot.press("f")
+        leftover = next(i for i, f in enumerate(panel.findings) if f.code == "LEFTOVER_TMP")
+        panel.highlighted = leftover
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, RepairScreen)
+        await pilot.press("a", "y")
+        await settle(pilot)
+        assert len(backend.applied) == 1
+        backend.checkpoints[DEMO_PATH].findings = [f for f in backend.checkpoints[DEMO_PATH].findings if f.code != "LEFTOVER_TMP"]
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, InspectScreen)  # and it read the file again: the finding is gone
+        assert "LEFTOVER_TMP" not in {f.code for f in app.screen.query_one(FindingsPanel).findings}

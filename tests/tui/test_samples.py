@@ -3,7 +3,6 @@ readers/anatomy/diff land in this checkout)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -21,10 +20,7 @@ RESUME = Path("samples/stopped-30/tiny_resume.pth")
 WEIGHTS = Path("samples/stopped-30/tiny.pth")
 
 
-def _needs(*modules: str) -> None:
-    for module in modules:
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"{module} has not landed in this checkout")
+def _needs_samples() -> None:
     if not (REPO / RESUME).exists():
         pytest.skip("samples/ missing (python -m trainer samples)")
 
@@ -44,7 +40,7 @@ def _in_repo():
 
 
 async def test_a_resume_sample_shows_names_sizes_and_the_optimizer_share():
-    _needs("ckinspect.inspect", "ckinspect.anatomy")
+    _needs_samples()
     app = create_app("main", [RESUME], cursor_blink=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await _settle(pilot)
@@ -54,27 +50,33 @@ async def test_a_resume_sample_shows_names_sizes_and_the_optimizer_share():
         row = next(r for r in table.rows if r.key == "model.tok_embeddings.weight")
         assert row.cells[5].endswith("KiB")
         bar = app.screen.query_one(GroupBar)
-        assert bar.groups is not None and 0.5 < bar.groups.optimizer_share < 0.8  # AdamW: two moments per weight
-        assert f"optimizer share {bar.groups.optimizer_share:.1%}" in str(bar.render())
+        assert bar.anatomy is not None and 0.5 < bar.anatomy.optimizer_share < 0.8  # AdamW: two moments per weight
+        assert f"optimizer share {bar.anatomy.optimizer_share:.1%}" in str(bar.render())
 
 
 async def test_diff_of_a_resume_file_and_its_weights_aligns_renamed_tensors():
-    _needs("ckinspect.inspect", "ckinspect.diff")
+    _needs_samples()
     app = create_app("diff", [RESUME, WEIGHTS], cursor_blink=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await _settle(pilot)
         screen = app.screen
         assert isinstance(screen, DiffScreen)
-        right = screen.query_one("#right", VirtualTable)
-        status = {row.key: (row.cells[0], row.cells[2]) for row in right.rows}
+        left, right = screen.query_one("#left", VirtualTable), screen.query_one("#right", VirtualTable)
+        status = {row.key: row.cells[0] for row in right.rows}
+        b_name = {p.name: p.b.name for p in screen.pairs if p.b is not None}
         # model.x in the resume file is x in the fp16 weights file: one row, dtype changed
-        assert status["model.tok_embeddings.weight"] == ("dtype changed", "tok_embeddings.weight")
-        assert status["optimizer.state.0.exp_avg"][0] == "only in A"
-        assert "DIFFERENT" in str(screen.query_one("#summary").render())
+        assert status["model.tok_embeddings.weight"] == "dtype changed"
+        assert b_name["model.tok_embeddings.weight"] == "tok_embeddings.weight"
+        assert status["optimizer.state.0.exp_avg"] == "only in A"
+        # the name is shown once, in full, and the summary says how B's names differ
+        assert left.columns[0].label == "A: name" and "name" not in [c.key for c in right.columns]
+        assert left.rows[0].cells[0] == "model.tok_embeddings.weight" and left._widths()[0] >= len("model.layers.0.attn_norm.weight")
+        summary = str(screen.query_one("#summary").render())
+        assert "DIFFERENT" in summary and "prefix 'model.' dropped" in summary
 
 
 async def test_repair_of_an_interrupted_save_applies_after_yes_and_undoes(tmp_path):
-    _needs("ckinspect.repair", "ckinspect.inspect")
+    _needs_samples()
     import shutil
 
     from ckinspect.tui.screens.confirm import ConfirmScreen

@@ -27,12 +27,12 @@ def _select(name: str, stats: bool = True):
 
 
 def test_inspect_100x30(snap_compare, tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     assert snap_compare(app, terminal_size=(100, 30), run_before=_select("model.layers.0.attn.wo.weight"))
 
 
 def test_inspect_wide_light_theme(snap_compare, tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, theme="textual-light", use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path, theme="textual-light")
     assert snap_compare(app, terminal_size=(130, 36), run_before=_select("model.layers.1.mlp.w2.weight"))
 
 
@@ -42,32 +42,32 @@ def test_inspect_80x24_sorted_by_size(snap_compare, tmp_path):
         pilot.app.screen.query_one(TensorTable).sort_by("size", reverse=True)
         await _settle(pilot)
 
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
 
 
 def test_inspect_tree(snap_compare, tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
     assert snap_compare(app, terminal_size=(100, 30), run_before=_settle, press=["g", "enter", "down", "enter"])
 
 
 def test_diff_100x30(snap_compare, tmp_path):
-    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path, use_real=False)
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path)
     assert snap_compare(app, terminal_size=(100, 30), run_before=_settle)
 
 
 def test_diff_80x24_differences_only(snap_compare, tmp_path):
-    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path, use_real=False)
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path)
     assert snap_compare(app, terminal_size=(80, 24), run_before=_settle, press=["x", "end"])
 
 
 def test_drift_100x30(snap_compare, tmp_path):
-    app = make_app("drift", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("drift", [DEMO_PATH], tmp_path)
     assert snap_compare(app, terminal_size=(100, 30), run_before=_settle)
 
 
 def test_repair_confirmation_100x30(snap_compare, tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, use_real=False)
+    app = make_app("main", [DEMO_PATH], tmp_path)
 
     async def run_before(pilot) -> None:
         await _settle(pilot)

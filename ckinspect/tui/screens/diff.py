@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -16,11 +16,14 @@ from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.core import NotAvailable, human_bytes, name_matcher, name_pairs_from_result, shape_text
+from ckinspect.tui.core import human_bytes, name_matcher, shape_text
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.palette import STATUS_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
+
+if TYPE_CHECKING:
+    from ckinspect.diff import DiffResult
 
 LEFT_COLUMNS = (
     Column("name", "A: name", None, min_width=20, keep_end=True),
@@ -29,11 +32,33 @@ LEFT_COLUMNS = (
 )
 RIGHT_COLUMNS = (
     Column("status", "status", 13),
-    Column("delta", "max |Δ|", 9, justify="right"),
+    Column("delta", "max |Δ|", 8, justify="right"),
     Column("name", "B: name", None, min_width=20, keep_end=True),
     Column("dtype", "dtype", 8, optional=1),
     Column("shape", "shape", 12, optional=2),  # B's shape goes first: the status says when it differs
 )
+# When every matched tensor has the same name on both sides, or the same up to the renaming the
+# summary line states (`model.x` vs `x`), the name is shown once (A's, on the left) and the right
+# side keeps only what can differ: the names get the room.
+ONE_NAME_LEFT = (
+    Column("name", "name", None, min_width=24, keep_end=True),
+    Column("dtype", "A dtype", 8, optional=True),
+    Column("shape", "A shape", 12),
+)
+ONE_NAME_RIGHT = (
+    Column("status", "status", 13),
+    Column("delta", "max |Δ|", 8, justify="right"),
+    Column("dtype", "B dtype", 8),
+    Column("shape", "B shape", 12),
+)
+WIDE_ENOUGH_FOR_DTYPES = 110  # below this, the dtypes give way (the status says "dtype changed")
+
+
+def names_agree(pairs: list[Pair]) -> bool:
+    def agree(x: str, y: str) -> bool:
+        return x == y or x.endswith("." + y) or y.endswith("." + x)
+
+    return all(agree(p.a.name, p.b.name) for p in pairs if p.a is not None and p.b is not None)
 
 
 @dataclass
@@ -91,39 +116,21 @@ def align(a: Checkpoint, b: Checkpoint, matched: dict[str, str] | None = None) -
     return pairs
 
 
-def apply_result(pairs: list[Pair], result: Any) -> dict[str, Any]:
-    """Fold a DiffResult (its schema-1 JSON) into the pairs; returns that JSON."""
-    data = result.to_json() if hasattr(result, "to_json") else dict(result)
-    data = data.get("diff", data)
-    changed = {c["name"]: c for c in data.get("changed", [])}
-    unreadable = {u["name"]: u.get("message", "") for u in data.get("unreadable", [])}
+def apply_result(pairs: list[Pair], result: DiffResult) -> None:
+    """Fold the diff's verdict into the pairs (changes and unreadable tensors are reported under A's name)."""
+    changed = {c.name: c for c in result.changed}
+    unreadable = {name for name, _ in result.unreadable}
     for pair in pairs:
         if pair.name in unreadable:
             pair.status = "unreadable"
             continue
-        if pair.status != "comparing":
-            entry = changed.get(pair.name)
-            if entry is not None and entry.get("max_abs_diff") is not None:
-                pair.max_abs_diff = entry["max_abs_diff"]
-            continue
-        entry = changed.get(pair.name)
-        if entry is None:
+        change = changed.get(pair.name)
+        if change is not None:
+            pair.max_abs_diff = change.max_abs_diff
+            if pair.status == "comparing":
+                pair.status = {"shape": "shape changed", "dtype": "dtype changed"}.get(change.reason, "changed")
+        elif pair.status == "comparing":
             pair.status = "same"
-        else:
-            reason = entry.get("reason", "values")
-            pair.status = {"shape": "shape changed", "dtype": "dtype changed"}.get(reason, "changed")
-            pair.max_abs_diff = _as_float(entry.get("max_abs_diff"))
-    return data
-
-
-def _as_float(x: Any) -> float | None:
-    """JSON writes non-finite differences as "inf"/"nan"."""
-    if x is None:
-        return None
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return None
 
 
 def _cells(t: TensorInfo | None) -> tuple[str, str, str]:
@@ -138,13 +145,20 @@ def _delta(x: float | None) -> str:
     return f"{x:.3g}"
 
 
-def rows_for(pairs: list[Pair]) -> tuple[list[Row], list[Row]]:
+def rows_for(pairs: list[Pair], left_keys: list[str], right_keys: list[str], one_name: bool = False) -> tuple[list[Row], list[Row]]:
+    """The cells of each side for the columns shown (keys as in the Column definitions)."""
     left, right = [], []
     for index, p in enumerate(pairs):
         colour = STATUS_COLOURS.get(p.status) or None
         a, b = _cells(p.a), _cells(p.b)
-        left.append(Row(p.name, a, (index, a[1], a[2]), (None if p.a else "dim",)))
-        right.append(Row(p.name, (p.status, _delta(p.max_abs_diff), *b), (index,) * 5, (colour, colour, None if p.b else "dim")))
+        a_cells = {"name": p.name if one_name else a[0], "dtype": a[1], "shape": a[2]}
+        b_cells = {"status": p.status, "delta": _delta(p.max_abs_diff), "name": b[0], "dtype": b[1], "shape": b[2]}
+        left_cells = tuple(a_cells[k] for k in left_keys)
+        right_cells = tuple(b_cells[k] for k in right_keys)
+        b_style = None if p.b else "dim"
+        left.append(Row(p.name, left_cells, (index,) * len(left_cells), (None if p.a else "dim",)))
+        right.append(Row(p.name, right_cells, (index,) * len(right_cells),
+                         tuple(colour if k in ("status", "delta") else b_style for k in right_keys)))
     return left, right
 
 
@@ -162,9 +176,9 @@ class DiffScreen(Screen[None]):
         self.a, self.b = a, b
         self.pairs: list[Pair] = []
         self.differences_only = False
-        self.result: dict[str, Any] | None = None
+        self.result: DiffResult | None = None
         self.result_note = "comparing values…"
-        self.matched: dict[str, str] | None = None
+        self.one_name = False
 
     def compose(self) -> ComposeResult:
         yield Label(Text.assemble(("A ", "bold"), str(self.a_path), ("   B ", "bold"), str(self.b_path)), classes="title-line", id="diff-title")
@@ -187,8 +201,7 @@ class DiffScreen(Screen[None]):
         backend = self.app.backend
         a = self.a or backend.load(self.a_path)
         b = self.b or backend.load(self.b_path)
-        names = backend.match_names(a, b)
-        matched = {x: y for x, y in names if x is not None and y is not None} if names is not None else None
+        matched = {x: y for x, y in backend.match_names(a, b) if x is not None and y is not None}
         self.post_message(DiffLoaded(a, b, matched))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="diff", description="comparing values")
@@ -205,16 +218,18 @@ class DiffScreen(Screen[None]):
             self.query_one("#summary", Static).update(f"cannot read both checkpoints: {why}")
         else:
             self.result_note = f"value comparison {why}"
-            if isinstance(event.worker.error, NotAvailable):
-                for pair in self.pairs:
-                    if pair.status == "comparing":
-                        pair.status = "same shape"
             self._refresh_rows()
 
     def on_diff_loaded(self, message: DiffLoaded) -> None:
         self.a, self.b = message.a, message.b
-        self.matched = message.matched
         self.pairs = align(message.a, message.b, message.matched)
+        self.one_name = names_agree(self.pairs)
+        left, right = self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)
+        left.columns = list(ONE_NAME_LEFT if self.one_name else LEFT_COLUMNS)
+        if self.one_name and any(p.a is not None and p.b is not None and p.a.name != p.b.name for p in self.pairs):
+            left.columns[0] = replace(left.columns[0], label="A: name")
+        right.columns = list(ONE_NAME_RIGHT if self.one_name else RIGHT_COLUMNS)
+        self._fit_right()  # may drop the dtypes on a narrow screen
         self.query_one("#diff-loading").display = False
         self.query_one("#tables").display = True
         self._refresh_rows()
@@ -227,18 +242,33 @@ class DiffScreen(Screen[None]):
             self._show_summary()
 
     def on_diff_computed(self, message: DiffComputed) -> None:
-        if self.matched is None and self.a is not None and self.b is not None:
-            matched = name_pairs_from_result(self.a, self.b, message.result)
-            if matched is not None:
-                self.matched = matched
-                self.pairs = align(self.a, self.b, matched)
-        self.result = apply_result(self.pairs, message.result)
+        apply_result(self.pairs, message.result)
+        self.result = message.result
         self.result_note = ""
         self._refresh_rows()
 
+    def on_resize(self) -> None:
+        self._fit_right()
+
+    def _fit_right(self) -> None:
+        """With one name column, the right table is as wide as its columns and the left takes the rest."""
+        right = self.query_one("#right", VirtualTable)
+        if not self.one_name:
+            right.styles.width = "1fr"
+            return
+        wide = self.size.width >= WIDE_ENOUGH_FOR_DTYPES
+        columns = [c for c in ONE_NAME_RIGHT if wide or c.key != "dtype"]
+        # one space before each column, the border, the scrollbar
+        right.styles.width = sum(c.width or 0 for c in columns) + len(columns) + 1 + 2
+        if [c.key for c in columns] != [c.key for c in right.columns]:
+            right.columns = columns
+            left = self.query_one("#left", VirtualTable)
+            left.columns = [left.columns[0], *(c for c in ONE_NAME_LEFT[1:] if wide or c.key != "dtype")]
+            self._refresh_rows()
+
     def _refresh_rows(self) -> None:
-        left_rows, right_rows = rows_for(self.pairs)
         left, right = self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)
+        left_rows, right_rows = rows_for(self.pairs, [c.key for c in left.columns], [c.key for c in right.columns], self.one_name)
         keep = left.current_row.key if left.current_row else None
         left.set_rows(left_rows)
         right.set_rows(right_rows)
@@ -268,16 +298,15 @@ class DiffScreen(Screen[None]):
         b_n = len(self.b.tensors) if self.b else 0
         text = Text(f"A {a_n:,} tensors ({human_bytes(self.a.file_bytes) if self.a else '?'})  "
                     f"B {b_n:,} tensors ({human_bytes(self.b.file_bytes) if self.b else '?'})  ")
-        for status in ("same", "changed", "shape changed", "dtype changed", "only in A", "only in B", "unreadable", "same shape", "comparing"):
+        for status in ("same", "changed", "shape changed", "dtype changed", "only in A", "only in B", "unreadable", "comparing"):
             if counts.get(status):
                 text.append(f"{status} {counts[status]:,}", style=STATUS_COLOURS.get(status) or "")
                 text.append("  ")
         if self.result is not None:
-            identical = bool(self.result.get("identical", not any(p.differs for p in self.pairs)))
+            identical = self.result.identical
             text.append("IDENTICAL" if identical else "DIFFERENT", style="bold " + ("#3bb58a" if identical else "#e5484d"))
-            match = self.result.get("match") or ""
-            if match and match != "names matched exactly":
-                text.append(f"  ({match})", style="italic")
+            if self.result.match != "names matched exactly":
+                text.append(f"  ({self.result.match})", style="italic")
         elif self.result_note:
             text.append(self.result_note, style="italic")
         if self.differences_only:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -14,44 +14,41 @@ from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import NotAvailable, as_record, as_records, flatten, format_value
+from ckinspect.tui.core import format_value
 from ckinspect.tui.messages import DriftComputed, Progress
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
-_NAME_KEYS = ("name", "tensor")
-_WORST_KEYS = ("fp16_max_abs", "max_abs", "fp16_max_rel", "max_rel")
-_HIDDEN = ("fp16_changed", "bf16_changed", "error")  # kept for the details line, not a column
+if TYPE_CHECKING:
+    from ckinspect.drift import TensorDrift
+
+COLUMNS = (  # optional ones go first to last as the window narrows: highest number first
+    Column("name", "tensor", None, min_width=30, keep_end=True),
+    Column("dtype", "dtype", 9, optional=4),
+    Column("numel", "elements", 10, justify="right", optional=3),
+    Column("fp16_max_abs", "fp16 max|Δ|", 11, justify="right"),
+    Column("fp16_max_rel", "fp16 max rel", 12, justify="right", optional=5),
+    Column("fp16_overflow", "fp16 overflow", 13, justify="right"),
+    Column("fp16_underflow", "fp16 underflow", 14, justify="right", optional=6),
+    Column("bf16_max_abs", "bf16 max|Δ|", 11, justify="right"),
+    Column("bf16_max_rel", "bf16 max rel", 12, justify="right", optional=7),
+    Column("bf16_overflow", "bf16 overflow", 13, justify="right", optional=2),
+    Column("bf16_underflow", "bf16 underflow", 14, justify="right", optional=8),
+)
 
 
-def drift_table(records: list[dict[str, Any]]) -> tuple[list[Column], list[Row]]:
-    """Columns from the records' own fields (name first), rows worst first."""
-    if not records:
-        return [Column("name", "tensor", None)], []
-    records = [flatten(r) for r in records]
-    name_key = next((k for k in _NAME_KEYS if k in records[0]), None)
-    fields = [k for k in records[0] if k != name_key and k not in _HIDDEN and not isinstance(records[0][k], (dict, list))]
-    worst = next((k for k in _WORST_KEYS if k in fields), next((k for k in fields if isinstance(records[0][k], (int, float))), None))
-
-    def badness(r: dict[str, Any]) -> tuple[float, float]:
-        # values that overflow to inf are worse than any finite rounding error
-        overflow = r.get("fp16_overflow") or 0
-        value = r.get(worst) if worst else 0.0
-        return (-float(overflow), -float(value) if isinstance(value, (int, float)) else 0.0)
-
-    records = sorted(records, key=badness)
-    columns = [Column("name", "tensor", None, min_width=20, keep_end=True)]
-    for k in fields:
-        essential = k in (worst, "fp16_overflow", "bf16_max_abs")
-        label = k.replace("_max_abs", " max|Δ|").replace("_max_rel", " max rel").replace("_", " ")
-        columns.append(Column(k, label, max(9, min(13, len(label))), justify="right", optional=not essential))
+def drift_rows(drifts: list[TensorDrift]) -> list[Row]:
+    """One row per tensor, worst first: values that overflow to inf in fp16 beat any finite rounding error."""
+    ordered = sorted(drifts, key=lambda d: (-d.fp16.overflow, -d.fp16.max_abs))
     rows = []
-    for index, r in enumerate(records):
-        name = str(r.get(name_key, index)) if name_key else str(index)
-        cells = (name, *(format_value(r.get(k)) for k in fields))
-        keys = (name, *((r.get(k) if isinstance(r.get(k), (int, float)) else str(r.get(k))) for k in fields))
-        rows.append(Row(f"{name}#{index}", cells, keys))
-    return columns, rows
+    for d in ordered:
+        numbers = (d.numel, d.fp16.max_abs, d.fp16.max_rel, d.fp16.overflow, d.fp16.underflow,
+                   d.bf16.max_abs, d.bf16.max_rel, d.bf16.overflow, d.bf16.underflow)
+        cells = (d.name, d.dtype, *(format_value(n) for n in numbers))
+        if d.error:
+            cells = (d.name, d.dtype, format_value(d.numel), f"unreadable: {d.error}", *("",) * 7)
+        rows.append(Row(d.name, cells, (d.name, d.dtype, *numbers)))
+    return rows
 
 
 class DriftScreen(Screen[None]):
@@ -67,7 +64,7 @@ class DriftScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Label(Text.assemble(("drift ", "bold"), str(self.target), " — fp16/bf16 vs the stored values"), classes="title-line")
         yield Static("computing rounding errors…", classes="summary-line", id="logits")
-        yield VirtualTable([Column("name", "tensor", None)], id="drift-table", empty_text="computing…")
+        yield VirtualTable(COLUMNS, id="drift-table", empty_text="computing…")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -81,12 +78,10 @@ class DriftScreen(Screen[None]):
         weights = backend.weight_drift(ckpt, progress=lambda f: self.post_message(Progress("drift", f)))
         self.post_message(DriftComputed(weights, None, "computing logit drift…"))
         try:
-            logits, note = backend.logit_drift(ckpt)
-        except NotAvailable as exc:
-            logits, note = None, f"logit drift not available yet ({exc})"
-        except Exception as exc:  # the model may be unknown: the weights still count
-            logits, note = None, f"logit drift: {exc}"
-        self.post_message(DriftComputed(weights, logits, note or "logit drift: the model is not known"))
+            logits, reason = backend.logit_drift(ckpt)
+        except Exception as exc:  # running the model can fail: the weight drift above still stands
+            logits, reason = None, f"failed: {type(exc).__name__}: {exc}"
+        self.post_message(DriftComputed(weights, logits, f"logit drift: {reason}" if reason else ""))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
@@ -103,24 +98,20 @@ class DriftScreen(Screen[None]):
         if message.weights is getattr(self, "_weights", None):
             return  # the logit drift arrived after the weights: the table stands
         self._weights = message.weights
-        records = as_records(message.weights, "tensors", "per_tensor", "rows", "items")
-        columns, rows = drift_table(records)
         table = self.query_one(VirtualTable)
-        table.columns = columns
-        table.empty_text = "no floating tensors"
-        table.set_rows(rows)
+        table.empty_text = "no floating model tensors"
+        table.set_rows(drift_rows(message.weights))
         table.focus()
 
-    def _logit_text(self, logits: Any, note: str) -> Text:
+    def _logit_text(self, logits: dict[str, Any] | None, note: str) -> Text:
         if logits is None:
             return Text(note, style="italic")
-        record = as_record(logits)
         text = Text("logits vs fp32", style="bold")
-        model = record.get("model")
+        model = logits.get("model")
         if model:
-            text.append(f" ({model}, seed {record.get('seed', '?')})", style="dim")
+            text.append(f" ({model}, seed {logits.get('seed', '?')})", style="dim")
         for label in ("fp16", "bf16"):
-            part = record.get(label)
+            part = logits.get(label)
             if not isinstance(part, dict):
                 continue
             text.append(f"\n{label}: ", style="bold")

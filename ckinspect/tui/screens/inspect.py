@@ -14,7 +14,9 @@ from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import NotAvailable, ValueStats, name_matcher
+from ckinspect.blobs import UnreadableStorage
+from ckinspect.errors import CkinspectError
+from ckinspect.tui.core import ValueStats, name_matcher
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
@@ -26,8 +28,9 @@ from ckinspect.tui.widgets.virtual_table import VirtualTable
 
 
 def failure_text(error: BaseException | None) -> str:
-    if isinstance(error, NotAvailable):
-        return f"not available yet ({error})"
+    """One line for the UI: the message of an error the core raises on purpose, else its type too."""
+    if isinstance(error, (CkinspectError, UnreadableStorage, OSError, ValueError)):
+        return f"failed: {error}"
     return f"failed: {type(error).__name__}: {error}"
 
 
@@ -81,13 +84,8 @@ class InspectScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="reading the checkpoint")
     def load(self) -> None:
         backend = self.app.backend
-        ckpt = self.ckpt or backend.load(self.target, progress=lambda f: self.post_message(Progress("load", f)))
-        rows = tensor_rows(ckpt)
-        try:
-            groups, note = backend.group_bytes(ckpt), ""
-        except NotAvailable as exc:
-            groups, note = None, f"group sizes not available yet ({exc})"
-        self.post_message(CheckpointLoaded(ckpt, rows, groups, note))
+        ckpt = self.ckpt or backend.load(self.target)
+        self.post_message(CheckpointLoaded(ckpt, tensor_rows(ckpt), backend.summarize(ckpt)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scan", description="scanning values")
     def scan(self, ckpt: Checkpoint) -> None:
@@ -119,10 +117,7 @@ class InspectScreen(Screen[None]):
     # ------------------------------------------------------------ results
 
     def on_progress(self, message: Progress) -> None:
-        if message.task == "load":
-            bar = self.query_one("#loading-progress", ProgressBar)
-            bar.update(total=1.0, progress=message.fraction)
-        elif message.task == "stats":
+        if message.task == "stats":
             self.query_one(DetailsPane).show_stats_note(f"computing… {message.fraction:.0%}")
         elif message.task == "scan":
             self.scan_note = f"value scan {message.fraction:.0%}"
@@ -132,9 +127,7 @@ class InspectScreen(Screen[None]):
         self.query_one("#loading").display = False
         self.query_one("#body").display = True
         self.query_one(CheckpointHeader).show(ckpt)
-        bar = self.query_one(GroupBar)
-        bar.note = message.groups_note
-        bar.groups = message.groups
+        self.query_one(GroupBar).anatomy = message.anatomy
         table = self.query_one(TensorTable)
         if not message.rows:
             table.empty_text = "no tensors in this file" + (" (see the findings)" if ckpt.findings else "")
@@ -159,8 +152,10 @@ class InspectScreen(Screen[None]):
 
     def on_stats_ready(self, message: StatsReady) -> None:
         self.stats_cache[message.tensor] = message.stats
-        if self.query_one(DetailsPane).tensor_name == message.tensor:
-            self.query_one(DetailsPane).show_stats(message.stats)
+        pane = self.query_one(DetailsPane)
+        if pane.tensor_name == message.tensor:
+            pane.show_stats(message.stats)
+            pane.scroll_end(animate=False)  # asked for: on a short pane, show the numbers over the facts
 
     def _show_findings(self) -> None:
         if self.ckpt is not None:
@@ -210,6 +205,10 @@ class InspectScreen(Screen[None]):
     @on(FindingsPanel.JumpToTensor)
     def _jump(self, event: FindingsPanel.JumpToTensor) -> None:
         self.jump_to(event.tensor)
+
+    @on(FindingsPanel.RepairWanted)
+    def _repair_wanted(self) -> None:
+        self.action_repair()
 
     def jump_to(self, name: str) -> None:
         table = self.query_one(TensorTable)
@@ -267,7 +266,10 @@ class InspectScreen(Screen[None]):
         self.compute_stats(self.ckpt, row.key)
 
     def action_focus_findings(self) -> None:
-        self.query_one(FindingsPanel).focus()
+        panel = self.query_one(FindingsPanel)
+        panel.focus()
+        if panel.highlighted is None and panel.option_count:
+            panel.action_first()  # so that Enter acts on the worst finding straight away
 
     def action_diff_with(self) -> None:
         from ckinspect.tui.screens.pick_file import PickFileScreen
@@ -288,8 +290,19 @@ class InspectScreen(Screen[None]):
     def action_repair(self) -> None:
         from ckinspect.tui.screens.repair import RepairScreen
 
+        def closed(changed: bool | None) -> None:
+            if changed:  # files moved: the findings (LEFTOVER_TMP) describe a folder that is gone
+                self.reload()
+
         folder = self.target if self.target.is_dir() else self.target.parent
-        self.app.push_screen(RepairScreen(folder))
+        self.app.push_screen(RepairScreen(folder), closed)
+
+    def reload(self) -> None:
+        self.ckpt = None
+        self.stats_cache.clear()
+        self.scan_stats = {}
+        self.query_one(FindingsPanel).show([], "reading again…")
+        self.load()
 
     def action_back(self) -> None:
         filter_box = self.query_one("#filter", Input)

@@ -31,7 +31,7 @@ class PickFileScreen(ModalScreen[Path | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(f"Compare {self.current} with:")
-            yield Input(value="", placeholder="path of another checkpoint (Enter)", id="path")
+            yield Input(value="", placeholder="type a path, or choose one below (Enter)", id="path", select_on_focus=False)
             yield OptionList(id="candidates")
 
     def on_mount(self) -> None:
@@ -75,6 +75,15 @@ class PickFileScreen(ModalScreen[Path | None]):
             self.dismiss(path)
         else:
             self.notify(f"{path}: no such file or folder", severity="error")
+
+    def on_key(self, event) -> None:
+        """Typing while the list has focus starts a path: the keys go to the box above."""
+        box = self.query_one(Input)
+        if not box.has_focus and event.character and event.character.isprintable() and event.character != " ":
+            box.focus()
+            box.insert_text_at_cursor(event.character)
+            event.stop()
+            event.prevent_default()
 
     def action_cancel(self) -> None:
         self.dismiss(None)

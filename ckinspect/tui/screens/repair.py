@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -13,11 +13,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
-from ckinspect.tui.core import as_records, format_value
 from ckinspect.tui.messages import RepairApplied, RepairPlanned
 from ckinspect.tui.screens.confirm import ConfirmScreen
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
+
+if TYPE_CHECKING:
+    from ckinspect.repair import RepairPlan
 
 COLUMNS = (
     Column("action", "action", 16),
@@ -25,40 +27,25 @@ COLUMNS = (
     Column("state", "state", 10, optional=True),
     Column("reason", "why", None, min_width=16),
 )
-_ACTION_KEYS = ("action", "kind", "op")
-_FILE_KEYS = ("tmp", "path", "source", "file", "target")
-_WHY_KEYS = ("reason", "why", "explanation", "message")
 
 
-def explain(record: dict[str, Any]) -> str:
-    text = next((str(record[k]) for k in _WHY_KEYS if record.get(k)), "")
-    if not text and callable(record.get("explain")):
-        text = record["explain"]()
-    return text
-
-
-def shown(path: Any, folder: Path) -> str:
-    if path in (None, ""):
-        return ""
-    p = Path(path)
-    return str(p.relative_to(folder)) if p.is_relative_to(folder) else str(p)
+def shown(path: Path, folder: Path) -> str:
+    return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
 
 
 ACTION_COLOURS = {"promote": "#3bb58a", "promote-keep-old": "#3bb58a", "set-aside": "#e8a33d", "nothing": "#e5484d"}
 
 
-def action_rows(records: list[dict[str, Any]], folder: Path) -> list[Row]:
+def action_rows(plan: RepairPlan, folder: Path) -> list[Row]:
     rows = []
-    for index, r in enumerate(records):
-        action = next((format_value(r[k]) for k in _ACTION_KEYS if r.get(k) is not None), "?")
-        path = shown(next((r[k] for k in _FILE_KEYS if r.get(k) is not None), ""), folder)
-        why = explain(r)
-        state = format_value(r.get("state", ""))
-        rows.append(Row(str(index), (action, path, state, why), (index, path, state, why), (f"bold {ACTION_COLOURS.get(action, '')}",)))
+    for index, a in enumerate(plan.actions):
+        path = shown(a.leftover.tmp, folder)
+        rows.append(Row(str(index), (a.action, path, a.state, a.reason), (index, path, a.state, a.reason),
+                        (f"bold {ACTION_COLOURS.get(a.action, '')}",)))
     return rows
 
 
-class RepairScreen(Screen[None]):
+class RepairScreen(Screen[bool]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "apply", "Apply", tooltip="Carry out the plan (asks first; nothing is deleted, replaced files are kept aside)"),
         Binding("u", "undo", "Undo", tooltip="Restore what the last apply replaced or set aside"),
@@ -69,9 +56,9 @@ class RepairScreen(Screen[None]):
     def __init__(self, folder: Path) -> None:
         super().__init__()
         self.folder = Path(folder)
-        self.plan: Any = None
-        self.records: list[dict[str, Any]] = []
+        self.plan: RepairPlan | None = None
         self.applied = False
+        self.changed = False  # something was applied or undone: the screen below should read again
 
     def compose(self) -> ComposeResult:
         yield Label(Text.assemble(("repair ", "bold"), str(self.folder), " — dry run until you apply"), classes="title-line")
@@ -88,7 +75,7 @@ class RepairScreen(Screen[None]):
         self.post_message(RepairPlanned(self.app.backend.plan_repairs(self.folder)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="repair", description="applying repairs")
-    def carry_out(self, plan: Any) -> None:
+    def carry_out(self, plan: RepairPlan) -> None:
         self.post_message(RepairApplied(self.app.backend.apply_plan(plan)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="repair", description="undoing the last repair")
@@ -103,14 +90,15 @@ class RepairScreen(Screen[None]):
             table.refresh()
 
     def on_repair_planned(self, message: RepairPlanned) -> None:
-        self.plan = message.plan
-        self.records = as_records(message.plan, "actions", "steps", "items")
+        self.plan = plan = message.plan
         table = self.query_one(VirtualTable)
         table.empty_text = "nothing to repair: no interrupted save found"
-        table.set_rows(action_rows(self.records, self.folder))
+        table.set_rows(action_rows(plan, self.folder))
         table.focus()
-        count = len(self.records)
-        summary = Text(f"{count} action(s) planned" if count else "nothing to repair")
+        pending, undecided = len(plan.pending), len(plan.undecided)
+        summary = Text(f"{pending} action(s) to apply" if pending else "nothing to apply")
+        if undecided:
+            summary.append(f", {undecided} leftover(s) left alone (see why)")
         if self.applied:
             summary.append("  · last repair applied: press u to undo it", style="bold")
         self.query_one("#repair-summary", Static).update(summary)
@@ -118,20 +106,21 @@ class RepairScreen(Screen[None]):
 
     def on_repair_applied(self, message: RepairApplied) -> None:
         self.applied = not message.undone
+        self.changed = True
         result = message.result
         if message.undone:
-            restored = getattr(result, "restored", None)
-            problems = getattr(result, "problems", None) or []
-            detail = f"{len(restored)} move(s) put back" if restored is not None else "undone"
-            if problems:
-                detail += f"; {len(problems)} problem(s): {problems[0]}"
-            self.notify(f"repair undone: {detail}", severity="warning" if problems else "information", timeout=5)
+            if result.run_id is None:
+                self.notify("nothing to undo: no repair was applied here", timeout=5)
+            else:
+                detail = f"{len(result.restored)} move(s) put back"
+                if result.problems:
+                    detail += f"; {len(result.problems)} problem(s): {result.problems[0]}"
+                self.notify(f"repair undone: {detail}", severity="warning" if result.problems else "information", timeout=5)
         else:
-            done = getattr(result, "done", None)
-            failed = getattr(result, "failed", None) or []
-            detail = f"{len(done)} action(s) done" if done is not None else "applied"
-            if failed:
-                detail += f", {len(failed)} skipped or failed"
+            detail = f"{len(result.done)} action(s) done"
+            if result.failed:
+                detail += f", {len(result.failed)} skipped or failed: {result.failed[0].note or result.failed[0].reason}"
+            failed = result.failed
             self.notify(f"repair {detail}; press u to undo", severity="warning" if failed else "information", timeout=5)
         self.make_plan()
 
@@ -141,22 +130,24 @@ class RepairScreen(Screen[None]):
         if row is None:
             self.query_one("#explain", Static).update("")
             return
-        record = self.records[int(row.key)]
+        action = self.plan.actions[int(row.key)]
         text = Text()
-        text.append(f"{row.cells[0]}: ", style="bold")
-        text.append(explain(record) or "(no explanation given)")
-        status = record.get("status")
-        if isinstance(status, dict) and status.get("explain"):
+        text.append(f"{action.action}: ", style="bold")
+        text.append(action.reason)
+        if action.status is not None:
             text.append("\nfound: ", style="dim")
-            text.append(str(status["explain"]))
-        for k in ("tmp", "main", "note"):
-            if record.get(k):
-                text.append(f"\n{k}: ", style="dim")
-                text.append(shown(record[k], self.folder) if k != "note" else str(record[k]))
+            text.append(action.status.explain())
+        text.append("\ntmp: ", style="dim")
+        text.append(shown(action.leftover.tmp, self.folder))
+        text.append("\nmain: ", style="dim")
+        text.append(shown(action.leftover.main, self.folder))
+        if action.note:
+            text.append("\nnote: ", style="dim")
+            text.append(action.note)
         self.query_one("#explain", Static).update(text)
 
     def action_apply(self) -> None:
-        if not self.records:
+        if self.plan is None or not self.plan.pending:
             self.notify("nothing to apply")
             return
 
@@ -164,7 +155,7 @@ class RepairScreen(Screen[None]):
             if yes:
                 self.carry_out(self.plan)
 
-        question = (f"Apply {len(self.records)} repair action(s) in {self.folder}?\n\n"
+        question = (f"Apply {len(self.plan.pending)} repair action(s) in {self.folder}?\n\n"
                     "Replaced or set-aside files go to a quarantine folder beside them; you can undo this.")
         self.app.push_screen(ConfirmScreen(question, "Apply"), answered)
 
@@ -180,4 +171,4 @@ class RepairScreen(Screen[None]):
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1:
-            self.app.pop_screen()
+            self.dismiss(self.changed)

@@ -12,7 +12,7 @@ from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
 
 class CheckpointHeader(Static):
     DEFAULT_CSS = """
-    CheckpointHeader { height: 2; padding: 0 1; background: $panel; }
+    CheckpointHeader { height: 2; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def show_loading(self, path: str) -> None:
@@ -24,13 +24,10 @@ class CheckpointHeader(Static):
         facts = [
             f"{key} {meta[key]}" for key in ("step", "epoch", "world_size") if meta.get(key) is not None
         ] or ["no step/epoch recorded"]
+        layout = f" · {ckpt.layout}" if ckpt.layout and ckpt.layout != "unknown" else ""
         first = Text.assemble(
-            (str(ckpt.path), "bold"), "  ", (ckpt.format, "bold"), f"  {human_bytes(ckpt.file_bytes)}",
+            (str(ckpt.path), "bold"), "  ", (ckpt.format + layout, "bold"), f"  {human_bytes(ckpt.file_bytes)}",
             f"  {len(ckpt.tensors):,} tensors",
         )
-        second = Text.assemble(
-            (verdict, f"bold {SEVERITY_COLOURS.get(level, '')}"), "  ", " · ".join(facts), f" · layout {ckpt.layout}",
-        )
-        first.no_wrap = second.no_wrap = True
-        first.overflow = second.overflow = "ellipsis"
-        self.update(Text("\n").join([first, second]))
+        second = Text.assemble((verdict, f"bold {SEVERITY_COLOURS.get(level, '')}"), "  ", " · ".join(facts))
+        self.update(Text("\n").join([first, second]))  # two lines whatever the width: the CSS cuts, never wraps

@@ -63,18 +63,15 @@ class DetailsPane(VerticalScroll):
 
     def show_stats(self, stats: ValueStats, note: str = "") -> None:
         text = Text("\n")
-        rows = [
-            ("min", _number(stats.minimum)),
-            ("max", _number(stats.maximum)),
-            ("mean", _number(stats.mean)),
-            ("std", _number(stats.std)),
-        ]
-        for label, value in rows:
-            text.append(f"{label:<6}", style="bold")
-            text.append(value + "\n")
+        # two figures a line: at 80x24 the pane is 9 lines tall and the histogram must still fit
+        for pair in ((("min", stats.minimum), ("max", stats.maximum)), (("mean", stats.mean), ("std", stats.std))):
+            for i, (label, value) in enumerate(pair):
+                text.append(f"{label:<5}" if i == 0 else f"  {label} ", style="bold")
+                text.append(f"{_number(value):<11}" if i == 0 else _number(value))
+            text.append("\n")
         text.append("non-finite ", style="bold")
-        text.append(f"{stats.nonfinite:,}\n", style=SEVERITY_COLOURS["error"] if stats.nonfinite else "")
-        text.append("> fp16 max ", style="bold")
+        text.append(f"{stats.nonfinite:,}", style=SEVERITY_COLOURS["error"] if stats.nonfinite else "")
+        text.append("  > fp16 max ", style="bold")
         text.append(f"{stats.fp16_overflow:,}", style=SEVERITY_COLOURS["warning"] if stats.fp16_overflow else "")
         if stats.histogram:
             lo, hi = stats.hist_range

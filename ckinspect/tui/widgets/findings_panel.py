@@ -1,4 +1,5 @@
-"""Findings coloured by severity, worst first; choosing one with a tensor jumps to it."""
+"""Findings coloured by severity, worst first; choosing one with a tensor jumps to it, and an
+interrupted save (LEFTOVER_TMP) leads to the repair plan."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ class FindingsPanel(OptionList):
             super().__init__()
             self.tensor = tensor
 
+    class RepairWanted(Message):
+        """A LEFTOVER_TMP finding was chosen: its remedy is the repair plan of the folder."""
+
     def on_mount(self) -> None:
         self.border_title = "findings"
 
@@ -41,6 +45,8 @@ class FindingsPanel(OptionList):
             label.append(f" {finding.message}")
             if finding.tensor:
                 label.append(" →", style="dim")
+            elif finding.code == "LEFTOVER_TMP":
+                label.append("\nEnter: plan the repair (R)", style="dim italic")
             self.add_option(Option(label, id=str(index)))
         if note:
             self.add_option(Option(Text(note, style="italic"), disabled=True))
@@ -52,3 +58,5 @@ class FindingsPanel(OptionList):
         finding = self.findings[int(event.option.id)]
         if finding.tensor:
             self.post_message(self.JumpToTensor(finding.tensor))
+        elif finding.code == "LEFTOVER_TMP":
+            self.post_message(self.RepairWanted())

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
 from ckinspect.model import GROUPS
-from ckinspect.tui.core import GroupBytes, human_bytes
+from ckinspect.tui.core import human_bytes
 from ckinspect.tui.widgets.palette import GROUP_COLOURS
+
+if TYPE_CHECKING:
+    from ckinspect.anatomy import Anatomy
 
 
 class GroupBar(Widget):
@@ -16,20 +21,20 @@ class GroupBar(Widget):
     GroupBar { height: 2; padding: 0 1; }
     """
 
-    groups: reactive[GroupBytes | None] = reactive(None)
-    note: reactive[str] = reactive("reading…")
+    anatomy: reactive[Anatomy | None] = reactive(None)
 
     def render(self) -> Text:
         width = max(10, self.content_region.width or self.size.width)
-        if self.groups is None:
-            return Text(self.note, style="italic")
-        g = self.groups
-        total = max(1, g.tensor_bytes or sum(g.bytes.values()))
+        if self.anatomy is None:
+            return Text("reading…", style="italic")
+        a = self.anatomy
+        sizes = {name: a.groups[name].bytes for name in GROUPS}
+        total = max(1, a.tensor_bytes)
         bar = Text()
         used = 0
-        present = [name for name in GROUPS if g.bytes.get(name)]
+        present = [name for name in GROUPS if sizes[name]]
         for i, name in enumerate(present):
-            cells = width - used if i == len(present) - 1 else max(1, round(width * g.bytes[name] / total))
+            cells = width - used if i == len(present) - 1 else max(1, round(width * sizes[name] / total))
             cells = min(cells, width - used)
             bar.append("█" * cells, style=GROUP_COLOURS[name])
             used += cells
@@ -37,14 +42,14 @@ class GroupBar(Widget):
             bar.append("░" * (width - used), style="dim")
         legend = Text()
         for name in GROUPS:
-            if not g.bytes.get(name) and name != "optimizer":
+            if not sizes[name] and name != "optimizer":
                 continue
             if legend:
                 legend.append("  ")
             legend.append("■ ", style=GROUP_COLOURS[name])
-            legend.append(f"{name} {human_bytes(g.bytes.get(name, 0))}")
+            legend.append(f"{name} {human_bytes(sizes[name])}")
         legend.append("  optimizer share ", style="bold")
-        legend.append(f"{g.optimizer_share:.1%}", style="bold")
+        legend.append(f"{a.optimizer_share:.1%}", style="bold")
         legend.no_wrap = True
         legend.overflow = "ellipsis"
         return Text("\n").join([bar, legend])

@@ -10,7 +10,7 @@ from ckinspect.tui.widgets.palette import GROUP_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 COLUMNS = (
-    Column("name", "name", None, min_width=28, keep_end=True),
+    Column("name", "name", None, min_width=32, keep_end=True),  # at 80 columns the group gives way first
     Column("group", "group", 9, optional=2),
     Column("dtype", "dtype", 8),
     Column("shape", "shape", 12),

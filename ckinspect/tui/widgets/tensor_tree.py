@@ -35,6 +35,7 @@ class TensorTree(Tree[str]):
         children: dict[tuple[str, ...], set[str]] = defaultdict(set)
         leaves: dict[tuple[str, ...], list[TensorInfo]] = defaultdict(list)
         sizes: dict[tuple[str, ...], int] = defaultdict(int)
+        counted: set[tuple[tuple[str, ...], str, int, int]] = set()  # tied weights: their bytes once, as the bar counts them
         for t in ckpt.tensors:
             if names is not None and t.name not in names:
                 continue
@@ -42,7 +43,10 @@ class TensorTree(Tree[str]):
             module = parts[:-1]
             leaves[module].append(t)
             for depth in range(len(module) + 1):
-                sizes[module[:depth]] += t.nbytes
+                same_bytes = (module[:depth], t.storage_key, t.storage_offset, t.nbytes)
+                if same_bytes not in counted:
+                    counted.add(same_bytes)
+                    sizes[module[:depth]] += t.nbytes
                 if depth < len(module):
                     children[module[:depth]].add(module[depth])
         self._children = {k: sorted(v, key=_natural) for k, v in children.items()}
