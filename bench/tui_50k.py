@@ -31,7 +31,7 @@ SIZE = (120, 40)
 async def measure_ckinspect(count: int, real_file: Path | None = None) -> tuple[float, float, float]:
     if real_file is None:
         big = big_checkpoint(count)
-        app = create_app("main", [big.path], backend=FixtureBackend({big.path: big}, use_real=False), cursor_blink=False)
+        app = create_app("main", [big.path], backend=FixtureBackend({big.path: big}), cursor_blink=False)
     else:
         app = create_app("main", [real_file], cursor_blink=False, quick=True)
     start = time.perf_counter()
