@@ -24,6 +24,7 @@ from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 from ckinspect.tree import build, no_gc
 
 METADATA = ".metadata"
+ENUM_GETATTR = "builtins.getattr"
 MAX_METADATA_BYTES = 1 << 30
 MAX_VALUE_BYTES = 16 << 20  # non-tensor values above this are listed, not decoded
 
@@ -63,16 +64,20 @@ def _read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> 
         ckpt.add("CORRUPT", f"{index} is empty")
         return ckpt
     scan = scans[0]
-    refs = [g for g in scan.globals if not _expected_dcp_global(g)]
+    # Python 3.11.0-3.11.x pickled enum members (DCP's _MEM_FORMAT_ENCODING) as getattr(EnumClass, "NAME"):
+    # accepted here only because the unpickler checks every such call (see unpickler.GUARDED)
+    guarded = frozenset({ENUM_GETATTR}) if any(g.qualname == ENUM_GETATTR for g in scan.globals) else frozenset()
+    refs = [g for g in scan.globals if not _expected_dcp_global(g) and g.qualname not in guarded]
     for g in scan.globals:
-        if _expected_dcp_global(g):
-            ckpt.globals.append(g.qualname)
+        if _expected_dcp_global(g) or g.qualname in guarded:
+            if g.qualname not in ckpt.globals:
+                ckpt.globals.append(g.qualname)
     if record_globals(ckpt, refs, index):
         return ckpt
     if scan.error is not None:
         ckpt.add("CORRUPT", f"{index}: {scan.error}")
         return ckpt
-    meta = decode(ckpt, data[: scan.end], scan, index)
+    meta = decode(ckpt, data[: scan.end], scan, index, guarded=guarded)
     fields = _fields(meta)
     state_md = fields.get("state_dict_metadata")
     storage_data = fields.get("storage_data")

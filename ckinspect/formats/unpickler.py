@@ -492,20 +492,43 @@ def storage_persistent_load(pid: Any) -> Any:
     raise CorruptPickle(f"persistent id that is not a storage: {pid!r:.80}")
 
 
+def _enum_member_getattr(cls: Any, name: Any) -> Any:
+    """`getattr(EnumClass, "MEMBER")`, as Python 3.11.0-3.11.x pickled enum members: the class must be a
+    benign stand-in and the name a plain identifier, or it is refused. Nothing real is looked up."""
+    if (isinstance(cls, type) and issubclass(cls, Opaque) and type(name) is str and name.isidentifier()
+            and not name.startswith("_")):  # fmt: skip
+        return _opaque_class(f"{cls.qualname}.{name}")()
+    raise UnsafePickle([f"builtins.getattr (applied to {cls!r:.60}, {name!r:.40})"])
+
+
+# Globals that run code in general but are safe with arguments the unpickler checks at each call.
+GUARDED: dict[str, Any] = {"builtins.getattr": _enum_member_getattr}
+
+
 class RestrictedUnpickler(pickle.Unpickler):
-    def __init__(self, file: Any, persistent_load: Callable[[Any], Any] | None = None) -> None:
+    def __init__(self, file: Any, persistent_load: Callable[[Any], Any] | None = None,
+                 guarded: frozenset[str] = frozenset()) -> None:  # fmt: skip
         super().__init__(file, fix_imports=False, encoding="latin1")
         # set on the instance, the C unpickler calls it directly: no forwarding frame per tensor
         self.persistent_load = persistent_load or storage_persistent_load
+        self.guarded = guarded
 
     def find_class(self, module: str, name: str) -> Any:
+        if self.guarded:
+            qualname = ".".join(normalize(module, name))  # protocol 2 writes __builtin__ for builtins
+            if qualname in self.guarded:
+                return GUARDED[qualname]
         return standin_for(module, name)
 
 
-def load_from(file: Any, persistent_load: Callable[[Any], Any] | None = None) -> Any:
-    """Decode the next pickle from an open binary file (positioned at its start). Callers scan first."""
+def load_from(file: Any, persistent_load: Callable[[Any], Any] | None = None,
+              guarded: frozenset[str] = frozenset()) -> Any:  # fmt: skip
+    """Decode the next pickle from an open binary file (positioned at its start). Callers scan first.
+
+    `guarded`: names from GUARDED that this caller accepts with their arguments checked per call.
+    """
     try:
-        return RestrictedUnpickler(file, persistent_load).load()
+        return RestrictedUnpickler(file, persistent_load, guarded).load()
     except (UnsafePickle, CorruptPickle):
         raise
     except RecursionError:
@@ -515,17 +538,17 @@ def load_from(file: Any, persistent_load: Callable[[Any], Any] | None = None) ->
 
 
 def restricted_load(data: bytes, persistent_load: Callable[[Any], Any] | None = None, *,
-                    scan: PickleScan | None = None) -> Any:  # fmt: skip
+                    scan: PickleScan | None = None, guarded: frozenset[str] = frozenset()) -> Any:  # fmt: skip
     """Decode one pickle into plain data with TensorInfo (name "") in place of tensors.
 
     Raises UnsafePickle (listing every global outside the allowlist, found by the static scan
-    before anything is decoded) or CorruptPickle.
+    before anything is decoded, except `guarded` ones, whose every call is checked) or CorruptPickle.
     """
     if scan is None:
         scan = scan_pickle(data)
-    unsafe = scan.unsafe
+    unsafe = [g for g in scan.unsafe if g.qualname not in guarded]
     if unsafe:
         raise UnsafePickle([g.qualname for g in unsafe])
     if scan.error is not None:
         raise CorruptPickle(scan.error)
-    return load_from(io.BytesIO(data), persistent_load)
+    return load_from(io.BytesIO(data), persistent_load, guarded)

@@ -121,3 +121,60 @@ def test_mutated_metadata_never_raises(dcp_folder, tmp_path):
         outcomes.update(f.code for f in ckpt.findings)
         assert {f.code for f in ckpt.findings} <= {"CORRUPT", "UNSAFE_PICKLE", "ALLOWLIST_NEEDED"}
     assert "CORRUPT" in outcomes
+
+
+def _repickle_metadata(folder: Path, out: Path, reduce_enum) -> None:
+    """Copy a DCP folder, re-pickling its `.metadata` with enum members reduced by `reduce_enum`."""
+    import enum
+
+    shutil.copytree(folder, out)
+
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, enum.Enum):
+                return reduce_enum(obj)
+            return NotImplemented
+
+    metadata = pickle.loads((folder / ".metadata").read_bytes())  # our own file, just written by torch
+    with open(out / ".metadata", "wb") as f:
+        Pickler(f, protocol=2).dump(metadata)
+
+
+def test_enum_members_pickled_by_getattr_are_data_not_code(dcp_folder, tmp_path):
+    """Python 3.11.0-3.11.x pickles enum members as getattr(EnumClass, "NAME"); such folders are ordinary."""
+    folder, state = dcp_folder
+    out = tmp_path / "py311-early"
+    _repickle_metadata(folder, out, lambda member: (getattr, (type(member), member.name)))
+    assert b"getattr" in (out / ".metadata").read_bytes()
+    ckpt = read_dcp(out)
+    assert [f.code for f in ckpt.findings] == []
+    assert sorted(t.name for t in ckpt.tensors) == sorted(t.name for t in read_dcp(folder).tensors)
+    assert "builtins.getattr" in ckpt.globals
+
+
+def test_getattr_on_anything_but_an_enum_class_is_refused(dcp_folder, tmp_path):
+    folder, _ = dcp_folder
+    out = tmp_path / "getattr-builtin"
+    _repickle_metadata(folder, out, lambda member: (getattr, (dict, "fromkeys")))
+    ckpt = read_dcp(out)
+    unsafe = [f for f in ckpt.findings if f.code == "UNSAFE_PICKLE"]
+    assert len(unsafe) == 1 and "builtins.getattr (applied to <class 'dict'>, 'fromkeys')" in unsafe[0].message
+    assert ckpt.tensors == []
+
+
+def test_getattr_reaching_os_system_is_refused_and_never_runs(dcp_folder, tmp_path):
+    import posix
+
+    folder, _ = dcp_folder
+    out = tmp_path / "getattr-posix"
+    marker = tmp_path / "PWNED-dcp-getattr"
+
+    class Payload:
+        def __reduce__(self):
+            return (getattr(posix, "system"), (f"touch {marker}",))
+
+    _repickle_metadata(folder, out, lambda member: Payload().__reduce__())
+    ckpt = read_dcp(out)
+    assert [f.code for f in ckpt.findings] == ["UNSAFE_PICKLE"]
+    assert "posix.system" in ckpt.findings[0].message
+    assert not marker.exists()
