@@ -12,12 +12,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from ckinspect.formats.dcp import read_dcp
-
-
-def raw_bytes(storage) -> bytes:
-    with open(storage.file, "rb") as f:
-        f.seek(storage.offset)
-        return f.read(storage.nbytes)
+from tests.formats.storage_bytes import raw_bytes
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,7 @@ import torch
 
 from ckinspect.formats.pickle_file import read_pickle
 from ckinspect.formats.torch_legacy import read_torch_legacy
-
-
-def raw_bytes(storage) -> bytes:
-    with open(storage.file, "rb") as f:
-        f.seek(storage.offset)
-        return f.read(storage.nbytes)
+from tests.formats.storage_bytes import raw_bytes
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,7 @@ import torch
 from ckinspect.formats.torch_zip import read_torch_zip
 from ckinspect.formats.unpickler import ArrayInfo
 from tests.conftest import REPO, cli_env
-
-
-def raw_bytes(storage) -> bytes:
-    with open(storage.file, "rb") as f:
-        f.seek(storage.offset)
-        return f.read(storage.nbytes)
+from tests.formats.storage_bytes import raw_bytes
 
 
 def codes(ckpt) -> list[str]:
