@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from ckinspect import __version__
 from ckinspect.atomic import atomic_write_text
@@ -23,6 +24,14 @@ def emit(text: str, output: str | None) -> None:
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def text_layout(args: Any) -> tuple[int, bool]:
+    """(width, colour) for a text report: the shared rule, colour only when stdout is a terminal."""
+    from ckinspect.report.console import text_width
+
+    terminal = not getattr(args, "output", None) and sys.stdout.isatty()
+    return text_width(terminal), terminal
 
 
 def envelope(command: str, **body) -> dict:

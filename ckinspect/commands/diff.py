@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from ckinspect.commands._emit import emit
+from ckinspect.commands._emit import emit, text_layout
 from ckinspect.errors import CkinspectError
 from ckinspect.inspect import inspect_path
 from ckinspect.model import Checkpoint
@@ -28,14 +27,6 @@ def _unreadable(ckpt: Checkpoint) -> str | None:
         why = next((f.message for f in ckpt.findings if f.code == "CORRUPT"), "not a checkpoint")
         return f"{ckpt.path}: {why}"
     return None
-
-
-def text_layout(args: argparse.Namespace) -> tuple[int, bool]:
-    """(width, colour) for a text report: the shared rule, colour only when stdout is a terminal."""
-    from ckinspect.report.console import text_width
-
-    terminal = not getattr(args, "output", None) and sys.stdout.isatty()
-    return text_width(terminal), terminal
 
 
 def run(args: argparse.Namespace) -> int:

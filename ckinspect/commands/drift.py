@@ -11,8 +11,8 @@ from ckinspect.model import Finding, fails
 
 def run(args: argparse.Namespace) -> int:
     from ckinspect import drift
-    from ckinspect.commands._emit import emit
-    from ckinspect.commands.diff import _unreadable, open_for_command, text_layout
+    from ckinspect.commands._emit import emit, text_layout
+    from ckinspect.commands.diff import _unreadable, open_for_command
     from ckinspect.report import drift_report
     from ckinspect.scan import terminal_progress
 
