@@ -6,7 +6,10 @@ Public names load lazily (PEP 562) so that `ckinspect --help` pays for nothing i
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

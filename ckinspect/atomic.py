@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 TMP_SUFFIX = ".tmp"
 
@@ -47,6 +49,8 @@ def atomic_write(path: str | os.PathLike[str], tmp_name: str | None = None) -> I
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if tmp_name is None:
+        import tempfile  # deferred: ~2.5 ms (random, weakref) that `--report` to stdout never needs
+
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=folder)
         os.fchmod(fd, _mode_for(target))  # mkstemp makes 0600; the result should look like any saved file
         handle = os.fdopen(fd, "wb")

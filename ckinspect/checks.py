@@ -15,9 +15,7 @@ layout and the tree (run `anatomy.analyze` first so groups and metadata are set)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ckinspect.anatomy import Anatomy, summarize
 from ckinspect.dtypes import dtype_info
@@ -31,7 +29,12 @@ from ckinspect.layouts import (
     top_mapping,
 )
 from ckinspect.model import Checkpoint, Finding, TensorInfo
+from ckinspect.record import Record
 from ckinspect.report.sizes import human_bytes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Bloat worth a warning: at least 1 MiB and at least a tenth of all storage bytes. Smaller waste is
 # alignment padding or a tiny view and not worth anyone's time.
@@ -125,13 +128,18 @@ def _has_training_keys(top: Mapping[str, Any]) -> bool:
 # ---------------------------------------------------------------- optimizer vs model
 
 
-@dataclass
-class OptimizerState:
+class OptimizerState(Record):
     """One torch optimizer's per-parameter state, keyed by param index (int) or by param name (DCP/FSDP)."""
 
-    prefix: str  # dotted prefix of its tensors: "optimizer.", "optimizer_states.0.", ""
-    entries: dict[Any, dict[str, TensorInfo]] = field(default_factory=dict)
-    param_ids: list[Any] | None = None  # param_groups' `params`, in order; None when not saved
+    __slots__ = ("prefix", "entries", "param_ids")
+    __hash__ = None  # type: ignore[assignment]  # filled in as its state dict is read
+
+    def __init__(
+        self, prefix: str, entries: dict[Any, dict[str, TensorInfo]] | None = None, param_ids: list[Any] | None = None
+    ) -> None:
+        self.prefix = prefix  # dotted prefix of its tensors: "optimizer.", "optimizer_states.0.", ""
+        self.entries = {} if entries is None else entries
+        self.param_ids = param_ids  # param_groups' `params`, in order; None when not saved
 
     def shape_of(self, key: Any) -> tuple[tuple[int, ...], str] | None:
         """The parameter's shape as its state says, and the name of the tensor that says it."""

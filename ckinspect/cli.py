@@ -25,9 +25,6 @@ from ckinspect.errors import CkinspectError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
-SUBCOMMANDS = ("diff", "repair", "drift", "salvage", "convert")
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit 2 (argparse's default status too)."""
 
@@ -48,17 +45,23 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
 
 
-def build_parsers() -> dict[str, argparse.ArgumentParser]:
-    main = _Parser(
-        prog="ckinspect",
-        description="Inspect, diff, check and repair training checkpoints without executing them.",
-        epilog="subcommands: diff, repair, drift, salvage, convert (ckinspect SUBCOMMAND --help)",
-    )
-    main.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint file(s) or folder(s)")
-    main.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
-    main.add_argument("--version", action="version", version=f"ckinspect {__version__}")
-    _add_output_options(main)
+def build_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of one command ("main" or a subcommand); only that one is built, as each costs ~1 ms."""
+    if command == "main":
+        main = _Parser(
+            prog="ckinspect",
+            description="Inspect, diff, check and repair training checkpoints without executing them.",
+            epilog="subcommands: diff, repair, drift, salvage, convert (ckinspect SUBCOMMAND --help)",
+        )
+        main.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint file(s) or folder(s)")
+        main.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
+        main.add_argument("--version", action="version", version=f"ckinspect {__version__}")
+        _add_output_options(main)
+        return main
+    return _SUBCOMMANDS[command]()
 
+
+def _diff_parser() -> argparse.ArgumentParser:
     diff = _Parser(prog="ckinspect diff", description="Compare two checkpoints tensor by tensor.")
     diff.add_argument("a", metavar="A")
     diff.add_argument("b", metavar="B")
@@ -66,24 +69,36 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     diff.add_argument("--only", action="append", metavar="GROUP", help="compare only this group (model, optimizer, rng, other); repeatable")
     diff.add_argument("--atol", type=float, default=0.0, help="values within this absolute tolerance count as the same")
     _add_output_options(diff)
+    return diff
 
+
+def _repair_parser() -> argparse.ArgumentParser:
     repair = _Parser(prog="ckinspect repair", description="Find interrupted saves and plan (or apply) their repair.")
     repair.add_argument("path", metavar="PATH")
     mode = repair.add_mutually_exclusive_group()
     mode.add_argument("--apply", action="store_true", help="carry out the plan (default: dry run)")
     mode.add_argument("--undo", action="store_true", help="restore what the last --apply replaced or set aside")
     _add_output_options(repair)
+    return repair
 
+
+def _drift_parser() -> argparse.ArgumentParser:
     drift = _Parser(prog="ckinspect drift", description="What fp16/bf16 does to the weights and, where the model is known, the logits.")
     drift.add_argument("path", metavar="PATH")
     drift.add_argument("--report", action="store_true", help="print instead of opening the TUI")
     _add_output_options(drift)
+    return drift
 
+
+def _salvage_parser() -> argparse.ArgumentParser:
     salvage = _Parser(prog="ckinspect salvage", description="Recover every whole, CRC-valid tensor of a damaged checkpoint.")
     salvage.add_argument("broken", metavar="BROKEN")
     salvage.add_argument("out", metavar="OUT")
     _add_output_options(salvage)
+    return salvage
 
+
+def _convert_parser() -> argparse.ArgumentParser:
     convert = _Parser(prog="ckinspect convert", description="Convert a checkpoint: resume -> weights, torch -> safetensors, legacy -> zip, DCP -> one file.")
     convert.add_argument("input", metavar="IN")
     convert.add_argument("out", metavar="OUT")
@@ -91,8 +106,16 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     convert.add_argument("--only", action="append", metavar="GROUP", help="keep only this group; repeatable")
     convert.add_argument("--trust", action="store_true", help="allow a file whose pickle names code-running globals")
     _add_output_options(convert)
+    return convert
 
-    return {"main": main, "diff": diff, "repair": repair, "drift": drift, "salvage": salvage, "convert": convert}
+
+_SUBCOMMANDS = {
+    "diff": _diff_parser,
+    "repair": _repair_parser,
+    "drift": _drift_parser,
+    "salvage": _salvage_parser,
+    "convert": _convert_parser,
+}
 
 
 def _dispatch(command: str, args: argparse.Namespace) -> int:
@@ -108,9 +131,8 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parsers = build_parsers()
-    command = argv[0] if argv and argv[0] in SUBCOMMANDS else "main"
-    parser = parsers[command]
+    command = argv[0] if argv and argv[0] in _SUBCOMMANDS else "main"
+    parser = build_parser(command)
     args = parser.parse_args(argv[1:] if command != "main" else argv)
     try:
         return _dispatch(command, args)

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal
 
 from ckinspect.errors import CkinspectError
 from ckinspect.formats.sniff import CHECKPOINT_FORMATS, is_dcp_folder, sniff
+from ckinspect.record import Record
 
-TargetKind = Literal["file", "dcp", "sharded"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Literal
+
+    TargetKind = Literal["file", "dcp", "sharded"]
 
 CHECKPOINT_SUFFIXES = frozenset({".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle"})
 INDEX_SUFFIX = ".index.json"
@@ -41,10 +44,12 @@ def is_temporary(path: str | os.PathLike[str]) -> bool:
     return Path(path).name.endswith(TmpSuffix.SUFFIX)
 
 
-@dataclass(frozen=True)
-class Target:
-    path: Path
-    kind: TargetKind
+class Target(Record):
+    __slots__ = ("path", "kind")
+
+    def __init__(self, path: Path, kind: TargetKind) -> None:
+        self.path = path
+        self.kind = kind  # "file", "dcp" or "sharded"
 
 
 def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:

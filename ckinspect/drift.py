@@ -306,6 +306,7 @@ def logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | None:
     if config is None:
         return _transformers_logit_drift(ckpt, seed)
     import torch
+
     from trainer.experiment import logit_drift as trainer_logit_drift
 
     tensors = model_tensors(ckpt, tied_once=False)  # every name: load_state_dict wants tied ones twice

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ckinspect.record import Record
 
 
-@dataclass(frozen=True)
-class DType:
-    name: str  # torch's name without "torch.": float32, bfloat16 ...
-    itemsize: int
-    kind: str  # "float", "int", "uint", "bool", "complex"
-    numpy: str | None  # numpy dtype string to view raw little-endian bytes; None where numpy has none (bf16, fp8)
+class DType(Record):
+    __slots__ = ("name", "itemsize", "kind", "numpy")
+
+    def __init__(self, name: str, itemsize: int, kind: str, numpy: str | None) -> None:
+        self.name = name  # torch's name without "torch.": float32, bfloat16 ...
+        self.itemsize = itemsize
+        self.kind = kind  # "float", "int", "uint", "bool", "complex"
+        self.numpy = numpy  # numpy dtype string to view raw little-endian bytes; None where numpy has none (bf16, fp8)
 
     @property
     def is_floating(self) -> bool:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from ckinspect.anatomy import analyze_layout
 from ckinspect.checks import structural_findings
 from ckinspect.formats import open_checkpoint
 from ckinspect.model import Checkpoint
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def inspect_path(target: Any, quick: bool = False, progress: Any = None) -> Checkpoint:

@@ -13,13 +13,15 @@ import json
 import os
 import pickletools
 import struct
-import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ckinspect.anatomy import analyze
 from ckinspect.formats import open_checkpoint
+from ckinspect.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 QUARANTINE_DIR = ".ckinspect-quarantine"
 DCP_METADATA = ".metadata"
@@ -30,39 +32,64 @@ SMALL_MEMBER = 1 << 20  # members up to this size get their CRC checked even in 
 STEP_KEYS = ("step", "global_step", "iter_num", "iteration", "num_updates")
 
 
-@dataclass(frozen=True)
-class Leftover:
-    tmp: Path
-    main: Path
-    guessed: bool = False  # the main's name is a guess: no sibling told us its extension
+class Leftover(Record):
+    __slots__ = ("tmp", "main", "guessed")
+
+    def __init__(self, tmp: Path, main: Path, guessed: bool = False) -> None:
+        self.tmp = tmp
+        self.main = main
+        self.guessed = guessed  # the main's name is a guess: no sibling told us its extension
 
     @property
     def folder(self) -> Path:
         return self.tmp.parent
 
 
-@dataclass(frozen=True)
-class Integrity:
+class Integrity(Record):
     """What reading a file's structure says: whole or not, and why not."""
 
-    ok: bool
-    format: str
-    problem: str = ""  # one phrase when not ok: "no readable zip directory at its end: cut short?"
-    checkpoint: Any = field(default=None, compare=False, repr=False)  # the reader's view, when it was opened
+    __slots__ = ("ok", "format", "problem", "_checkpoint")
+
+    def __init__(self, ok: bool, format: str, problem: str = "", checkpoint: Any = None) -> None:
+        self.ok = ok
+        self.format = format
+        self.problem = problem  # one phrase when not ok: "no readable zip directory at its end: cut short?"
+        self._checkpoint = checkpoint  # the reader's view, when it was opened (not part of the verdict)
+
+    @property
+    def checkpoint(self) -> Any:
+        return self._checkpoint
 
 
-@dataclass(frozen=True)
-class TmpStatus:
-    leftover: Leftover
-    main_exists: bool
-    main_intact: bool
-    tmp_complete: bool
-    main_step: int | None
-    tmp_step: int | None
-    newer: str  # "tmp" | "main" | "same" | "unknown"
-    main_problem: str = ""
-    tmp_problem: str = ""
-    identical: bool = False  # tmp and main hold the same bytes
+class TmpStatus(Record):
+    __slots__ = (
+        "leftover", "main_exists", "main_intact", "tmp_complete", "main_step", "tmp_step", "newer",
+        "main_problem", "tmp_problem", "identical",
+    )
+
+    def __init__(
+        self,
+        leftover: Leftover,
+        main_exists: bool,
+        main_intact: bool,
+        tmp_complete: bool,
+        main_step: int | None,
+        tmp_step: int | None,
+        newer: str,  # "tmp" | "main" | "same" | "unknown"
+        main_problem: str = "",
+        tmp_problem: str = "",
+        identical: bool = False,  # tmp and main hold the same bytes
+    ) -> None:
+        self.leftover = leftover
+        self.main_exists = main_exists
+        self.main_intact = main_intact
+        self.tmp_complete = tmp_complete
+        self.main_step = main_step
+        self.tmp_step = tmp_step
+        self.newer = newer
+        self.main_problem = main_problem
+        self.tmp_problem = tmp_problem
+        self.identical = identical
 
     def explain(self) -> str:
         tmp, main = self.leftover.tmp.name, self.leftover.main.name
@@ -216,6 +243,8 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
 
 
 def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
+    import zipfile  # deferred: ~2 ms (threading, binascii) that a report without leftovers never needs
+
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError):

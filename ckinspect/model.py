@@ -6,11 +6,14 @@ Pure data. No torch, no textual, no I/O beyond what a property needs to say what
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ckinspect.dtypes import dtype_info
+from ckinspect.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
 
@@ -41,16 +44,14 @@ SEVERITY: dict[str, str] = {
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 
 
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    message: str
-    tensor: str | None = None
-    severity: str = ""
+class Finding(Record):
+    __slots__ = ("code", "message", "tensor", "severity")
 
-    def __post_init__(self) -> None:
-        if not self.severity:
-            object.__setattr__(self, "severity", SEVERITY.get(self.code, "info"))
+    def __init__(self, code: str, message: str, tensor: str | None = None, severity: str = "") -> None:
+        self.code = code
+        self.message = message
+        self.tensor = tensor
+        self.severity = severity or SEVERITY.get(code, "info")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"code": self.code, "severity": self.severity, "message": self.message}
@@ -59,8 +60,7 @@ class Finding:
         return out
 
 
-@dataclass(frozen=True)
-class StorageInfo:
+class StorageInfo(Record):
     """One block of raw bytes that tensors view into.
 
     `offset` is the absolute position of the first raw byte in `file` when the bytes
@@ -68,25 +68,57 @@ class StorageInfo:
     safetensors buffers are raw); None when they cannot be addressed directly.
     """
 
-    key: str
-    dtype: str
-    nbytes: int
-    file: Path
-    offset: int | None
-    crc32: int | None = None  # expected CRC-32 from the zip directory, where there is one
-    member: str | None = None  # zip member or shard name, for messages
-    location: str = "cpu"
+    __slots__ = ("key", "dtype", "nbytes", "file", "offset", "crc32", "member", "location")
+
+    def __init__(
+        self,
+        key: str,
+        dtype: str,
+        nbytes: int,
+        file: Path,
+        offset: int | None,
+        crc32: int | None = None,  # expected CRC-32 from the zip directory, where there is one
+        member: str | None = None,  # zip member or shard name, for messages
+        location: str = "cpu",
+    ) -> None:
+        self.key = key
+        self.dtype = dtype
+        self.nbytes = nbytes
+        self.file = file
+        self.offset = offset
+        self.crc32 = crc32
+        self.member = member
+        self.location = location
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str  # dotted path in the checkpoint: model.layers.0.attn.wq.weight
-    dtype: str  # torch-style name without the prefix: float32, bfloat16, int64 ...
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    storage_key: str
-    storage_offset: int = 0  # in elements, as torch counts it
-    group: str = "other"
+class TensorInfo(Record):
+    __slots__ = ("name", "dtype", "shape", "stride", "storage_key", "storage_offset", "group")
+
+    def __init__(
+        self,
+        name: str,  # dotted path in the checkpoint: model.layers.0.attn.wq.weight ("" until a reader names it)
+        dtype: str,  # torch-style name without the prefix: float32, bfloat16, int64 ...
+        shape: tuple[int, ...],
+        stride: tuple[int, ...],
+        storage_key: str,
+        storage_offset: int = 0,  # in elements, as torch counts it
+        group: str = "other",
+    ) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.shape = shape
+        self.stride = stride
+        self.storage_key = storage_key
+        self.storage_offset = storage_offset
+        self.group = group
+
+    # The restricted unpickler hands these to the checkpoint's pickle, whose BUILD opcode would call
+    # __setstate__ to overwrite the fields: refuse. copy and pickle go through __init__ instead.
+    def __setstate__(self, state: object) -> None:
+        raise TypeError("a pickle tries to rewrite a tensor descriptor")
+
+    def __reduce__(self) -> tuple[type[TensorInfo], tuple[Any, ...]]:
+        return (TensorInfo, self._values())
 
     @property
     def numel(self) -> int:
@@ -123,19 +155,41 @@ class TensorInfo:
         return (last + 1) * self.itemsize
 
 
-@dataclass
-class Checkpoint:
-    path: Path
-    format: str
-    file_bytes: int
-    tensors: list[TensorInfo] = field(default_factory=list)
-    storages: dict[str, StorageInfo] = field(default_factory=dict)
-    metadata: dict[str, Any] = field(default_factory=dict)  # step, epoch, world_size, config ...
-    findings: list[Finding] = field(default_factory=list)
-    globals: list[str] = field(default_factory=list)  # every "module.name" any pickle names
-    layout: str = "unknown"  # which recogniser mapped the roles: trainer, minimind, nanogpt ...
-    tree: Any = None  # the decoded object, TensorInfo in place of tensors; None when unread
-    files: list[Path] = field(default_factory=list)  # every file it is made of (shards, .distcp)
+class Checkpoint(Record):
+    """What a reader found in one checkpoint; the layout recogniser and the checks add to it."""
+
+    __slots__ = (
+        "path", "format", "file_bytes", "tensors", "storages", "metadata", "findings", "globals", "layout",
+        "tree", "files", "_anatomy",
+    )
+    __hash__ = None  # type: ignore[assignment]  # filled in step by step
+
+    def __init__(
+        self,
+        path: Path,
+        format: str,
+        file_bytes: int,
+        tensors: list[TensorInfo] | None = None,
+        storages: dict[str, StorageInfo] | None = None,
+        metadata: dict[str, Any] | None = None,  # step, epoch, world_size, config ...
+        findings: list[Finding] | None = None,
+        globals: list[str] | None = None,  # every "module.name" any pickle names
+        layout: str = "unknown",  # which recogniser mapped the roles: trainer, minimind, nanogpt ...
+        tree: Any = None,  # the decoded object, TensorInfo in place of tensors; None when unread
+        files: list[Path] | None = None,  # every file it is made of (shards, .distcp)
+    ) -> None:
+        self.path = path
+        self.format = format
+        self.file_bytes = file_bytes
+        self.tensors = [] if tensors is None else tensors
+        self.storages = {} if storages is None else storages
+        self.metadata = {} if metadata is None else metadata
+        self.findings = [] if findings is None else findings
+        self.globals = [] if globals is None else globals
+        self.layout = layout
+        self.tree = tree
+        self.files = [] if files is None else files
+        self._anatomy: Any = None  # anatomy.summarize's memo of its last answer
 
     def tensor(self, name: str) -> TensorInfo | None:
         return next((t for t in self.tensors if t.name == name), None)

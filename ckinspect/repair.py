@@ -14,7 +14,6 @@ instant leaves the newest whole checkpoint under its tmp name or its main name.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import json
 import os
@@ -178,8 +177,8 @@ def _full_check(s: TmpStatus) -> TmpStatus:
     verdict = check_integrity(s.leftover.tmp, full_crc=True)
     if verdict.ok:
         return s
-    return dataclasses.replace(
-        s, tmp_complete=False, tmp_problem=verdict.problem, tmp_step=None, newer="unknown", identical=False
+    return s.replace(
+        tmp_complete=False, tmp_problem=verdict.problem, tmp_step=None, newer="unknown", identical=False
     )
 
 

@@ -197,8 +197,8 @@ def _salvage_legacy(broken: Path, out: Path) -> SalvageResult:
 
 
 def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
-    from ckinspect.safetensors_out import Entry, write_safetensors
     from ckinspect.dtypes import SAFETENSORS_DTYPES
+    from ckinspect.safetensors_out import Entry, write_safetensors
 
     result = SalvageResult(broken, out, "safetensors", _out_format(out))
     size = len(buf)

@@ -7,12 +7,14 @@ scalars, `TensorInfo` leaves and `Opaque` records (whose attributes are walked l
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
-from collections.abc import Iterator
-from typing import Any
 
 from ckinspect.model import TensorInfo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 ROOT_TENSOR_NAME = "tensor"  # torch.save(tensor) has no key to name it by
 
@@ -76,15 +78,15 @@ def flatten(tree: Any, prefix: str = "") -> list[TensorInfo]:
         if kind is TensorInfo:
             name = path or ROOT_TENSOR_NAME
             if node.name == "":
-                object.__setattr__(node, "name", name)  # frozen for users; named once, here, by its reader
+                node.name = name  # never changed once named: this is where its reader names it
                 out.append(node)
             else:
-                out.append(node if node.name == name else _renamed(node, name))
+                out.append(node if node.name == name else node.replace(name=name))
             continue
         if kind in _SCALARS:
             continue
         if isinstance(node, TensorInfo):
-            out.append(dataclasses.replace(node, name=path or ROOT_TENSOR_NAME))
+            out.append(node.replace(name=path or ROOT_TENSOR_NAME))
             continue
         if id(node) in entered:
             continue
@@ -98,21 +100,6 @@ def flatten(tree: Any, prefix: str = "") -> list[TensorInfo]:
                 continue
             stack.append((dot + key, child))
     return out
-
-
-def _renamed(tensor: TensorInfo, name: str) -> TensorInfo:
-    """dataclasses.replace(tensor, name=name), minus the field introspection (50,000 tensors: 0.5 s -> 0.03 s)."""
-    fields = dict(tensor.__dict__)
-    fields["name"] = name
-    return build(TensorInfo, fields)
-
-
-def build(cls: type, fields: dict[str, Any]) -> Any:
-    """A frozen model dataclass from a complete field dict, without its generated __init__ (which sets
-    fields one object.__setattr__ at a time). Only for classes without __post_init__: TensorInfo, StorageInfo."""
-    obj = object.__new__(cls)
-    object.__setattr__(obj, "__dict__", fields)
-    return obj
 
 
 @contextlib.contextmanager

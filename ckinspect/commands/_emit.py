@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from ckinspect import __version__
 from ckinspect.atomic import atomic_write_text
 from ckinspect.errors import CkinspectError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 EXIT_OK, EXIT_ATTENTION, EXIT_ERROR = 0, 1, 2
 

@@ -12,7 +12,6 @@ import json
 from ckinspect.commands._emit import emit, envelope, exit_for, md_escape
 from ckinspect.salvage import SalvageResult, salvage
 
-
 TEXT_LIMIT = 25
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
 from ckinspect.formats.pickle_scan import GlobalRef, scan_stream
@@ -21,7 +20,11 @@ from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.formats.zipdir import FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.tree import build, no_gc
+from ckinspect.tree import no_gc
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
@@ -221,8 +224,7 @@ def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, 
     head = reader.read_at(offset, 4)
     if head != b"PK\x03\x04":
         # not a torch.save blob (safetensors-style serialization): raw contiguous bytes
-        ckpt.storages[key] = build(StorageInfo, {"key": key, "dtype": dtype, "nbytes": length, "file": file,
-                                                 "offset": offset, "crc32": None, "member": None, "location": "cpu"})
+        ckpt.storages[key] = StorageInfo(key, dtype, length, file, offset)
         return TensorInfo(name, dtype, sizes, _contiguous(sizes), key, 0)
     blob = Checkpoint(path=file, format="torch-zip", file_bytes=length)
     try:
@@ -237,7 +239,7 @@ def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, 
         return None
     if tuple(value.shape) != sizes:
         ckpt.add("CORRUPT", f"{name}: .metadata says shape {sizes}, the stored tensor has {tuple(value.shape)}", name)
-    return build(TensorInfo, {**value.__dict__, "name": name})
+    return value.replace(name=name)
 
 
 def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:

@@ -17,7 +17,8 @@ import _compat_pickle
 import pickletools
 import re
 import struct
-from dataclasses import dataclass, field
+
+from ckinspect.record import Record
 
 # ----------------------------------------------------------------------------------------------
 # Classification
@@ -137,14 +138,16 @@ _DANGEROUS_NAMES: frozenset[str] = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class GlobalRef:
+class GlobalRef(Record):
     """One global a pickle names. `kind`: "allowed" (torch's default set), "benign", "unsafe"."""
 
-    module: str
-    name: str
-    kind: str
-    opcode: str = "GLOBAL"
+    __slots__ = ("module", "name", "kind", "opcode")
+
+    def __init__(self, module: str, name: str, kind: str, opcode: str = "GLOBAL") -> None:
+        self.module = module
+        self.name = name
+        self.kind = kind
+        self.opcode = opcode
 
     @property
     def qualname(self) -> str:
@@ -229,18 +232,21 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
 
-@dataclass
-class PickleScan:
+class PickleScan(Record):
     """What one pickle names, where it ends, and why it could not be walked to its STOP (if so)."""
 
-    globals: list[GlobalRef] = field(default_factory=list)
-    start: int = 0
-    end: int = 0  # offset just past STOP (or where the walk gave up)
-    error: str | None = None
-    protocol: int = 0
-    stack_globals: int = 0  # how many STACK_GLOBAL opcodes were resolved through the stack
-    truncated: bool = False  # the data ended inside the pickle: more bytes might complete it
-    needed: int = 0  # when truncated: the data must reach at least this offset to get further
+    __slots__ = ("globals", "start", "end", "error", "protocol", "stack_globals", "truncated", "needed")
+    __hash__ = None  # type: ignore[assignment]  # filled in by the walk
+
+    def __init__(self, start: int = 0) -> None:
+        self.globals: list[GlobalRef] = []
+        self.start = start
+        self.end = 0  # offset just past STOP (or where the walk gave up)
+        self.error: str | None = None
+        self.protocol = 0
+        self.stack_globals = 0  # how many STACK_GLOBAL opcodes were resolved through the stack
+        self.truncated = False  # the data ended inside the pickle: more bytes might complete it
+        self.needed = 0  # when truncated: the data must reach at least this offset to get further
 
     @property
     def unsafe(self) -> list[GlobalRef]:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from ckinspect.dtypes import SAFETENSORS_DTYPES
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.tree import build
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses larger headers (HeaderTooLarge)
 MAX_FINDINGS = 10  # a broken 50,000-tensor header should not drown the report
@@ -140,8 +139,7 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
         if stride is None:
             stride = strides_of[shape] = contiguous_strides(shape)
         dtype = SAFETENSORS_DTYPES.get(code) or _EXTRA_NAMES[code]
-        spans.append((begin, end, name, build(TensorInfo, {"name": name, "dtype": dtype, "shape": shape, "stride": stride,
-                                                          "storage_key": name, "storage_offset": 0, "group": "other"})))
+        spans.append((begin, end, name, TensorInfo(name, dtype, shape, stride, name)))
 
     # Buffers must tile the data section exactly: no overlap, no gap, nothing past the end, nothing after.
     spans.sort()  # by (begin, end, name): names are unique, so the descriptors are never compared
@@ -161,10 +159,8 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
         if end > covered:
             covered = end
         tensors.append(info)
-        storages[name] = build(StorageInfo, {
-            "key": name, "dtype": info.dtype, "nbytes": end - begin, "file": path, "offset": None if beyond else data_start + begin,
-            "crc32": None, "member": member, "location": "cpu",
-        })  # fmt: skip
+        offset = None if beyond else data_start + begin
+        storages[name] = StorageInfo(name, info.dtype, end - begin, path, offset, member=member)
     if covered < data_bytes and not malformed:
         extra = data_bytes - covered
         problems.append(f"{extra:,} trailing byte{'s' if extra != 1 else ''} after the last tensor")

@@ -6,7 +6,6 @@ safetensors) and merge them into ONE Checkpoint, checking the index and the shar
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path, PurePosixPath
@@ -104,13 +103,13 @@ def _merge(ckpt: Checkpoint, part: Checkpoint, shard: str, tree: dict[str, objec
     """Add one shard's tensors, storages, findings and globals, keys prefixed by the shard name."""
     for storage in part.storages.values():
         key = f"{shard}:{storage.key}"
-        ckpt.storages[key] = dataclasses.replace(storage, key=key, member=storage.member or shard)
+        ckpt.storages[key] = storage.replace(key=key, member=storage.member or shard)
     for tensor in part.tensors:
-        named = dataclasses.replace(tensor, storage_key=f"{shard}:{tensor.storage_key}")
+        named = tensor.replace(storage_key=f"{shard}:{tensor.storage_key}")
         ckpt.tensors.append(named)
         tree.setdefault(named.name, named)
     for finding in part.findings:
-        ckpt.findings.append(dataclasses.replace(finding, message=f"shard {shard}: {finding.message}"))
+        ckpt.findings.append(finding.replace(message=f"shard {shard}: {finding.message}"))
     for name in part.globals:
         if name not in ckpt.globals:
             ckpt.globals.append(name)

@@ -10,7 +10,6 @@ import io
 import math
 import os
 import pickletools
-import zipfile
 from pathlib import Path
 
 HEAD_BYTES = 4096
@@ -83,6 +82,8 @@ def _zip_has_data_pkl(head: bytes, path: Path | None) -> bool:
         if name == b"data.pkl" or name.endswith(b"/data.pkl"):
             return True
     if path is not None:
+        import zipfile  # deferred: only a zip without data.pkl first gets here
+
         try:
             with zipfile.ZipFile(path) as archive:
                 return any(name == "data.pkl" or name.endswith("/data.pkl") for name in archive.namelist())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Any
 
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.errors import CorruptPickle
@@ -20,7 +19,11 @@ from ckinspect.formats.pickle_scan import PickleScan, scan_stream
 from ckinspect.formats.unpickler import StorageRef, restricted_load
 from ckinspect.formats.zipdir import FileReader
 from ckinspect.model import Checkpoint, StorageInfo
-from ckinspect.tree import build, flatten, no_gc
+from ckinspect.tree import flatten, no_gc
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
@@ -142,18 +145,14 @@ def _locate_storages(ckpt: Checkpoint, reader: FileReader, path: Path, collector
             return
         if ref is not None and nbytes < ref.nbytes:
             ckpt.add("CORRUPT", f"{path.name}: storage {key} holds {nbytes} bytes but the pickle says {ref.nbytes}")
-        ckpt.storages[key] = build(StorageInfo, {
-            "key": key, "dtype": ref.dtype if ref else "uint8", "nbytes": nbytes, "file": path, "offset": pos + 8,
-            "crc32": None, "member": None, "location": ref.location if ref else "cpu",
-        })  # fmt: skip
+        dtype, location = (ref.dtype, ref.location) if ref else ("uint8", "cpu")
+        ckpt.storages[key] = StorageInfo(key, dtype, nbytes, path, pos + 8, location=location)
         pos += 8 + nbytes
     for view_key, (root, offset, nbytes) in collector.views.items():
         base = ckpt.storages.get(root)
         if base is not None and base.offset is not None and offset + nbytes <= base.nbytes:
-            ckpt.storages[view_key] = build(StorageInfo, {
-                "key": view_key, "dtype": base.dtype, "nbytes": nbytes, "file": path, "offset": base.offset + offset,
-                "crc32": None, "member": None, "location": base.location,
-            })  # fmt: skip
+            start = base.offset + offset
+            ckpt.storages[view_key] = StorageInfo(view_key, base.dtype, nbytes, path, start, location=base.location)
     missing = [k for k in collector.storages if k not in ckpt.storages]
     if missing:
         ckpt.add("CORRUPT", f"{path.name}: {len(missing)} storage(s) named by the pickle are not in the file: "

@@ -9,14 +9,25 @@ from __future__ import annotations
 import os
 import zlib
 from pathlib import Path
-from typing import Any
 
 from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals
-from ckinspect.formats.unpickler import StorageRef
 from ckinspect.formats.pickle_scan import PickleScan, scan_stream
-from ckinspect.formats.zipdir import FileReader, ZipError, ZipMember, data_offset, data_offsets, local_header_at, read_directory
+from ckinspect.formats.unpickler import StorageRef
+from ckinspect.formats.zipdir import (
+    FileReader,
+    ZipError,
+    ZipMember,
+    data_offset,
+    data_offsets,
+    local_header_at,
+    read_directory,
+)
 from ckinspect.model import Checkpoint, StorageInfo
-from ckinspect.tree import build, flatten, no_gc
+from ckinspect.tree import flatten, no_gc
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_PICKLE_BYTES = 1 << 30  # a data.pkl beyond this is not a checkpoint we should hold in memory
 MAX_OTHER_PICKLE_BYTES = 64 << 20
@@ -161,10 +172,7 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
             ckpt.add("CORRUPT", f"{file.name}: storage {name} holds {file_size} bytes "
                                 f"but the pickle says {ref.nbytes}")  # fmt: skip
         key = ref.key
-        storages[key] = build(StorageInfo, {
-            "key": key, "dtype": ref.dtype, "nbytes": file_size, "file": file, "offset": offset,
-            "crc32": crc32, "member": name, "location": ref.location,
-        })  # fmt: skip
+        storages[key] = StorageInfo(key, ref.dtype, file_size, file, offset, crc32, name, ref.location)
     if missing:
         shown = ", ".join(f"{archive}data/{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
         ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")

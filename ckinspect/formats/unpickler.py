@@ -13,14 +13,15 @@ import ntpath
 import pickle
 import posixpath
 import struct
-from dataclasses import dataclass
-from typing import Any, Callable
 
 from ckinspect.dtypes import TORCH_DTYPE_ATTRS, TORCH_STORAGE_CLASSES, dtype_info
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import PickleScan, classify_global, normalize, scan_pickle
 from ckinspect.model import TensorInfo
-from ckinspect.tree import build
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 SMALL_ARRAY_BYTES = 1 << 20  # numpy arrays up to this size keep their bytes (RNG states); larger keep only the size
 
@@ -64,39 +65,27 @@ class _Call:
         return f"<stand-in {self._fn.__name__}>"
 
 
-@dataclass(frozen=True, slots=True)
 class StorageRef:
-    """A storage named by a persistent id: ('storage', type, key, location, numel[, view])."""
+    """A storage named by a persistent id: ('storage', type, key, location, numel[, view]).
 
-    key: str
-    dtype: str
-    location: str
-    nbytes: int
-    untyped: bool = False  # torch.storage.UntypedStorage: dtype comes from the tensor that views it
+    Slotted, and its `__setstate__` refuses: a pickle's BUILD cannot change it. The readers set
+    `dtype` (an untyped storage learns it from the tensor viewing it) and `key` (a prefix) directly.
+    """
+
+    __slots__ = ("key", "dtype", "location", "nbytes", "untyped")
+
+    def __init__(self, key: str, dtype: str, location: str, nbytes: int, untyped: bool = False) -> None:
+        self.key = key
+        self.dtype = dtype
+        self.location = location
+        self.nbytes = nbytes
+        self.untyped = untyped  # torch.storage.UntypedStorage: dtype comes from the tensor that views it
 
     def __setstate__(self, state: Any) -> None:
         raise CorruptPickle("pickle tries to rewrite a storage reference")
 
-    def _set(self, **fields: Any) -> None:
-        """For the readers only: learn the dtype of an untyped storage, prefix its key."""
-        for name, value in fields.items():
-            object.__setattr__(self, name, value)
-
-
-_SET_REF_FIELDS = tuple(StorageRef.__dict__[name].__set__ for name in ("key", "dtype", "location", "nbytes", "untyped"))
-
-
-def storage_ref(key: str, dtype: str, location: str, nbytes: int, untyped: bool = False) -> StorageRef:
-    """StorageRef(...) through its slots, skipping the frozen dataclass __init__ (an object.__setattr__
-    per field): a third of the time, and torch zips make one per tensor."""
-    ref = object.__new__(StorageRef)
-    set_key, set_dtype, set_location, set_nbytes, set_untyped = _SET_REF_FIELDS
-    set_key(ref, key)
-    set_dtype(ref, dtype)
-    set_location(ref, location)
-    set_nbytes(ref, nbytes)
-    set_untyped(ref, untyped)
-    return ref
+    def __repr__(self) -> str:
+        return f"StorageRef({self.key!r}, {self.dtype!r}, {self.location!r}, {self.nbytes!r}, untyped={self.untyped!r})"
 
 
 class Opaque(metaclass=_FrozenMeta):
@@ -259,10 +248,8 @@ def _tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, dtype: st
     if dtype is None:
         dtype = storage.dtype
     elif storage.untyped and storage.dtype == "uint8" and dtype != "uint8":
-        storage._set(dtype=dtype)  # an untyped storage takes the dtype of the tensor viewing it
-    return build(TensorInfo, {"name": "", "dtype": dtype, "shape": _shape(size, "size"),
-                              "stride": _shape(stride, "stride"), "storage_key": storage.key,
-                              "storage_offset": storage_offset, "group": "other"})  # fmt: skip
+        storage.dtype = dtype  # an untyped storage takes the dtype of the tensor viewing it
+    return TensorInfo("", dtype, _shape(size, "size"), _shape(stride, "stride"), storage.key, storage_offset)
 
 
 def _rebuild_tensor(cls, storage, storage_offset, size, stride, *_rest):  # type: ignore[no-untyped-def]
@@ -277,11 +264,7 @@ def _rebuild_tensor(cls, storage, storage_offset, size, stride, *_rest):  # type
                 if type(v) is not int:
                     break
             else:
-                tensor = object.__new__(TensorInfo)
-                object.__setattr__(tensor, "__dict__", {
-                    "name": "", "dtype": storage.dtype, "shape": size, "stride": stride,
-                    "storage_key": storage.key, "storage_offset": storage_offset, "group": "other"})  # fmt: skip
-                return tensor
+                return TensorInfo("", storage.dtype, size, stride, storage.key, storage_offset)
     return _tensor(storage, storage_offset, size, stride)
 
 
@@ -472,7 +455,7 @@ def storage_persistent_load(pid: Any) -> Any:
     if type(pid) is tuple and len(pid) >= 5 and type(pid[1]) is _StorageType and type(pid[4]) is int and pid[4] >= 0:
         if pid[0] == "storage":  # the common case first: one call per tensor in a checkpoint
             stype = pid[1]
-            return storage_ref(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
+            return StorageRef(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
     if isinstance(pid, tuple) and pid:
         tag = pid[0].decode("ascii", "replace") if isinstance(pid[0], bytes) else pid[0]
         if tag == "storage" and len(pid) >= 5:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import NamedTuple
+from collections import namedtuple
 
 _EOCD = struct.Struct("<4s4H2LH")  # end of central directory record, 22 bytes
 _EOCD64_LOCATOR = struct.Struct("<4sLQL")  # 20 bytes
@@ -28,14 +28,13 @@ class ZipError(Exception):
     """The zip structure is missing or does not add up; the message says what and where."""
 
 
-class ZipMember(NamedTuple):  # a tuple: 50,000 of them are built per listing
-    name: str
-    header_offset: int  # absolute position of the local header
-    compress_type: int  # 0 stored, 8 deflated
-    compressed_size: int
-    file_size: int
-    crc32: int
-    flags: int
+class ZipMember(namedtuple("ZipMember", "name header_offset compress_type compressed_size file_size crc32 flags")):
+    """One central directory entry; a tuple, as 50,000 of them are built per listing.
+
+    `header_offset` is the absolute position of the local header; `compress_type` 0 is stored, 8 deflated.
+    """
+
+    __slots__ = ()
 
 
 class FileReader:

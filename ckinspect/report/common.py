@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Show every tensor up to this many; beyond it only the largest few (the JSON report has them all).
 ALL_TENSORS_UP_TO = 30

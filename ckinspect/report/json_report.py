@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ckinspect import __version__
 from ckinspect.anatomy import Anatomy, summarize
 from ckinspect.dtypes import dtype_info
 from ckinspect.model import GROUPS, Checkpoint, Finding, TensorInfo
 from ckinspect.tree import no_gc
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA_VERSION = 1
 _MAX_DEPTH = 8

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from typing import Any
 
 from ckinspect.model import GROUPS
-from ckinspect.report.sizes import human_bytes, percent
 from ckinspect.report.common import LARGEST_SHOWN, finding_counts, metadata_line, summary_line
+from ckinspect.report.sizes import human_bytes, percent
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 ICON = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
 

@@ -13,9 +13,9 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
-from ckinspect.model import Checkpoint
 from ckinspect.blobs import UnreadableStorage
 from ckinspect.errors import CkinspectError
+from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ValueStats, name_matcher
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
