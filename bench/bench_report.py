@@ -4,20 +4,27 @@
     python bench/bench_report.py --size 8         # ~8 GiB resume file
     python bench/bench_report.py --only big       # just the resume file
     python bench/bench_report.py --dir /scratch --keep
+    python bench/bench_report.py --dir /scratch --reuse    # time files a --keep run left there
 
-Writes the files under --dir (default: a fresh folder in /tmp), times each command in a new
-process (one untimed run, then best of --repeat runs; per-process peak RSS from wait4, with this
-parent kept small and torch-free since a child's peak starts at its parent's size), prints both side by side with
-the ratio, checks issue 3's targets, and deletes the files unless --keep. Run it by hand: it
-needs the disk space and a few GB of memory for the torch.load side. Not part of the test suite.
+Writes the files under --dir (default: a fresh folder in /tmp), then runs three commands in fresh
+processes: the JSON report, the default text report, and torch.load + listing. Each runs once
+untimed (warm page cache and bytecode, as for an installed package), then --rounds times, the three
+in turn within each round so that the machine's drift hits them alike. Prints best and median wall
+time, peak RSS (wait4, per process; this parent stays small and torch-free since a child's peak
+starts at its parent's size) and the median of the per-round speed-ups; checks that both sides
+listed the same number of tensors and checks issue 3's targets on the JSON report (CI's format).
+Deletes the files unless --keep. Run it by hand: it needs the disk space and a few GB of memory
+for the torch.load side. Not part of the test suite.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,27 +131,30 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def measure(argv: list[str], repeat: int, sink: Path) -> Run:
-    """Best wall time of `repeat` fresh processes after one untimed run; peak RSS is the largest any reached."""
-    env = child_env()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
-    best: Run | None = None
-    peak = 0
-    for _ in range(repeat):
-        with open(sink, "wb") as out, open(sink.with_suffix(".err"), "wb") as err:
-            started = time.perf_counter()
-            proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=REPO)
-            _, status, usage = os.wait4(proc.pid, 0)
-            wall = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        peak = max(peak, usage.ru_maxrss * 1024)  # Linux reports KiB
-        if proc.returncode not in (0, 1):
-            sys.exit(f"failed ({proc.returncode}): {' '.join(argv)}\n{sink.with_suffix('.err').read_text()[-2000:]}")
-        if best is None or wall < best.wall:
-            best = Run(wall, 0, proc.returncode)
-    assert best is not None
-    best.peak_rss = peak
-    return best
+def run_once(argv: list[str], sink: Path) -> Run:
+    """One fresh process; wall time, and its peak RSS from wait4."""
+    with open(sink, "wb") as out, open(sink.with_suffix(".err"), "wb") as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=child_env(), cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):
+        sys.exit(f"failed ({code}): {' '.join(argv)}\n{sink.with_suffix('.err').read_text()[-2000:]}")
+    return Run(wall, usage.ru_maxrss * 1024, code)  # Linux reports KiB
+
+
+def rounds(commands: dict[str, list[str]], count: int, folder: Path) -> dict[str, list[Run]]:
+    """Each command once untimed, then `count` rounds running every command in turn, so a drift in
+    the machine's speed hits all of them alike. Each command's output of the last round is kept in
+    `folder/<label>.out`."""
+    for label, argv in commands.items():
+        run_once(argv, folder / f"{label}.out")
+    runs: dict[str, list[Run]] = {label: [] for label in commands}
+    for _ in range(count):
+        for label, argv in commands.items():
+            runs[label].append(run_once(argv, folder / f"{label}.out"))
+    return runs
 
 
 def own_rss() -> int:
@@ -154,31 +164,53 @@ def own_rss() -> int:
 
 
 def warm(path: Path) -> None:
-    """Read the file once so both sides start from the same (warm) page cache."""
+    """Read the file once so every command starts from the same (warm) page cache."""
     buffer = bytearray(MIB)  # small: this process's size is where each child's peak RSS starts
     with open(path, "rb", buffering=0) as handle:
         while handle.readinto(buffer):
             pass
 
 
-def compare(label: str, path: Path, tensors: int, repeat: int, target: tuple[float, float | None]) -> bool:
+def compare(label: str, path: Path, count: int, target: tuple[float, float | None]) -> bool:
     warm(path)
-    sink = path.parent / "out.txt"
-    ours = measure([sys.executable, "-m", "ckinspect", "--report", "--quick", "--format", "json", str(path)], repeat, sink)
-    listed = sink.stat().st_size
-    theirs = measure([sys.executable, "-c", TORCH_LISTING, str(path)], repeat, sink)
-    ratio = theirs.wall / ours.wall
+    folder = path.parent
+    report = [sys.executable, "-m", "ckinspect", "--report", "--quick"]
+    commands = {
+        "json": [*report, "--format", "json", str(path)],
+        "text": [*report, str(path)],
+        "torch": [sys.executable, "-c", TORCH_LISTING, str(path)],
+    }
+    runs = rounds(commands, count, folder)
+    listed = json.loads((folder / "json.out").read_text())["files"][0]["tensor_count"]
+    torch_listed = len((folder / "torch.out").read_text().splitlines())
+    if listed != torch_listed:
+        sys.exit(f"ckinspect lists {listed} tensors, torch {torch_listed}: not the same listing")
+    rows = {
+        "json": "ckinspect --report --quick --format json",
+        "text": "ckinspect --report --quick (text, default)",
+        "torch": "torch.load(weights_only=True) + listing",
+    }
     size = path.stat().st_size
-    print(f"\n{label}: {path.name}, {size / GIB:.2f} GiB, {tensors:,} tensors (best of {repeat}, fresh processes)")
-    print(f"  {'command':<44} {'wall s':>8} {'peak RSS MB':>12}")
-    print(f"  {'ckinspect --report --quick --format json':<44} {ours.wall:>8.3f} {ours.peak_rss / 1e6:>12.1f}")
-    print(f"  {'torch.load(weights_only=True) + listing':<44} {theirs.wall:>8.3f} {theirs.peak_rss / 1e6:>12.1f}")
-    print(f"  {'ratio (torch / ckinspect)':<44} {ratio:>7.1f}x {theirs.peak_rss / ours.peak_rss:>11.1f}x")
-    print(f"  (ckinspect's JSON report: {listed / 1e6:.2f} MB; the parent of both: {own_rss() / 1e6:.0f} MB)")
+    print(f"\n{label}: {path.name}, {size / GIB:.2f} GiB, {listed:,} tensors listed by both "
+          f"({count} rounds, fresh processes, commands interleaved)")
+    print(f"  {'command':<44} {'best s':>8} {'median s':>9} {'peak RSS MB':>12}")
+    for key, title in rows.items():
+        walls = [r.wall for r in runs[key]]
+        peak = max(r.peak_rss for r in runs[key])
+        print(f"  {title:<44} {min(walls):>8.3f} {statistics.median(walls):>9.3f} {peak / 1e6:>12.1f}")
+    ratios = {}
+    for key in ("json", "text"):
+        per_round = [t.wall / o.wall for t, o in zip(runs["torch"], runs[key])]
+        ratios[key] = statistics.median(per_round)
+        spread = f"rounds {min(per_round):.1f}x to {max(per_round):.1f}x"
+        print(f"  speed-up over torch, {key}: median {ratios[key]:.1f}x ({spread})")
+    ours_peak = max(r.peak_rss for r in runs["json"])
+    print(f"  peak RSS, torch / ckinspect json: {max(r.peak_rss for r in runs['torch']) / ours_peak:.1f}x "
+          f"(this parent process: {own_rss() / 1e6:.0f} MB)")
     min_ratio, max_rss = target
-    ok = ratio >= min_ratio and (max_rss is None or ours.peak_rss / 1e6 <= max_rss)
-    goal = f">= {min_ratio:g}x faster" + (f", <= {max_rss:g} MB peak RSS" if max_rss else "")
-    print(f"  target {goal}: {'met' if ok else 'NOT met'}")
+    ok = ratios["json"] >= min_ratio and (max_rss is None or ours_peak / 1e6 <= max_rss)
+    goal = f">= {min_ratio:g}x faster (median)" + (f", <= {max_rss:g} MB peak RSS" if max_rss else "")
+    print(f"  target, json {goal}: {'met' if ok else 'NOT met'}")
     return ok
 
 
@@ -190,14 +222,24 @@ def write_in_child(kind: str, path: Path, amount: int) -> int:
     return int(done.stdout.strip())
 
 
+def ensure(kind: str, path: Path, amount: int, reuse: bool) -> None:
+    if reuse and path.exists():
+        print(f"using {path} ({path.stat().st_size / GIB:.2f} GiB) as it is")
+        return
+    started = time.perf_counter()
+    write_in_child(kind, path, amount)
+    print(f"wrote {path} ({path.stat().st_size / GIB:.2f} GiB) in {time.perf_counter() - started:.1f} s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, help="where to write the files (default: a new folder in /tmp)")
     parser.add_argument("--size", type=float, default=2.0, help="resume file size in GiB (default 2)")
     parser.add_argument("--tensors", type=int, default=50_000, help="tensor count of the many-tensor file")
     parser.add_argument("--only", choices=("big", "many"), help="run one of the two comparisons")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per command; the best wall time counts")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds; each runs every command once")
     parser.add_argument("--keep", action="store_true", help="keep the files afterwards")
+    parser.add_argument("--reuse", action="store_true", help="use files already in --dir instead of writing them")
     args = parser.parse_args()
 
     folder = args.dir or Path(tempfile.mkdtemp(prefix="ckinspect-bench-", dir="/tmp"))
@@ -208,21 +250,19 @@ def main() -> int:
         if args.only in (None, "big"):
             path = folder / f"resume_{args.size:g}g.pth"
             made.append(path)
-            started = time.perf_counter()
-            count = write_in_child("resume", path, int(args.size * GIB))
-            print(f"wrote {path} ({path.stat().st_size / GIB:.2f} GiB) in {time.perf_counter() - started:.1f} s")
-            ok &= compare("resume file", path, count, args.repeat, TARGETS["big"])
+            ensure("resume", path, int(args.size * GIB), args.reuse)
+            ok &= compare("resume file", path, args.rounds, TARGETS["big"])
         if args.only in (None, "many"):
             path = folder / f"many_{args.tensors}.pth"
             made.append(path)
-            count = write_in_child("many", path, args.tensors)
-            ok &= compare("many tensors", path, count, args.repeat, TARGETS["many"])
+            ensure("many", path, args.tensors, args.reuse)
+            ok &= compare("many tensors", path, args.rounds, TARGETS["many"])
     finally:
-        if not args.keep:
-            for path in made + [folder / "out.txt", folder / "out.err"]:
-                path.unlink(missing_ok=True)
-            if args.dir is None:
-                shutil.rmtree(folder, ignore_errors=True)
+        outputs = [folder / f"{label}.{ext}" for label in ("json", "text", "torch") for ext in ("out", "err")]
+        for path in outputs + ([] if args.keep else made):
+            path.unlink(missing_ok=True)
+        if args.dir is None and not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
     return 0 if ok else 1
 
 
