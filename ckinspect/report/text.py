@@ -127,7 +127,7 @@ def findings_block(findings: list[Mapping[str, Any]]) -> RenderableType:
 def summary_table(files: list[Mapping[str, Any]]) -> RenderableType:
     base = common_folder([entry["path"] for entry in files])
     title = Text.assemble(("summary", "bold"), f" of {len(files)} checkpoints" + (f" in {base}" if base else ""))
-    table = make_table()
+    table = make_table(collapse_padding=True)  # one space between columns: room for folder/name.pth at 80
     table.add_column("checkpoint", overflow="fold", ratio=1)
     table.add_column("format", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)

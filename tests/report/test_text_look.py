@@ -35,6 +35,16 @@ def test_80_columns_light_tables_no_colour_in_a_pipe(command):
         assert any(line.startswith("model.layers.1.attn_norm.weight ") for line in lines)
 
 
+def test_summary_of_the_samples_keeps_each_path_on_its_row_at_80_columns():
+    proc = run_at(80, "--report", "--quick", SAMPLES)
+    assert proc.returncode == 0, proc.stderr
+    summary = proc.stdout[proc.stdout.index("summary of 14 checkpoints in") :].splitlines()
+    rows = [line for line in summary if ".pth" in line]
+    assert len(rows) == 14 and max(map(len, summary)) <= 80
+    # the longest: ablation-fresh-optimizer/tiny_resume.pth, 40 characters, once folded at 36
+    assert any(row.startswith("ablation-fresh-optimizer/tiny_resume.pth ") for row in rows)
+
+
 def test_wider_columns_are_used_and_drift_adds_absolute_errors():
     narrow, wide = run_at(80, *COMMANDS["drift"]).stdout, run_at(120, *COMMANDS["drift"]).stdout
     assert max(map(len, wide.splitlines())) > 80
