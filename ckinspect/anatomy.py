@@ -231,15 +231,16 @@ def _length(intervals: list[tuple[int, int]]) -> int:
     return sum(end - start for start, end in intervals)
 
 
-def _extent(tensor: TensorInfo, itemsize: int) -> tuple[int, int]:
+def _extent(tensor: TensorInfo, bits: int) -> tuple[int, int]:
     """[first byte, past the last byte) the view reaches in its storage (TensorInfo.byte_offset/span_bytes, inlined)."""
-    start = tensor.storage_offset * itemsize
+    offset = tensor.storage_offset
+    start = offset * bits >> 3
     last = 0
     for size, stride in zip(tensor.shape, tensor.stride):
         if size == 0:
             return start, start
         last += (size - 1) * stride
-    return start, start + (last + 1) * itemsize
+    return start, (offset + last + 1) * bits + 7 >> 3
 
 
 class _Memo(Record):
@@ -308,7 +309,7 @@ def _count(ckpt: Checkpoint) -> Anatomy:
             shared[key].append(tensor)
         else:
             shared[key] = [first, tensor]
-    itemsizes: dict[str, int] = {}
+    bits_of: dict[str, int] = {}  # bits per element, by dtype (8 x itemsize but for packed fp4/fp6)
 
     storages = ckpt.storages
     group_bytes: dict[str, int] = dict.fromkeys(GROUPS, 0)
@@ -319,17 +320,18 @@ def _count(ckpt: Checkpoint) -> Anatomy:
         storage = storages.get(key)
         view = only_view.get(key)
         if view is not None and key not in shared:  # the common case: one tensor, one storage
-            itemsize = itemsizes.get(view.dtype)
-            if itemsize is None:
-                itemsize = itemsizes[view.dtype] = dtype_info(view.dtype).itemsize
-            start = view.storage_offset * itemsize  # _extent(view, itemsize), inlined
+            bits = bits_of.get(view.dtype)
+            if bits is None:
+                bits = bits_of[view.dtype] = dtype_info(view.dtype).bits
+            offset = view.storage_offset  # _extent(view, bits), inlined
+            start = offset * bits >> 3
             last = 0
             for dim, step in zip(view.shape, view.stride):
                 if dim == 0:
                     last = -1
                     break
                 last += (dim - 1) * step
-            end = start + (last + 1) * itemsize
+            end = (offset + last + 1) * bits + 7 >> 3 if last >= 0 else start
             size = storage.nbytes if storage is not None else end
             if end > size:
                 end = size
@@ -341,10 +343,10 @@ def _count(ckpt: Checkpoint) -> Anatomy:
             its_views = shared.get(key, [])
             extents = []
             for t in its_views:
-                itemsize = itemsizes.get(t.dtype)
-                if itemsize is None:
-                    itemsize = itemsizes[t.dtype] = dtype_info(t.dtype).itemsize
-                extents.append(_extent(t, itemsize))
+                bits = bits_of.get(t.dtype)
+                if bits is None:
+                    bits = bits_of[t.dtype] = dtype_info(t.dtype).bits
+                extents.append(_extent(t, bits))
             if storage is not None:
                 size = storage.nbytes
             else:  # a reader that lists no storage for it: the views tell its extent

@@ -347,9 +347,22 @@ class _ValueDiff:
 def compare_values(
     blobs_a: Blobs, a: Checkpoint, ta: TensorInfo, blobs_b: Blobs, b: Checkpoint, tb: TensorInfo, atol: float
 ) -> _ValueDiff:
-    """Element-wise comparison in C order (after upcasting when dtypes differ)."""
+    """Element-wise comparison in C order (after upcasting when dtypes differ).
+
+    Packed sub-byte floats (safetensors F4, F6) have no decoder here: their bytes are compared, so
+    `n_diff` counts differing bytes and `first` is the first element of the first differing byte.
+    """
     import numpy as np
 
+    bits = dtype_info(ta.dtype).bits
+    if bits % 8 or dtype_info(tb.dtype).bits % 8:
+        if ta.dtype != tb.dtype or not ta.is_contiguous or not tb.is_contiguous:
+            why = f"packed {ta.dtype} against {tb.dtype} cannot be compared value by value"
+            raise UnreadableStorage(f"{ta.name}: {why}")
+        out = compare_values(blobs_a, a, _packed_bytes(ta), blobs_b, b, _packed_bytes(tb), 0.0)
+        if out.first is not None:
+            out.first = out.first * 8 // bits
+        return out
     out = _ValueDiff()
     exact_ints = ta.dtype == tb.dtype and dtype_info(ta.dtype).kind in ("int", "uint", "bool") and atol == 0
     pos = 0
@@ -382,6 +395,11 @@ def compare_values(
             out.n_diff += n
         pos += len(xa)
     return out
+
+
+def _packed_bytes(t: TensorInfo) -> TensorInfo:
+    """A contiguous packed tensor as the bytes it occupies."""
+    return TensorInfo(t.name, "uint8", (t.nbytes,), (1,), t.storage_key, t.byte_offset, t.group)
 
 
 def _unravel(flat: int | None, shape: tuple[int, ...]) -> list[int] | None:

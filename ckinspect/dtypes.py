@@ -6,13 +6,15 @@ from ckinspect.record import Record
 
 
 class DType(Record):
-    __slots__ = ("name", "itemsize", "kind", "numpy")
+    __slots__ = ("name", "itemsize", "kind", "numpy", "bits")
 
-    def __init__(self, name: str, itemsize: int, kind: str, numpy: str | None) -> None:
+    def __init__(self, name: str, itemsize: int, kind: str, numpy: str | None, bits: int | None = None) -> None:
         self.name = name  # torch's name without "torch.": float32, bfloat16 ...
-        self.itemsize = itemsize
+        self.itemsize = itemsize  # bytes to read one element (1 for the sub-byte types: raw byte views)
         self.kind = kind  # "float", "int", "uint", "bool", "complex"
         self.numpy = numpy  # numpy dtype string to view raw little-endian bytes; None where numpy has none (bf16, fp8)
+        # bits per element: what sizes are counted in. 4 and 6 for safetensors' F4 and F6 (packed)
+        self.bits = itemsize * 8 if bits is None else bits
 
     @property
     def is_floating(self) -> bool:
@@ -27,6 +29,12 @@ _ALL = [
     DType("float8_e4m3fn", 1, "float", None),
     DType("float8_e5m2", 1, "float", None),
     DType("float8_e8m0fnu", 1, "float", None),
+    DType("float8_e4m3fnuz", 1, "float", None),  # AMD's fp8 variants, safetensors F8_E4M3FNUZ / F8_E5M2FNUZ
+    DType("float8_e5m2fnuz", 1, "float", None),
+    DType("float6_e2m3fn", 1, "float", None, bits=6),  # safetensors F6_E2M3, F6_E3M2 and F4: packed, no padding
+    DType("float6_e3m2fn", 1, "float", None, bits=6),
+    DType("float4_e2m1fn", 1, "float", None, bits=4),
+    DType("float4_e2m1fn_x2", 1, "float", None),  # torch's: two fp4 values per byte, counted as one element
     DType("complex128", 16, "complex", "<c16"),
     DType("complex64", 8, "complex", "<c8"),
     DType("int64", 8, "int", "<i8"),
@@ -84,6 +92,11 @@ SAFETENSORS_DTYPES: dict[str, str] = {
     "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2",
     "F8_E8M0": "float8_e8m0fnu",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "F6_E2M3": "float6_e2m3fn",
+    "F6_E3M2": "float6_e3m2fn",
+    "F4": "float4_e2m1fn",
     "C64": "complex64",
     "I64": "int64",
     "I32": "int32",

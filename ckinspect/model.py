@@ -129,13 +129,18 @@ class TensorInfo(Record):
         return dtype_info(self.dtype).itemsize
 
     @property
+    def bits(self) -> int:
+        """Bits per element: itemsize * 8, but 4 or 6 for the packed sub-byte floats."""
+        return dtype_info(self.dtype).bits
+
+    @property
     def nbytes(self) -> int:
-        return self.numel * self.itemsize
+        return (self.numel * self.bits + 7) >> 3
 
     @property
     def byte_offset(self) -> int:
         """Offset of the first element within its storage, in bytes."""
-        return self.storage_offset * self.itemsize
+        return (self.storage_offset * self.bits) >> 3
 
     @property
     def is_contiguous(self) -> bool:
@@ -152,7 +157,8 @@ class TensorInfo(Record):
         if self.numel == 0:
             return 0
         last = sum((size - 1) * stride for size, stride in zip(self.shape, self.stride))
-        return (last + 1) * self.itemsize
+        bits = self.bits
+        return ((self.storage_offset + last + 1) * bits + 7 >> 3) - (self.storage_offset * bits >> 3)
 
 
 class Checkpoint(Record):

@@ -26,10 +26,10 @@ class Entry:
 
     @property
     def nbytes(self) -> int:
-        n = dtype_info(self.dtype).itemsize
+        n = dtype_info(self.dtype).bits
         for d in self.shape:
             n *= d
-        return n
+        return (n + 7) >> 3  # F4 and F6 pack their elements
 
 
 def header_bytes(entries: list[Entry], metadata: dict[str, str] | None = None) -> bytes:

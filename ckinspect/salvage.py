@@ -197,7 +197,7 @@ def _salvage_legacy(broken: Path, out: Path) -> SalvageResult:
 
 
 def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
-    from ckinspect.dtypes import SAFETENSORS_DTYPES
+    from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
     from ckinspect.safetensors_out import Entry, write_safetensors
 
     result = SalvageResult(broken, out, "safetensors", _out_format(out))
@@ -217,6 +217,9 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
         dtype = SAFETENSORS_DTYPES.get(spec["dtype"])
         if dtype is None:
             result.missing.append((name, f"unknown dtype {spec['dtype']}"))
+        elif dtype_info(dtype).bits % 8 and result.out_format != "safetensors":
+            why = f"torch has no {spec['dtype']} dtype: salvage to a .safetensors file keeps it"
+            result.missing.append((name, why))
         elif base + end <= size:
             kept.append((name, spec))
         else:

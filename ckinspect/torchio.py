@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ckinspect.atomic import atomic_write
+from ckinspect.errors import CkinspectError
 from ckinspect.model import TensorInfo
 from ckinspect.safetensors_out import Entry, write_safetensors
 
@@ -24,7 +25,7 @@ SCALARS = (str, int, float, bool, bytes, type(None), complex)
 def torch_dtype(name: str) -> torch.dtype:
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"torch has no dtype {name}")
+        raise CkinspectError(f"torch has no dtype {name}, and converting goes through torch")
     return dtype
 
 

@@ -12,22 +12,14 @@ import json
 import os
 from pathlib import Path
 
-from ckinspect.dtypes import SAFETENSORS_DTYPES
+from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses larger headers (HeaderTooLarge)
 MAX_FINDINGS = 10  # a broken 50,000-tensor header should not drown the report
 
-# Bits per element for every dtype safetensors knows. Names outside dtypes.SAFETENSORS_DTYPES
-# (newer formats) keep torch's name; dtypes.dtype_info treats them as opaque.
-_BITS: dict[str, int] = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-}  # fmt: skip
-_EXTRA_NAMES = {"F8_E8M0": "float8_e8m0fnu", "F4": "float4_e2m1fn", "F6_E2M3": "float6_e2m3fn", "F6_E3M2": "float6_e3m2fn"}
+# Bits per element of every dtype safetensors knows; F4 and F6 are packed, without padding per element.
+_BITS: dict[str, int] = {code: dtype_info(name).bits for code, name in SAFETENSORS_DTYPES.items()}
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -138,7 +130,7 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
         stride = strides_of.get(shape)
         if stride is None:
             stride = strides_of[shape] = contiguous_strides(shape)
-        dtype = SAFETENSORS_DTYPES.get(code) or _EXTRA_NAMES[code]
+        dtype = SAFETENSORS_DTYPES[code]
         spans.append((begin, end, name, TensorInfo(name, dtype, shape, stride, name)))
 
     # Buffers must tile the data section exactly: no overlap, no gap, nothing past the end, nothing after.

@@ -70,13 +70,14 @@ def file_entry(ckpt: Checkpoint, anatomy: Anatomy | None = None) -> dict[str, An
 
 
 def tensor_entries(tensors: Sequence[TensorInfo]) -> list[dict[str, Any]]:
-    itemsizes: dict[str, int] = {}
+    bits_of: dict[str, int] = {}
     out = []
     for t in tensors:
-        itemsize = itemsizes.get(t.dtype)
-        if itemsize is None:
-            itemsize = itemsizes[t.dtype] = dtype_info(t.dtype).itemsize
-        out.append({"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": math.prod(t.shape) * itemsize})
+        bits = bits_of.get(t.dtype)
+        if bits is None:
+            bits = bits_of[t.dtype] = dtype_info(t.dtype).bits
+        nbytes = math.prod(t.shape) * bits + 7 >> 3
+        out.append({"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": nbytes})
     return out
 
 
