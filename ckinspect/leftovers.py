@@ -189,6 +189,26 @@ def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
     return found
 
 
+def unfinished_saves(paths: list[str | os.PathLike[str]], known: set[Path]) -> dict[Path, list[Leftover]]:
+    """Saves that died before their first rename: tmps whose main file does not exist, by the path
+    of the checkpoint each was going to become (a DCP folder, for its `.metadata`).
+
+    Discovery never makes a tmp a checkpoint of its own, yet such a tmp may be the only copy of the
+    newest checkpoint. Left out: tmps among `known` (a tmp the user named is reported as itself) and
+    checkpoints among `known` (a DCP folder without `.metadata` is listed by its .distcp files, whose
+    checks report the tmp).
+    """
+    found: dict[Path, list[Leftover]] = {}
+    for path in paths:
+        for leftover in find_leftovers(path):
+            if os.path.lexists(leftover.main) or leftover.tmp in known:
+                continue
+            entry = leftover.main.parent if leftover.main.name == DCP_METADATA else leftover.main
+            if entry not in known and leftover not in found.get(entry, []):
+                found.setdefault(entry, []).append(leftover)
+    return found
+
+
 # ------------------------------------------------------------------------------------ classifying
 
 

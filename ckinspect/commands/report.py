@@ -7,7 +7,6 @@ unwritable --output: one line, raised as CkinspectError and printed by the CLI).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -48,32 +47,20 @@ def _inspect(target: Any, args: argparse.Namespace, index: int, count: int) -> C
 
 
 def unfinished_saves(paths: list[str], known: set[Path]) -> list[Checkpoint]:
-    """Saves that died before their first rename: a `*.tmp` whose main file does not exist.
+    """An entry for each checkpoint a save died before writing (ckinspect.leftovers.unfinished_saves):
+    the missing path, format "unknown", no tensors, and one LEFTOVER_TMP per tmp saying what
+    `ckinspect repair` would do with it."""
+    from ckinspect.leftovers import unfinished_saves as find_unfinished
 
-    Discovery never makes a tmp a checkpoint of its own, yet such a tmp may be the only copy of the
-    newest checkpoint. Each becomes an entry for the missing main path (format "unknown", no tensors)
-    with one LEFTOVER_TMP per tmp saying what `ckinspect repair` would do with it.
-    """
-    from ckinspect.leftovers import DCP_METADATA, find_leftovers
-
-    mains: dict[Path, None] = {}
-    for path in paths:
-        for leftover in find_leftovers(path):
-            # a tmp the user named is reported as itself
-            if not os.path.lexists(leftover.main) and leftover.tmp not in known:
-                mains.setdefault(leftover.main)
-    if not mains:
+    unfinished = find_unfinished(paths, known)
+    if not unfinished:
         return []
     from ckinspect.repair import plan_repairs  # deferred: ~6 ms (datetime, signal) a clean folder never needs
 
     entries = []
-    for main in mains:
-        # a DCP folder without `.metadata` is a checkpoint already (its .distcp files) whose checks report the tmp
-        entry_path = main.parent if main.name == DCP_METADATA else main
-        if entry_path in known:
-            continue
+    for entry_path, leftovers in unfinished.items():
         entry = Checkpoint(path=entry_path, format="unknown", file_bytes=0)
-        for action in plan_repairs(main).actions:
+        for action in plan_repairs(leftovers[0].main).actions:
             explained = action.status.explain() if action.status else action.leftover.tmp.name
             entry.add("LEFTOVER_TMP", f"{explained}: {_repair_would(action)}")
         entries.append(entry)

@@ -251,6 +251,12 @@ class Backend:
     def find(self, paths: list[Path]) -> list[Path]:
         return find_checkpoints(paths)
 
+    def unfinished(self, paths: list[Path], known: list[Path]) -> list[Path]:
+        """Checkpoints a save died before writing: only their `.tmp` is on disk (leftovers.unfinished_saves)."""
+        from ckinspect.leftovers import unfinished_saves
+
+        return list(unfinished_saves(paths, set(known)))
+
     def value_stats(self, ckpt: Checkpoint, tensor: TensorInfo, progress: Progress | None = None) -> ValueStats:
         return tensor_value_stats(ckpt, tensor, progress)
 

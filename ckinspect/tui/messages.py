@@ -65,9 +65,10 @@ class TargetSummarized(Message):
 
 
 class TargetsFound(Message):
-    def __init__(self, paths: list[Path]) -> None:
+    def __init__(self, paths: list[Path], unfinished: list[Path] | None = None) -> None:
         super().__init__()
         self.paths = paths
+        self.unfinished = unfinished or []  # checkpoints whose save died before its rename: only a .tmp exists
 
 
 class DiffLoaded(Message):

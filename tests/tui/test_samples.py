@@ -105,3 +105,38 @@ async def test_repair_of_an_interrupted_save_applies_after_yes_and_undoes(tmp_pa
         await pilot.press("u", "y")
         await _settle(pilot)
         assert tmp_file.exists()
+
+
+async def test_a_save_that_died_before_its_rename_is_shown_in_the_folder_and_leads_to_repair(tmp_path):
+    import torch
+
+    from ckinspect.tui.screens.folder import FolderScreen
+    from ckinspect.tui.screens.repair import RepairScreen
+
+    torch.save({"model": {"w": torch.ones(4)}, "step": 30}, tmp_path / "a.pth")
+    torch.save({"model": {"w": torch.ones(4)}, "step": 60}, tmp_path / "x.pth.tmp")  # complete, never renamed
+    app = create_app("main", [tmp_path], cursor_blink=False, quick=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        assert isinstance(app.screen, FolderScreen)  # one whole checkpoint, but not opened: the listing has news
+        assert [row.key for row in app.screen.query_one(VirtualTable).rows] == [str(tmp_path / "a.pth")]
+        summary = str(app.screen.query_one("#folder-summary").render())
+        assert "missing (the save died before its rename): x.pth · R plans the repair" in summary
+        await pilot.press("R")
+        await _settle(pilot)
+        assert isinstance(app.screen, RepairScreen)
+        cells = app.screen.query_one(VirtualTable).rows[0].cells
+        assert cells[0].startswith("promote") and cells[1] == "x.pth.tmp"
+    assert (tmp_path / "x.pth.tmp").exists() and not (tmp_path / "x.pth").exists()  # nothing applied
+
+
+async def test_a_folder_holding_only_a_tmp_says_so_instead_of_empty(tmp_path):
+    import torch
+
+    torch.save({"model": {"w": torch.ones(4)}}, tmp_path / "only.pth.tmp")
+    app = create_app("main", [tmp_path], cursor_blink=False, quick=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        table = app.screen.query_one(VirtualTable)
+        assert table.rows == [] and table.empty_text == "no whole checkpoint here: R shows what the interrupted save left"
+        assert "only.pth" in str(app.screen.query_one("#folder-summary").render())

@@ -65,6 +65,7 @@ class FolderScreen(Screen[None]):
         self.roots = [Path(p) for p in paths]
         self.summaries: dict[Path, TargetSummary] = {}
         self.loaded: dict[Path, Checkpoint] = {}
+        self.unfinished: list[Path] = []
 
     def compose(self) -> ComposeResult:
         yield Label(Text.assemble(("checkpoints in ", "bold"), ", ".join(map(str, self.roots))), classes="title-line")
@@ -80,8 +81,9 @@ class FolderScreen(Screen[None]):
     def discover(self) -> None:
         backend = self.app.backend
         paths = backend.find(self.roots)
-        self.post_message(TargetsFound(paths))
-        if len(paths) == 1 and len(self.roots) == 1:
+        unfinished = backend.unfinished(self.roots, paths)
+        self.post_message(TargetsFound(paths, unfinished))
+        if len(paths) == 1 and len(self.roots) == 1 and not unfinished:
             return  # it opens straight away in its own screen, which reads it
         worker = get_current_worker()
         for path in paths:
@@ -101,13 +103,15 @@ class FolderScreen(Screen[None]):
             self.query_one("#folder-summary", Static).update(f"finding checkpoints {failure_text(event.worker.error)}")
 
     def on_targets_found(self, message: TargetsFound) -> None:
-        if len(message.paths) == 1 and len(self.roots) == 1:
+        self.unfinished = message.unfinished
+        if len(message.paths) == 1 and len(self.roots) == 1 and not self.unfinished:
             # a DCP folder, a sharded set, or a folder holding one checkpoint: open it straight away
             # (pushed, so Escape still leads back to the listing)
             self.app.push_screen(InspectScreen(message.paths[0]))
         self.summaries = {p: TargetSummary(p) for p in message.paths}
         table = self.query_one(VirtualTable)
-        table.empty_text = "no checkpoint found here"
+        table.empty_text = "no whole checkpoint here: R shows what the interrupted save left" if self.unfinished \
+            else "no checkpoint found here"  # fmt: skip
         table.set_rows([summary_row(s, self.roots) for s in self.summaries.values()])
         self._summarize()
 
@@ -121,7 +125,13 @@ class FolderScreen(Screen[None]):
         text = f"{len(self.summaries)} checkpoint(s)"
         if len(done) < len(self.summaries):
             text += f" · reading {len(done)}/{len(self.summaries)}…"
-        self.query_one("#folder-summary", Static).update(text + " · Enter opens one")
+        summary = Text(text + " · Enter opens one")
+        if self.unfinished:
+            names = ", ".join(shown_path(p, self.roots) for p in self.unfinished[:3])
+            more = f" and {len(self.unfinished) - 3} more" if len(self.unfinished) > 3 else ""
+            summary.append(f"\nmissing (the save died before its rename): {names}{more} · R plans the repair",
+                           style=SEVERITY_COLOURS["warning"])  # fmt: skip
+        self.query_one("#folder-summary", Static).update(summary)
 
     @on(VirtualTable.RowSelected)
     def _selected(self) -> None:
