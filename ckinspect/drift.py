@@ -293,6 +293,27 @@ def _torch_state(ckpt: Checkpoint, tensors: list[TensorInfo]) -> dict[str, Any]:
     return state
 
 
+def logit_drift_or_why(
+    ckpt: Checkpoint, drifts: list[TensorDrift] | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(the logit drift, None), or (None, why it was skipped): the model is unknown, some weights
+    cannot be read (`drifts`: weight_drift's results, whose errors say which), or the model refuses
+    the weights (a damaged state dict). The weight drift stands on its own either way."""
+    reason = logit_drift_reason(ckpt)
+    unreadable = [d for d in drifts or [] if d.error]
+    if reason is None and unreadable:
+        reason = f"{len(unreadable)} weight tensor(s) cannot be read ({unreadable[0].error})"
+    if reason is not None:
+        return None, reason
+    try:
+        return logit_drift(ckpt), None
+    except UnreadableStorage as exc:
+        return None, f"the weights cannot be read ({exc})"
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # load_state_dict and friends
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, f"the model cannot be built from these weights: {first}"
+
+
 def logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | None:
     """fp16-vs-fp32 and bf16-vs-fp32 logits (max and mean |Δlogit|, top-1 agreement) on a fixed batch.
 

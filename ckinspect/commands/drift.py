@@ -22,8 +22,7 @@ def run(args: argparse.Namespace) -> int:
         raise CkinspectError(f"cannot measure drift: {why}")
     with terminal_progress("rounding weights", enabled=not getattr(args, "no_progress", False)) as progress:
         drifts = drift.weight_drift(ckpt, progress)
-    reason = drift.logit_drift_reason(ckpt)
-    logits = drift.logit_drift(ckpt) if reason is None else None
+    logits, reason = drift.logit_drift_or_why(ckpt, drifts)
     findings = [
         Finding("FP16_OVERFLOW", f"{d.name}: {d.fp16.overflow:,} values become inf when stored as float16", d.name)
         for d in drifts

@@ -16,8 +16,14 @@ TOP = 25  # tensors shown in text/Markdown, worst first; JSON lists all
 def drift_json(
     ckpt: Checkpoint, drifts: list[Any], logits: dict[str, Any] | None, logits_skipped: str | None
 ) -> dict[str, Any]:
-    from ckinspect.drift import drift_summary
+    from ckinspect.drift import drift_summary, finite_or_none
 
+    if logits:  # NaN or inf weights give NaN logits: null in JSON, as every other figure
+        logits = {
+            key: {k: finite_or_none(v) if isinstance(v, float) else v for k, v in value.items()}
+            if isinstance(value, dict) else value
+            for key, value in logits.items()
+        }  # fmt: skip
     return {
         "path": str(ckpt.path),
         "summary": drift_summary(drifts),

@@ -278,12 +278,10 @@ class Backend:
 
     def logit_drift(self, ckpt: Checkpoint) -> tuple[dict[str, Any] | None, str]:
         """(the logit drift, or None; why not, when None). Imports torch when the model is known."""
-        from ckinspect.drift import logit_drift, logit_drift_reason
+        from ckinspect.drift import logit_drift_or_why
 
-        reason = logit_drift_reason(ckpt)
-        if reason is not None:
-            return None, reason
-        return logit_drift(ckpt), ""
+        logits, reason = logit_drift_or_why(ckpt)
+        return logits, reason or ""
 
     def plan_repairs(self, path: Path) -> RepairPlan:
         from ckinspect.repair import plan_repairs
