@@ -32,7 +32,8 @@ def storage_range(storage: StorageInfo, start: int = 0, length: int | None = Non
     if length is None:
         length = storage.nbytes - start
     if start < 0 or length < 0 or start + length > storage.nbytes:
-        raise ValueError(f"range {start}+{length} outside storage {storage.key} of {storage.nbytes} bytes")
+        # a view the pickle placed past its storage's end (reported CORRUPT when the file was read)
+        raise UnreadableStorage(f"range {start}+{length} outside storage {storage.key} of {storage.nbytes} bytes")
     return storage.offset + start, length
 
 

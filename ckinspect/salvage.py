@@ -198,6 +198,7 @@ def _salvage_legacy(broken: Path, out: Path) -> SalvageResult:
 
 def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
     from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
+    from ckinspect.formats.safetensors import check_entry
     from ckinspect.safetensors_out import Entry, write_safetensors
 
     result = SalvageResult(broken, out, "safetensors", _out_format(out))
@@ -209,15 +210,24 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
         header = json.loads(bytes(buf[8 : 8 + n]))
     except ValueError as exc:
         raise CkinspectError(f"{broken}: the header is not JSON ({exc}); no tensor can be located") from exc
+    if not isinstance(header, dict):
+        kind = type(header).__name__
+        raise CkinspectError(f"{broken}: the header is JSON {kind}, not an object; no tensor can be located")
     base = 8 + n
-    meta = header.pop("__metadata__", None) or {}
+    meta = header.pop("__metadata__", None)
+    meta = {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+    located: list[tuple[int, str, dict]] = []
+    for name, spec in header.items():
+        parsed, problem = check_entry(spec)
+        if parsed is None:
+            result.missing.append((name, f"its header entry cannot be trusted: {problem}"))
+        else:
+            located.append((parsed[2], name, spec))
     kept: list[tuple[str, dict]] = []
-    for name, spec in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    for _, name, spec in sorted(located):
         begin, end = spec["data_offsets"]
-        dtype = SAFETENSORS_DTYPES.get(spec["dtype"])
-        if dtype is None:
-            result.missing.append((name, f"unknown dtype {spec['dtype']}"))
-        elif dtype_info(dtype).bits % 8 and result.out_format != "safetensors":
+        dtype = SAFETENSORS_DTYPES[spec["dtype"]]
+        if dtype_info(dtype).bits % 8 and result.out_format != "safetensors":
             why = f"torch has no {spec['dtype']} dtype: salvage to a .safetensors file keeps it"
             result.missing.append((name, why))
         elif base + end <= size:

@@ -106,27 +106,12 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
     strides_of: dict[tuple[int, ...], tuple[int, ...]] = {}  # shapes repeat: compute strides once each
     malformed = 0  # entries we could not place: gaps they leave are their fault, not reported again
     for name, entry in header.items():
-        parsed = _well_formed(entry)
+        parsed, problem = check_entry(entry)
         if parsed is None:
-            problems.append(f"tensor {name!r}: {_entry_problem(entry)}")
+            problems.append(f"tensor {name!r}: {problem}")
             malformed += 1
             continue
         code, shape, begin, end = parsed
-        numel = 1
-        for size in shape:
-            numel *= size
-        bits = numel * _BITS[code]
-        if bits % 8:
-            problems.append(f"tensor {name!r}: {numel} {code} elements do not fill whole bytes")
-            malformed += 1
-            continue
-        if end - begin != bits // 8:
-            problems.append(
-                f"tensor {name!r}: offsets [{begin}, {end}] hold {end - begin:,} bytes but "
-                f"{code} {list(shape)} needs {bits // 8:,}"
-            )
-            malformed += 1
-            continue
         stride = strides_of.get(shape)
         if stride is None:
             stride = strides_of[shape] = contiguous_strides(shape)
@@ -162,6 +147,24 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
         ckpt.add("CORRUPT", message)
     if len(problems) > MAX_FINDINGS:
         ckpt.add("CORRUPT", f"... and {len(problems) - MAX_FINDINGS:,} more safetensors header problems")
+
+
+def check_entry(entry: object) -> tuple[tuple[str, tuple[int, ...], int, int] | None, str | None]:
+    """A header entry as ((dtype code, shape, begin, end), None), or (None, why not): malformed, or
+    its offsets hold another number of bytes than its dtype and shape need."""
+    parsed = _well_formed(entry)
+    if parsed is None:
+        return None, _entry_problem(entry) or "malformed"
+    code, shape, begin, end = parsed
+    numel = 1
+    for size in shape:
+        numel *= size
+    bits = numel * _BITS[code]
+    if bits % 8:
+        return None, f"{numel} {code} elements do not fill whole bytes"
+    if end - begin != bits // 8:
+        return None, f"offsets [{begin}, {end}] hold {end - begin:,} bytes but {code} {list(shape)} needs {bits // 8:,}"
+    return parsed, None
 
 
 def _well_formed(entry: object) -> tuple[str, tuple[int, ...], int, int] | None:

@@ -128,3 +128,28 @@ def test_salvage_of_a_cut_legacy_torch_file_keeps_the_storages_wholly_inside(tmp
     expected = {n for n, end in ends.items() if end <= int(len(data) * 0.6)}
     assert set(loaded) == set(result.recovered) == expected and expected and len(expected) < len(original)
     assert all(bit_equal(loaded[n], original[n]) for n in expected)
+
+
+def test_safetensors_header_entries_that_cannot_be_trusted_are_named_the_rest_recovered(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"a": torch.arange(4.0), "b": torch.ones(2, 3), "c": torch.zeros(5)}, tmp_path / "ok.safetensors")
+    data = bytearray((tmp_path / "ok.safetensors").read_bytes())
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8 : 8 + n])
+    header["b"]["dtypf"] = header["b"].pop("dtype")  # a flipped bit in a key
+    header["c"]["shape"] = [6]  # 6 float32 do not fit 20 bytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    assert len(raw) <= n
+    raw = raw.ljust(n)
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(data[:8] + raw + data[8 + n :])
+    proc = run_cli("salvage", broken, tmp_path / "out.pt", "--format", "json")
+    assert proc.returncode == 1 and "internal error" not in proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["recovered"] == ["a"]
+    assert {m["tensor"]: m["why"] for m in result["missing"]} == {
+        "b": "its header entry cannot be trusted: no dtype",
+        "c": "its header entry cannot be trusted: offsets [40, 60] hold 20 bytes but F32 [6] needs 24",
+    }
+    assert torch.equal(torch.load(tmp_path / "out.pt", weights_only=True)["a"], torch.arange(4.0))
