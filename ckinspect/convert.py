@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,8 +186,11 @@ class _StorageReader:
                 got = handle.readinto(data)
             return data if got == storage.nbytes else None
         if storage.member and zipfile.is_zipfile(storage.file):
-            with zipfile.ZipFile(storage.file) as archive:
-                return archive.read(storage.member)
+            try:
+                with zipfile.ZipFile(storage.file) as archive:
+                    return archive.read(storage.member)
+            except (zipfile.BadZipFile, NotImplementedError, KeyError, OSError, EOFError, zlib.error):
+                return None  # a damaged member (bad CRC, unknown compression, cut short): the tensor is missing
         return None
 
 

@@ -165,6 +165,9 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
             offset = None
         if compress_type != 0:
             offset = None  # compressed by some re-zipping tool: bytes cannot be addressed in place
+            if compress_type != 8:  # deflate is the one method torch's reader (miniz) inflates
+                ckpt.add("CORRUPT", f"{file.name}: storage {name} uses zip compression method {compress_type}, "
+                                    "which torch cannot read")  # fmt: skip
         elif offset is not None and offset + file_size > cd_start:
             ckpt.add("CORRUPT", f"{file.name}: storage {name} runs past the end of the data")
             offset = None

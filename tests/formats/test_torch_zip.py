@@ -174,6 +174,26 @@ def test_deflated_rezip_lists_without_offsets(tmp_path):
     assert ckpt.storages[ckpt.tensors[0].storage_key].offset is None
 
 
+def test_a_compression_method_torch_cannot_read_is_corrupt(tmp_path):
+    import re
+
+    src = tmp_path / "a.pt"
+    torch.save({"w": torch.ones(300), "b": torch.zeros(2)}, src)
+    data = bytearray(src.read_bytes())
+    entries = [m.start() for m in re.finditer(rb"PK\x01\x02", data)]
+    entry = next(e for e in entries if data[e + 46 :].startswith(b"a/data/0"))
+    data[entry + 10 : entry + 12] = (99).to_bytes(2, "little")  # AES and friends: torch's miniz stops here
+    broken = tmp_path / "m99.pt"
+    broken.write_bytes(data)
+    with pytest.raises(RuntimeError, match="unsupported method"):
+        torch.load(broken, weights_only=True)
+    ckpt = read_torch_zip(broken)
+    assert [(f.code, f.message) for f in ckpt.findings] == [
+        ("CORRUPT", "m99.pt: storage a/data/0 uses zip compression method 99, which torch cannot read")
+    ]
+    assert [t.name for t in ckpt.tensors] == ["w", "b"]
+
+
 def _rewrite(src: Path, dst: Path, skip: str) -> None:
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         for info in zin.infolist():
