@@ -189,8 +189,10 @@ class _StorageReader:
             try:
                 with zipfile.ZipFile(storage.file) as archive:
                     return archive.read(storage.member)
-            except (zipfile.BadZipFile, NotImplementedError, KeyError, OSError, EOFError, zlib.error):
-                return None  # a damaged member (bad CRC, unknown compression, cut short): the tensor is missing
+            # a damaged member (bad CRC, unknown method, cut short, a mangled local name): the tensor is missing
+            except (zipfile.BadZipFile, NotImplementedError, KeyError, OSError, EOFError, ValueError, RuntimeError,
+                    zlib.error):  # fmt: skip
+                return None
         return None
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import pickletools
 import struct
+import zlib
 from pathlib import Path
 
 from ckinspect.anatomy import analyze
@@ -267,7 +268,7 @@ def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
 
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError):
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
         return Integrity(False, "torch-zip", "no readable zip directory at its end: cut short?")
     with archive, open(path, "rb") as handle:
         infos = archive.infolist()
@@ -290,7 +291,12 @@ def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
                     with archive.open(info) as member:
                         while member.read(1 << 22):
                             pass
-                except (zipfile.BadZipFile, OSError, EOFError) as exc:
+                except UnicodeDecodeError:  # zipfile decodes the local header's name before comparing it
+                    return Integrity(False, "torch-zip", f"member {info.filename}: its local header names another file")
+                # what else zipfile raises on damage: bad CRC, cut short, an unknown method, a bad deflate
+                # stream, "encrypted"
+                except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError,
+                        zlib.error) as exc:  # fmt: skip
                     return Integrity(False, "torch-zip", f"member {info.filename}: {exc}")
     # the reader checks that data.pkl parses and names only storages that are present
     return _check_with_reader(path, fallback_format="torch-zip")

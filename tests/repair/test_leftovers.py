@@ -64,6 +64,23 @@ def test_a_flipped_byte_in_a_small_storage_fails_its_crc(tmp_path):
     assert not verdict.ok and "CRC" in verdict.problem
 
 
+def test_a_local_header_whose_name_is_not_utf8_is_a_partial_tmp_not_a_crash(tmp_path):
+    import zipfile
+
+    main = save_resume(tmp_path / "run.pth", 30)
+    data = bytearray(main.read_bytes())
+    member = next(i for i in zipfile.ZipFile(main).infolist() if i.filename.endswith("/data/0"))
+    assert member.flag_bits & 0x800  # torch marks its names UTF-8, so zipfile decodes them strictly
+    data[member.header_offset + 30 + 5] = 0xB5  # a lone continuation byte in the local header's name
+    tmp = tmp_path / "run.pth.tmp"
+    tmp.write_bytes(bytes(data))
+    verdict = check_integrity(tmp)
+    assert not verdict.ok and verdict.problem == f"member {member.filename}: its local header names another file"
+    [leftover] = find_leftovers(tmp_path)
+    status = classify(leftover)
+    assert not status.tmp_complete and status.main_intact and status.main_step == 30
+
+
 def test_safetensors_whole_cut_and_padded(tmp_path):
     from safetensors.torch import save_file
 
