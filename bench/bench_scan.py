@@ -5,7 +5,7 @@ of a ~2 GiB resume-shaped checkpoint, against `cat FILE > /dev/null`, in fresh p
     python bench/bench_scan.py --gib 1 --keep --dir /scratch
 
 Rows: the scan alone (open_checkpoint + scan_values in a fresh process: wall time, and the scan's own
-GB/s), `ckinspect --report FILE` end to end when the report command exists, and cat. Checks issue 4's
+GB/s), `ckinspect --report FILE` end to end, and cat. Checks issue 4's
 target (>= 1.5 GB/s on 2 cores). Run by hand; not part of the test suite.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_diff import GIB, MIB, REPO, Run, best, child_env, run, write_in_child  # noqa: E402
+from bench_diff import GIB, Run, best, child_env, run, table, write_in_child  # noqa: E402
 
 SCAN_ONLY = r"""
 import json, sys, time
@@ -62,17 +62,14 @@ def main() -> int:
             scans.append((r, json.loads(out.read_text())))
         scan_run, inner = min(scans, key=lambda s: s[0].wall)
         rows = [scan_run]
-        if (REPO / "ckinspect" / "commands" / "report.py").exists():
-            rows.append(best([
-                run("ckinspect --report FILE", [sys.executable, "-m", "ckinspect", "--report", str(path)], env, expect=None)
-                for _ in range(args.repeat)
-            ]))
+        rows.append(best([
+            run("ckinspect --report FILE", [sys.executable, "-m", "ckinspect", "--report", str(path)], env, expect=None)
+            for _ in range(args.repeat)
+        ]))
         cat = best([run("cat FILE > /dev/null", ["cat", str(path)]) for _ in range(args.repeat)])
         rows.append(cat)
         print()
-        print(f"{'method':<34} {'seconds':>8} {'GB/s':>7} {'CPU s':>7} {'peak RSS':>10} {'vs cat':>7}")
-        for r in rows:
-            print(f"{r.label:<34} {r.wall:>8.3f} {size / r.wall / 1e9:>7.2f} {r.cpu:>7.2f} {r.peak_rss / MIB:>8.0f} MB {cat.wall / r.wall:>6.0%}")
+        print(table(rows, size, cat))
         inner_gbs = inner["bytes"] / inner["seconds"] / 1e9
         print()
         print(f"scan_values itself: {inner['bytes'] / GIB:.2f} GiB in {inner['seconds']:.3f} s = {inner_gbs:.2f} GB/s, "

@@ -21,7 +21,6 @@ from textual.widgets import DataTable
 
 from ckinspect.tui.app import create_app
 from ckinspect.tui.widgets.tensor_table import TensorTable, tensor_rows
-
 from tests.tui.apps import FixtureBackend
 from tests.tui.fixtures import big_checkpoint
 

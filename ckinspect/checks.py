@@ -47,13 +47,13 @@ SHAPED_LEAVES = ("exp_avg", "momentum_buffer", "exp_avg_sq", "max_exp_avg_sq", "
 SCHEDULER_KEYS = ("lr_scheduler", "lr_schedulers", "scheduler", "schedulers")
 
 
-def structural_findings(ckpt: Checkpoint, anatomy: Anatomy | None = None, layout: Layout | None = None) -> list[Finding]:
+def structural_findings(ckpt: Checkpoint, layout: Layout | None = None) -> list[Finding]:
     """Role-based findings; pass the `layout` analyze used to skip recognising the shape a second time."""
     layout = layout or recognise(ckpt)
     findings: list[Finding] = []
     findings += resume_findings(ckpt, layout)
     findings += optimizer_findings(ckpt, layout)
-    findings += bloat_findings(ckpt, anatomy or summarize(ckpt))
+    findings += bloat_findings(ckpt, summarize(ckpt))
     findings += leftover_findings(ckpt.path)
     return findings
 

@@ -115,9 +115,9 @@ def convert(
             raise CkinspectError(f"torch.load of {source} failed: {type(exc).__name__}: {exc}") from exc
         built = _built_from_objects(loaded, keep, cast)
     else:
-        reader = _StorageReader(ckpt)
         tree = ckpt.tree if ckpt.tree is not None else {t.name: t for t in ckpt.tensors}
-        built = rebuild_tree(tree, reader.read, keep=keep, cast=cast)
+        with _StorageReader(ckpt) as reader:
+            built = rebuild_tree(tree, reader.read, keep=keep, cast=cast)
         if built.missing:
             names = ", ".join(n for n, _ in built.missing[:5])
             count = len(built.missing)
@@ -170,30 +170,54 @@ def _globals_in(finding, ckpt: Checkpoint) -> list[str]:
 
 
 class _StorageReader:
-    """Raw bytes of a storage, from where the reader says they lie."""
+    """Raw bytes of a storage, from where the reader says they lie. Each file is opened once (a zip's
+    directory parsed once, not once per compressed member); closed on leaving the `with`."""
 
     def __init__(self, ckpt: Checkpoint) -> None:
         self.ckpt = ckpt
+        self._files: dict[Path, Any] = {}
+        self._archives: dict[Path, zipfile.ZipFile | None] = {}
+
+    def __enter__(self) -> _StorageReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in [*self._files.values(), *self._archives.values()]:
+            if handle is not None:
+                handle.close()
 
     def read(self, info: TensorInfo) -> bytes | None:
         storage: StorageInfo | None = self.ckpt.storages.get(info.storage_key)
         if storage is None:
             return None
+        path = Path(storage.file)
         if storage.offset is not None:
+            handle = self._files.get(path)
+            if handle is None:
+                handle = self._files[path] = open(path, "rb")  # noqa: SIM115 - closed in __exit__
             data = bytearray(storage.nbytes)
-            with open(storage.file, "rb") as handle:
-                handle.seek(storage.offset)
-                got = handle.readinto(data)
+            handle.seek(storage.offset)
+            got = handle.readinto(data)
             return data if got == storage.nbytes else None
-        if storage.member and zipfile.is_zipfile(storage.file):
+        if storage.member:
+            archive = self._archive(path)
+            if archive is None:
+                return None
             try:
-                with zipfile.ZipFile(storage.file) as archive:
-                    return archive.read(storage.member)
+                return archive.read(storage.member)
             # a damaged member (bad CRC, unknown method, cut short, a mangled local name): the tensor is missing
             except (zipfile.BadZipFile, NotImplementedError, KeyError, OSError, EOFError, ValueError, RuntimeError,
                     zlib.error):  # fmt: skip
                 return None
         return None
+
+    def _archive(self, path: Path) -> zipfile.ZipFile | None:
+        if path not in self._archives:
+            try:
+                self._archives[path] = zipfile.ZipFile(path)
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError):  # not a zip, or no readable directory
+                self._archives[path] = None
+        return self._archives[path]
 
 
 def _built_from_objects(obj: Any, keep, cast):

@@ -145,11 +145,6 @@ def roles(ckpt: Checkpoint) -> dict[str, str]:
     return out
 
 
-def role_of(ckpt: Checkpoint, tensor: TensorInfo) -> str:
-    """One tensor's group (see roles(); call that once for many tensors)."""
-    return roles(ckpt).get(tensor.name, tensor.group)
-
-
 @dataclass
 class _Naming:
     describe: str  # for the match statement, "" when names are used as stored
@@ -243,7 +238,6 @@ def _equal_windows(va: memoryview, vb: memoryview) -> bool:
         equal = bool(np.array_equal(xa, xb))
         del xa, xb
         return equal
-    xa, xb = np.frombuffer(va, np.uint8), np.frombuffer(vb, np.uint8)
     try:
         return _MEMCMP(xa.ctypes.data, xb.ctypes.data, len(va)) == 0
     finally:

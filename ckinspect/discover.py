@@ -30,7 +30,6 @@ class TmpSuffix:
     """Names an interrupted atomic save leaves behind: `model.pt.tmp`, `.model.pt.x8k2.tmp`, `.metadata.tmp`."""
 
     SUFFIX = ".tmp"
-    DCP_METADATA = ".metadata.tmp"
 
     @classmethod
     def main_name(cls, tmp_name: str) -> str | None:

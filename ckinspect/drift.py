@@ -306,7 +306,7 @@ def logit_drift_or_why(
     if reason is not None:
         return None, reason
     try:
-        return logit_drift(ckpt), None
+        return _measure_logit_drift(ckpt), None
     except UnreadableStorage as exc:
         return None, f"the weights cannot be read ({exc})"
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # load_state_dict and friends
@@ -321,6 +321,11 @@ def logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | None:
     """
     if logit_drift_reason(ckpt) is not None:
         return None
+    return _measure_logit_drift(ckpt, seed)
+
+
+def _measure_logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | None:
+    """logit_drift, once logit_drift_reason has said the model is known and importable."""
     config = trainer_config(ckpt)
     if config is None and _looks_like_trainer_weights(ckpt):
         config = _inferred_config(ckpt)

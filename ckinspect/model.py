@@ -17,16 +17,6 @@ if TYPE_CHECKING:
 
 GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
 
-FORMATS: tuple[str, ...] = (
-    "torch-zip",
-    "torch-legacy",
-    "safetensors",
-    "sharded",
-    "dcp",
-    "pickle",
-    "unknown",
-)
-
 # Finding codes are a stable contract (design.md); severity is fixed per code.
 SEVERITY: dict[str, str] = {
     "UNSAFE_PICKLE": "error",

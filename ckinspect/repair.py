@@ -128,7 +128,8 @@ def plan_repairs(path: str | os.PathLike[str], full_crc: bool = False) -> Repair
     plan = RepairPlan(path)
     by_main: dict[Path, list[TmpStatus]] = {}
     for leftover in leftovers:
-        by_main.setdefault(leftover.main, []).append(_full_check(classify(leftover, full_crc=full_crc)))
+        status = classify(leftover, full_crc=full_crc)  # with full_crc every member is checked already
+        by_main.setdefault(leftover.main, []).append(status if full_crc else _full_check(status))
     for statuses in by_main.values():
         plan.actions.extend(_decide(statuses))
     for action in plan.actions:

@@ -216,44 +216,36 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
     base = 8 + n
     meta = header.pop("__metadata__", None)
     meta = {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
-    located: list[tuple[int, str, dict]] = []
+    located: list[tuple[int, str, int, str, tuple[int, ...]]] = []  # (begin, name, end, dtype code, shape)
     for name, spec in header.items():
         parsed, problem = check_entry(spec)
         if parsed is None:
             result.missing.append((name, f"its header entry cannot be trusted: {problem}"))
         else:
-            located.append((parsed[2], name, spec))
-    kept: list[tuple[str, dict]] = []
-    for _, name, spec in sorted(located):
-        begin, end = spec["data_offsets"]
-        dtype = SAFETENSORS_DTYPES[spec["dtype"]]
+            code, shape, begin, end = parsed
+            located.append((begin, name, end, code, shape))
+    kept: list[tuple[str, str, tuple[int, ...], int, int]] = []  # (name, dtype, shape, begin, end)
+    for begin, name, end, code, shape in sorted(located):
+        dtype = SAFETENSORS_DTYPES[code]
         if dtype_info(dtype).bits % 8 and result.out_format != "safetensors":
-            why = f"torch has no {spec['dtype']} dtype: salvage to a .safetensors file keeps it"
-            result.missing.append((name, why))
+            result.missing.append((name, f"torch has no {code} dtype: salvage to a .safetensors file keeps it"))
         elif base + end <= size:
-            kept.append((name, spec))
+            kept.append((name, dtype, shape, begin, end))
         else:
             have = max(0, size - base - begin)
             result.missing.append((name, f"cut short: {have} of {end - begin} bytes in the file"))
-    result.recovered = [name for name, _ in kept]
+    result.recovered = [name for name, *_ in kept]
     if result.out_format == "safetensors":
         entries = [
-            Entry(
-                name,
-                SAFETENSORS_DTYPES[spec["dtype"]],
-                tuple(spec["shape"]),
-                (lambda b=spec["data_offsets"][0], e=spec["data_offsets"][1]: [memoryview(buf)[base + b : base + e]]),
-            )
-            for name, spec in kept
+            Entry(name, dtype, shape, (lambda b=begin, e=end: [memoryview(buf)[base + b : base + e]]))
+            for name, dtype, shape, begin, end in kept
         ]
         result.out_bytes = write_safetensors(out, entries, {**meta, "salvaged_from": broken.name})
     else:
         from ckinspect.torchio import save_torch, tensor_from_bytes
 
         tensors = {}
-        for name, spec in kept:
-            begin, end = spec["data_offsets"]
-            raw = bytearray(buf[base + begin : base + end])
-            tensors[name] = tensor_from_bytes(raw, SAFETENSORS_DTYPES[spec["dtype"]], tuple(spec["shape"]))
+        for name, dtype, shape, begin, end in kept:
+            tensors[name] = tensor_from_bytes(bytearray(buf[base + begin : base + end]), dtype, shape)
         result.out_bytes = save_torch(out, tensors)
     return result

@@ -14,13 +14,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from ckinspect.atomic import atomic_write
-
-TMP_SUFFIX = ".tmp"
-
-
-def tmp_path(path: Path) -> Path:
-    return path.with_name(path.name + TMP_SUFFIX)
+from ckinspect.atomic import TMP_SUFFIX, atomic_write
 
 
 def save(obj: Any, path: str | os.PathLike[str], wrap: Callable[[BinaryIO], BinaryIO] | None = None) -> Path:

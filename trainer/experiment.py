@@ -33,10 +33,11 @@ def _model_from(state: dict[str, torch.Tensor], config: ModelConfig | dict[str, 
     with torch.random.fork_rng(devices=[]):  # building initialises weights; leave the caller's RNG alone
         model = build_model(config)
     prefixes = ("module.", "_orig_mod.", "model.")
+    known = model.state_dict().keys()
     clean = {}
     for name, tensor in state.items():
         for prefix in prefixes:
-            if name.startswith(prefix) and name[len(prefix):] in model.state_dict():
+            if name.startswith(prefix) and name[len(prefix):] in known:
                 name = name[len(prefix):]
         clean[name] = tensor.float()
     model.load_state_dict(clean)
@@ -146,7 +147,7 @@ def run_experiment(workdir: str | Path, log=None) -> dict[str, Any]:
         end = res(run)
         dw, dopt = max_abs_diff(reference, end)
         loss = eval_loss(end["model"], config)
-        ref_loss = eval_loss(reference["model"], config)
+        ref_loss = straight_loss if reference is straight else eval_loss(reference["model"], config)
         rows.append({"run": run, "label": label, "max_abs_dw": dw, "max_abs_dopt": dopt,
                      "final_loss": loss, "loss_gap": loss - ref_loss})
 

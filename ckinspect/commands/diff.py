@@ -13,12 +13,12 @@ from ckinspect.model import Checkpoint
 EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
 
 
-def open_for_command(path: str | Path, quick: bool = True) -> Checkpoint:
+def open_for_command(path: str | Path) -> Checkpoint:
     """Open + analyze + structural checks, with a usage error (exit 2) for a path that does not exist."""
     target = Path(path)
     if not target.exists():
         raise CkinspectError(f"{path}: no such file or folder")
-    return inspect_path(target, quick=quick)
+    return inspect_path(target, quick=True)
 
 
 def _unreadable(ckpt: Checkpoint) -> str | None:
@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from ckinspect.diff import diff_checkpoints
     from ckinspect.report import diff_report
 
-    a = open_for_command(args.a, quick=True)
-    b = open_for_command(args.b, quick=True)
+    a = open_for_command(args.a)
+    b = open_for_command(args.b)
     for ckpt in (a, b):
         why = _unreadable(ckpt)
         if why:

@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     from ckinspect.report import drift_report
     from ckinspect.scan import terminal_progress
 
-    ckpt = open_for_command(args.path, quick=True)
+    ckpt = open_for_command(args.path)
     why = _unreadable(ckpt)
     if why:
         raise CkinspectError(f"cannot measure drift: {why}")
@@ -29,15 +29,14 @@ def run(args: argparse.Namespace) -> int:
         if d.fp16.overflow and d.dtype != "float16"
     ]
     data = drift_report.drift_json(ckpt, drifts, logits, reason)
+    data["findings"] = [f.to_json() for f in findings]
     fmt = getattr(args, "format", "text")
     if fmt == "json":
-        text = drift_report.render_json(drift_report.build_document(ckpt, data, findings))
+        text = drift_report.render_json(drift_report.build_document(ckpt, data))
+    elif fmt == "markdown":
+        text = drift_report.render_markdown(data, ckpt)
     else:
-        data["findings"] = [f.to_json() for f in findings]
-        if fmt == "markdown":
-            text = drift_report.render_markdown(data, ckpt)
-        else:
-            text = drift_report.render_text(data, ckpt, *text_layout(args))
+        text = drift_report.render_text(data, ckpt, *text_layout(args))
     emit(text, getattr(args, "output", None))
     if any(d.error for d in drifts):
         return 2

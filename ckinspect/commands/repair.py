@@ -131,7 +131,7 @@ def _render_undo(path: Path, result, fmt: str) -> str:
     head = f"undo {path}: run {result.run_id}, {len(result.restored)} move(s) put back"
     head += f", {len(result.problems)} problem(s)"
     bullet = "  " if fmt == "text" else "- "
-    lines = [head if fmt == "text" else f"## {md_escape(head)}", ""] if fmt == "markdown" else [head]
+    lines = [f"## {md_escape(head)}", ""] if fmt == "markdown" else [head]
     lines += [f"{bullet}restored {r}" for r in result.restored]
     lines += [f"{bullet}NOT restored: {p}" for p in result.problems]
     return "\n".join(lines)

@@ -7,10 +7,9 @@ unwritable --output: one line, raised as CkinspectError and printed by the CLI).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from ckinspect.commands._emit import emit
+from ckinspect.commands._emit import emit, text_layout
 from ckinspect.discover import find_checkpoints
 from ckinspect.errors import CkinspectError
 from ckinspect.inspect import inspect_path
@@ -29,9 +28,7 @@ def run(args: argparse.Namespace) -> int:
     checkpoints = [_inspect(target, args, index, len(targets)) for index, target in enumerate(targets)]
     for orphan in orphans:
         checkpoints.insert(_place(checkpoints, orphan.path), orphan)
-    to_terminal = not args.output and sys.stdout.isatty()
-    output = render(checkpoints, args.format, color=to_terminal)
-    emit(output, args.output)
+    emit(render(checkpoints, args), args.output)
     findings = [f for ckpt in checkpoints for f in ckpt.findings]
     return 1 if fails(findings, args.fail_on) else 0
 
@@ -87,9 +84,10 @@ def _repair_would(action: Any) -> str:
     return f"`ckinspect repair` would leave it alone: {action.reason}"
 
 
-def render(checkpoints: list[Checkpoint], fmt: str, color: bool = False) -> str:
+def render(checkpoints: list[Checkpoint], args: argparse.Namespace) -> str:
     from ckinspect.report import json_report
 
+    fmt = args.format
     report = json_report.build(checkpoints)
     if fmt == "json":
         return json_report.render(report)
@@ -98,6 +96,5 @@ def render(checkpoints: list[Checkpoint], fmt: str, color: bool = False) -> str:
 
         return markdown.render(report)
     from ckinspect.report import text
-    from ckinspect.report.console import text_width
 
-    return text.render(report, width=text_width(color), color=color)
+    return text.render(report, *text_layout(args))

@@ -16,11 +16,12 @@ from pathlib import Path
 
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
 from ckinspect.formats.pickle_scan import GlobalRef, scan_stream
+from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.formats.zipdir import FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.tree import no_gc
+from ckinspect.tree import flatten, no_gc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,14 +45,18 @@ def _fields(obj: Any) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def _read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> Checkpoint:
-    """List a DCP folder. Never raises for bad content: problems become findings."""
+@no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
+def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> Checkpoint:
+    """List a torch.distributed.checkpoint folder. Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened.
+
+    `metadata_name` reads another index in the folder: `.metadata.tmp`, to judge an interrupted save."""
     folder = Path(folder)
     data_files = sorted(folder.glob("*.distcp"))
     meta_path = folder / metadata_name
     index = f"{folder.name}/{metadata_name}"
-    sizes = {p: p.stat().st_size for p in data_files}
-    ckpt = Checkpoint(path=folder, format="dcp", file_bytes=sum(sizes.values()), files=list(data_files))
+    data_bytes = sum(p.stat().st_size for p in data_files)
+    ckpt = Checkpoint(path=folder, format="dcp", file_bytes=data_bytes, files=list(data_files))
     if not meta_path.is_file():
         tmp = " (a .metadata.tmp is there: the save was interrupted before it was renamed)" if (
             folder / ".metadata.tmp").exists() else ""  # fmt: skip
@@ -225,7 +230,7 @@ def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, 
     if head != b"PK\x03\x04":
         # not a torch.save blob (safetensors-style serialization): raw contiguous bytes
         ckpt.storages[key] = StorageInfo(key, dtype, length, file, offset)
-        return TensorInfo(name, dtype, sizes, _contiguous(sizes), key, 0)
+        return TensorInfo(name, dtype, sizes, contiguous_strides(sizes), key, 0)
     blob = Checkpoint(path=file, format="torch-zip", file_bytes=length)
     try:
         value = read_zip_into(blob, reader, file, base=offset, end=offset + length, key_prefix=key + "/")
@@ -260,8 +265,6 @@ def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
     blob.findings = [f for f in blob.findings if f.code != "ALLOWLIST_NEEDED"]
     _merge(ckpt, blob, fqn)
     if blob.storages:  # a tensor inside a non-tensor value (e.g. a list of tensors): list it by path
-        from ckinspect.tree import flatten
-
         for tensor in flatten(value, fqn):
             ckpt.tensors.append(tensor)
     return value
@@ -275,20 +278,3 @@ def _merge(ckpt: Checkpoint, blob: Checkpoint, name: str) -> None:
     for finding in blob.findings:
         ckpt.add(finding.code, f"{name}: {finding.message}", name)
 
-
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides = []
-    acc = 1
-    for dim in reversed(shape):
-        strides.append(acc)
-        acc *= max(dim, 1)
-    return tuple(reversed(strides))
-
-
-def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> Checkpoint:
-    """List a torch.distributed.checkpoint folder. Never raises for bad content:
-    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened.
-
-    `metadata_name` reads another index in the folder: `.metadata.tmp`, to judge an interrupted save."""
-    with no_gc():
-        return _read_dcp(folder, metadata_name)

@@ -11,17 +11,19 @@ import mmap
 import os
 from pathlib import Path
 
-from ckinspect.formats.pickle_findings import check_views, decode, record_globals
+from ckinspect.formats.pickle_findings import decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import scan_stream
 from ckinspect.formats.zipdir import FileReader
 from ckinspect.model import Checkpoint
-from ckinspect.tree import flatten, no_gc
+from ckinspect.tree import no_gc
 
 MAX_DECODE_BYTES = 256 << 20  # larger plain pickles are scanned only: decoding holds the whole object tree
 
 
-def _read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
-    """Scan a plain pickle. Never raises for bad content: problems become findings."""
+@no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
+def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
+    """Scan a plain pickle (decoded only when every global is allowed or benign). Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
     path = Path(path)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -52,14 +54,5 @@ def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int) -> Checkpoin
     if unsafe or size > MAX_DECODE_BYTES:
         return ckpt
     tree = decode(ckpt, data[first.start : first.end], first, where)
-    ckpt.tree = tree
-    ckpt.tensors = flatten(tree)
-    check_views(ckpt)
+    set_tree(ckpt, tree)
     return ckpt
-
-
-def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
-    """Scan a plain pickle (decoded only when every global is allowed or benign). Never raises for bad content:
-    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
-    with no_gc():
-        return _read_pickle(path)

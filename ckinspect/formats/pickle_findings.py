@@ -6,6 +6,7 @@ from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import GlobalRef, PickleScan
 from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
 from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.tree import flatten
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,6 +104,13 @@ def decode(ckpt: Checkpoint, data: bytes, scan: PickleScan, where: str,
     except CorruptPickle as exc:
         ckpt.add("CORRUPT", f"{where} cannot be decoded: {exc}")
         return None
+
+
+def set_tree(ckpt: Checkpoint, tree: Any) -> None:
+    """Adopt a decoded tree: its tensors named by their paths, malformed views dropped (check_views)."""
+    ckpt.tree = tree
+    ckpt.tensors = flatten(tree)
+    check_views(ckpt)
 
 
 def check_views(ckpt: Checkpoint) -> None:

@@ -252,10 +252,6 @@ class PickleScan(Record):
     def unsafe(self) -> list[GlobalRef]:
         return [g for g in self.globals if g.kind == "unsafe"]
 
-    @property
-    def benign(self) -> list[GlobalRef]:
-        return [g for g in self.globals if g.kind == "benign"]
-
 
 def _ref(module: str, name: str, opcode: str) -> GlobalRef:
     """A GlobalRef under the name Python 3 would import (protocol 2 writes __builtin__ for builtins)."""

@@ -7,13 +7,13 @@ finding instead of an exception. The checks mirror safetensors' own `validate`.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 from pathlib import Path
 
 from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.tree import no_gc
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses larger headers (HeaderTooLarge)
 MAX_FINDINGS = 10  # a broken 50,000-tensor header should not drown the report
@@ -60,14 +60,8 @@ def read_safetensors(path: str | os.PathLike[str], member: str | None = None) ->
     except OSError as exc:
         ckpt.add("CORRUPT", f"cannot read safetensors file: {exc.strerror or exc}")
         return ckpt
-    # 50,000 entries allocate ~1M objects and no cycles: collector passes would only add ~30% time
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with no_gc():  # 50,000 entries allocate ~1M objects and no cycles: collector passes would add ~30%
         _parse_header(ckpt, raw, header_len, file_bytes, member)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     return ckpt
 
 

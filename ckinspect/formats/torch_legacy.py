@@ -14,18 +14,18 @@ from pathlib import Path
 
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.errors import CorruptPickle
-from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals
+from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, scan_stream
+from ckinspect.formats.sniff import LEGACY_MAGIC as MAGIC_NUMBER  # torch/serialization.py names it so
 from ckinspect.formats.unpickler import StorageRef, restricted_load
 from ckinspect.formats.zipdir import FileReader
 from ckinspect.model import Checkpoint, StorageInfo
-from ckinspect.tree import flatten, no_gc
+from ckinspect.tree import no_gc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 PROTOCOL_VERSION = 1001
 MAX_PICKLE_BYTES = 256 << 20  # the header and object pickles; ~100 MB would already be a million tensors
 _NAMES = ("magic number", "protocol version", "sys_info", "object", "storage key list")
@@ -47,8 +47,10 @@ def read_pickle_prefix(reader: FileReader, count: int) -> tuple[bytes, list[Pick
             return data, scans
 
 
-def _read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
-    """List a legacy torch.save file. Never raises for bad content: problems become findings."""
+@no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
+def read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
+    """List a legacy torch.save file. Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
     path = Path(path)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -101,11 +103,9 @@ def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
     except CorruptPickle as exc:
         ckpt.add("CORRUPT", f"{where}: storage key list is unreadable: {exc}")
         keys = None
-    ckpt.tree = tree
-    ckpt.tensors = flatten(tree)
     if isinstance(keys, list):
         _locate_storages(ckpt, reader, path, collector, [str(k) for k in keys], keys_scan.end)
-    check_views(ckpt)
+    set_tree(ckpt, tree)
 
 
 class _LegacyStorages(StorageCollector):
@@ -157,10 +157,3 @@ def _locate_storages(ckpt: Checkpoint, reader: FileReader, path: Path, collector
     if missing:
         ckpt.add("CORRUPT", f"{path.name}: {len(missing)} storage(s) named by the pickle are not in the file: "
                             + ", ".join(missing[:10]))  # fmt: skip
-
-
-def read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
-    """List a legacy torch.save file. Never raises for bad content:
-    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
-    with no_gc():
-        return _read_torch_legacy(path)

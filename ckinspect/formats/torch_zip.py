@@ -10,7 +10,7 @@ import os
 import zlib
 from pathlib import Path
 
-from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals
+from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, scan_stream
 from ckinspect.formats.unpickler import StorageRef
 from ckinspect.formats.zipdir import (
@@ -23,7 +23,7 @@ from ckinspect.formats.zipdir import (
     read_directory,
 )
 from ckinspect.model import Checkpoint, StorageInfo
-from ckinspect.tree import flatten, no_gc
+from ckinspect.tree import no_gc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,8 +34,10 @@ MAX_OTHER_PICKLE_BYTES = 64 << 20
 MAX_UNINDEXED_PICKLE_BYTES = 256 << 20  # without a directory the pickle's size is unknown: read at most this
 
 
-def _read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
-    """List a torch.save zip. Never raises for bad content: problems become CORRUPT / UNSAFE_PICKLE findings."""
+@no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
+def read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
+    """List a torch.save zip. Never raises for bad content:
+    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
     path = Path(path)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -77,9 +79,7 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
         ckpt, collector, by_name, archive, reader, file, cd_start), key_prefix)  # fmt: skip
     if base == 0:
-        ckpt.tree = tree
-        ckpt.tensors = flatten(tree)
-        check_views(ckpt)
+        set_tree(ckpt, tree)
         byteorder = by_name.get(archive + "byteorder")
         if byteorder is not None and byteorder.file_size <= 16:
             try:
@@ -234,14 +234,5 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
     tree = _decode_pickle(ckpt, data, where, fill)
     if tree is None and not any(f.code == "CORRUPT" for f in ckpt.findings):
         ckpt.add("CORRUPT", f"{file.name}: {problem}")
-    ckpt.tree = tree
-    ckpt.tensors = flatten(tree)
-    check_views(ckpt)
+    set_tree(ckpt, tree)
     return tree
-
-
-def read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
-    """List a torch.save zip. Never raises for bad content:
-    problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
-    with no_gc():
-        return _read_torch_zip(path)

@@ -15,6 +15,17 @@ LARGEST_SHOWN = 12
 NOT_SHOWN = frozenset({"step", "epoch", "world_size", "config", "train_config", "format", "byteorder"})
 
 
+def largest(tensors: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The LARGEST_SHOWN tensor entries with the most bytes, largest first."""
+    import heapq
+
+    return heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
+
+
+def shape_text(shape: list[int]) -> str:
+    return "×".join(map(str, shape)) or "scalar"
+
+
 def metadata_line(metadata: Mapping[str, Any]) -> str:
     shown = []
     for key in ("step", "epoch", "world_size"):

@@ -183,12 +183,12 @@ def render_text(
     for side, ckpt in (("A", a), ("B", b)):
         for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
             console.print(Text.assemble((f"{side} is damaged", "bold red"), f": {f.message}"), soft_wrap=True)
-    if hint(diff):
-        console.print(Text(hint(diff), style="dim"))
+    if note := hint(diff):
+        console.print(Text(note, style="dim"))
     return finish(out)
 
 
-def _md_escape(text: str) -> str:
+def escape_pipes(text: str) -> str:
     return text.replace("|", "\\|")
 
 
@@ -201,10 +201,10 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
     lines.append(f"**{summary_line(diff)}**")
     lines.append("")
     if diff["changed"]:
-        lines.append("| " + " | ".join(_md_escape(h) for h in _HEADERS) + " |")
+        lines.append("| " + " | ".join(escape_pipes(h) for h in _HEADERS) + " |")
         lines.append("|" + "|".join("---:" if h in _NUMERIC else "---" for h in _HEADERS) + "|")
         for row in _changed_rows(diff):
-            lines.append("| " + " | ".join(_md_escape(f"`{c}`" if i == 0 else c) for i, c in enumerate(row)) + " |")
+            lines.append("| " + " | ".join(escape_pipes(f"`{c}`" if i == 0 else c) for i, c in enumerate(row)) + " |")
         lines.append("")
     lists = (("only_a", "Only in A"), ("only_b", "Only in B"), ("within_atol", f"Within --atol {diff['atol']:g}"))
     for key, title in lists:
@@ -228,9 +228,9 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
     for side, ckpt in (("A", a), ("B", b)):
         for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
             lines.append(f"- **{side} is damaged**: {f.message}")
-    if hint(diff):
+    if note := hint(diff):
         lines.append("")
-        lines.append(f"_{hint(diff)}_")
+        lines.append(f"_{note}_")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -6,8 +6,8 @@ import io
 import json
 from typing import Any
 
-from ckinspect.model import Checkpoint, Finding
-from ckinspect.report.diff_report import number
+from ckinspect.model import Checkpoint
+from ckinspect.report.diff_report import escape_pipes, number
 from ckinspect.report.sizes import human_bytes
 
 TOP = 25  # tensors shown in text/Markdown, worst first; JSON lists all
@@ -33,13 +33,12 @@ def drift_json(
     }
 
 
-def build_document(ckpt: Checkpoint, drift: dict[str, Any], findings: list[Finding]) -> dict[str, Any]:
+def build_document(ckpt: Checkpoint, drift: dict[str, Any]) -> dict[str, Any]:
     """Schema 1: the file's entry plus a `drift` object."""
     from ckinspect.report import json_report
 
     doc = json_report.build([ckpt])
     doc["drift"] = drift
-    doc["drift"]["findings"] = [f.to_json() for f in findings]
     return doc
 
 
@@ -158,10 +157,9 @@ def _tensor_table(drift: dict[str, Any], wide: bool) -> Any:
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(esc(h) for h in headers) + " |",
+    lines = ["| " + " | ".join(escape_pipes(h) for h in headers) + " |",
              "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
-    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(escape_pipes(c) for c in r) + " |" for r in rows]
     return lines + [""]
 
 

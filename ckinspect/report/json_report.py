@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from ckinspect import __version__
-from ckinspect.anatomy import Anatomy, summarize
+from ckinspect.anatomy import summarize
 from ckinspect.dtypes import dtype_info
 from ckinspect.model import GROUPS, Checkpoint, Finding, TensorInfo
 from ckinspect.tree import no_gc
@@ -48,8 +48,8 @@ def summary(file_count: int, findings: Sequence[Finding]) -> dict[str, int]:
     return {"files": file_count, "errors": counts["error"], "warnings": counts["warning"], "infos": counts["info"]}
 
 
-def file_entry(ckpt: Checkpoint, anatomy: Anatomy | None = None) -> dict[str, Any]:
-    anatomy = anatomy or summarize(ckpt)
+def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
+    anatomy = summarize(ckpt)
     metadata = {"step": None, "epoch": None, "world_size": None}
     metadata.update({str(k): jsonable(v) for k, v in ckpt.metadata.items()})
     return {

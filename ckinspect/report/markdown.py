@@ -3,11 +3,10 @@ then per checkpoint its groups, findings, and the largest tensors folded in a <d
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping
 
-from ckinspect.model import GROUPS
-from ckinspect.report.common import LARGEST_SHOWN, finding_counts, metadata_line, summary_line
+from ckinspect.model import GROUPS, SEVERITY_RANK
+from ckinspect.report.common import finding_counts, largest, metadata_line, shape_text, summary_line
 from ckinspect.report.sizes import human_bytes, percent
 
 TYPE_CHECKING = False
@@ -54,9 +53,7 @@ def render(report: Mapping[str, Any]) -> str:
 def _status(findings: list[Mapping[str, Any]]) -> str:
     if not findings:
         return "✅ none"
-    worst = "error" if any(f["severity"] == "error" for f in findings) else "warning"
-    if not any(f["severity"] in ("error", "warning") for f in findings):
-        worst = "info"
+    worst = max((f["severity"] for f in findings), key=SEVERITY_RANK.__getitem__)
     return f"{ICON[worst]} {finding_counts(findings)}"
 
 
@@ -100,7 +97,7 @@ def tensors_details(entry: Mapping[str, Any]) -> list[str]:
     tensors = entry.get("tensors", [])
     if not tensors:
         return []
-    shown = heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
+    shown = largest(tensors)
     file_bytes = entry["file_bytes"]
     out = [
         f"<details><summary>Largest tensors ({len(shown)} of {len(tensors):,})</summary>",
@@ -109,8 +106,8 @@ def tensors_details(entry: Mapping[str, Any]) -> list[str]:
         "|---|---|---|---|--:|--:|",
     ]
     for t in shown:
-        shape = "×".join(map(str, t["shape"])) or "scalar"
         share = percent(t["bytes"] / file_bytes) if file_bytes else "–"
+        shape = shape_text(t["shape"])
         out.append(f"| {code(t['name'])} | {t['group']} | {t['dtype']} | {shape} | {human_bytes(t['bytes'])} | {share} |")
     out += ["", "</details>", ""]
     return out

@@ -5,7 +5,6 @@ Reads well at 80 columns: long tensor names fold, the widest table has six narro
 
 from __future__ import annotations
 
-import heapq
 import io
 import os
 from collections.abc import Mapping
@@ -17,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ckinspect.model import GROUPS
-from ckinspect.report.common import ALL_TENSORS_UP_TO, LARGEST_SHOWN, finding_counts, metadata_line, summary_line
+from ckinspect.report.common import ALL_TENSORS_UP_TO, finding_counts, largest, metadata_line, shape_text, summary_line
 from ckinspect.report.console import finish, make_console, make_table, title_line
 from ckinspect.report.sizes import human_bytes, percent
 
@@ -89,7 +88,7 @@ def tensors_table(entry: Mapping[str, Any]) -> Table:
     tensors = entry.get("tensors", [])
     file_bytes = entry["file_bytes"]
     if len(tensors) > ALL_TENSORS_UP_TO:
-        shown = heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
+        shown = largest(tensors)
         title = f"largest {len(shown)} of {len(tensors):,} tensors (--format json lists all)"
     else:
         shown = tensors
@@ -103,8 +102,7 @@ def tensors_table(entry: Mapping[str, Any]) -> Table:
     table.add_column("of file", justify="right", no_wrap=True)
     for t in shown:
         share = percent(t["bytes"] / file_bytes) if file_bytes else "-"
-        shape = "×".join(map(str, t["shape"])) or "scalar"
-        table.add_row(escape(t["name"]), t["group"], t["dtype"], shape, human_bytes(t["bytes"]), share)
+        table.add_row(escape(t["name"]), t["group"], t["dtype"], shape_text(t["shape"]), human_bytes(t["bytes"]), share)
     return table
 
 

@@ -117,10 +117,6 @@ def human_bytes(n: int | float) -> str:
     return f"{n:.0f} PiB"  # unreachable
 
 
-def human_count(n: int) -> str:
-    return f"{n:,}"
-
-
 def shape_text(shape: tuple[int, ...]) -> str:
     if len(shape) == 1:
         return f"({shape[0]},)"
@@ -137,12 +133,6 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
         return lambda name: regex.match(name) is not None
     needle = pattern.lower()
     return lambda name: needle in name.lower()
-
-
-def module_path(name: str) -> tuple[str, ...]:
-    """`model.layers.0.attn.wq.weight` -> ('model', 'layers', '0', 'attn', 'wq')."""
-    parts = name.split(".")
-    return tuple(parts[:-1])
 
 
 # ---------------------------------------------------------------- value statistics
@@ -162,7 +152,6 @@ class ValueStats:
     sampled: bool = False  # the histogram is drawn from an evenly strided sample
 
 
-FP16_MAX = 65504.0
 HISTOGRAM_BINS = 24
 _SAMPLE_LIMIT = 1_000_000
 
@@ -178,7 +167,7 @@ def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress 
     from ckinspect.blobs import Blobs, UnreadableStorage
     from ckinspect.diff import decode, value_blocks
     from ckinspect.dtypes import dtype_info
-    from ckinspect.scan import OVERFLOW_DTYPES
+    from ckinspect.scan import FP16_MAX, OVERFLOW_DTYPES
 
     info = dtype_info(tensor.dtype)
     if info.kind == "complex":

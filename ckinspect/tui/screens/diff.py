@@ -229,10 +229,11 @@ class DiffScreen(Screen[None]):
         if self.one_name and any(p.a is not None and p.b is not None and p.a.name != p.b.name for p in self.pairs):
             left.columns[0] = replace(left.columns[0], label="A: name")
         right.columns = list(ONE_NAME_RIGHT if self.one_name else RIGHT_COLUMNS)
-        self._fit_right()  # may drop the dtypes on a narrow screen
+        refreshed = self._fit_right()  # may drop the dtypes on a narrow screen, refreshing the rows
         self.query_one("#diff-loading").display = False
         self.query_one("#tables").display = True
-        self._refresh_rows()
+        if not refreshed:
+            self._refresh_rows()
         self.query_one("#left", VirtualTable).focus()
         self.compare(message.a, message.b)
 
@@ -250,12 +251,13 @@ class DiffScreen(Screen[None]):
     def on_resize(self) -> None:
         self._fit_right()
 
-    def _fit_right(self) -> None:
-        """With one name column, the right table is as wide as its columns and the left takes the rest."""
+    def _fit_right(self) -> bool:
+        """With one name column, the right table is as wide as its columns and the left takes the rest.
+        True when the columns changed and the rows were drawn again."""
         right = self.query_one("#right", VirtualTable)
         if not self.one_name:
             right.styles.width = "1fr"
-            return
+            return False
         wide = self.size.width >= WIDE_ENOUGH_FOR_DTYPES
         columns = [c for c in ONE_NAME_RIGHT if wide or c.key != "dtype"]
         # one space before each column, the border, the scrollbar
@@ -265,6 +267,8 @@ class DiffScreen(Screen[None]):
             left = self.query_one("#left", VirtualTable)
             left.columns = [left.columns[0], *(c for c in ONE_NAME_LEFT[1:] if wide or c.key != "dtype")]
             self._refresh_rows()
+            return True
+        return False
 
     def _refresh_rows(self) -> None:
         left, right = self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)

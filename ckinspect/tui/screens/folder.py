@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from ckinspect.model import Checkpoint
+from ckinspect.model import SEVERITY_RANK, Checkpoint
 from ckinspect.tui.core import human_bytes, severity_badges, verdict_of
 from ckinspect.tui.messages import TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen, failure_text
@@ -48,7 +48,7 @@ def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
     return Row(
         str(summary.path),
         (name, summary.format, human_bytes(summary.file_bytes or 0), str(step), badges),
-        (name, summary.format, summary.file_bytes or 0, step if isinstance(step, int) else -1, {"ok": 0, "info": 0, "warning": 1, "error": 2}[level]),
+        (name, summary.format, summary.file_bytes or 0, step if isinstance(step, int) else -1, SEVERITY_RANK.get(level, 0)),
         (None, None, None, None, SEVERITY_COLOURS.get(level)),
     )
 

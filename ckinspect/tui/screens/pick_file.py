@@ -42,7 +42,7 @@ class PickFileScreen(ModalScreen[Path | None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pick", description="checkpoints nearby")
     def look_around(self) -> None:
-        folder = self.current.parent if not self.current.is_dir() else self.current.parent
+        folder = self.current.parent
         paths = [p for p in self.app.backend.find([folder]) if p != self.current]
         self.post_message(self.Candidates(paths))
 

@@ -9,6 +9,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from ckinspect.model import SEVERITY_RANK, Finding
+from ckinspect.tui.core import severity_badges
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
 
 
@@ -32,8 +33,7 @@ class FindingsPanel(OptionList):
     def show(self, findings: list[Finding], note: str = "") -> None:
         self.findings = sorted(findings, key=lambda f: -SEVERITY_RANK.get(f.severity, 0))
         self.clear_options()
-        counts = {s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")}
-        self.border_title = "findings " + " ".join(f"{n}{s[0].upper()}" for s, n in counts.items() if n)
+        self.border_title = "findings " + severity_badges(findings)
         if not self.findings:
             self.add_option(Option(Text("no findings" + (f" ({note})" if note else ""), style="italic"), disabled=True))
             return

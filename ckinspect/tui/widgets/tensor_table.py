@@ -41,10 +41,6 @@ class TensorRow(Row):
             self._cells = (t.name, t.group, t.dtype, shape_text(t.shape), f"{t.numel:,}", human_bytes(nbytes), f"{nbytes / self.file_bytes:.1%}")
         return self._cells
 
-    @property
-    def sort_keys(self) -> tuple:  # type: ignore[override]
-        return tuple(self.sort_key(i) for i in range(len(COLUMNS)))
-
     def sort_key(self, position: int) -> Any:
         t = self.tensor
         if position == 0:
