@@ -92,7 +92,11 @@ def write_resume(path: Path, size_bytes: int, seed: int = 0) -> int:
         model[f"layers.{i}.attn_norm.weight"] = torch.ones(dim)
     state = {}
     for idx, (name, p) in enumerate(model.items()):
-        state[idx] = {"step": torch.tensor(100.0), "exp_avg": filled(*p.shape) * 1e-3, "exp_avg_sq": filled(*p.shape).abs() * 1e-6}
+        state[idx] = {
+            "step": torch.tensor(100.0),
+            "exp_avg": filled(*p.shape) * 1e-3,
+            "exp_avg_sq": filled(*p.shape).abs() * 1e-6,
+        }
     ckpt = {
         "model": model,
         "optimizer": {"state": state, "param_groups": [{"lr": 1e-3, "params": list(range(len(model)))}]},
@@ -118,14 +122,18 @@ def run(label: str, cmd: list[str], env: dict[str, str] | None = None, expect: i
         fields = stats.read().split() if wrapped is not cmd else []
     if expect is not None and proc.returncode != expect:
         raise SystemExit(f"{label}: exit {proc.returncode} (expected {expect})\n{proc.stderr.decode(errors='replace')}")
-    rss_kb, user, system = (int(fields[-3]), float(fields[-2]), float(fields[-1])) if len(fields) >= 3 else (0, 0.0, 0.0)
+    rss_kb, user, system = (
+        (int(fields[-3]), float(fields[-2]), float(fields[-1])) if len(fields) >= 3 else (0, 0.0, 0.0)
+    )
     return Run(label, wall, rss_kb * 1024, proc.returncode, user + system)
 
 
 def write_in_child(path: Path, size_bytes: int) -> int:
     """Write the checkpoint from a separate process, so this one never holds torch or the tensors."""
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_diff; " \
-           f"bench_diff.write_resume(__import__('pathlib').Path({str(path)!r}), {size_bytes})"
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_diff; "
+        f"bench_diff.write_resume(__import__('pathlib').Path({str(path)!r}), {size_bytes})"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
     return path.stat().st_size
 
@@ -145,7 +153,9 @@ def table(rows: list[Run], nbytes: int, reference: Run) -> str:
     for r in rows:
         gbs = nbytes / r.wall / 1e9
         ratio = reference.wall / r.wall
-        lines.append(f"{r.label:<34} {r.wall:>8.3f} {gbs:>7.2f} {r.cpu:>7.2f} {r.peak_rss / MIB:>8.0f} MB {ratio:>6.0%}")
+        lines.append(
+            f"{r.label:<34} {r.wall:>8.3f} {gbs:>7.2f} {r.cpu:>7.2f} {r.peak_rss / MIB:>8.0f} MB {ratio:>6.0%}"
+        )
     return "\n".join(lines)
 
 
@@ -169,20 +179,30 @@ def main() -> int:
             run("warm", ["cat", str(a), str(b)])
         env = child_env()
         cat = best([run("cat A B > /dev/null", ["cat", str(a), str(b)]) for _ in range(args.repeat)])
-        ours = best([
-            run("ckinspect diff A B --report", [sys.executable, "-m", "ckinspect", "diff", str(a), str(b), "--report"], env)
-            for _ in range(args.repeat)
-        ])
+        ours = best(
+            [
+                run(
+                    "ckinspect diff A B --report",
+                    [sys.executable, "-m", "ckinspect", "diff", str(a), str(b), "--report"],
+                    env,
+                )
+                for _ in range(args.repeat)
+            ]
+        )
         torch_run = run("torch.load x2 + torch.equal", [sys.executable, "-c", TORCH_EQUAL, str(a), str(b)], env)
         print()
         print(table([ours, torch_run, cat], nbytes, cat))
         ratio = cat.wall / ours.wall
         print()
-        print(f"ckinspect diff vs torch.load + torch.equal: {torch_run.wall / ours.wall:.1f}x faster, "
-              f"{torch_run.peak_rss / max(ours.peak_rss, 1):.0f}x less memory")
+        print(
+            f"ckinspect diff vs torch.load + torch.equal: {torch_run.wall / ours.wall:.1f}x faster, "
+            f"{torch_run.peak_rss / max(ours.peak_rss, 1):.0f}x less memory"
+        )
         ok = ratio >= 0.70 and ours.peak_rss <= 256 * MIB
-        print(f"target (>= 70% of cat's throughput, <= 256 MB RSS): {'met' if ok else 'NOT met'} "
-              f"({ratio:.0%} of cat, {ours.peak_rss / MIB:.0f} MB)")
+        print(
+            f"target (>= 70% of cat's throughput, <= 256 MB RSS): {'met' if ok else 'NOT met'} "
+            f"({ratio:.0%} of cat, {ours.peak_rss / MIB:.0f} MB)"
+        )
         return 0 if ok else 1
     finally:
         if args.keep:

@@ -94,9 +94,19 @@ def write_resume(path: Path, size_bytes: int) -> int:
         i: {"step": torch.tensor(30.0), "exp_avg": torch.empty_like(by_id[p]), "exp_avg_sq": torch.empty_like(by_id[p])}
         for i, p in enumerate(params)
     }
-    group = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1, "amsgrad": False,
-             "maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": None,
-             "params": list(range(len(params)))}
+    group = {
+        "lr": 3e-4,
+        "betas": (0.9, 0.95),
+        "eps": 1e-8,
+        "weight_decay": 0.1,
+        "amsgrad": False,
+        "maximize": False,
+        "foreach": None,
+        "capturable": False,
+        "differentiable": False,
+        "fused": None,
+        "params": list(range(len(params))),
+    }
     checkpoint = {
         "format": "ckinspect-trainer/1",
         "model": model,
@@ -191,8 +201,10 @@ def compare(label: str, path: Path, count: int, target: tuple[float, float | Non
         "torch": "torch.load(weights_only=True) + listing",
     }
     size = path.stat().st_size
-    print(f"\n{label}: {path.name}, {size / GIB:.2f} GiB, {listed:,} tensors listed by both "
-          f"({count} rounds, fresh processes, commands interleaved)")
+    print(
+        f"\n{label}: {path.name}, {size / GIB:.2f} GiB, {listed:,} tensors listed by both "
+        f"({count} rounds, fresh processes, commands interleaved)"
+    )
     print(f"  {'command':<44} {'best s':>8} {'median s':>9} {'peak RSS MB':>12}")
     for key, title in rows.items():
         walls = [r.wall for r in runs[key]]
@@ -205,8 +217,10 @@ def compare(label: str, path: Path, count: int, target: tuple[float, float | Non
         spread = f"rounds {min(per_round):.1f}x to {max(per_round):.1f}x"
         print(f"  speed-up over torch, {key}: median {ratios[key]:.1f}x ({spread})")
     ours_peak = max(r.peak_rss for r in runs["json"])
-    print(f"  peak RSS, torch / ckinspect json: {max(r.peak_rss for r in runs['torch']) / ours_peak:.1f}x "
-          f"(this parent process: {own_rss() / 1e6:.0f} MB)")
+    print(
+        f"  peak RSS, torch / ckinspect json: {max(r.peak_rss for r in runs['torch']) / ours_peak:.1f}x "
+        f"(this parent process: {own_rss() / 1e6:.0f} MB)"
+    )
     min_ratio, max_rss = target
     ok = ratios["json"] >= min_ratio and (max_rss is None or ours_peak / 1e6 <= max_rss)
     goal = f">= {min_ratio:g}x faster (median)" + (f", <= {max_rss:g} MB peak RSS" if max_rss else "")
@@ -218,7 +232,9 @@ def write_in_child(kind: str, path: Path, amount: int) -> int:
     """Write a file in its own process: this one stays small and torch-free, because a child's
     peak RSS (wait4) starts from its parent's size at fork."""
     code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_report as b; print(b.write_{kind}(__import__('pathlib').Path(sys.argv[1]), int(sys.argv[2])))"
-    done = subprocess.run([sys.executable, "-c", code, str(path), str(amount)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(amount)], capture_output=True, text=True, check=True
+    )
     return int(done.stdout.strip())
 
 

@@ -28,7 +28,7 @@ SCAN_ONLY = r"""
 import json, sys, time
 from pathlib import Path
 from ckinspect.formats import open_checkpoint
-from ckinspect.scan import scan_values
+from ckinspect.analysis.scan import scan_values
 ckpt = open_checkpoint(Path(sys.argv[1]))
 cpu = time.process_time()
 result = scan_values(ckpt)
@@ -62,19 +62,30 @@ def main() -> int:
             scans.append((r, json.loads(out.read_text())))
         scan_run, inner = min(scans, key=lambda s: s[0].wall)
         rows = [scan_run]
-        rows.append(best([
-            run("ckinspect --report FILE", [sys.executable, "-m", "ckinspect", "--report", str(path)], env, expect=None)
-            for _ in range(args.repeat)
-        ]))
+        rows.append(
+            best(
+                [
+                    run(
+                        "ckinspect --report FILE",
+                        [sys.executable, "-m", "ckinspect", "--report", str(path)],
+                        env,
+                        expect=None,
+                    )
+                    for _ in range(args.repeat)
+                ]
+            )
+        )
         cat = best([run("cat FILE > /dev/null", ["cat", str(path)]) for _ in range(args.repeat)])
         rows.append(cat)
         print()
         print(table(rows, size, cat))
         inner_gbs = inner["bytes"] / inner["seconds"] / 1e9
         print()
-        print(f"scan_values itself: {inner['bytes'] / GIB:.2f} GiB in {inner['seconds']:.3f} s = {inner_gbs:.2f} GB/s, "
-              f"{inner['cpu'] / inner['bytes'] * 1e9:.2f} CPU s per GB "
-              f"({inner['crc']} CRCs checked, findings: {inner['findings'] or 'none'}; load average {os.getloadavg()[0]:.1f})")
+        print(
+            f"scan_values itself: {inner['bytes'] / GIB:.2f} GiB in {inner['seconds']:.3f} s = {inner_gbs:.2f} GB/s, "
+            f"{inner['cpu'] / inner['bytes'] * 1e9:.2f} CPU s per GB "
+            f"({inner['crc']} CRCs checked, findings: {inner['findings'] or 'none'}; load average {os.getloadavg()[0]:.1f})"
+        )
         ok = inner_gbs >= 1.5
         print(f"target (>= 1.5 GB/s on 2 cores): {'met' if ok else 'NOT met'}")
         return 0 if ok else 1

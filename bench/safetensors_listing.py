@@ -54,7 +54,9 @@ def make_file(path: Path, n: int) -> None:
     import torch
     from safetensors.torch import save_file
 
-    save_file({f"model.layers.{i // 10}.p{i % 10}.weight": torch.zeros(2, 2, dtype=torch.bfloat16) for i in range(n)}, path)
+    save_file(
+        {f"model.layers.{i // 10}.p{i % 10}.weight": torch.zeros(2, 2, dtype=torch.bfloat16) for i in range(n)}, path
+    )
 
 
 def run(body: str, path: Path, n: int) -> tuple[float, float, float]:
@@ -62,7 +64,11 @@ def run(body: str, path: Path, n: int) -> tuple[float, float, float]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     start = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", TIMED.format(body=body), str(path), str(n)], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", TIMED.format(body=body), str(path), str(n)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     wall = time.perf_counter() - start
     inside, rss_kb = out.stdout.split()

@@ -83,7 +83,9 @@ def write_safetensors(count: int, folder: Path) -> Path:
     import numpy as np
     from safetensors.numpy import save_file
 
-    tensors = {f"model.layers.{i // 10}.block.w{i % 10}.weight": np.full((4, 4), i, dtype=np.float32) for i in range(count)}
+    tensors = {
+        f"model.layers.{i // 10}.block.w{i % 10}.weight": np.full((4, 4), i, dtype=np.float32) for i in range(count)
+    }
     path = folder / "big.safetensors"
     save_file(tensors, str(path))
     return path
@@ -96,14 +98,18 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="also open a real 50,000-tensor safetensors file")
     args = parser.parse_args()
     appear, sort, filtered = asyncio.run(measure_ckinspect(args.tensors))
-    print(f"ckinspect TUI, {args.tensors:,} tensors: table appears in {appear:.2f} s, "
-          f"slowest sort {sort:.3f} s, filter while typing {filtered:.3f} s")
+    print(
+        f"ckinspect TUI, {args.tensors:,} tensors: table appears in {appear:.2f} s, "
+        f"slowest sort {sort:.3f} s, filter while typing {filtered:.3f} s"
+    )
     if args.real:
         with tempfile.TemporaryDirectory(prefix="ckinspect-bench-") as tmp:
             path = write_safetensors(args.tensors, Path(tmp))
             real_appear, real_sort, _ = asyncio.run(measure_ckinspect(args.tensors, path))
-        print(f"ckinspect TUI on a real {args.tensors:,}-tensor safetensors file (readers + anatomy): "
-              f"table appears in {real_appear:.2f} s, slowest sort {real_sort:.3f} s")
+        print(
+            f"ckinspect TUI on a real {args.tensors:,}-tensor safetensors file (readers + anatomy): "
+            f"table appears in {real_appear:.2f} s, slowest sort {real_sort:.3f} s"
+        )
     if not args.skip_datatable:
         dt_appear, dt_sort = asyncio.run(measure_datatable(args.tensors))
         print(f"Textual DataTable, same rows: appears in {dt_appear:.2f} s, sort {dt_sort:.3f} s")

@@ -22,9 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from ckinspect import __version__
-from ckinspect.errors import CkinspectError
-
-EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+from ckinspect.vocab import EXIT_ERROR, EXIT_OK, CkinspectError
 
 
 def _columns() -> int:
@@ -58,14 +56,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="report format (default: text)")
+    parser.add_argument(
+        "--format", choices=("text", "json", "markdown"), default="text", help="report format (default: text)"
+    )
     parser.add_argument(
         "--fail-on",
         choices=("error", "warning", "never"),
         default="error",
         help="exit 1 when a finding is at or above this severity (default: error)",
     )
-    parser.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    parser.add_argument(
+        "--output", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout"
+    )
     parser.add_argument("--quick", action="store_true", help="structure only: skip the value scan")
     parser.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
 
@@ -91,7 +93,12 @@ def _diff_parser() -> argparse.ArgumentParser:
     diff.add_argument("a", metavar="A")
     diff.add_argument("b", metavar="B")
     diff.add_argument("--report", action="store_true", help="print the diff instead of opening the TUI")
-    diff.add_argument("--only", action="append", metavar="GROUP", help="compare only this group (model, optimizer, rng, other); repeatable")
+    diff.add_argument(
+        "--only",
+        action="append",
+        metavar="GROUP",
+        help="compare only this group (model, optimizer, rng, other); repeatable",
+    )
     diff.add_argument("--atol", type=float, default=0.0, help="values within this absolute tolerance count as the same")
     _add_output_options(diff)
     return diff
@@ -108,7 +115,10 @@ def _repair_parser() -> argparse.ArgumentParser:
 
 
 def _drift_parser() -> argparse.ArgumentParser:
-    drift = _Parser(prog="ckinspect drift", description="What fp16/bf16 does to the weights and, where the model is known, the logits.")
+    drift = _Parser(
+        prog="ckinspect drift",
+        description="What fp16/bf16 does to the weights and, where the model is known, the logits.",
+    )
     drift.add_argument("path", metavar="PATH")
     drift.add_argument("--report", action="store_true", help="print instead of opening the TUI")
     _add_output_options(drift)
@@ -116,7 +126,9 @@ def _drift_parser() -> argparse.ArgumentParser:
 
 
 def _salvage_parser() -> argparse.ArgumentParser:
-    salvage = _Parser(prog="ckinspect salvage", description="Recover every whole, CRC-valid tensor of a damaged checkpoint.")
+    salvage = _Parser(
+        prog="ckinspect salvage", description="Recover every whole, CRC-valid tensor of a damaged checkpoint."
+    )
     salvage.add_argument("broken", metavar="BROKEN")
     salvage.add_argument("out", metavar="OUT")
     _add_output_options(salvage)
@@ -124,7 +136,10 @@ def _salvage_parser() -> argparse.ArgumentParser:
 
 
 def _convert_parser() -> argparse.ArgumentParser:
-    convert = _Parser(prog="ckinspect convert", description="Convert a checkpoint: resume -> weights, torch -> safetensors, legacy -> zip, DCP -> one file.")
+    convert = _Parser(
+        prog="ckinspect convert",
+        description="Convert a checkpoint: resume -> weights, torch -> safetensors, legacy -> zip, DCP -> one file.",
+    )
     convert.add_argument("input", metavar="IN")
     convert.add_argument("out", metavar="OUT")
     convert.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), help="cast floating tensors")
@@ -172,7 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug of ours: one line for the user, the traceback on request
         if _debug():
             raise
-        print(f"ckinspect: internal error: {type(exc).__name__}: {exc} (set CKINSPECT_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"ckinspect: internal error: {type(exc).__name__}: {exc} (set CKINSPECT_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
 
 

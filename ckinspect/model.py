@@ -10,28 +10,11 @@ from pathlib import Path
 
 from ckinspect.dtypes import dtype_info
 from ckinspect.record import Record
+from ckinspect.vocab import SEVERITY, SEVERITY_RANK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
-
-# Finding codes are a stable contract (design.md); severity is fixed per code.
-SEVERITY: dict[str, str] = {
-    "UNSAFE_PICKLE": "error",
-    "ALLOWLIST_NEEDED": "warning",
-    "CORRUPT": "error",
-    "LEFTOVER_TMP": "warning",
-    "NONFINITE": "error",
-    "FP16_OVERFLOW": "warning",
-    "RESUME_INCOMPLETE": "warning",
-    "HALF_PRECISION_RESUME": "warning",
-    "OPTIMIZER_MISMATCH": "error",
-    "STORAGE_BLOAT": "warning",
-}
-
-SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 
 
 class Finding(Record):
@@ -155,8 +138,18 @@ class Checkpoint(Record):
     """What a reader found in one checkpoint; the layout recogniser and the checks add to it."""
 
     __slots__ = (
-        "path", "format", "file_bytes", "tensors", "storages", "metadata", "findings", "globals", "layout",
-        "tree", "files", "_anatomy",
+        "path",
+        "format",
+        "file_bytes",
+        "tensors",
+        "storages",
+        "metadata",
+        "findings",
+        "globals",
+        "layout",
+        "tree",
+        "files",
+        "_anatomy",
     )
     __hash__ = None  # type: ignore[assignment]  # filled in step by step
 

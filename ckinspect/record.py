@@ -4,8 +4,7 @@ Not `@dataclass`, on purpose: importing `dataclasses` pulls in `inspect` (~9 ms)
 class compiles its generated methods at import (~1 ms a class). The ~20 records that
 `ckinspect --report` imports made that a fifth of its run time on a 2 GiB file, and frozen
 dataclasses had pushed the readers into building their 50,000 tensors around the generated
-`__init__` (bench/bench_report.py measures both). Modules the report never imports (diff, drift,
-repair, salvage, the TUI) keep their dataclasses; tests/report/test_import_hygiene.py holds the line.
+`__init__` (bench/bench_report.py measures both). tests/report/test_import_hygiene.py holds the line.
 
 A subclass lists its fields in `__slots__` (names starting with "_" are private state, left out of
 equality and repr) and spells out its `__init__`. Value records (TensorInfo, Finding ...) are never

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ckinspect.atomic import atomic_write_text  # noqa: E402
+from ckinspect.io.atomic import atomic_write_text  # noqa: E402
 from ckinspect.tui.app import create_app  # noqa: E402
 
 SIZE = (120, 34)

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ckinspect.discover import Target, TmpSuffix, find_checkpoints, is_temporary
-from ckinspect.errors import CkinspectError
+from ckinspect.formats.discover import Target, TmpSuffix, find_checkpoints, is_temporary
+from ckinspect.vocab import CkinspectError
 
 
 @pytest.fixture

@@ -4,9 +4,8 @@ import os
 
 import pytest
 
-from ckinspect.atomic import atomic_write, atomic_write_bytes
+from ckinspect.io.atomic import atomic_write, atomic_write_bytes
 from ckinspect.model import Finding, TensorInfo, fails
-
 from tests.conftest import run_cli
 
 
@@ -27,10 +26,9 @@ def test_finding_severity_comes_from_its_code_and_gates_fail_on():
 def test_atomic_write_leaves_old_file_untouched_when_the_writer_fails(tmp_path):
     target = tmp_path / "ckpt.pth"
     atomic_write_bytes(target, b"old")
-    with pytest.raises(RuntimeError):
-        with atomic_write(target) as handle:
-            handle.write(b"half of the new")
-            raise RuntimeError("killed mid-save")
+    with pytest.raises(RuntimeError), atomic_write(target) as handle:
+        handle.write(b"half of the new")
+        raise RuntimeError("killed mid-save")
     assert target.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["ckpt.pth"]
 

@@ -1,3 +1,5 @@
 """A small, real trainer whose resume files continue a run bit for bit (see design.md, "Trainer contract")."""
 
-FORMAT = "ckinspect-trainer/1"
+from ckinspect.vocab import TRAINER_FORMAT as FORMAT
+
+__all__ = ["FORMAT"]

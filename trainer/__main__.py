@@ -7,13 +7,17 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer", description="A small trainer whose resume files continue bit for bit.")
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer", description="A small trainer whose resume files continue bit for bit."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train (or resume) and save <name>.pth and <name>_resume.pth")
     train.add_argument("--out", required=True, metavar="DIR")
     train.add_argument("--steps", type=int, required=True, metavar="N", help="length of the schedule")
-    train.add_argument("--stop-after", type=int, metavar="K", help="stop at step K of the N-step schedule, as an interrupted run would")
+    train.add_argument(
+        "--stop-after", type=int, metavar="K", help="stop at step K of the N-step schedule, as an interrupted run would"
+    )
     train.add_argument("--resume", metavar="FILE", help="a <name>_resume.pth to continue from")
     train.add_argument("--seed", type=int, help="default 0 (a resumed run keeps its file's seed)")
     train.add_argument("--save-every", type=int, metavar="M", help="also save every M steps")
@@ -22,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     ablate = train.add_argument_group("ablations (resume without one piece of state)")
     ablate.add_argument("--fresh-optimizer", action="store_true", help="do not load the optimizer state")
     ablate.add_argument("--rewind-data", action="store_true", help="restart the batch order from the beginning")
-    ablate.add_argument("--weights-from", metavar="FILE", help="take the weights from this file (e.g. the fp16 <name>.pth)")
+    ablate.add_argument(
+        "--weights-from", metavar="FILE", help="take the weights from this file (e.g. the fp16 <name>.pth)"
+    )
 
     verify = sub.add_parser("verify", help="the resume experiment, printed as a table")
     verify.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -39,10 +45,19 @@ def main(argv: list[str] | None = None) -> int:
 
             if args.resume is None and (args.fresh_optimizer or args.rewind_data or args.weights_from):
                 raise TrainerError("the ablation switches only make sense with --resume")
-            run_train(args.out, args.steps, stop_after=args.stop_after, resume=args.resume, seed=args.seed,
-                      save_every=args.save_every, order=args.order, name=args.name,
-                      fresh_optimizer=args.fresh_optimizer, rewind_data=args.rewind_data,
-                      weights_from=args.weights_from)
+            run_train(
+                args.out,
+                args.steps,
+                stop_after=args.stop_after,
+                resume=args.resume,
+                seed=args.seed,
+                save_every=args.save_every,
+                order=args.order,
+                name=args.name,
+                fresh_optimizer=args.fresh_optimizer,
+                rewind_data=args.rewind_data,
+                weights_from=args.weights_from,
+            )
             return 0
         if args.command == "verify":
             from trainer.experiment import main as verify_main

@@ -1,7 +1,7 @@
 """Saving and loading, the way a resume file should be saved.
 
 Every file goes to `<file>.tmp` in the same folder, is flushed and fsynced, `os.replace`d over the
-old one, and the folder is fsynced (ckinspect.atomic.atomic_write). A crash at any moment leaves the
+old one, and the folder is fsynced (ckinspect.io.atomic.atomic_write). A crash at any moment leaves the
 previous checkpoint whole. Loading uses `weights_only=True` only: nothing in a checkpoint runs.
 """
 
@@ -14,7 +14,8 @@ from typing import Any, BinaryIO
 
 import torch
 
-from ckinspect.atomic import TMP_SUFFIX, atomic_write
+from ckinspect.io.atomic import atomic_write
+from ckinspect.vocab import TMP_SUFFIX
 
 
 def save(obj: Any, path: str | os.PathLike[str], wrap: Callable[[BinaryIO], BinaryIO] | None = None) -> Path:

@@ -19,11 +19,34 @@ from dataclasses import dataclass
 
 import torch
 
-_SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the robot", "a small bird", "the teacher",
-             "our neighbour", "the river", "a tired student", "the baker", "the moon"]
+_SUBJECTS = [
+    "the cat",
+    "a dog",
+    "the old man",
+    "my sister",
+    "the robot",
+    "a small bird",
+    "the teacher",
+    "our neighbour",
+    "the river",
+    "a tired student",
+    "the baker",
+    "the moon",
+]
 _VERBS = ["sees", "likes", "follows", "paints", "remembers", "carries", "finds", "builds", "hears", "opens"]
-_OBJECTS = ["the red door", "a long letter", "the garden", "an apple", "the quiet street", "a wooden box",
-            "the morning light", "a new song", "the map", "two stones", "the last train"]
+_OBJECTS = [
+    "the red door",
+    "a long letter",
+    "the garden",
+    "an apple",
+    "the quiet street",
+    "a wooden box",
+    "the morning light",
+    "a new song",
+    "the map",
+    "two stones",
+    "the last train",
+]
 _ENDINGS = [".", ".", ".", " again.", " every day.", " at night.", " with care.", "!", " in the rain."]
 
 CORPUS_SENTENCES = 360  # ~13 KB of text: 22 batches of 8x64 per epoch, so a stop at step 30 lands mid-epoch 1

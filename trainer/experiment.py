@@ -37,8 +37,8 @@ def _model_from(state: dict[str, torch.Tensor], config: ModelConfig | dict[str, 
     clean = {}
     for name, tensor in state.items():
         for prefix in prefixes:
-            if name.startswith(prefix) and name[len(prefix):] in known:
-                name = name[len(prefix):]
+            if name.startswith(prefix) and name[len(prefix) :] in known:
+                name = name[len(prefix) :]
         clean[name] = tensor.float()
     model.load_state_dict(clean)
     return model.eval()
@@ -148,8 +148,16 @@ def run_experiment(workdir: str | Path, log=None) -> dict[str, Any]:
         dw, dopt = max_abs_diff(reference, end)
         loss = eval_loss(end["model"], config)
         ref_loss = straight_loss if reference is straight else eval_loss(reference["model"], config)
-        rows.append({"run": run, "label": label, "max_abs_dw": dw, "max_abs_dopt": dopt,
-                     "final_loss": loss, "loss_gap": loss - ref_loss})
+        rows.append(
+            {
+                "run": run,
+                "label": label,
+                "max_abs_dw": dw,
+                "max_abs_dopt": dopt,
+                "final_loss": loss,
+                "loss_gap": loss - ref_loss,
+            }
+        )
 
     fp32_path = work / "straight" / f"{NAME}_fp32.pth"
     checkpoint.save(straight["model"], fp32_path)
@@ -163,7 +171,10 @@ def run_experiment(workdir: str | Path, log=None) -> dict[str, Any]:
     exact = all(r["max_abs_dw"] == 0.0 and r["max_abs_dopt"] == 0.0 for r in rows[:2])
     ablations_away = all(r["max_abs_dw"] > 0.0 for r in rows[2:])
     return {
-        "steps": STEPS, "stop": STOP, "order": "random", "seed": 0,
+        "steps": STEPS,
+        "stop": STOP,
+        "order": "random",
+        "seed": 0,
         "parameters": sum(t.numel() for t in {v.data_ptr(): v for v in straight["model"].values()}.values()),
         "straight_final_loss": straight_loss,
         "rows": rows,
@@ -192,8 +203,10 @@ def render(result: dict[str, Any]) -> str:
     ]
     for row in r["rows"]:
         gap = "0.0" if row["loss_gap"] == 0.0 else f"{row['loss_gap']:+.2e}"
-        lines.append(f"{row['label']:<36} {_num(row['max_abs_dw']):>10} {_num(row['max_abs_dopt']):>10} "
-                     f"{row['final_loss']:>11.4f} {gap:>10}")
+        lines.append(
+            f"{row['label']:<36} {_num(row['max_abs_dw']):>10} {_num(row['max_abs_dopt']):>10} "
+            f"{row['final_loss']:>11.4f} {gap:>10}"
+        )
     s = r["file_bytes"]
     d = r["logit_drift"]
     lines += [
@@ -209,8 +222,12 @@ def render(result: dict[str, Any]) -> str:
         f"logit drift, fp16 vs fp32 weights ({d['positions']} positions of a fixed held-out batch):",
         f"  max |Δ| {d['max_abs']:.3e}, mean |Δ| {d['mean_abs']:.3e}, top-1 agreement {d['top1_agreement']:.2%}",
         "",
-        ("PASS: resumed runs are bit-identical; every ablation ends away from the straight run"
-         if r["ok"] else "FAIL: " + ("resume is not bit-exact" if not r["bit_exact"] else "an ablation matched the straight run")),
+        (
+            "PASS: resumed runs are bit-identical; every ablation ends away from the straight run"
+            if r["ok"]
+            else "FAIL: "
+            + ("resume is not bit-exact" if not r["bit_exact"] else "an ablation matched the straight run")
+        ),
         f"(9 training runs in {r['train_seconds']:.1f} s)",
     ]
     return "\n".join(lines)

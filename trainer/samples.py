@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from ckinspect.atomic import atomic_write_bytes, atomic_write_text
+from ckinspect.io.atomic import atomic_write_bytes, atomic_write_text
 from trainer.train import train
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -74,13 +74,25 @@ def generate(out: str | Path | None = None, log=print) -> Path:
     done("stopped-30", train(root / "stopped-30", STEPS, stop_after=STOP, name=NAME, log=quiet))
     stopped = root / "stopped-30" / f"{NAME}_resume.pth"
     done("resumed-60", train(root / "resumed-60", STEPS, resume=stopped, name=NAME, log=quiet))
-    done("ablation-fresh-optimizer",
-         train(root / "ablation-fresh-optimizer", STEPS, resume=stopped, fresh_optimizer=True, name=NAME, log=quiet))
-    done("ablation-rewound-data",
-         train(root / "ablation-rewound-data", STEPS, resume=stopped, rewind_data=True, name=NAME, log=quiet))
-    done("ablation-from-fp16",
-         train(root / "ablation-from-fp16", STEPS, resume=stopped, weights_from=root / "stopped-30" / f"{NAME}.pth",
-               name=NAME, log=quiet))
+    done(
+        "ablation-fresh-optimizer",
+        train(root / "ablation-fresh-optimizer", STEPS, resume=stopped, fresh_optimizer=True, name=NAME, log=quiet),
+    )
+    done(
+        "ablation-rewound-data",
+        train(root / "ablation-rewound-data", STEPS, resume=stopped, rewind_data=True, name=NAME, log=quiet),
+    )
+    done(
+        "ablation-from-fp16",
+        train(
+            root / "ablation-from-fp16",
+            STEPS,
+            resume=stopped,
+            weights_from=root / "stopped-30" / f"{NAME}.pth",
+            name=NAME,
+            log=quiet,
+        ),
+    )
 
     interrupted = root / "interrupted"
     for name in (f"{NAME}_resume.pth", f"{NAME}.pth"):
@@ -90,6 +102,8 @@ def generate(out: str | Path | None = None, log=print) -> Path:
         full = (Path(scratch) / f"{NAME}_resume.pth").read_bytes()
     atomic_write_bytes(interrupted / f"{NAME}_resume.pth.tmp", full[: len(full) // 2])
     if log:
-        log(f"samples/interrupted: intact step-{STOP} files + {NAME}_resume.pth.tmp ({len(full) // 2} of {len(full)} bytes)")
+        log(
+            f"samples/interrupted: intact step-{STOP} files + {NAME}_resume.pth.tmp ({len(full) // 2} of {len(full)} bytes)"
+        )
     atomic_write_text(root / "README.md", README)
     return root

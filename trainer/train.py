@@ -55,7 +55,7 @@ class RunConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in data.items() if k in known}
         kw["betas"] = tuple(kw.get("betas", cls.betas))
@@ -142,14 +142,28 @@ def train(
     d = setup()
     say = log if (log and d.is_main) else (lambda _msg: None)
     try:
-        return _train(d, say, Path(out), steps, stop_after, resume, seed, save_every, order, name,
-                      fresh_optimizer, rewind_data, weights_from)
+        return _train(
+            d,
+            say,
+            Path(out),
+            steps,
+            stop_after,
+            resume,
+            seed,
+            save_every,
+            order,
+            name,
+            fresh_optimizer,
+            rewind_data,
+            weights_from,
+        )
     finally:
         teardown(d)
 
 
-def _train(d, say, out, steps, stop_after, resume, seed, save_every, order, name,
-           fresh_optimizer, rewind_data, weights_from) -> Result:
+def _train(
+    d, say, out, steps, stop_after, resume, seed, save_every, order, name, fresh_optimizer, rewind_data, weights_from
+) -> Result:
     if steps < 1:
         raise TrainerError("--steps must be at least 1")
     ck: dict[str, Any] | None = None
@@ -168,26 +182,40 @@ def _train(d, say, out, steps, stop_after, resume, seed, save_every, order, name
         run, cfg = RunConfig(), ModelConfig()
         run = replace(run, seed=run.seed if seed is None else seed, order=order or run.order)
     ablations = tuple(run.ablations) + tuple(
-        a for a, on in (("fresh-optimizer", fresh_optimizer), ("rewound-data", rewind_data),
-                        ("from-fp16", weights_from is not None)) if on)
-    run = replace(run, steps=steps, name=name, ablations=ablations,
-                  save_every=run.save_every if save_every is None else save_every)
+        a
+        for a, on in (
+            ("fresh-optimizer", fresh_optimizer),
+            ("rewound-data", rewind_data),
+            ("from-fp16", weights_from is not None),
+        )
+        if on
+    )
+    run = replace(
+        run,
+        steps=steps,
+        name=name,
+        ablations=ablations,
+        save_every=run.save_every if save_every is None else save_every,
+    )
     stop = min(stop_after, steps) if stop_after else steps
 
     with deterministic(run.threads):
         torch.manual_seed(run.seed)
         model = build_model(cfg).to(d.device)
         batches = Batches(run.order, run.seed, run.batch_size, run.seq_len, d.rank, d.world_size)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=get_lr(0, steps, run.lr), betas=run.betas,
-                                      weight_decay=run.weight_decay)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=get_lr(0, steps, run.lr), betas=run.betas, weight_decay=run.weight_decay
+        )
         start = 0
         if ck is not None:
             start = _resume(ck, d, say, model, optimizer, batches, fresh_optimizer, rewind_data, weights_from)
         if start >= stop:
             raise TrainerError(f"the resume file is at step {start}; nothing to do up to step {stop}")
         net = torch.nn.parallel.DistributedDataParallel(model) if d.enabled else model
-        say(f"train: steps {start}->{stop} of {steps}, order {run.order}, seed {run.seed}, world size {d.world_size}"
-            + (f", ablations {', '.join(ablations)}" if ablations else ""))
+        say(
+            f"train: steps {start}->{stop} of {steps}, order {run.order}, seed {run.seed}, world size {d.world_size}"
+            + (f", ablations {', '.join(ablations)}" if ablations else "")
+        )
 
         losses: list[float] = []
         paths: tuple[Path | None, Path | None] = (None, None)
@@ -226,8 +254,10 @@ def _resume(ck, d, say, model, optimizer, batches, fresh_optimizer, rewind_data,
     position = Position(int(ck["epoch"]), int(ck["epoch_step"]))
     if saved_ws != d.world_size:
         converted = convert_step(step, saved_ws, d.world_size)
-        say(f"resume: world size {saved_ws} -> {d.world_size}: step {step} -> {converted} "
-            f"(step * {saved_ws} // {d.world_size})")
+        say(
+            f"resume: world size {saved_ws} -> {d.world_size}: step {step} -> {converted} "
+            f"(step * {saved_ws} // {d.world_size})"
+        )
         step = converted
         position.epoch_step = convert_step(position.epoch_step, saved_ws, d.world_size)
     rng = ck["rng"]

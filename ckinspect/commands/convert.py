@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import sys
 
-from ckinspect.commands._emit import EXIT_OK, emit, envelope, md_escape
-from ckinspect.convert import ConvertResult, convert
+from ckinspect.commands.emit import emit, envelope, md_escape
+from ckinspect.ops.convert import ConvertResult, convert
+from ckinspect.vocab import EXIT_OK
 
 
 def run(args) -> int:

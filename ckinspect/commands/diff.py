@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ckinspect.commands._emit import emit, text_layout
-from ckinspect.errors import CkinspectError
-from ckinspect.inspect import inspect_path
+from ckinspect.analysis.inspect import inspect_path
+from ckinspect.commands.emit import emit, text_layout
 from ckinspect.model import Checkpoint
-
-EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, CkinspectError
 
 
 def open_for_command(path: str | Path) -> Checkpoint:
@@ -30,7 +28,7 @@ def _unreadable(ckpt: Checkpoint) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ckinspect.diff import diff_checkpoints
+    from ckinspect.analysis.diff import diff_checkpoints
     from ckinspect.report import diff_report
 
     a = open_for_command(args.a)
@@ -39,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         why = _unreadable(ckpt)
         if why:
             raise CkinspectError(f"cannot diff: {why}")
-    from ckinspect.scan import terminal_progress
+    from ckinspect.analysis.scan import terminal_progress
 
     with terminal_progress("comparing", enabled=not getattr(args, "no_progress", False)) as progress:
         only, atol = getattr(args, "only", None), getattr(args, "atol", 0.0) or 0.0
@@ -55,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         text = diff_report.render_text(result.to_json(), a, b, *text_layout(args))
     emit(text, getattr(args, "output", None))
     if result.changed or result.only_a or result.only_b or result.metadata_changed:
-        return EXIT_DIFFERENT
+        return EXIT_FINDINGS
     if result.unreadable:
         return EXIT_ERROR  # some tensors could not be read: no honest verdict of "identical"
-    return EXIT_IDENTICAL
+    return EXIT_OK

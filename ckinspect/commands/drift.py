@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from ckinspect.errors import CkinspectError
 from ckinspect.model import Finding, fails
+from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, CkinspectError
 
 
 def run(args: argparse.Namespace) -> int:
-    from ckinspect import drift
-    from ckinspect.commands._emit import emit, text_layout
+    from ckinspect.analysis import drift
+    from ckinspect.analysis.scan import terminal_progress
     from ckinspect.commands.diff import _unreadable, open_for_command
+    from ckinspect.commands.emit import emit, text_layout
     from ckinspect.report import drift_report
-    from ckinspect.scan import terminal_progress
 
     ckpt = open_for_command(args.path)
     why = _unreadable(ckpt)
@@ -39,5 +39,5 @@ def run(args: argparse.Namespace) -> int:
         text = drift_report.render_text(data, ckpt, *text_layout(args))
     emit(text, getattr(args, "output", None))
     if any(d.error for d in drifts):
-        return 2
-    return 1 if fails(findings, getattr(args, "fail_on", "error")) else 0
+        return EXIT_ERROR
+    return EXIT_FINDINGS if fails(findings, getattr(args, "fail_on", "error")) else EXIT_OK

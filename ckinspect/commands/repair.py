@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ckinspect.commands._emit import emit, envelope, exit_for, md_escape
-from ckinspect.errors import CkinspectError
-from ckinspect.repair import RepairPlan, apply_plan, plan_repairs, undo
+from ckinspect.commands.emit import emit, envelope, exit_for, md_escape
+from ckinspect.ops.repair import RepairPlan, apply_plan, plan_repairs, undo
+from ckinspect.vocab import CkinspectError
 
 _VERB = {
     "promote": "promote",

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ckinspect.commands._emit import emit, text_layout
-from ckinspect.discover import find_checkpoints
-from ckinspect.errors import CkinspectError
-from ckinspect.inspect import inspect_path
+from ckinspect.analysis.inspect import inspect_path
+from ckinspect.commands.emit import emit, text_layout
+from ckinspect.formats.discover import find_checkpoints
 from ckinspect.model import Checkpoint, fails
+from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 def _inspect(target: Any, args: argparse.Namespace, index: int, count: int) -> Checkpoint:
     if args.quick:
         return inspect_path(target, quick=True)
-    from ckinspect.scan import terminal_progress
+    from ckinspect.analysis.scan import terminal_progress
 
     label = f"scanning {Path(target.path).name}" + (f" ({index + 1}/{count})" if count > 1 else "")
     with terminal_progress(label, enabled=not getattr(args, "no_progress", False)) as progress:
@@ -44,15 +44,15 @@ def _inspect(target: Any, args: argparse.Namespace, index: int, count: int) -> C
 
 
 def unfinished_saves(paths: list[str], known: set[Path]) -> list[Checkpoint]:
-    """An entry for each checkpoint a save died before writing (ckinspect.leftovers.unfinished_saves):
+    """An entry for each checkpoint a save died before writing (ckinspect.analysis.leftovers.unfinished_saves):
     the missing path, format "unknown", no tensors, and one LEFTOVER_TMP per tmp saying what
     `ckinspect repair` would do with it."""
-    from ckinspect.leftovers import unfinished_saves as find_unfinished
+    from ckinspect.analysis.leftovers import unfinished_saves as find_unfinished
 
     unfinished = find_unfinished(paths, known)
     if not unfinished:
         return []
-    from ckinspect.repair import plan_repairs  # deferred: ~6 ms (datetime, signal) a clean folder never needs
+    from ckinspect.ops.repair import plan_repairs  # deferred: ~6 ms (datetime, signal) a clean folder never needs
 
     entries = []
     for entry_path, leftovers in unfinished.items():

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from ckinspect.commands._emit import emit, envelope, exit_for, md_escape
-from ckinspect.salvage import SalvageResult, salvage
+from ckinspect.commands.emit import emit, envelope, exit_for, md_escape
+from ckinspect.ops.salvage import SalvageResult, salvage
 
 TEXT_LIMIT = 25
 

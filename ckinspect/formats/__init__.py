@@ -7,8 +7,8 @@ import os
 import stat
 from pathlib import Path
 
-from ckinspect.errors import CkinspectError
 from ckinspect.model import Checkpoint
+from ckinspect.vocab import CkinspectError
 
 # format -> (module, function); imported only when a file of that format is opened
 READERS: dict[str, tuple[str, str]] = {

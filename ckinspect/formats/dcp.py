@@ -18,10 +18,10 @@ from ckinspect.formats.pickle_findings import check_views, decode, record_global
 from ckinspect.formats.pickle_scan import GlobalRef, scan_stream
 from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
+from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
-from ckinspect.formats.zipdir import FileReader, ZipError
+from ckinspect.io.zipdir import FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.tree import flatten, no_gc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -124,7 +124,11 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
                 else:
                     value = md
                 path = planner.get(fqn)
-                keys = [p if type(p) is int else str(p) for p in path] if isinstance(path, (tuple, list)) and path else None
+                keys = (
+                    [p if type(p) is int else str(p) for p in path]
+                    if isinstance(path, (tuple, list)) and path
+                    else None
+                )
                 _place(tree, keys or fqn.split("."), value)
             except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
                 # a .metadata that decodes but whose fields are not what DCP writes
@@ -240,7 +244,9 @@ def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, 
     _merge(ckpt, blob, name)
     if not isinstance(value, TensorInfo):
         if not any(f.code in ("CORRUPT", "UNSAFE_PICKLE") for f in blob.findings):
-            ckpt.add("CORRUPT", f"{file.name} at byte {offset}: {name} is stored as something other than a tensor", name)
+            ckpt.add(
+                "CORRUPT", f"{file.name} at byte {offset}: {name} is stored as something other than a tensor", name
+            )
         return None
     if tuple(value.shape) != sizes:
         ckpt.add("CORRUPT", f"{name}: .metadata says shape {sizes}, the stored tensor has {tuple(value.shape)}", name)
@@ -277,4 +283,3 @@ def _merge(ckpt: Checkpoint, blob: Checkpoint, name: str) -> None:
             ckpt.globals.append(g)
     for finding in blob.findings:
         ckpt.add(finding.code, f"{name}: {finding.message}", name)
-

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from ckinspect.formats.pickle_findings import decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import scan_stream
-from ckinspect.formats.zipdir import FileReader
+from ckinspect.formats.tree import no_gc
+from ckinspect.io.zipdir import FileReader
 from ckinspect.model import Checkpoint
-from ckinspect.tree import no_gc
 
 MAX_DECODE_BYTES = 256 << 20  # larger plain pickles are scanned only: decoding holds the whole object tree
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import GlobalRef, PickleScan
+from ckinspect.formats.tree import flatten
 from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tree import flatten
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
 _MAX_LISTED = 12
 
@@ -99,7 +100,9 @@ def decode(ckpt: Checkpoint, data: bytes, scan: PickleScan, where: str,
         return restricted_load(data, persistent_load, scan=scan, guarded=guarded)
     except UnsafePickle as exc:  # the scan missed it: still refused, still reported
         if not any(f.code == "UNSAFE_PICKLE" for f in ckpt.findings):
-            ckpt.add("UNSAFE_PICKLE", f"{where} names globals outside the allowlist: {', '.join(exc.names)}; never executed.")
+            ckpt.add(
+                "UNSAFE_PICKLE", f"{where} names globals outside the allowlist: {', '.join(exc.names)}; never executed."
+            )
         return None
     except CorruptPickle as exc:
         ckpt.add("CORRUPT", f"{where} cannot be decoded: {exc}")

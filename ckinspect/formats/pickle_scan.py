@@ -25,20 +25,71 @@ from ckinspect.record import Record
 
 # torch's default weights_only allowlist (torch/_weights_only_unpickler.py, _get_allowed_globals
 # and _tensor_rebuild_functions), spelled out so that classifying never imports torch.
-_TORCH_DTYPES = (
-    "float64 float32 float16 bfloat16 complex128 complex64 complex32 int64 int32 int16 int8 uint8 bool "
-    "float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz float8_e8m0fnu float4_e2m1fn_x2 "
-    "bits8 bits16 bits1x8 bits2x4 bits4x2 uint16 uint32 uint64 qint8 qint32 quint8 quint4x2 quint2x4 "
-    "uint1 uint2 uint3 uint4 uint5 uint6 uint7 int1 int2 int3 int4 int5 int6 int7"
-).split()
-_TORCH_TENSOR_CLASSES = "Double Float Half BFloat16 Long Int Short Char Byte Bool".split()
-_TORCH_STORAGE_CLASSES = _TORCH_TENSOR_CLASSES + "ComplexDouble ComplexFloat".split()
-_TORCH_QSTORAGES = "QInt32 QInt8 QUInt2x4 QUInt4x2 QUInt8".split()
-_TORCH_REBUILD = (
-    "_rebuild_parameter _rebuild_parameter_with_state _rebuild_qtensor _rebuild_tensor _rebuild_tensor_v2 "
-    "_rebuild_tensor_v3 _rebuild_sparse_tensor _rebuild_meta_tensor_no_storage _rebuild_nested_tensor "
-    "_rebuild_wrapper_subclass _rebuild_device_tensor_from_numpy _rebuild_device_tensor_from_cpu_tensor"
-).split()
+_TORCH_DTYPES = [
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "complex128",
+    "complex64",
+    "complex32",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float4_e2m1fn_x2",
+    "bits8",
+    "bits16",
+    "bits1x8",
+    "bits2x4",
+    "bits4x2",
+    "uint16",
+    "uint32",
+    "uint64",
+    "qint8",
+    "qint32",
+    "quint8",
+    "quint4x2",
+    "quint2x4",
+    "uint1",
+    "uint2",
+    "uint3",
+    "uint4",
+    "uint5",
+    "uint6",
+    "uint7",
+    "int1",
+    "int2",
+    "int3",
+    "int4",
+    "int5",
+    "int6",
+    "int7",
+]
+_TORCH_TENSOR_CLASSES = ["Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool"]
+_TORCH_STORAGE_CLASSES = _TORCH_TENSOR_CLASSES + ["ComplexDouble", "ComplexFloat"]
+_TORCH_QSTORAGES = ["QInt32", "QInt8", "QUInt2x4", "QUInt4x2", "QUInt8"]
+_TORCH_REBUILD = [
+    "_rebuild_parameter",
+    "_rebuild_parameter_with_state",
+    "_rebuild_qtensor",
+    "_rebuild_tensor",
+    "_rebuild_tensor_v2",
+    "_rebuild_tensor_v3",
+    "_rebuild_sparse_tensor",
+    "_rebuild_meta_tensor_no_storage",
+    "_rebuild_nested_tensor",
+    "_rebuild_wrapper_subclass",
+    "_rebuild_device_tensor_from_numpy",
+    "_rebuild_device_tensor_from_cpu_tensor",
+]
 
 ALLOWED: frozenset[str] = frozenset(
     [
@@ -59,14 +110,22 @@ ALLOWED: frozenset[str] = frozenset(
         *(f"torch.{d}" for d in _TORCH_DTYPES),
         *(
             f"torch.{q}"
-            for q in (
-                "per_tensor_affine per_tensor_symmetric per_channel_affine per_channel_symmetric "
-                "per_channel_affine_float_qparams"
-            ).split()
+            for q in [
+                "per_tensor_affine",
+                "per_tensor_symmetric",
+                "per_channel_affine",
+                "per_channel_symmetric",
+                "per_channel_affine_float_qparams",
+            ]
         ),
         *(f"torch._utils.{f}" for f in _TORCH_REBUILD),
         *(f"{m}.{c}Tensor" for m in ("torch", "torch.cuda") for c in _TORCH_TENSOR_CLASSES),
-        *(f"{m}.{c}Tensor" for m in ("torch.sparse", "torch.cuda.sparse") for c in _TORCH_TENSOR_CLASSES if c != "Bool"),
+        *(
+            f"{m}.{c}Tensor"
+            for m in ("torch.sparse", "torch.cuda.sparse")
+            for c in _TORCH_TENSOR_CLASSES
+            if c != "Bool"
+        ),
         *(f"{m}.{c}Storage" for m in ("torch", "torch.cuda") for c in _TORCH_STORAGE_CLASSES),
         *(f"torch.{q}Storage" for q in _TORCH_QSTORAGES),
     ]
@@ -123,18 +182,118 @@ _BENIGN_MODULES: tuple[str, ...] = (
 
 # Globals that give a pickle code execution, file or network access; named so messages can say so.
 _DANGEROUS_MODULES: frozenset[str] = frozenset(
-    "os posix nt sys subprocess runpy importlib pty socket shutil ctypes pickle _pickle marshal code "
-    "codeop commands popen2 webbrowser multiprocessing asyncio signal threading _thread pdb bdb "
-    "timeit trace cProfile profile pydoc ensurepip venv distutils setuptools pip tempfile "
-    "http urllib ftplib smtplib telnetlib socketserver xmlrpc ssl io _io fileinput zipimport pkgutil "
-    "types inspect operator functools dill cloudpickle joblib torch.hub torch.jit torch._dynamo "
-    "torch.ops torch.utils.cpp_extension torch.package".split()
+    [
+        "os",
+        "posix",
+        "nt",
+        "sys",
+        "subprocess",
+        "runpy",
+        "importlib",
+        "pty",
+        "socket",
+        "shutil",
+        "ctypes",
+        "pickle",
+        "_pickle",
+        "marshal",
+        "code",
+        "codeop",
+        "commands",
+        "popen2",
+        "webbrowser",
+        "multiprocessing",
+        "asyncio",
+        "signal",
+        "threading",
+        "_thread",
+        "pdb",
+        "bdb",
+        "timeit",
+        "trace",
+        "cProfile",
+        "profile",
+        "pydoc",
+        "ensurepip",
+        "venv",
+        "distutils",
+        "setuptools",
+        "pip",
+        "tempfile",
+        "http",
+        "urllib",
+        "ftplib",
+        "smtplib",
+        "telnetlib",
+        "socketserver",
+        "xmlrpc",
+        "ssl",
+        "io",
+        "_io",
+        "fileinput",
+        "zipimport",
+        "pkgutil",
+        "types",
+        "inspect",
+        "operator",
+        "functools",
+        "dill",
+        "cloudpickle",
+        "joblib",
+        "torch.hub",
+        "torch.jit",
+        "torch._dynamo",
+        "torch.ops",
+        "torch.utils.cpp_extension",
+        "torch.package",
+    ]
 )
 _DANGEROUS_NAMES: frozenset[str] = frozenset(
-    "eval exec compile open __import__ getattr setattr delattr globals locals vars breakpoint input "
-    "exit quit help apply execfile file reload system popen spawn spawnl spawnv spawnve spawnlp "
-    "execv execve execl execlp Popen call check_call check_output run getoutput getstatusoutput "
-    "run_path run_module import_module load loads".split()
+    [
+        "eval",
+        "exec",
+        "compile",
+        "open",
+        "__import__",
+        "getattr",
+        "setattr",
+        "delattr",
+        "globals",
+        "locals",
+        "vars",
+        "breakpoint",
+        "input",
+        "exit",
+        "quit",
+        "help",
+        "apply",
+        "execfile",
+        "file",
+        "reload",
+        "system",
+        "popen",
+        "spawn",
+        "spawnl",
+        "spawnv",
+        "spawnve",
+        "spawnlp",
+        "execv",
+        "execve",
+        "execl",
+        "execlp",
+        "Popen",
+        "call",
+        "check_call",
+        "check_output",
+        "run",
+        "getoutput",
+        "getstatusoutput",
+        "run_path",
+        "run_module",
+        "import_module",
+        "load",
+        "loads",
+    ]
 )
 
 
@@ -179,7 +338,7 @@ def is_dangerous(module: str, name: str) -> bool:
 
 
 def classify_global(module: str, name: str) -> str:
-    """"allowed" if torch.load(weights_only=True) accepts it by default, "benign" if it only builds
+    """ "allowed" if torch.load(weights_only=True) accepts it by default, "benign" if it only builds
     data, "unsafe" otherwise (including every name known to run code)."""
     module, name = normalize(module, name)
     qualname = f"{module}.{name}"
@@ -312,10 +471,10 @@ def _decode_line(raw: bytes) -> str:
 # below only sees opcodes whose length depends on their argument (strings, GLOBAL lines ...).
 _FIXED_NOARG = bytes(c for c in range(256) if _TABLE[c] == 0)
 _FIXED = {k: bytes(c for c in range(256) if _TABLE[c] == k) for k in (1, 2, 4, 8)}
-_RUN_CACHE: dict[int, "re.Pattern[bytes]"] = {}
+_RUN_CACHE: dict[int, re.Pattern[bytes]] = {}
 
 
-def _run_pattern(memo_limit: int) -> "re.Pattern[bytes]":
+def _run_pattern(memo_limit: int) -> re.Pattern[bytes]:
     """A regex for a run of fixed-size opcodes, LONG_BINPUT included while its index stays below
     about 2 * memo_limit (larger indices end the run, and the loop refuses them)."""
     top = max(memo_limit.bit_length(), 17)

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
+from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.tree import no_gc
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses larger headers (HeaderTooLarge)
 MAX_FINDINGS = 10  # a broken 50,000-tensor header should not drown the report
@@ -118,9 +118,13 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
     tensors, storages, path = ckpt.tensors, ckpt.storages, ckpt.path
     for begin, end, name, info in spans:
         if begin < covered:
-            problems.append(f"tensor {name!r}: offsets [{begin}, {end}] overlap the previous tensor (ends at {covered})")
+            problems.append(
+                f"tensor {name!r}: offsets [{begin}, {end}] overlap the previous tensor (ends at {covered})"
+            )
         elif begin > covered and not malformed:
-            problems.append(f"gap of {begin - covered:,} unused bytes before tensor {name!r} (offsets {covered}..{begin})")
+            problems.append(
+                f"gap of {begin - covered:,} unused bytes before tensor {name!r} (offsets {covered}..{begin})"
+            )
         beyond = end > data_bytes
         if beyond:
             problems.append(

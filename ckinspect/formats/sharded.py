@@ -52,7 +52,9 @@ def read_sharded(index_json_path: str | os.PathLike[str]) -> Checkpoint:
             ckpt.add("CORRUPT", f"shard {shard} holds no tensors but the index places {_names(lacking)} there")
         for tensor in part.tensors:
             if weight_map.get(tensor.name) != shard:
-                ckpt.add("CORRUPT", f"shard {shard} holds {tensor.name!r}, which the index does not place there", tensor.name)
+                ckpt.add(
+                    "CORRUPT", f"shard {shard} holds {tensor.name!r}, which the index does not place there", tensor.name
+                )
             if tensor.name in seen:
                 ckpt.add("CORRUPT", f"tensor {tensor.name!r} is in both {seen[tensor.name]} and {shard}", tensor.name)
             seen.setdefault(tensor.name, shard)

@@ -23,8 +23,6 @@ LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 _OLD_PICKLE_OPENERS = frozenset(b"(}])cNILSVFGJKM")
 _OLD_PICKLE_FULL_PARSE = 1 << 20  # protocol 0/1 pickles up to this size are parsed through to STOP
 
-CHECKPOINT_FORMATS = ("torch-zip", "torch-legacy", "safetensors", "pickle")
-
 
 def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
     with open(path, "rb") as handle:

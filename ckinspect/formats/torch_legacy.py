@@ -17,10 +17,10 @@ from ckinspect.formats.errors import CorruptPickle
 from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, scan_stream
 from ckinspect.formats.sniff import LEGACY_MAGIC as MAGIC_NUMBER  # torch/serialization.py names it so
+from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef, restricted_load
-from ckinspect.formats.zipdir import FileReader
+from ckinspect.io.zipdir import FileReader
 from ckinspect.model import Checkpoint, StorageInfo
-from ckinspect.tree import no_gc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, scan_stream
+from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef
-from ckinspect.formats.zipdir import (
+from ckinspect.io.zipdir import (
     FileReader,
     ZipError,
     ZipMember,
@@ -23,7 +24,6 @@ from ckinspect.formats.zipdir import (
     read_directory,
 )
 from ckinspect.model import Checkpoint, StorageInfo
-from ckinspect.tree import no_gc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

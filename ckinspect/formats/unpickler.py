@@ -21,7 +21,8 @@ from ckinspect.model import TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
 SMALL_ARRAY_BYTES = 1 << 20  # numpy arrays up to this size keep their bytes (RNG states); larger keep only the size
 
@@ -413,8 +414,8 @@ _STANDINS: dict[str, Any] = {
     "numpy.dtype": _NumpyDType,
     "numpy.core.multiarray.scalar": _Call(_numpy_scalar),
     "numpy._core.multiarray.scalar": _Call(_numpy_scalar),
-    **{f"pathlib.{p}": _Call(_path) for p in "Path PosixPath PurePath PurePosixPath".split()},
-    **{f"pathlib.{p}": _Call(_windows_path) for p in "WindowsPath PureWindowsPath".split()},
+    **{f"pathlib.{p}": _Call(_path) for p in ["Path", "PosixPath", "PurePath", "PurePosixPath"]},
+    **{f"pathlib.{p}": _Call(_windows_path) for p in ["WindowsPath", "PureWindowsPath"]},
 }
 
 
@@ -441,8 +442,9 @@ def standin_for(module: str, name: str) -> Any:
         return _StorageType(_storage_dtype(name))
     if module in ("torch", "torch.cuda", "torch.sparse", "torch.cuda.sparse") and name.endswith("Tensor"):
         return _TensorClass
-    if module == "torch" and (name.startswith(("per_tensor", "per_channel")) or name in TORCH_DTYPE_ATTRS or
-                              name.islower()):
+    if module == "torch" and (
+        name.startswith(("per_tensor", "per_channel")) or name in TORCH_DTYPE_ATTRS or name.islower()
+    ):
         return name  # dtypes beyond the table (int4, quint8 ...) and qschemes, by name
     return _opaque_class(qualname)  # a class, so that both REDUCE and NEWOBJ can build it
 

@@ -43,8 +43,15 @@ def make_console(buffer: IO[str], width: int = PIPE_WIDTH, color: bool = False) 
 
 def make_table(title: str | None = None, **options: Any) -> Table:
     """The table style all reports share: a rule under the header, no outer frame, titles on the left."""
-    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=title, title_justify="left",
-                 title_style="", **options)
+    return Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        title=title,
+        title_justify="left",
+        title_style="",
+        **options,
+    )
 
 
 def title_line(path: str, *details: str) -> Text:

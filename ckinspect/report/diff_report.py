@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint
-from ckinspect.report.sizes import human_bytes
 
 _LIST_LIMIT = 12  # names listed before "... and N more" in text and Markdown (JSON lists all)
 
@@ -147,7 +147,10 @@ def _head(names: Sequence[str]) -> tuple[list[str], int]:
 
 
 def render_text(
-    diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None, width: int = 80,
+    diff: dict[str, Any],
+    a: Checkpoint | None = None,
+    b: Checkpoint | None = None,
+    width: int = 80,
     color: bool = False,
 ) -> str:
     from rich.text import Text

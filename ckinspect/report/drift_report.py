@@ -6,9 +6,9 @@ import io
 import json
 from typing import Any
 
+from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint
 from ckinspect.report.diff_report import escape_pipes, number
-from ckinspect.report.sizes import human_bytes
 
 TOP = 25  # tensors shown in text/Markdown, worst first; JSON lists all
 
@@ -16,7 +16,7 @@ TOP = 25  # tensors shown in text/Markdown, worst first; JSON lists all
 def drift_json(
     ckpt: Checkpoint, drifts: list[Any], logits: dict[str, Any] | None, logits_skipped: str | None
 ) -> dict[str, Any]:
-    from ckinspect.drift import drift_summary, finite_or_none
+    from ckinspect.analysis.drift import drift_summary, finite_or_none
 
     if logits:  # NaN or inf weights give NaN logits: null in JSON, as every other figure
         logits = {
@@ -53,8 +53,16 @@ def _summary_rows(drift: dict[str, Any]) -> list[list[str]]:
     rows = []
     for fmt in ("fp16", "bf16"):
         s = drift["summary"][fmt]
-        rows.append([fmt, number(s["max_abs"]), number(s["max_rel"]), f"{s['overflow']:,}", f"{s['underflow']:,}",
-                     s["worst_tensor"] or "-"])
+        rows.append(
+            [
+                fmt,
+                number(s["max_abs"]),
+                number(s["max_rel"]),
+                f"{s['overflow']:,}",
+                f"{s['underflow']:,}",
+                s["worst_tensor"] or "-",
+            ]
+        )
     return rows
 
 
@@ -62,9 +70,19 @@ def _tensor_rows(drift: dict[str, Any]) -> list[list[str]]:
     rows = []
     for w in _worst(drift):
         f, b = w["fp16"], w["bf16"]
-        rows.append([w["name"], w["dtype"], f"{w['numel']:,}", number(f["max_abs"]), number(f["max_rel"]),
-                     f"{f['overflow']:,}/{f['underflow']:,}", number(b["max_abs"]), number(b["max_rel"]),
-                     f"{b['overflow']:,}/{b['underflow']:,}"])
+        rows.append(
+            [
+                w["name"],
+                w["dtype"],
+                f"{w['numel']:,}",
+                number(f["max_abs"]),
+                number(f["max_rel"]),
+                f"{f['overflow']:,}/{f['underflow']:,}",
+                number(b["max_abs"]),
+                number(b["max_rel"]),
+                f"{b['overflow']:,}/{b['underflow']:,}",
+            ]
+        )
     return rows
 
 
@@ -74,14 +92,20 @@ def _logit_rows(drift: dict[str, Any]) -> list[list[str]]:
     for fmt in ("fp16", "bf16"):
         r = logits.get(fmt)
         if r:
-            rows.append([f"{fmt} vs fp32", number(r["max_abs"]), number(r["mean_abs"]), f"{r['top1_agreement']:.2%}",
-                         f"{r.get('positions', 0):,}"])
+            rows.append(
+                [
+                    f"{fmt} vs fp32",
+                    number(r["max_abs"]),
+                    number(r["mean_abs"]),
+                    f"{r['top1_agreement']:.2%}",
+                    f"{r.get('positions', 0):,}",
+                ]
+            )
     return rows
 
 
 _SUMMARY_HEAD = ["format", "max |Δ|", "max rel", "-> inf", "-> 0", "worst tensor"]
-_TENSOR_HEAD = ["tensor", "dtype", "values",
-                "fp16 |Δ|", "fp16 rel", "fp16 inf/0", "bf16 |Δ|", "bf16 rel", "bf16 inf/0"]
+_TENSOR_HEAD = ["tensor", "dtype", "values", "fp16 |Δ|", "fp16 rel", "fp16 inf/0", "bf16 |Δ|", "bf16 rel", "bf16 inf/0"]
 _LOGIT_HEAD = ["logits", "max |Δ|", "mean |Δ|", "top-1 agree", "positions"]
 
 
@@ -151,14 +175,19 @@ def _tensor_table(drift: dict[str, Any], wide: bool) -> Any:
         row = [escape(w["name"])] + ([w["dtype"]] if len(dtypes) > 1 else []) + [f"{w['numel']:,}"]
         for fmt in ("fp16", "bf16"):
             r = w[fmt]
-            row += ([number(r["max_abs"])] if wide else []) + [number(r["max_rel"]), f"{r['overflow']:,}/{r['underflow']:,}"]
+            row += ([number(r["max_abs"])] if wide else []) + [
+                number(r["max_rel"]),
+                f"{r['overflow']:,}/{r['underflow']:,}",
+            ]
         table.add_row(*row)
     return table
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(escape_pipes(h) for h in headers) + " |",
-             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
+    lines = [
+        "| " + " | ".join(escape_pipes(h) for h in headers) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|",
+    ]
     lines += ["| " + " | ".join(escape_pipes(c) for c in r) + " |" for r in rows]
     return lines + [""]
 

@@ -11,10 +11,11 @@ import math
 from collections.abc import Mapping, Sequence
 
 from ckinspect import __version__
-from ckinspect.anatomy import summarize
+from ckinspect.analysis.anatomy import summarize
 from ckinspect.dtypes import dtype_info
-from ckinspect.model import GROUPS, Checkpoint, Finding, TensorInfo
-from ckinspect.tree import no_gc
+from ckinspect.formats.tree import no_gc
+from ckinspect.model import Checkpoint, Finding, TensorInfo
+from ckinspect.vocab import GROUPS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,7 +62,9 @@ def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
         "tensor_bytes": anatomy.tensor_bytes,
         "storage_bytes": anatomy.storage_bytes,
         "unused_bytes": anatomy.unused_bytes,
-        "groups": {g: {"tensor_count": anatomy.groups[g].tensor_count, "bytes": anatomy.groups[g].bytes} for g in GROUPS},
+        "groups": {
+            g: {"tensor_count": anatomy.groups[g].tensor_count, "bytes": anatomy.groups[g].bytes} for g in GROUPS
+        },
         "optimizer_share": round(anatomy.optimizer_share, 6),
         "metadata": metadata,
         "findings": [f.to_json() for f in ckpt.findings],

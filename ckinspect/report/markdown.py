@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ckinspect.model import GROUPS, SEVERITY_RANK
+from ckinspect.fmt import human_bytes, percent
 from ckinspect.report.common import finding_counts, largest, metadata_line, shape_text, summary_line
-from ckinspect.report.sizes import human_bytes, percent
+from ckinspect.vocab import GROUPS, SEVERITY_RANK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,7 +67,9 @@ def file_section(entry: Mapping[str, Any]) -> list[str]:
     if entry["findings"]:
         for finding in entry["findings"]:
             tensor = f" ({code(finding['tensor'])})" if finding.get("tensor") else ""
-            out.append(f"- {ICON.get(finding['severity'], '')} **{finding['code']}** {cell(finding['message'])}{tensor}")
+            out.append(
+                f"- {ICON.get(finding['severity'], '')} **{finding['code']}** {cell(finding['message'])}{tensor}"
+            )
     else:
         out.append("✅ no findings")
     out.append("")
@@ -108,6 +110,8 @@ def tensors_details(entry: Mapping[str, Any]) -> list[str]:
     for t in shown:
         share = percent(t["bytes"] / file_bytes) if file_bytes else "–"
         shape = shape_text(t["shape"])
-        out.append(f"| {code(t['name'])} | {t['group']} | {t['dtype']} | {shape} | {human_bytes(t['bytes'])} | {share} |")
+        out.append(
+            f"| {code(t['name'])} | {t['group']} | {t['dtype']} | {shape} | {human_bytes(t['bytes'])} | {share} |"
+        )
     out += ["", "</details>", ""]
     return out

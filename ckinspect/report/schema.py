@@ -20,8 +20,16 @@ _FINDING = {
     "properties": {
         "code": {
             "enum": [
-                "UNSAFE_PICKLE", "ALLOWLIST_NEEDED", "CORRUPT", "LEFTOVER_TMP", "NONFINITE", "FP16_OVERFLOW",
-                "RESUME_INCOMPLETE", "HALF_PRECISION_RESUME", "OPTIMIZER_MISMATCH", "STORAGE_BLOAT",
+                "UNSAFE_PICKLE",
+                "ALLOWLIST_NEEDED",
+                "CORRUPT",
+                "LEFTOVER_TMP",
+                "NONFINITE",
+                "FP16_OVERFLOW",
+                "RESUME_INCOMPLETE",
+                "HALF_PRECISION_RESUME",
+                "OPTIMIZER_MISMATCH",
+                "STORAGE_BLOAT",
             ]
         },
         "severity": {"enum": ["error", "warning", "info"]},
@@ -32,8 +40,16 @@ _FINDING = {
 _FILE = {
     "type": "object",
     "required": [
-        "path", "format", "file_bytes", "tensor_count", "tensor_bytes", "storage_bytes", "groups",
-        "optimizer_share", "metadata", "findings",
+        "path",
+        "format",
+        "file_bytes",
+        "tensor_count",
+        "tensor_bytes",
+        "storage_bytes",
+        "groups",
+        "optimizer_share",
+        "metadata",
+        "findings",
     ],
     "properties": {
         "path": {"type": "string"},

@@ -15,10 +15,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ckinspect.model import GROUPS
+from ckinspect.fmt import human_bytes, percent
 from ckinspect.report.common import ALL_TENSORS_UP_TO, finding_counts, largest, metadata_line, shape_text, summary_line
 from ckinspect.report.console import finish, make_console, make_table, title_line
-from ckinspect.report.sizes import human_bytes, percent
+from ckinspect.vocab import GROUPS
 
 SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "cyan")}
 

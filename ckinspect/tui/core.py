@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from ckinspect.model import Checkpoint, Finding, TensorInfo, worst_severity
 
 if TYPE_CHECKING:
-    from ckinspect.anatomy import Anatomy
-    from ckinspect.diff import DiffResult
-    from ckinspect.drift import TensorDrift
-    from ckinspect.repair import ApplyResult, RepairPlan, UndoResult
+    from ckinspect.analysis.anatomy import Anatomy
+    from ckinspect.analysis.diff import DiffResult
+    from ckinspect.analysis.drift import TensorDrift
+    from ckinspect.ops.repair import ApplyResult, RepairPlan, UndoResult
 
 Progress = Callable[[float], None]  # fraction done, 0.0 .. 1.0
 
@@ -38,7 +38,7 @@ def as_fraction(report: Progress | None) -> Callable[[int, int], None] | None:
 
 def load_checkpoint(target: str | Path) -> Checkpoint:
     """Structure only (quick): the first screen must not wait for a value scan."""
-    from ckinspect.inspect import inspect_path
+    from ckinspect.analysis.inspect import inspect_path
 
     return inspect_path(Path(target), quick=True)
 
@@ -51,7 +51,7 @@ class ScanOutcome:
 
 def scan_checkpoint(ckpt: Checkpoint, progress: Progress | None = None) -> ScanOutcome:
     """The value scan: findings (NONFINITE, FP16_OVERFLOW, CRC ...) and per-tensor statistics."""
-    from ckinspect.scan import scan_values
+    from ckinspect.analysis.scan import scan_values
 
     result = scan_values(ckpt, progress=as_fraction(progress))
     known = {(f.code, f.message, f.tensor) for f in ckpt.findings}
@@ -63,7 +63,7 @@ def scan_checkpoint(ckpt: Checkpoint, progress: Progress | None = None) -> ScanO
 
 
 def find_checkpoints(paths: list[Path]) -> list[Path]:
-    from ckinspect.discover import find_checkpoints as find
+    from ckinspect.formats.discover import find_checkpoints as find
 
     return [target.path for target in find(paths)]
 
@@ -164,10 +164,11 @@ def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress 
     """
     import numpy as np
 
-    from ckinspect.blobs import Blobs, UnreadableStorage
-    from ckinspect.diff import decode, value_blocks
+    from ckinspect.analysis.diff import decode, value_blocks
+    from ckinspect.analysis.scan import OVERFLOW_DTYPES
     from ckinspect.dtypes import dtype_info
-    from ckinspect.scan import FP16_MAX, OVERFLOW_DTYPES
+    from ckinspect.io.blobs import Blobs, UnreadableStorage
+    from ckinspect.vocab import FP16_MAX
 
     info = dtype_info(tensor.dtype)
     if info.kind == "complex":
@@ -214,7 +215,9 @@ def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress 
             stats.std = math.sqrt(max(0.0, spread))
         sample = np.concatenate(samples)
         if sample.size:
-            counts, edges = np.histogram(sample, bins=HISTOGRAM_BINS, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5))
+            counts, edges = np.histogram(
+                sample, bins=HISTOGRAM_BINS, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
+            )
             stats.histogram = [int(c) for c in counts]
             stats.hist_range = (float(edges[0]), float(edges[-1]))
     return stats
@@ -233,7 +236,7 @@ class Backend:
         return scan_checkpoint(ckpt, progress)
 
     def summarize(self, ckpt: Checkpoint) -> Anatomy:
-        from ckinspect.anatomy import summarize
+        from ckinspect.analysis.anatomy import summarize
 
         return summarize(ckpt)
 
@@ -242,7 +245,7 @@ class Backend:
 
     def unfinished(self, paths: list[Path], known: list[Path]) -> list[Path]:
         """Checkpoints a save died before writing: only their `.tmp` is on disk (leftovers.unfinished_saves)."""
-        from ckinspect.leftovers import unfinished_saves
+        from ckinspect.analysis.leftovers import unfinished_saves
 
         return list(unfinished_saves(paths, set(known)))
 
@@ -250,40 +253,40 @@ class Backend:
         return tensor_value_stats(ckpt, tensor, progress)
 
     def diff(self, a: Checkpoint, b: Checkpoint, progress: Progress | None = None) -> DiffResult:
-        from ckinspect.diff import diff_checkpoints
+        from ckinspect.analysis.diff import diff_checkpoints
 
         return diff_checkpoints(a, b, progress=as_fraction(progress))
 
     def match_names(self, a: Checkpoint, b: Checkpoint) -> list[tuple[str | None, str | None]]:
         """(A name, B name) pairs as the diff matches them across layouts (model.x vs x)."""
-        from ckinspect.diff import match_names
+        from ckinspect.analysis.diff import match_names
 
         return match_names(a, b)
 
     def weight_drift(self, ckpt: Checkpoint, progress: Progress | None = None) -> list[TensorDrift]:
-        from ckinspect.drift import weight_drift
+        from ckinspect.analysis.drift import weight_drift
 
         return weight_drift(ckpt, progress=as_fraction(progress))
 
     def logit_drift(self, ckpt: Checkpoint) -> tuple[dict[str, Any] | None, str]:
         """(the logit drift, or None; why not, when None). Imports torch when the model is known."""
-        from ckinspect.drift import logit_drift_or_why
+        from ckinspect.analysis.drift import logit_drift_or_why
 
         logits, reason = logit_drift_or_why(ckpt)
         return logits, reason or ""
 
     def plan_repairs(self, path: Path) -> RepairPlan:
-        from ckinspect.repair import plan_repairs
+        from ckinspect.ops.repair import plan_repairs
 
         return plan_repairs(path)
 
     def apply_plan(self, plan: RepairPlan) -> ApplyResult:
-        from ckinspect.repair import apply_plan
+        from ckinspect.ops.repair import apply_plan
 
         return apply_plan(plan)
 
     def undo(self, folder: Path) -> UndoResult:
-        from ckinspect.repair import undo
+        from ckinspect.ops.repair import undo
 
         return undo(folder)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ckinspect.errors import CkinspectError
+from ckinspect.vocab import CkinspectError
 
 
 def run(command: str, args: argparse.Namespace) -> int:

@@ -13,10 +13,10 @@ from ckinspect.tui.core import ValueStats
 from ckinspect.tui.widgets.virtual_table import Row
 
 if TYPE_CHECKING:
-    from ckinspect.anatomy import Anatomy
-    from ckinspect.diff import DiffResult
-    from ckinspect.drift import TensorDrift
-    from ckinspect.repair import ApplyResult, RepairPlan, UndoResult
+    from ckinspect.analysis.anatomy import Anatomy
+    from ckinspect.analysis.diff import DiffResult
+    from ckinspect.analysis.drift import TensorDrift
+    from ckinspect.ops.repair import ApplyResult, RepairPlan, UndoResult
 
 
 class Progress(Message):

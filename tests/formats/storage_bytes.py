@@ -1,4 +1,4 @@
-"""Read a storage's bytes with a plain seek and read: an oracle independent of ckinspect.blobs."""
+"""Read a storage's bytes with a plain seek and read: an oracle independent of ckinspect.io.blobs."""
 
 
 def raw_bytes(storage) -> bytes:

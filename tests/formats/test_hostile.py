@@ -285,7 +285,10 @@ def test_build_on_a_tensor_descriptor_is_caught(tmp_path, state):
 def test_allocation_bombs_are_refused():
     from ckinspect.formats.errors import CorruptPickle
 
-    for bomb in (b"\x80\x02c__builtin__\nbytes\nJ\xff\xff\xff\x7f\x85R.", b"\x80\x02c__builtin__\nbytearray\nJ\xff\xff\xff\x7f\x85R."):
+    for bomb in (
+        b"\x80\x02c__builtin__\nbytes\nJ\xff\xff\xff\x7f\x85R.",
+        b"\x80\x02c__builtin__\nbytearray\nJ\xff\xff\xff\x7f\x85R.",
+    ):
         with pytest.raises(CorruptPickle):
             restricted_load(bomb)
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ckinspect.errors import CkinspectError
 from ckinspect.formats import open_checkpoint
+from ckinspect.vocab import CkinspectError
 from tests.conftest import REPO, cli_env
 
 
@@ -63,7 +63,10 @@ def test_sharded_dispatch(tmp_path):
     [
         (b"", "empty"),
         (b"hello\n", "text"),
-        (b"version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 10\n", "a git-lfs pointer (run `git lfs pull`)"),
+        (
+            b"version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 10\n",
+            "a git-lfs pointer (run `git lfs pull`)",
+        ),
         (os.urandom(4096), "random bytes"),
         (b"<html><body>Sign in</body></html>", "an HTML page"),
     ],
@@ -109,13 +112,15 @@ def test_opening_never_imports_torch_or_safetensors(tmp_path):
     code = (
         "import sys\n"
         "from ckinspect.formats import open_checkpoint\n"
-        "from ckinspect.discover import find_checkpoints\n"
+        "from ckinspect.formats.discover import find_checkpoints\n"
         f"for t in find_checkpoints([{str(tmp_path)!r}]): open_checkpoint(t.path)\n"
         f"open_checkpoint({str(tmp_path / 'notes.txt')!r})\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'safetensors', 'numpy', 'textual'))\n"
         "print(bad)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 

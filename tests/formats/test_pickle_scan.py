@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import classify_global, is_dangerous, scan_globals, scan_pickle, scan_stream
+from ckinspect.formats.tree import flatten, walk
 from ckinspect.formats.unpickler import ArrayInfo, Opaque, restricted_load
 from ckinspect.model import TensorInfo
-from ckinspect.tree import flatten, walk
 
 
 def names(data: bytes) -> list[str]:
@@ -185,7 +185,7 @@ def test_random_bytes_never_raise_from_scan_or_escape_as_other_errors(data):
 def test_mutated_real_pickles_never_escape(noise, where):
     base = bytearray(pickle.dumps({"model": {"w": [1.0, 2.0]}, "step": 3, "names": ["a", "b"]}, protocol=2))
     where = min(where, len(base))
-    data = bytes(base[:where] + noise + base[where + len(noise):])
+    data = bytes(base[:where] + noise + base[where + len(noise) :])
     scan_globals(data)
     try:
         restricted_load(data)
@@ -346,7 +346,7 @@ def test_large_plain_pickles_are_scanned_in_place_not_decoded(tmp_path, monkeypa
 
 def test_legacy_prefix_read_does_not_chase_garbage_lengths(tmp_path, monkeypatch):
     from ckinspect.formats import torch_legacy
-    from ckinspect.formats.zipdir import FileReader
+    from ckinspect.io.zipdir import FileReader
 
     # a BINUNICODE claiming 3 GB inside a 2 MB file: nothing more than the file is ever requested
     path = tmp_path / "g.pt"

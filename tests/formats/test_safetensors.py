@@ -183,7 +183,11 @@ def test_fifty_thousand_tensors_list_fast(tmp_path):
     n = 50_000
     header, offset = {"__metadata__": {"format": "pt"}}, 0
     for i in range(n):
-        header[f"model.layers.{i // 10}.p{i % 10}.weight"] = {"dtype": "F16", "shape": [2, 2], "data_offsets": [offset, offset + 8]}
+        header[f"model.layers.{i // 10}.p{i % 10}.weight"] = {
+            "dtype": "F16",
+            "shape": [2, 2],
+            "data_offsets": [offset, offset + 8],
+        }
         offset += 8
     path = write_raw(tmp_path / "many.safetensors", header, b"\0" * offset)
     start = time.perf_counter()
@@ -199,7 +203,9 @@ GOOD = {"a": torch.zeros(3), "b": torch.zeros(2, 2, dtype=torch.bfloat16), "c": 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     edits=st.lists(
-        st.tuples(st.integers(0, 10_000), st.sampled_from(list(b'0123456789{}[],:" aFIU\x00\xff'))), min_size=1, max_size=3
+        st.tuples(st.integers(0, 10_000), st.sampled_from(list(b'0123456789{}[],:" aFIU\x00\xff'))),
+        min_size=1,
+        max_size=3,
     ),
     cut=st.one_of(st.none(), st.integers(0, 400)),
     extra=st.binary(max_size=9),

@@ -12,7 +12,9 @@ from safetensors.torch import save_file
 from ckinspect.formats.sharded import read_sharded
 
 
-def make_set(folder: Path, shards: dict[str, dict[str, torch.Tensor]], weight_map: dict[str, str] | None = None) -> Path:
+def make_set(
+    folder: Path, shards: dict[str, dict[str, torch.Tensor]], weight_map: dict[str, str] | None = None
+) -> Path:
     for shard, tensors in shards.items():
         save_file(tensors, folder / shard, metadata={"format": "pt"})
     if weight_map is None:
@@ -25,7 +27,10 @@ def make_set(folder: Path, shards: dict[str, dict[str, torch.Tensor]], weight_ma
 
 SHARDS = {
     "model-00001-of-00002.safetensors": {"embed.weight": torch.zeros(8, 4), "layers.0.weight": torch.zeros(4, 4)},
-    "model-00002-of-00002.safetensors": {"layers.1.weight": torch.zeros(4, 4, dtype=torch.bfloat16), "head.weight": torch.zeros(8, 4)},
+    "model-00002-of-00002.safetensors": {
+        "layers.1.weight": torch.zeros(4, 4, dtype=torch.bfloat16),
+        "head.weight": torch.zeros(8, 4),
+    },
 }
 
 
@@ -108,12 +113,20 @@ def test_bin_shards(tmp_path):
     index = tmp_path / "pytorch_model.bin.index.json"
     index.write_text(
         json.dumps(
-            {"weight_map": {"a.weight": "pytorch_model-00001-of-00002.bin", "b.weight": "pytorch_model-00002-of-00002.bin"}}
+            {
+                "weight_map": {
+                    "a.weight": "pytorch_model-00001-of-00002.bin",
+                    "b.weight": "pytorch_model-00002-of-00002.bin",
+                }
+            }
         )
     )
     ckpt = read_sharded(index)
     assert [f for f in ckpt.findings if f.code == "CORRUPT"] == []
-    assert {t.name: (t.dtype, t.shape) for t in ckpt.tensors} == {"a.weight": ("float32", (2, 3)), "b.weight": ("float16", (5,))}
+    assert {t.name: (t.dtype, t.shape) for t in ckpt.tensors} == {
+        "a.weight": ("float32", (2, 3)),
+        "b.weight": ("float16", (5,)),
+    }
     assert len({t.storage_key for t in ckpt.tensors}) == 2 and all(t.storage_key in ckpt.storages for t in ckpt.tensors)
 
 
@@ -136,7 +149,9 @@ def test_bin_shards_merge_storages_findings_and_globals(tmp_path, monkeypatch):
             ckpt.add("UNSAFE_PICKLE", "names os.system, which can run code")
         return ckpt
 
-    monkeypatch.setitem(sys.modules, "ckinspect.formats.torch_zip", types.SimpleNamespace(read_torch_zip=fake_read_torch_zip))
+    monkeypatch.setitem(
+        sys.modules, "ckinspect.formats.torch_zip", types.SimpleNamespace(read_torch_zip=fake_read_torch_zip)
+    )
     shards = ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
     for shard in shards:
         torch.save({}, tmp_path / shard)

@@ -100,7 +100,20 @@ def _zip(members: dict[str, bytes]) -> bytes:
         (b"\x00" * 5000, "zero bytes (a preallocated or unwritten file)"),
         (bytes(range(256)) * 2 + b"\x00" * 3000, "binary data"),
     ],
-    ids=["empty", "text", "unicode-text", "lfs", "random", "html", "html-indented", "json", "zip", "gzip", "zeros", "binary"],
+    ids=[
+        "empty",
+        "text",
+        "unicode-text",
+        "lfs",
+        "random",
+        "html",
+        "html-indented",
+        "json",
+        "zip",
+        "gzip",
+        "zeros",
+        "binary",
+    ],
 )
 def test_describe(files, data, expected):
     path = files("model.pt", data)

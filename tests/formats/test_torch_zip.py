@@ -263,7 +263,7 @@ def test_flipped_pickle_byte_is_crc_mismatch(tmp_path):
 def test_listing_never_reads_storage_bytes(tmp_path, monkeypatch):
     big = tmp_path / "big.pt"
     torch.save({"w": torch.zeros(4 << 20), "b": torch.zeros(3)}, big)  # 16 MiB of storage
-    from ckinspect.formats import zipdir
+    from ckinspect.io import zipdir
 
     read = []
     real = zipdir.FileReader.read_at
@@ -302,7 +302,7 @@ def test_reading_never_imports_torch_or_numpy(resume_file, tmp_path):
     code = (
         "import sys, json\n"
         "from ckinspect.formats import torch_zip, torch_legacy, pickle_file, dcp, pickle_scan, unpickler\n"
-        "import ckinspect.tree\n"
+        "import ckinspect.formats.tree\n"
         f"c = torch_zip.read_torch_zip({str(path)!r})\n"
         "print(json.dumps({'tensors': len(c.tensors), 'torch': 'torch' in sys.modules, 'numpy': 'numpy' in sys.modules}))\n"
     )  # fmt: skip
@@ -382,7 +382,7 @@ def test_storage_member_shorter_than_its_views(tmp_path):
 def test_bulk_local_header_offsets_match_one_by_one(tmp_path):
     import os
 
-    from ckinspect.formats.zipdir import FileReader, ZipError, ZipMember, data_offset, data_offsets, read_directory
+    from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, data_offset, data_offsets, read_directory
 
     path = tmp_path / "many.pt"
     torch.save({f"w{i}": torch.full((3,), float(i)) for i in range(400)}, path)  # headers span several read blocks

@@ -8,9 +8,8 @@ import os
 import pytest
 import torch
 
-from ckinspect.convert import convert
-from ckinspect.errors import CkinspectError
-
+from ckinspect.ops.convert import convert
+from ckinspect.vocab import CkinspectError
 from tests.conftest import run_cli
 from tests.repair.helpers import bit_equal, resume_state
 

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from ckinspect import repair
-from ckinspect.repair import apply_plan, plan_repairs
-
+from ckinspect.ops import repair
+from ckinspect.ops.repair import apply_plan, plan_repairs
 from tests.repair.helpers import cut, save_resume, sha, tree_hashes
 
 RANDOM_RUNS = 60
@@ -171,7 +170,7 @@ def test_sigkill_of_the_cli_process_mid_apply_loses_nothing(template, tmp_path):
 
 
 def test_undo_after_a_crash_at_any_step_restores_every_name_and_byte(template, tmp_path):
-    from ckinspect.repair import undo
+    from ckinspect.ops.repair import undo
 
     original = tree_hashes(template[0])
     step = 1

@@ -7,7 +7,7 @@ import warnings
 import torch
 import torch.distributed.checkpoint as dcp
 
-from ckinspect.leftovers import classify, find_leftovers
+from ckinspect.analysis.leftovers import classify, find_leftovers
 
 
 def interrupted_dcp(folder):

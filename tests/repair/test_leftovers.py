@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
-from ckinspect.leftovers import check_integrity, classify, find_leftovers, main_for_tmp
-
+from ckinspect.analysis.leftovers import check_integrity, classify, find_leftovers, main_for_tmp
 from tests.repair.helpers import cut, many_tensors, save_resume
 
 
@@ -19,7 +18,7 @@ def _touch(path, data=b"PK\x03\x04junk"):
 def test_every_tmp_naming_maps_to_the_file_it_was_meant_to_become(tmp_path):
     main = _touch(tmp_path / "tiny_resume.pth")
     assert main_for_tmp(_touch(tmp_path / "tiny_resume.pth.tmp")).main == main
-    assert main_for_tmp(_touch(tmp_path / ".tiny_resume.pth.k3j4h5.tmp")).main == main  # ckinspect.atomic style
+    assert main_for_tmp(_touch(tmp_path / ".tiny_resume.pth.k3j4h5.tmp")).main == main  # ckinspect.io.atomic style
     assert main_for_tmp(_touch(tmp_path / "tiny_resume.tmp")).main == main  # extension left out of the tmp name
     assert main_for_tmp(_touch(tmp_path / "dcp" / ".metadata.tmp")).main == tmp_path / "dcp" / ".metadata"
     orphan = main_for_tmp(_touch(tmp_path / "orphan.tmp"))

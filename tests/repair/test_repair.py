@@ -7,8 +7,7 @@ import json
 import pytest
 import torch
 
-from ckinspect.repair import apply_plan, plan_repairs
-
+from ckinspect.ops.repair import apply_plan, plan_repairs
 from tests.conftest import run_cli
 from tests.repair.helpers import bit_equal, cut, resume_state, save_resume, sha, tree_hashes
 

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from ckinspect.commands.salvage import render
-from ckinspect.errors import CkinspectError
-from ckinspect.salvage import salvage
-from ckinspect.zipwalk import walk_local_headers
-
+from ckinspect.io.zipwalk import walk_local_headers
+from ckinspect.ops.salvage import salvage
+from ckinspect.vocab import CkinspectError
 from tests.conftest import run_cli
 from tests.repair.helpers import bit_equal, cut, many_tensors
 

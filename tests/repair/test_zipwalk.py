@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from ckinspect.zipwalk import crc32_of, walk_local_headers
+from ckinspect.io.zipwalk import crc32_of, walk_local_headers
 
 
 class _Unseekable(io.RawIOBase):

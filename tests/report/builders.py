@@ -32,7 +32,9 @@ def contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-def build(tree: Any, path: str | Path = "ckpt.pth", fmt: str = "torch-zip", file_bytes: int | None = None) -> Checkpoint:
+def build(
+    tree: Any, path: str | Path = "ckpt.pth", fmt: str = "torch-zip", file_bytes: int | None = None
+) -> Checkpoint:
     """Replace every T in `tree` by a TensorInfo named by its dotted path, with storages to match."""
     tensors: list[TensorInfo] = []
     storages: dict[str, StorageInfo] = {}
@@ -94,7 +96,10 @@ def adamw_state(shapes: list[tuple[int, ...]] = PARAM_SHAPES, groups: int = 1) -
     state = {i: {"step": T((), "float32"), "exp_avg": T(s), "exp_avg_sq": T(s)} for i, s in enumerate(shapes)}
     ids = list(range(len(shapes)))
     cut = len(ids) // groups
-    param_groups = [{"lr": 1e-3, "weight_decay": 0.1, "params": ids[i * cut : (i + 1) * cut if i < groups - 1 else None]} for i in range(groups)]
+    param_groups = [
+        {"lr": 1e-3, "weight_decay": 0.1, "params": ids[i * cut : (i + 1) * cut if i < groups - 1 else None]}
+        for i in range(groups)
+    ]
     return {"state": state, "param_groups": param_groups}
 
 

@@ -6,9 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckinspect.anatomy import analyze, read_scalar, summarize
+from ckinspect.analysis.anatomy import analyze, read_scalar, summarize
 from ckinspect.model import StorageInfo, TensorInfo
-
 from tests.report.builders import T, build, model_sd, trainer_resume
 
 F32 = 4
@@ -62,7 +61,10 @@ def test_overlapping_views_count_each_byte_once():
 
 def test_storage_shared_across_groups_goes_to_model_first():
     # an optimizer entry that aliases a model weight (as a buggy save could): bytes once, to model
-    tree = {"model": {"w": T((10,), storage="s")}, "optimizer": {"state": {0: {"exp_avg": T((10,), storage="s")}}, "param_groups": [{"params": [0]}]}}
+    tree = {
+        "model": {"w": T((10,), storage="s")},
+        "optimizer": {"state": {0: {"exp_avg": T((10,), storage="s")}}, "param_groups": [{"params": [0]}]},
+    }
     anatomy = summarize(analyze(build(tree)))
     assert anatomy.groups["model"].bytes == 40 and anatomy.groups["optimizer"].bytes == 0
     assert anatomy.groups["optimizer"].tensor_count == 1
@@ -128,11 +130,18 @@ def views_over_storages(draw):
 def test_groups_add_up_to_tensor_bytes_and_never_exceed_storage(tree):
     ckpt = build(tree)
     # build() leaves every group "other", as a reader does: take the group from the name's first part
-    ckpt.tensors = [TensorInfo(t.name, t.dtype, t.shape, t.stride, t.storage_key, t.storage_offset, t.name.split(".")[0]) for t in ckpt.tensors]
+    ckpt.tensors = [
+        TensorInfo(t.name, t.dtype, t.shape, t.stride, t.storage_key, t.storage_offset, t.name.split(".")[0])
+        for t in ckpt.tensors
+    ]
     anatomy = summarize(ckpt)
     assert sum(g.bytes for g in anatomy.groups.values()) == anatomy.tensor_bytes
     assert 0 <= anatomy.tensor_bytes <= anatomy.storage_bytes
     assert anatomy.unused_bytes == anatomy.storage_bytes - anatomy.tensor_bytes
     # a byte reached by a model view always counts for model
-    model_only = summarize(type(ckpt)(ckpt.path, ckpt.format, ckpt.file_bytes, [t for t in ckpt.tensors if t.group == "model"], ckpt.storages))
+    model_only = summarize(
+        type(ckpt)(
+            ckpt.path, ckpt.format, ckpt.file_bytes, [t for t in ckpt.tensors if t.group == "model"], ckpt.storages
+        )
+    )
     assert anatomy.groups["model"].bytes == model_only.tensor_bytes

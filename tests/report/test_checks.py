@@ -2,9 +2,8 @@
 
 import json
 
-from ckinspect.anatomy import analyze
-from ckinspect.checks import structural_findings
-
+from ckinspect.analysis.anatomy import analyze
+from ckinspect.analysis.checks import structural_findings
 from tests.report.builders import PARAM_SHAPES, T, adamw_state, build, model_sd, names_only, trainer_resume
 
 
@@ -40,7 +39,14 @@ def test_resume_without_optimizer_and_step_names_both():
 
 
 def test_nanogpt_lacks_rng_state():
-    tree = {"model": model_sd(), "optimizer": adamw_state(), "model_args": {}, "iter_num": 5, "best_val_loss": 2.0, "config": {}}
+    tree = {
+        "model": model_sd(),
+        "optimizer": adamw_state(),
+        "model_args": {},
+        "iter_num": 5,
+        "best_val_loss": 2.0,
+        "config": {},
+    }
     (found,) = findings(tree)
     assert found.code == "RESUME_INCOMPLETE" and "RNG/data-position" in found.message
 
@@ -132,7 +138,10 @@ def test_weights_with_a_step_in_their_metadata_are_not_a_resume_file():
 
 
 def test_odd_optimizer_trees_do_not_crash_the_checks():
-    odd = {"state": {0: "not a dict", (1, 2): {"exp_avg": T((3,))}}, "param_groups": [{"params": [[0], 0]}, "x", {"params": None}]}
+    odd = {
+        "state": {0: "not a dict", (1, 2): {"exp_avg": T((3,))}},
+        "param_groups": [{"params": [[0], 0]}, "x", {"params": None}],
+    }
     found = findings(trainer_resume(optimizer=odd))
     assert [f.code for f in found] == ["OPTIMIZER_MISMATCH"]  # state for (1, 2), which no group lists
 
@@ -144,7 +153,15 @@ def test_hf_optimizer_file_against_the_model_file_beside_it(tmp_path):
     folder = tmp_path / "checkpoint-3"
     folder.mkdir()
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
-    save_file({"emb.weight": torch.zeros(16, 8), "w1.weight": torch.zeros(32, 8), "w2.weight": torch.zeros(8, 32), "norm.weight": torch.zeros(8)}, folder / "model.safetensors")
+    save_file(
+        {
+            "emb.weight": torch.zeros(16, 8),
+            "w1.weight": torch.zeros(32, 8),
+            "w2.weight": torch.zeros(8, 32),
+            "norm.weight": torch.zeros(8),
+        },
+        folder / "model.safetensors",
+    )
     good = analyze(build(adamw_state(), path=folder / "optimizer.pt"))
     assert structural_findings(good) == []
     stale = analyze(build(adamw_state([(16, 8), (32, 8), (8, 64), (8,)]), path=folder / "optimizer.pt"))

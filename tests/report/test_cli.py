@@ -8,7 +8,6 @@ import jsonschema
 import pytest
 
 from ckinspect.report.schema import SCHEMA_1
-
 from tests.conftest import REPO, run_cli
 
 
@@ -113,9 +112,10 @@ def test_markdown_and_output_file(ckpts, tmp_path):
 
 
 def test_text_fits_80_columns(ckpts):
-    from tests.conftest import REPO, cli_env
     import subprocess
     import sys
+
+    from tests.conftest import REPO, cli_env
 
     env = cli_env({"COLUMNS": "80"})
     args = [sys.executable, "-m", "ckinspect", "--report", "--quick", str(ckpts["root"])]
@@ -168,7 +168,11 @@ def test_trainer_samples_full_report(ckpts):
     assert status == 0
     flagged = {Path(e["path"]).relative_to(SAMPLES).as_posix(): codes(e) for e in data["files"] if e["findings"]}
     # the interrupted save is the only thing wrong with the samples
-    expected = {"interrupted/tiny_resume.pth": ["LEFTOVER_TMP"]} if importlib.util.find_spec("ckinspect.leftovers") else {}
+    expected = (
+        {"interrupted/tiny_resume.pth": ["LEFTOVER_TMP"]}
+        if importlib.util.find_spec("ckinspect.analysis.leftovers")
+        else {}
+    )
     assert flagged == expected
     weights = [e for e in data["files"] if e["path"].endswith("tiny.pth")]
     assert weights and all(e["layout"] == "state_dict" and e["groups"]["model"]["tensor_count"] for e in weights)

@@ -25,7 +25,9 @@ sys.stderr.write("\nPROBE " + json.dumps({"code": code, **loaded}) + "\n")
 
 def probe(*args):
     argv = json.dumps([str(a) for a in args])
-    proc = subprocess.run([sys.executable, "-c", PROBE, argv], capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, argv], capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120
+    )
     line = [l for l in proc.stderr.splitlines() if l.startswith("PROBE ")]
     assert line, proc.stderr
     return json.loads(line[-1][len("PROBE ") :])
@@ -45,15 +47,25 @@ def test_report_never_imports_torch_or_textual(ckpts, options):
 
 
 def test_core_modules_import_alone_without_torch_textual_or_rich():
-    modules = ["ckinspect.cli", "ckinspect.formats", "ckinspect.anatomy", "ckinspect.checks", "ckinspect.layouts",
-               "ckinspect.report.json_report", "ckinspect.report.markdown", "ckinspect.report.schema"]
+    modules = [
+        "ckinspect.cli",
+        "ckinspect.formats",
+        "ckinspect.analysis.anatomy",
+        "ckinspect.analysis.checks",
+        "ckinspect.analysis.layouts",
+        "ckinspect.report.json_report",
+        "ckinspect.report.markdown",
+        "ckinspect.report.schema",
+    ]
     code = (
         "import importlib, json, sys\n"
         f"for m in {modules!r}:\n"
         "    importlib.import_module(m)\n"
         "print(json.dumps({m: m in sys.modules for m in ('torch', 'textual', 'rich', 'numpy')}))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     loaded = json.loads(proc.stdout)
     assert loaded == {"torch": False, "textual": False, "rich": False, "numpy": False}

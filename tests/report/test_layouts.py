@@ -3,8 +3,7 @@
 import json
 from collections import Counter
 
-from ckinspect.anatomy import analyze
-
+from ckinspect.analysis.anatomy import analyze
 from tests.report.builders import T, adamw_state, build, model_sd, names_only, trainer_resume
 
 
@@ -27,7 +26,14 @@ def test_bundled_trainer():
 
 
 def test_minimind():
-    tree = {"model": model_sd(), "optimizer": adamw_state(), "epoch": 2, "step": 500, "world_size": 2, "wandb_id": "abc"}
+    tree = {
+        "model": model_sd(),
+        "optimizer": adamw_state(),
+        "epoch": 2,
+        "step": 500,
+        "world_size": 2,
+        "wandb_id": "abc",
+    }
     ckpt = analyze(build(tree))
     assert ckpt.layout == "minimind"
     assert group_counts(ckpt) == {"model": 5, "optimizer": 12}
@@ -89,7 +95,9 @@ def test_hf_trainer_folder_files(tmp_path):
     assert model.metadata["step"] == 500 and model.metadata["epoch"] == 1.5 and model.metadata["max_steps"] == 1000
     opt = analyze(build(adamw_state(), path=folder / "optimizer.pt"))
     assert opt.layout == "hf-trainer" and set(groups(opt).values()) == {"optimizer"}
-    rng = analyze(build({"python": (3, (), None), "numpy": None, "cpu": T((5056,), "uint8")}, path=folder / "rng_state.pth"))
+    rng = analyze(
+        build({"python": (3, (), None), "numpy": None, "cpu": T((5056,), "uint8")}, path=folder / "rng_state.pth")
+    )
     assert rng.layout == "hf-trainer" and set(groups(rng).values()) == {"rng"}
 
 
@@ -156,7 +164,9 @@ def test_unknown_shapes_are_grouped_by_name():
 
 
 def test_flat_safetensors_tree_with_optimizer_names_is_not_all_model():
-    ckpt = build({"model.w": T((4, 4)), "optimizer.state.0.exp_avg": T((4, 4))}, path="x.safetensors", fmt="safetensors")
+    ckpt = build(
+        {"model.w": T((4, 4)), "optimizer.state.0.exp_avg": T((4, 4))}, path="x.safetensors", fmt="safetensors"
+    )
     ckpt.tree = {t.name: t for t in ckpt.tensors}  # as the safetensors reader leaves it
     ckpt.metadata["step"] = "12"  # safetensors metadata is strings
     analyze(ckpt)
@@ -176,7 +186,7 @@ def test_rng_file_by_name():
 
 
 def test_role_name_prefilter_agrees_with_the_full_search():
-    from ckinspect.layouts import _ROLE_NAMES, OPTIMIZER_KEYS, _names_a_role
+    from ckinspect.analysis.layouts import _ROLE_NAMES, OPTIMIZER_KEYS, _names_a_role
 
     names = ["layers.0.w", "dropout.p", "Optimizer.state.0.exp_avg", "a.OPT.b", "x.state.y", "cuda_RNG", "np.Random_State",
              "gan.Generator.w", "optimizers", "weights.\u212a", "\u017ftate.0.w", "opt_state_x", "adapter.up"]  # fmt: skip

@@ -5,12 +5,11 @@ import json
 import jsonschema
 import pytest
 
-from ckinspect.anatomy import analyze
-from ckinspect.checks import structural_findings
+from ckinspect.analysis.anatomy import analyze
+from ckinspect.analysis.checks import structural_findings
 from ckinspect.model import Finding
 from ckinspect.report import json_report, markdown, text
 from ckinspect.report.schema import SCHEMA_1
-
 from tests.report.builders import T, build, model_sd, trainer_resume
 
 LONG = "transformer.h.11.attention.query_key_value_projection_with_a_really_long_name.weight"
@@ -27,7 +26,11 @@ def report():
     good = checked(trainer_resume(), path="runs/good_resume.pth")
     bad = checked(trainer_resume(rng=None, model=model_sd("float16")), path="runs/fp16_resume.pth")
     bad.findings.insert(0, Finding("UNSAFE_PICKLE", "names os.system | builtins.exec; never executed"))
-    wide = checked({LONG: T((4096, 4096), "bfloat16"), **{f"b{i}": T((2,)) for i in range(40)}}, path="w.safetensors", fmt="safetensors")
+    wide = checked(
+        {LONG: T((4096, 4096), "bfloat16"), **{f"b{i}": T((2,)) for i in range(40)}},
+        path="w.safetensors",
+        fmt="safetensors",
+    )
     return json_report.build([good, bad, wide])
 
 
@@ -53,7 +56,9 @@ def test_json_numbers_are_exact_bytes(report):
 
 
 def test_metadata_of_any_kind_becomes_plain_json():
-    ckpt = checked({"model": model_sd(), "step": 3, "best": float("inf"), "blob": b"\0" * 9, "odd": object(), "cfg": {1: (2, 3)}})
+    ckpt = checked(
+        {"model": model_sd(), "step": 3, "best": float("inf"), "blob": b"\0" * 9, "odd": object(), "cfg": {1: (2, 3)}}
+    )
     entry = json_report.file_entry(ckpt)
     json.dumps(entry, allow_nan=False)
     assert entry["metadata"]["best"] == "inf"

@@ -14,7 +14,12 @@ ANSI = re.compile(r"\x1b\[")
 
 COMMANDS = {
     "report": ["--report", "--quick", SAMPLES / "stopped-30" / "tiny_resume.pth"],
-    "diff": ["diff", SAMPLES / "straight-60" / "tiny_resume.pth", SAMPLES / "stopped-30" / "tiny_resume.pth", "--report"],
+    "diff": [
+        "diff",
+        SAMPLES / "straight-60" / "tiny_resume.pth",
+        SAMPLES / "stopped-30" / "tiny_resume.pth",
+        "--report",
+    ],
     "drift": ["drift", SAMPLES / "resumed-60" / "tiny_resume.pth", "--report"],
 }
 
@@ -54,14 +59,33 @@ def test_wider_columns_are_used_and_drift_adds_absolute_errors():
 
 def test_diff_table_names_what_changed_and_where():
     def change(name, reason, a, b, n_diff, numel, first):
-        return {"name": name, "reason": reason, "max_abs_diff": 1.0, "max_rel_diff": 0.5, "n_diff": n_diff,
-                "numel": numel, "first_index": first, "a": {"name": name, **a}, "b": {"name": name, **b}}
+        return {
+            "name": name,
+            "reason": reason,
+            "max_abs_diff": 1.0,
+            "max_rel_diff": 0.5,
+            "n_diff": n_diff,
+            "numel": numel,
+            "first_index": first,
+            "a": {"name": name, **a},
+            "b": {"name": name, **b},
+        }
 
     f32 = {"dtype": "float32", "shape": [40, 8]}
-    diff = {"a": "a.pt", "b": "b.pt", "match": "names matched exactly", "identical": False, "same": 1,
-            "only_a": [], "only_b": [], "atol": 0.0, "changed": [
-                change("tok.weight", "values", f32, f32, 1, 320, [2, 3]),
-                change("head.weight", "dtype", f32, {"dtype": "float16", "shape": [40, 8]}, 320, 320, [0, 0])]}
+    diff = {
+        "a": "a.pt",
+        "b": "b.pt",
+        "match": "names matched exactly",
+        "identical": False,
+        "same": 1,
+        "only_a": [],
+        "only_b": [],
+        "atol": 0.0,
+        "changed": [
+            change("tok.weight", "values", f32, f32, 1, 320, [2, 3]),
+            change("head.weight", "dtype", f32, {"dtype": "float16", "shape": [40, 8]}, 320, 320, [0, 0]),
+        ],
+    }
     assert max(map(len, diff_report.render_text(diff, width=80).splitlines())) <= 80
     text = diff_report.render_text(diff, width=100)
     assert re.search(r"tok\.weight\s+values\s+1\s+0\.5\s+1 \(0\.3%\)\s+\[2,3\]", text)
@@ -74,9 +98,16 @@ def test_diff_table_names_what_changed_and_where():
 
 def test_drift_text_colours_only_when_asked():
     stats = {"max_abs": 0.0, "max_rel": 0.0, "overflow": 0, "underflow": 0, "worst_tensor": None}
-    drift = {"path": "w.pt", "summary": {"tensors": 0, "values": 0, "fp16": stats, "bf16": stats}, "weights": [],
-             "logits": None, "logits_skipped": "no model", "findings": [
-                 {"code": "FP16_OVERFLOW", "severity": "warning", "message": "w: 1 values become inf", "tensor": "w"}]}
+    drift = {
+        "path": "w.pt",
+        "summary": {"tensors": 0, "values": 0, "fp16": stats, "bf16": stats},
+        "weights": [],
+        "logits": None,
+        "logits_skipped": "no model",
+        "findings": [
+            {"code": "FP16_OVERFLOW", "severity": "warning", "message": "w: 1 values become inf", "tensor": "w"}
+        ],
+    }
     plain, coloured = drift_report.render_text(drift), drift_report.render_text(drift, color=True)
     assert "! FP16_OVERFLOW w: 1 values become inf" in plain and not ANSI.search(plain)
     assert ANSI.search(coloured)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ckinspect.anatomy import analyze
+from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,7 +30,9 @@ def contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-def zip_checkpoint(path: Path, storages: dict[str, np.ndarray], views: dict[str, View], fmt: str = "torch-zip") -> Checkpoint:
+def zip_checkpoint(
+    path: Path, storages: dict[str, np.ndarray], views: dict[str, View], fmt: str = "torch-zip"
+) -> Checkpoint:
     """Write each storage as a stored zip member `archive/data/<key>` and describe it like the torch zip reader."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         zf.writestr("archive/data.pkl", b"placeholder")
@@ -53,10 +55,19 @@ def zip_checkpoint(path: Path, storages: dict[str, np.ndarray], views: dict[str,
     return Checkpoint(Path(path), fmt, Path(path).stat().st_size, tensors, infos)
 
 
-def simple_checkpoint(path: Path, arrays: dict[str, np.ndarray], group: str = "other", dtypes: dict[str, str] | None = None) -> Checkpoint:
+def simple_checkpoint(
+    path: Path, arrays: dict[str, np.ndarray], group: str = "other", dtypes: dict[str, str] | None = None
+) -> Checkpoint:
     """One contiguous tensor per storage, named as given (dtype from numpy unless overridden, e.g. bfloat16)."""
-    names = {np.dtype("float32"): "float32", np.dtype("float16"): "float16", np.dtype("float64"): "float64",
-             np.dtype("int64"): "int64", np.dtype("uint8"): "uint8", np.dtype("int32"): "int32", np.dtype("bool"): "bool"}
+    names = {
+        np.dtype("float32"): "float32",
+        np.dtype("float16"): "float16",
+        np.dtype("float64"): "float64",
+        np.dtype("int64"): "int64",
+        np.dtype("uint8"): "uint8",
+        np.dtype("int32"): "int32",
+        np.dtype("bool"): "bool",
+    }
     storages, views = {}, {}
     for i, (name, arr) in enumerate(arrays.items()):
         key = str(i)

@@ -43,7 +43,12 @@ def test_diff_json_is_schema_1_with_both_files_and_the_diff(files):
     d = doc["diff"]
     assert (d["identical"], d["same"], d["only_a"], d["only_b"]) == (False, 1, [], [])
     [change] = d["changed"]
-    assert (change["name"], change["reason"], change["n_diff"], change["first_index"]) == ("tok.weight", "values", 1, [2, 3])
+    assert (change["name"], change["reason"], change["n_diff"], change["first_index"]) == (
+        "tok.weight",
+        "values",
+        1,
+        [2, 3],
+    )
     assert change["max_abs_diff"] == pytest.approx(1.0, abs=1e-6)
 
 

@@ -4,15 +4,18 @@ import numpy as np
 import pytest
 import torch
 
-from ckinspect.diff import diff_checkpoints
+from ckinspect.analysis.diff import diff_checkpoints
 from tests.scan.helpers import View, simple_checkpoint, zip_checkpoint
 
 
 @pytest.fixture
 def weights():
     rng = np.random.default_rng(0)
-    return {"emb.weight": rng.standard_normal((64, 16)).astype(np.float32), "norm.weight": np.ones(16, np.float32),
-            "big": rng.standard_normal(600_000).astype(np.float32)}
+    return {
+        "emb.weight": rng.standard_normal((64, 16)).astype(np.float32),
+        "norm.weight": np.ones(16, np.float32),
+        "big": rng.standard_normal(600_000).astype(np.float32),
+    }
 
 
 def test_identical_checkpoints(tmp_path, weights):
@@ -21,7 +24,9 @@ def test_identical_checkpoints(tmp_path, weights):
     r = diff_checkpoints(a, b)
     assert r.identical and len(r.same) == 3 and r.match == "names matched exactly"
     doc = r.to_json()
-    assert doc["identical"] is True and doc["same"] == 3 and doc["changed"] == [] and doc["only_a"] == doc["only_b"] == []
+    assert (
+        doc["identical"] is True and doc["same"] == 3 and doc["changed"] == [] and doc["only_a"] == doc["only_b"] == []
+    )
     assert doc["bytes_compared"] == 2 * sum(w.nbytes for w in weights.values())
 
 
@@ -40,13 +45,23 @@ def test_changed_values_report_max_diff_count_and_first_index(tmp_path, weights)
     assert (emb.reason, emb.n_diff, emb.first_index) == ("values", 2, [3, 5])
     assert emb.max_abs_diff == pytest.approx(0.5, abs=1e-6)
     assert by["big"].first_index == [599_999] and by["big"].max_abs_diff == float("inf")
-    assert r.to_json()["changed"][0].keys() >= {"name", "reason", "max_abs_diff", "max_rel_diff", "n_diff", "first_index"}
+    assert r.to_json()["changed"][0].keys() >= {
+        "name",
+        "reason",
+        "max_abs_diff",
+        "max_rel_diff",
+        "n_diff",
+        "first_index",
+    }
 
 
 def test_only_in_one_side_shape_and_dtype(tmp_path, weights):
     a = simple_checkpoint(tmp_path / "a.pt", weights)
-    other = {"emb.weight": weights["emb.weight"][:32], "norm.weight": weights["norm.weight"].astype(np.float16),
-             "new": np.zeros(3, np.float32)}
+    other = {
+        "emb.weight": weights["emb.weight"][:32],
+        "norm.weight": weights["norm.weight"].astype(np.float16),
+        "new": np.zeros(3, np.float32),
+    }
     r = diff_checkpoints(a, simple_checkpoint(tmp_path / "b.pt", other))
     reasons = {c.name: c.reason for c in r.changed}
     assert reasons == {"emb.weight": "shape", "norm.weight": "dtype"}
@@ -123,8 +138,12 @@ def test_a_different_step_counter_is_a_difference(tmp_path, weights):
 
 def _state():
     torch.manual_seed(0)
-    return {"a.weight": torch.randn(30, 20), "b.weight": torch.randn(20).bfloat16(), "c": torch.arange(10),
-            "t": torch.randn(8, 6).t()}
+    return {
+        "a.weight": torch.randn(30, 20),
+        "b.weight": torch.randn(20).bfloat16(),
+        "c": torch.arange(10),
+        "t": torch.randn(8, 6).t(),
+    }
 
 
 @pytest.mark.parametrize("kind", ["legacy", "sharded", "dcp"])
@@ -164,7 +183,7 @@ def test_the_same_tensors_in_every_format_are_identical(tmp_path, open_ckpt, kin
 
 
 def test_big_transposed_view_against_its_contiguous_copy_reads_the_span_once(tmp_path, monkeypatch):
-    import ckinspect.diff as diff_mod
+    import ckinspect.analysis.diff as diff_mod
 
     monkeypatch.setattr(diff_mod, "_DECODE_ELEMENTS", 1000)  # force many blocks on a small tensor
     base = np.random.default_rng(5).standard_normal((300, 200)).astype(np.float32)
@@ -189,17 +208,22 @@ def test_many_tiny_tensors_stay_fast(tmp_path):
 
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "bfloat16"])
 def test_narrow_floats_decode_as_torch_does(name):
-    from ckinspect.diff import decode
+    from ckinspect.analysis.diff import decode
 
     width = 2 if name == "bfloat16" else 1
     codes = np.arange(1 << (8 * width), dtype=np.uint16 if width == 2 else np.uint8)
-    ref = torch.from_numpy(codes.view(np.int16) if width == 2 else codes.copy()).view(getattr(torch, name)).double().numpy()
+    ref = (
+        torch.from_numpy(codes.view(np.int16) if width == 2 else codes.copy())
+        .view(getattr(torch, name))
+        .double()
+        .numpy()
+    )
     assert np.array_equal(decode(codes, name), ref, equal_nan=True)
 
 
 def test_match_names_pairs_a_resume_files_model_with_a_bare_weights_file():
-    from ckinspect.diff import match_names
-    from ckinspect.inspect import inspect_path
+    from ckinspect.analysis.diff import match_names
+    from ckinspect.analysis.inspect import inspect_path
     from tests.conftest import REPO
 
     resume = inspect_path(REPO / "samples/resumed-60/tiny_resume.pth", quick=True)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ckinspect.drift import logit_drift, logit_drift_reason, to_bf16, weight_drift
+from ckinspect.analysis.drift import logit_drift, logit_drift_reason, to_bf16, weight_drift
 from tests.scan.helpers import simple_checkpoint
 
 
@@ -32,8 +32,12 @@ def test_bf16_rounding_is_torchs_round_to_nearest_even():
 
 
 def test_only_model_tensors_and_half_sources(tmp_path):
-    arrays = {"model.w": np.linspace(-1, 1, 1000, dtype=np.float32), "model.h": np.linspace(-1, 1, 100).astype(np.float16),
-              "optimizer.state.0.exp_avg": np.ones(10, np.float32), "model.idx": np.arange(4)}
+    arrays = {
+        "model.w": np.linspace(-1, 1, 1000, dtype=np.float32),
+        "model.h": np.linspace(-1, 1, 100).astype(np.float16),
+        "optimizer.state.0.exp_avg": np.ones(10, np.float32),
+        "model.idx": np.arange(4),
+    }
     drifts = {d.name: d for d in weight_drift(simple_checkpoint(tmp_path / "r.pt", arrays))}
     assert set(drifts) == {"model.w", "model.h"}
     assert drifts["model.h"].fp16.max_abs == 0.0 and drifts["model.h"].bf16.max_abs > 0  # fp16 values lose bits in bf16

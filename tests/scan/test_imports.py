@@ -9,9 +9,9 @@ CODE = r"""
 import sys, tempfile, pathlib
 import numpy as np
 from tests.scan.helpers import simple_checkpoint
-from ckinspect.scan import scan_values
-from ckinspect.diff import diff_checkpoints
-from ckinspect.drift import weight_drift
+from ckinspect.analysis.scan import scan_values
+from ckinspect.analysis.diff import diff_checkpoints
+from ckinspect.analysis.drift import weight_drift
 from ckinspect.report import diff_report, drift_report
 import ckinspect.commands.diff, ckinspect.commands.drift
 d = pathlib.Path(tempfile.mkdtemp())
@@ -24,7 +24,13 @@ print(sorted(m for m in ("torch", "textual") if m in sys.modules))
 
 
 def test_no_torch_or_textual_import():
-    proc = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, env=cli_env(), timeout=120,
-                          cwd=str(__import__("tests.conftest").conftest.REPO))
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+        cwd=str(__import__("tests.conftest").conftest.REPO),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

@@ -12,8 +12,14 @@ def test_straight_vs_resumed_is_identical(samples):
 
 
 def test_straight_vs_stopped_differs(samples):
-    proc = run_cli("diff", samples / "straight-60" / "tiny_resume.pth", samples / "stopped-30" / "tiny_resume.pth",
-                   "--report", "--format", "json")
+    proc = run_cli(
+        "diff",
+        samples / "straight-60" / "tiny_resume.pth",
+        samples / "stopped-30" / "tiny_resume.pth",
+        "--report",
+        "--format",
+        "json",
+    )
     assert proc.returncode == 1
     diff = json.loads(proc.stdout)["diff"]
     changed = {c["name"] for c in diff["changed"]}
@@ -22,17 +28,27 @@ def test_straight_vs_stopped_differs(samples):
 
 
 def test_resume_file_against_its_fp16_weights(samples):
-    proc = run_cli("diff", samples / "straight-60" / "tiny_resume.pth", samples / "straight-60" / "tiny.pth",
-                   "--report", "--only", "model", "--format", "json")
+    proc = run_cli(
+        "diff",
+        samples / "straight-60" / "tiny_resume.pth",
+        samples / "straight-60" / "tiny.pth",
+        "--report",
+        "--only",
+        "model",
+        "--format",
+        "json",
+    )
     diff = json.loads(proc.stdout)["diff"]
     assert proc.returncode == 1 and not diff["only_a"] and not diff["only_b"]
-    assert {c["reason"] for c in diff["changed"]} == {"dtype"} and 0 < max(c["max_abs_diff"] for c in diff["changed"]) < 1e-2
+    assert {c["reason"] for c in diff["changed"]} == {"dtype"} and 0 < max(
+        c["max_abs_diff"] for c in diff["changed"]
+    ) < 1e-2
 
 
 def test_logit_drift_matches_the_trainers_verify_figure(samples, open_ckpt):
     import torch
 
-    from ckinspect.drift import logit_drift
+    from ckinspect.analysis.drift import logit_drift
     from trainer import experiment
 
     ckpt = open_ckpt(samples / "straight-60" / "tiny_resume.pth")
@@ -44,4 +60,6 @@ def test_logit_drift_matches_the_trainers_verify_figure(samples, open_ckpt):
     assert ours["fp16"]["top1_agreement"] == verify["top1_agreement"]
     assert 0 < ours["fp16"]["max_abs"] < ours["bf16"]["max_abs"]  # bf16 keeps fewer mantissa bits
     weights_only = logit_drift(open_ckpt(samples / "straight-60" / "tiny.pth"))
-    assert weights_only is not None and weights_only["fp16"]["max_abs"] == 0.0 and weights_only["stored_as"] == ["float16"]
+    assert (
+        weights_only is not None and weights_only["fp16"]["max_abs"] == 0.0 and weights_only["stored_as"] == ["float16"]
+    )

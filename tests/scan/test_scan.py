@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ckinspect.scan import scan_values
+from ckinspect.analysis.scan import scan_values
 from tests.scan.helpers import View, flip_byte, saved_checkpoint, simple_checkpoint, to_bf16_bits, zip_checkpoint
 
 
@@ -16,7 +16,11 @@ def codes(result):
 
 def test_a_flipped_byte_in_one_storage_is_corrupt_naming_that_tensor(tmp_path):
     torch.manual_seed(0)
-    tensors = {"model.embed.weight": torch.randn(64, 32), "model.head.weight": torch.randn(16, 32), "step": torch.tensor(7)}
+    tensors = {
+        "model.embed.weight": torch.randn(64, 32),
+        "model.head.weight": torch.randn(16, 32),
+        "step": torch.tensor(7),
+    }
     path = tmp_path / "ckpt.pt"
     ckpt = saved_checkpoint(path, tensors)
     assert codes(scan_values(ckpt)) == []
@@ -102,7 +106,9 @@ def test_non_contiguous_views_and_storage_offsets(tmp_path):
 
 def test_tied_names_share_stats_and_progress_reaches_total(tmp_path):
     x = np.arange(1000, dtype=np.float32)
-    ckpt = zip_checkpoint(tmp_path / "t.pt", {"0": x}, {"emb": View("0", "float32", (1000,)), "out": View("0", "float32", (1000,))})
+    ckpt = zip_checkpoint(
+        tmp_path / "t.pt", {"0": x}, {"emb": View("0", "float32", (1000,)), "out": View("0", "float32", (1000,))}
+    )
     calls = []
     result = scan_values(ckpt, progress=lambda done, total: calls.append((done, total)))
     assert result.stats["emb"] == result.stats["out"] and result.stats["emb"].max == 999.0
@@ -127,7 +133,9 @@ def test_single_thread_gives_the_same_answer(tmp_path, monkeypatch):
     monkeypatch.setenv("CKINSPECT_THREADS", "1")
     one = scan_values(ckpt)
     for name in arrays:
-        assert one.stats[name].min == two.stats[name].min and math.isclose(one.stats[name].std, two.stats[name].std, rel_tol=1e-9)
+        assert one.stats[name].min == two.stats[name].min and math.isclose(
+            one.stats[name].std, two.stats[name].std, rel_tol=1e-9
+        )
 
 
 def test_huge_finite_values_do_not_overflow_the_std(tmp_path):

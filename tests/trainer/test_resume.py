@@ -119,8 +119,14 @@ def test_cli_stop_and_resume_from_the_command_line(tmp_path, runs):
     """The issue's 'done when', as a user types it (the straight run is the in-process one: same defaults)."""
 
     def trainer(*args):
-        return subprocess.run([sys.executable, "-m", "trainer", *map(str, args)], capture_output=True, text=True,
-                              cwd=tmp_path, env=cli_env(), timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "trainer", *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=cli_env(),
+            timeout=120,
+        )
 
     assert trainer("train", "--out", "B", "--steps", "60", "--stop-after", "30").returncode == 0
     proc = trainer("train", "--out", "B", "--steps", "60", "--resume", "B/tiny_resume.pth")
@@ -176,7 +182,7 @@ def test_verify_reports_exact_resume_and_nonzero_ablations(experiment):
     assert sizes["fp16_weights"] < sizes["fp32_weights"] < sizes["resume"]
     assert 300_000 < sizes["resume"] < 600_000
     assert 0.6 < result["optimizer_share"] < 0.7
-    assert 0.0 < result["logit_drift"]["max_abs"] and result["logit_drift"]["top1_agreement"] > 0.95
+    assert result["logit_drift"]["max_abs"] > 0.0 and result["logit_drift"]["top1_agreement"] > 0.95
     assert result["ok"]
     table = render(result)
     assert "stop 30 + resume  " in table and "PASS" in table

@@ -20,8 +20,14 @@ pytestmark = [pytest.mark.torchrun, pytest.mark.slow]
 def _torchrun(cwd, *args, nproc=2):
     # --standalone: a private rendezvous on a free port, so parallel test runs never collide
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
-    proc = subprocess.run([*launcher, "-m", "trainer", "train", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=cli_env({"OMP_NUM_THREADS": "1"}), timeout=180)
+    proc = subprocess.run(
+        [*launcher, "-m", "trainer", "train", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=cli_env({"OMP_NUM_THREADS": "1"}),
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 

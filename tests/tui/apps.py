@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ckinspect.leftovers import Leftover
+from ckinspect.analysis.leftovers import Leftover
 from ckinspect.model import Checkpoint
-from ckinspect.repair import ApplyResult, RepairAction, RepairPlan, UndoResult
+from ckinspect.ops.repair import ApplyResult, RepairAction, RepairPlan, UndoResult
 from ckinspect.tui.app import CkinspectApp, create_app
 from ckinspect.tui.core import Backend, ScanOutcome
-
 from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH, demo_checkpoint
 
 
@@ -42,12 +41,23 @@ class FixtureBackend(Backend):
         folder = Path(path)
         if self.applied:
             return RepairPlan(folder)
-        return RepairPlan(folder, [
-            RepairAction("set-aside", Leftover(folder / "step_30_resume.pth.tmp", folder / "step_30_resume.pth"), None,
-                         "partial tmp (zip directory missing) beside an intact main file"),
-            RepairAction("promote", Leftover(folder / "step_60_resume.pth.tmp", folder / "step_60_resume.pth"), None,
-                         "complete tmp (step 60) is newer than the main file (step 30); the old main is kept aside"),
-        ])
+        return RepairPlan(
+            folder,
+            [
+                RepairAction(
+                    "set-aside",
+                    Leftover(folder / "step_30_resume.pth.tmp", folder / "step_30_resume.pth"),
+                    None,
+                    "partial tmp (zip directory missing) beside an intact main file",
+                ),
+                RepairAction(
+                    "promote",
+                    Leftover(folder / "step_60_resume.pth.tmp", folder / "step_60_resume.pth"),
+                    None,
+                    "complete tmp (step 60) is newer than the main file (step 30); the old main is kept aside",
+                ),
+            ],
+        )
 
     def apply_plan(self, plan: RepairPlan) -> ApplyResult:
         self.applied.append(plan)
@@ -63,7 +73,14 @@ class FixtureBackend(Backend):
 
 def demo_backend(data_dir: Path) -> FixtureBackend:
     a = demo_checkpoint(data_dir)
-    b = demo_checkpoint(data_dir, path=DEMO_B_PATH, nudge=1e-3, drop=("model.layers.1.ffn_norm.weight",), extra=True, with_findings=False)
+    b = demo_checkpoint(
+        data_dir,
+        path=DEMO_B_PATH,
+        nudge=1e-3,
+        drop=("model.layers.1.ffn_norm.weight",),
+        extra=True,
+        with_findings=False,
+    )
     b.metadata["step"] = 60
     return FixtureBackend({DEMO_PATH: a, DEMO_B_PATH: b})
 

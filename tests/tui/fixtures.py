@@ -25,7 +25,9 @@ def _contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-def _param_shapes(dim: int = 64, layers: int = 2, vocab: int = 256, hidden: int = 172) -> list[tuple[str, tuple[int, ...]]]:
+def _param_shapes(
+    dim: int = 64, layers: int = 2, vocab: int = 256, hidden: int = 172
+) -> list[tuple[str, tuple[int, ...]]]:
     shapes: list[tuple[str, tuple[int, ...]]] = [("tok_embeddings.weight", (vocab, dim))]
     for i in range(layers):
         p = f"layers.{i}"
@@ -71,7 +73,9 @@ def demo_checkpoint(
         if storage_key is None:
             storage_key = str(len(storages))
             raw = values.tobytes()
-            storages[storage_key] = StorageInfo(storage_key, dtype, len(raw), raw_file, len(blob), member=f"archive/data/{storage_key}")
+            storages[storage_key] = StorageInfo(
+                storage_key, dtype, len(raw), raw_file, len(blob), member=f"archive/data/{storage_key}"
+            )
             blob.extend(raw)
         if name not in drop:
             tensors.append(TensorInfo(name, dtype, shape, _contiguous_stride(shape), storage_key, 0, group))
@@ -108,15 +112,26 @@ def demo_checkpoint(
         tensors=tensors,
         storages=storages,
         metadata={"step": 30, "epoch": 0, "world_size": 1, "config": {"dim": 64, "n_layers": 2, "vocab_size": 256}},
-        globals=["collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "torch.FloatStorage", "torch.ByteStorage"],
+        globals=[
+            "collections.OrderedDict",
+            "torch._utils._rebuild_tensor_v2",
+            "torch.FloatStorage",
+            "torch.ByteStorage",
+        ],
         layout="trainer",
         files=[path],
     )
     if with_findings:
         ckpt.findings = [
             Finding("NONFINITE", "1 NaN and 1 Inf in model.layers.1.mlp.w2.weight", "model.layers.1.mlp.w2.weight"),
-            Finding("FP16_OVERFLOW", "2 values beyond float16's range (max |x| 80000) in 2 tensors", "model.layers.0.attn.wo.weight"),
-            Finding("LEFTOVER_TMP", "step_30_resume.pth.tmp beside it: an interrupted save (tmp incomplete, main intact)"),
+            Finding(
+                "FP16_OVERFLOW",
+                "2 values beyond float16's range (max |x| 80000) in 2 tensors",
+                "model.layers.0.attn.wo.weight",
+            ),
+            Finding(
+                "LEFTOVER_TMP", "step_30_resume.pth.tmp beside it: an interrupted save (tmp incomplete, main intact)"
+            ),
             Finding("LAYOUT", "recognised the bundled trainer's resume layout"),
         ]
     return ckpt
@@ -138,4 +153,6 @@ def big_checkpoint(count: int = 50_000) -> Checkpoint:
         storages[key] = StorageInfo(key, "float32", nbytes, raw_file, offset)
         offset += nbytes
         tensors.append(TensorInfo(name, "float32", shape, (shape[1], 1), key, 0, group))
-    return Checkpoint(Path("runs/big/big_resume.pth"), "torch-zip", offset, tensors, storages, {"step": 1000}, layout="trainer")
+    return Checkpoint(
+        Path("runs/big/big_resume.pth"), "torch-zip", offset, tensors, storages, {"step": 1000}, layout="trainer"
+    )

@@ -8,7 +8,6 @@ import time
 from ckinspect.tui.app import create_app
 from ckinspect.tui.widgets.tensor_table import TensorTable
 from ckinspect.tui.widgets.tensor_tree import TensorTree
-
 from tests.tui.apps import FixtureBackend
 from tests.tui.fixtures import big_checkpoint
 

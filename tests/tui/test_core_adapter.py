@@ -11,7 +11,6 @@ import numpy as np
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 from ckinspect.tui.core import human_bytes, name_matcher, tensor_value_stats
 from ckinspect.tui.screens.diff import align
-
 from tests.conftest import REPO, cli_env, run_cli
 
 
@@ -58,7 +57,11 @@ def test_alignment_keeps_a_order_and_slots_b_only_tensors_after_their_neighbour(
     b.tensors[0] = TensorInfo("x", "float32", (3,), (1,), "x")
     pairs = align(a, b)
     assert [(p.name, p.status) for p in pairs] == [
-        ("x", "shape changed"), ("new", "only in B"), ("y", "only in A"), ("z", "comparing"), ("tail", "only in B"),
+        ("x", "shape changed"),
+        ("new", "only in B"),
+        ("y", "only in A"),
+        ("z", "comparing"),
+        ("tail", "only in B"),
     ]
 
 
@@ -68,7 +71,9 @@ def test_nothing_outside_the_tui_imports_textual():
         "assert 'textual' not in sys.modules, 'textual imported'\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -78,7 +83,7 @@ def test_a_missing_path_is_a_one_line_error_not_a_tui():
 
 
 def test_rows_align_the_way_the_diff_matches_renamed_names():
-    from ckinspect.diff import match_names
+    from ckinspect.analysis.diff import match_names
 
     def ckpt(*names: str) -> Checkpoint:
         return Checkpoint(Path("c"), "torch-zip", 0, [TensorInfo(n, "float32", (2,), (1,), n) for n in names])
@@ -88,6 +93,8 @@ def test_rows_align_the_way_the_diff_matches_renamed_names():
     matched = {x: y for x, y in match_names(a, b) if x and y}
     assert matched == {"model.w": "w", "model.emb": "emb", "model.norm": "norm"}
     assert [(p.name, p.b.name if p.b else None, p.status) for p in align(a, b, matched)] == [
-        ("model.emb", "emb", "comparing"), ("model.w", "w", "comparing"), ("model.norm", "norm", "comparing"),
+        ("model.emb", "emb", "comparing"),
+        ("model.w", "w", "comparing"),
+        ("model.norm", "norm", "comparing"),
         ("optimizer.state.0.exp_avg", None, "only in A"),
     ]

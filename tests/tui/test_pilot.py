@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from ckinspect.errors import CkinspectError
 from ckinspect.tui.core import Backend
 from ckinspect.tui.screens.confirm import ConfirmScreen
 from ckinspect.tui.screens.diff import DiffScreen
@@ -18,7 +16,7 @@ from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.tensor_table import TensorTable
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
-
+from ckinspect.vocab import CkinspectError
 from tests.tui.apps import make_app
 from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
 
@@ -55,7 +53,14 @@ async def test_sort_by_key_and_by_clicking_a_header(tmp_path):
         assert names == sorted(names)
         await pilot.press("r")
         assert [table.rows[i].key for i in table.view] == sorted(names, reverse=True)
-        size_x = sum(w + 1 for w, c in zip(table._widths(), table.columns) if c.key != "size" and table.columns.index(c) < table.column_index("size")) + 2
+        size_x = (
+            sum(
+                w + 1
+                for w, c in zip(table._widths(), table.columns)
+                if c.key != "size" and table.columns.index(c) < table.column_index("size")
+            )
+            + 2
+        )
         await pilot.click(TensorTable, offset=(size_x, 0))
         sizes = [table.rows[i].sort_key(5) for i in table.view]
         assert table.sort_column == "size" and sizes == sorted(sizes)
@@ -110,7 +115,12 @@ async def test_tree_groups_by_module_path(tmp_path):
         assert [str(n.label).split()[0] for n in tree.root.children] == ["model", "optimizer", "rng"]
         await pilot.press("enter")  # open "model": layers, norm, output, tok_embeddings
         await pilot.pause()
-        assert [str(n.label).split()[0] for n in tree.root.children[0].children] == ["layers", "norm", "output", "tok_embeddings"]
+        assert [str(n.label).split()[0] for n in tree.root.children[0].children] == [
+            "layers",
+            "norm",
+            "output",
+            "tok_embeddings",
+        ]
         await pilot.press("g")
         assert app.screen.query_one(TensorTable).has_focus
 
@@ -177,7 +187,20 @@ async def test_help_palette_theme_and_quit(tmp_path):
         await pilot.press("escape")
         assert isinstance(app.screen, InspectScreen)
         titles = {c.title for c in app.get_system_commands(app.screen)}
-        assert {"Filter", "Sort", "Tree", "Values", "Findings", "Diff", "Drift", "Repair", "Help", "Theme", "Quit", "Sort by size"} <= titles
+        assert {
+            "Filter",
+            "Sort",
+            "Tree",
+            "Values",
+            "Findings",
+            "Diff",
+            "Drift",
+            "Repair",
+            "Help",
+            "Theme",
+            "Quit",
+            "Sort by size",
+        } <= titles
         await pilot.press("t")
         assert app.theme == "textual-light"
         await pilot.press("q")
@@ -310,7 +333,9 @@ async def test_an_interrupted_save_leads_from_its_finding_to_the_repair_and_back
         await pilot.press("a", "y")
         await settle(pilot)
         assert len(backend.applied) == 1
-        backend.checkpoints[DEMO_PATH].findings = [f for f in backend.checkpoints[DEMO_PATH].findings if f.code != "LEFTOVER_TMP"]
+        backend.checkpoints[DEMO_PATH].findings = [
+            f for f in backend.checkpoints[DEMO_PATH].findings if f.code != "LEFTOVER_TMP"
+        ]
         await pilot.press("escape")
         await settle(pilot)
         assert isinstance(app.screen, InspectScreen)  # and it read the file again: the finding is gone

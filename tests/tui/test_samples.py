@@ -13,7 +13,6 @@ from ckinspect.tui.screens.diff import DiffScreen
 from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.tensor_table import TensorTable
 from ckinspect.tui.widgets.virtual_table import VirtualTable
-
 from tests.conftest import REPO
 
 RESUME = Path("samples/stopped-30/tiny_resume.pth")
@@ -70,7 +69,9 @@ async def test_diff_of_a_resume_file_and_its_weights_aligns_renamed_tensors():
         assert status["optimizer.state.0.exp_avg"] == "only in A"
         # the name is shown once, in full, and the summary says how B's names differ
         assert left.columns[0].label == "A: name" and "name" not in [c.key for c in right.columns]
-        assert left.rows[0].cells[0] == "model.tok_embeddings.weight" and left._widths()[0] >= len("model.layers.0.attn_norm.weight")
+        assert left.rows[0].cells[0] == "model.tok_embeddings.weight" and left._widths()[0] >= len(
+            "model.layers.0.attn_norm.weight"
+        )
         summary = str(screen.query_one("#summary").render())
         assert "DIFFERENT" in summary and "prefix 'model.' dropped" in summary
 
@@ -138,5 +139,7 @@ async def test_a_folder_holding_only_a_tmp_says_so_instead_of_empty(tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await _settle(pilot)
         table = app.screen.query_one(VirtualTable)
-        assert table.rows == [] and table.empty_text == "no whole checkpoint here: R shows what the interrupted save left"
+        assert (
+            table.rows == [] and table.empty_text == "no whole checkpoint here: R shows what the interrupted save left"
+        )
         assert "only.pth" in str(app.screen.query_one("#folder-summary").render())

@@ -4,7 +4,6 @@ is off, and no clock or host detail is drawn. Update with `pytest tests/tui --sn
 from __future__ import annotations
 
 from ckinspect.tui.widgets.tensor_table import TensorTable
-
 from tests.tui.apps import make_app
 from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
 

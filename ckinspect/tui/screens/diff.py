@@ -23,7 +23,7 @@ from ckinspect.tui.widgets.palette import STATUS_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
-    from ckinspect.diff import DiffResult
+    from ckinspect.analysis.diff import DiffResult
 
 LEFT_COLUMNS = (
     Column("name", "A: name", None, min_width=20, keep_end=True),
@@ -145,7 +145,9 @@ def _delta(x: float | None) -> str:
     return f"{x:.3g}"
 
 
-def rows_for(pairs: list[Pair], left_keys: list[str], right_keys: list[str], one_name: bool = False) -> tuple[list[Row], list[Row]]:
+def rows_for(
+    pairs: list[Pair], left_keys: list[str], right_keys: list[str], one_name: bool = False
+) -> tuple[list[Row], list[Row]]:
     """The cells of each side for the columns shown (keys as in the Column definitions)."""
     left, right = [], []
     for index, p in enumerate(pairs):
@@ -157,8 +159,14 @@ def rows_for(pairs: list[Pair], left_keys: list[str], right_keys: list[str], one
         right_cells = tuple(b_cells[k] for k in right_keys)
         b_style = None if p.b else "dim"
         left.append(Row(p.name, left_cells, (index,) * len(left_cells), (None if p.a else "dim",)))
-        right.append(Row(p.name, right_cells, (index,) * len(right_cells),
-                         tuple(colour if k in ("status", "delta") else b_style for k in right_keys)))
+        right.append(
+            Row(
+                p.name,
+                right_cells,
+                (index,) * len(right_cells),
+                tuple(colour if k in ("status", "delta") else b_style for k in right_keys),
+            )
+        )
     return left, right
 
 
@@ -181,7 +189,11 @@ class DiffScreen(Screen[None]):
         self.one_name = False
 
     def compose(self) -> ComposeResult:
-        yield Label(Text.assemble(("A ", "bold"), str(self.a_path), ("   B ", "bold"), str(self.b_path)), classes="title-line", id="diff-title")
+        yield Label(
+            Text.assemble(("A ", "bold"), str(self.a_path), ("   B ", "bold"), str(self.b_path)),
+            classes="title-line",
+            id="diff-title",
+        )
         yield Static("reading both checkpoints…", classes="summary-line", id="summary")
         yield Input(placeholder="filter: substring or glob", id="diff-filter", classes="filter-box")
         with Vertical(id="diff-loading"):
@@ -272,7 +284,9 @@ class DiffScreen(Screen[None]):
 
     def _refresh_rows(self) -> None:
         left, right = self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)
-        left_rows, right_rows = rows_for(self.pairs, [c.key for c in left.columns], [c.key for c in right.columns], self.one_name)
+        left_rows, right_rows = rows_for(
+            self.pairs, [c.key for c in left.columns], [c.key for c in right.columns], self.one_name
+        )
         keep = left.current_row.key if left.current_row else None
         left.set_rows(left_rows)
         right.set_rows(right_rows)
@@ -290,7 +304,11 @@ class DiffScreen(Screen[None]):
             return (not only or row.key in differing) and matches(row.key)
 
         left = self.query_one("#left", VirtualTable)
-        left.empty_text = "no differences" if only and not differing and not self.query_one("#diff-filter", Input).value else "no tensor matches"
+        left.empty_text = (
+            "no differences"
+            if only and not differing and not self.query_one("#diff-filter", Input).value
+            else "no tensor matches"
+        )
         for table in self.query(VirtualTable):
             table.set_filter(keep)
 
@@ -300,15 +318,28 @@ class DiffScreen(Screen[None]):
             counts[p.status] = counts.get(p.status, 0) + 1
         a_n = len(self.a.tensors) if self.a else 0
         b_n = len(self.b.tensors) if self.b else 0
-        text = Text(f"A {a_n:,} tensors ({human_bytes(self.a.file_bytes) if self.a else '?'})  "
-                    f"B {b_n:,} tensors ({human_bytes(self.b.file_bytes) if self.b else '?'})  ")
-        for status in ("same", "changed", "shape changed", "dtype changed", "only in A", "only in B", "unreadable", "comparing"):
+        text = Text(
+            f"A {a_n:,} tensors ({human_bytes(self.a.file_bytes) if self.a else '?'})  "
+            f"B {b_n:,} tensors ({human_bytes(self.b.file_bytes) if self.b else '?'})  "
+        )
+        for status in (
+            "same",
+            "changed",
+            "shape changed",
+            "dtype changed",
+            "only in A",
+            "only in B",
+            "unreadable",
+            "comparing",
+        ):
             if counts.get(status):
                 text.append(f"{status} {counts[status]:,}", style=STATUS_COLOURS.get(status) or "")
                 text.append("  ")
         if self.result is not None:
             identical = self.result.identical
-            text.append("IDENTICAL" if identical else "DIFFERENT", style="bold " + ("#3bb58a" if identical else "#e5484d"))
+            text.append(
+                "IDENTICAL" if identical else "DIFFERENT", style="bold " + ("#3bb58a" if identical else "#e5484d")
+            )
             if self.result.match != "names matched exactly":
                 text.append(f"  ({self.result.match})", style="italic")
         elif self.result_note:

@@ -20,7 +20,7 @@ from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
-    from ckinspect.drift import TensorDrift
+    from ckinspect.analysis.drift import TensorDrift
 
 COLUMNS = (  # optional ones go first to last as the window narrows: highest number first
     Column("name", "tensor", None, min_width=30, keep_end=True),
@@ -42,8 +42,17 @@ def drift_rows(drifts: list[TensorDrift]) -> list[Row]:
     ordered = sorted(drifts, key=lambda d: (-d.fp16.overflow, -d.fp16.max_abs))
     rows = []
     for d in ordered:
-        numbers = (d.numel, d.fp16.max_abs, d.fp16.max_rel, d.fp16.overflow, d.fp16.underflow,
-                   d.bf16.max_abs, d.bf16.max_rel, d.bf16.overflow, d.bf16.underflow)
+        numbers = (
+            d.numel,
+            d.fp16.max_abs,
+            d.fp16.max_rel,
+            d.fp16.overflow,
+            d.fp16.underflow,
+            d.bf16.max_abs,
+            d.bf16.max_rel,
+            d.bf16.overflow,
+            d.bf16.underflow,
+        )
         cells = (d.name, d.dtype, *(format_value(n) for n in numbers))
         if d.error:
             cells = (d.name, d.dtype, format_value(d.numel), f"unreadable: {d.error}", *("",) * 7)
@@ -62,7 +71,10 @@ class DriftScreen(Screen[None]):
         self.target, self.ckpt = Path(target), ckpt
 
     def compose(self) -> ComposeResult:
-        yield Label(Text.assemble(("drift ", "bold"), str(self.target), " — fp16/bf16 vs the stored values"), classes="title-line")
+        yield Label(
+            Text.assemble(("drift ", "bold"), str(self.target), " — fp16/bf16 vs the stored values"),
+            classes="title-line",
+        )
         yield Static("computing rounding errors…", classes="summary-line", id="logits")
         yield VirtualTable(COLUMNS, id="drift-table", empty_text="computing…")
         yield Footer()

@@ -13,12 +13,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from ckinspect.model import SEVERITY_RANK, Checkpoint
+from ckinspect.model import Checkpoint
 from ckinspect.tui.core import human_bytes, severity_badges, verdict_of
 from ckinspect.tui.messages import TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen, failure_text
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
+from ckinspect.vocab import SEVERITY_RANK
 
 COLUMNS = (
     Column("path", "checkpoint", None, min_width=16, keep_end=True),
@@ -39,7 +40,12 @@ def shown_path(path: Path, roots: list[Path]) -> str:
 def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
     name = shown_path(summary.path, roots)
     if summary.error:
-        return Row(str(summary.path), (name, "?", "", "", "unreadable"), (name, "", -1, -1, 3), (None, None, None, None, SEVERITY_COLOURS["error"]))
+        return Row(
+            str(summary.path),
+            (name, "?", "", "", "unreadable"),
+            (name, "", -1, -1, 3),
+            (None, None, None, None, SEVERITY_COLOURS["error"]),
+        )
     if summary.findings is None:
         return Row(str(summary.path), (name, "…", "", "", ""), (name, "", -1, -1, -1))
     badges = severity_badges(summary.findings) or "ok"
@@ -48,7 +54,13 @@ def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
     return Row(
         str(summary.path),
         (name, summary.format, human_bytes(summary.file_bytes or 0), str(step), badges),
-        (name, summary.format, summary.file_bytes or 0, step if isinstance(step, int) else -1, SEVERITY_RANK.get(level, 0)),
+        (
+            name,
+            summary.format,
+            summary.file_bytes or 0,
+            step if isinstance(step, int) else -1,
+            SEVERITY_RANK.get(level, 0),
+        ),
         (None, None, None, None, SEVERITY_COLOURS.get(level)),
     )
 

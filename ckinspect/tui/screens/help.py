@@ -43,8 +43,12 @@ class HelpScreen(ModalScreen[None]):
             yield Markdown(OVERVIEW + "\n" + self._keys())
 
     def _keys(self) -> str:
-        lines = [f"## Keys on this screen ({type(self.behind).__name__.removesuffix('Screen').lower()})", "",
-                 "| key | action | what it does |", "|---|---|---|"]
+        lines = [
+            f"## Keys on this screen ({type(self.behind).__name__.removesuffix('Screen').lower()})",
+            "",
+            "| key | action | what it does |",
+            "|---|---|---|",
+        ]
         bindings = [*getattr(self.behind, "BINDINGS", []), *self.app.BINDINGS]
         for b in bindings:
             if isinstance(b, Binding) and b.description:

@@ -13,8 +13,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
-from ckinspect.blobs import UnreadableStorage
-from ckinspect.errors import CkinspectError
+from ckinspect.io.blobs import UnreadableStorage
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ValueStats, name_matcher
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
@@ -25,6 +24,7 @@ from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.tensor_table import COLUMNS, TensorTable, tensor_rows
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
+from ckinspect.vocab import CkinspectError
 
 
 def failure_text(error: BaseException | None) -> str:
@@ -314,4 +314,7 @@ class InspectScreen(Screen[None]):
 
     def palette_commands(self) -> list[tuple[str, str, str]]:
         """(title, help, action) for the command palette beyond this screen's key bindings."""
-        return [(f"Sort by {c.label}", f"Sort the tensor table on {c.label} (again: reverse)", f"sort_by('{c.key}')") for c in COLUMNS]
+        return [
+            (f"Sort by {c.label}", f"Sort the tensor table on {c.label} (again: reverse)", f"sort_by('{c.key}')")
+            for c in COLUMNS
+        ]

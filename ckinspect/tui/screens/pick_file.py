@@ -31,7 +31,9 @@ class PickFileScreen(ModalScreen[Path | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(f"Compare {self.current} with:")
-            yield Input(value="", placeholder="type a path, or choose one below (Enter)", id="path", select_on_focus=False)
+            yield Input(
+                value="", placeholder="type a path, or choose one below (Enter)", id="path", select_on_focus=False
+            )
             yield OptionList(id="candidates")
 
     def on_mount(self) -> None:

@@ -19,7 +19,7 @@ from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
-    from ckinspect.repair import RepairPlan
+    from ckinspect.ops.repair import RepairPlan
 
 COLUMNS = (
     Column("action", "action", 16),
@@ -40,14 +40,25 @@ def action_rows(plan: RepairPlan, folder: Path) -> list[Row]:
     rows = []
     for index, a in enumerate(plan.actions):
         path = shown(a.leftover.tmp, folder)
-        rows.append(Row(str(index), (a.action, path, a.state, a.reason), (index, path, a.state, a.reason),
-                        (f"bold {ACTION_COLOURS.get(a.action, '')}",)))
+        rows.append(
+            Row(
+                str(index),
+                (a.action, path, a.state, a.reason),
+                (index, path, a.state, a.reason),
+                (f"bold {ACTION_COLOURS.get(a.action, '')}",),
+            )
+        )
     return rows
 
 
 class RepairScreen(Screen[bool]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("a", "apply", "Apply", tooltip="Carry out the plan (asks first; nothing is deleted, replaced files are kept aside)"),
+        Binding(
+            "a",
+            "apply",
+            "Apply",
+            tooltip="Carry out the plan (asks first; nothing is deleted, replaced files are kept aside)",
+        ),
         Binding("u", "undo", "Undo", tooltip="Restore what the last apply replaced or set aside"),
         Binding("p", "replan", "Re-plan", tooltip="Look at the folder again"),
         Binding("escape", "back", "Back"),
@@ -61,7 +72,9 @@ class RepairScreen(Screen[bool]):
         self.changed = False  # something was applied or undone: the screen below should read again
 
     def compose(self) -> ComposeResult:
-        yield Label(Text.assemble(("repair ", "bold"), str(self.folder), " — dry run until you apply"), classes="title-line")
+        yield Label(
+            Text.assemble(("repair ", "bold"), str(self.folder), " — dry run until you apply"), classes="title-line"
+        )
         yield Static("planning…", classes="summary-line", id="repair-summary")
         yield VirtualTable(COLUMNS, id="repair-table", empty_text="planning…")
         yield Static("", id="explain")
@@ -115,11 +128,15 @@ class RepairScreen(Screen[bool]):
                 detail = f"{len(result.restored)} move(s) put back"
                 if result.problems:
                     detail += f"; {len(result.problems)} problem(s): {result.problems[0]}"
-                self.notify(f"repair undone: {detail}", severity="warning" if result.problems else "information", timeout=5)
+                self.notify(
+                    f"repair undone: {detail}", severity="warning" if result.problems else "information", timeout=5
+                )
         else:
             detail = f"{len(result.done)} action(s) done"
             if result.failed:
-                detail += f", {len(result.failed)} skipped or failed: {result.failed[0].note or result.failed[0].reason}"
+                detail += (
+                    f", {len(result.failed)} skipped or failed: {result.failed[0].note or result.failed[0].reason}"
+                )
             failed = result.failed
             self.notify(f"repair {detail}; press u to undo", severity="warning" if failed else "information", timeout=5)
         self.make_plan()
@@ -155,8 +172,10 @@ class RepairScreen(Screen[bool]):
             if yes:
                 self.carry_out(self.plan)
 
-        question = (f"Apply {len(self.plan.pending)} repair action(s) in {self.folder}?\n\n"
-                    "Replaced or set-aside files go to a quarantine folder beside them; you can undo this.")
+        question = (
+            f"Apply {len(self.plan.pending)} repair action(s) in {self.folder}?\n\n"
+            "Replaced or set-aside files go to a quarantine folder beside them; you can undo this."
+        )
         self.app.push_screen(ConfirmScreen(question, "Apply"), answered)
 
     def action_undo(self) -> None:

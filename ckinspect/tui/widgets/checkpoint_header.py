@@ -21,12 +21,15 @@ class CheckpointHeader(Static):
     def show(self, ckpt: Checkpoint) -> None:
         meta = ckpt.metadata
         verdict, level = safe_load_verdict(ckpt)
-        facts = [
-            f"{key} {meta[key]}" for key in ("step", "epoch", "world_size") if meta.get(key) is not None
-        ] or ["no step/epoch recorded"]
+        facts = [f"{key} {meta[key]}" for key in ("step", "epoch", "world_size") if meta.get(key) is not None] or [
+            "no step/epoch recorded"
+        ]
         layout = f" · {ckpt.layout}" if ckpt.layout and ckpt.layout != "unknown" else ""
         first = Text.assemble(
-            (str(ckpt.path), "bold"), "  ", (ckpt.format + layout, "bold"), f"  {human_bytes(ckpt.file_bytes)}",
+            (str(ckpt.path), "bold"),
+            "  ",
+            (ckpt.format + layout, "bold"),
+            f"  {human_bytes(ckpt.file_bytes)}",
             f"  {len(ckpt.tensors):,} tensors",
         )
         second = Text.assemble((verdict, f"bold {SEVERITY_COLOURS.get(level, '')}"), "  ", " · ".join(facts))

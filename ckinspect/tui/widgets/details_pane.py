@@ -42,7 +42,9 @@ class DetailsPane(VerticalScroll):
         if tensor is None:
             facts.update("select a tensor")
             return True
-        shared = sum(1 for t in ckpt.tensors if t.storage_key == tensor.storage_key) if len(ckpt.tensors) < 20_000 else 0
+        shared = (
+            sum(1 for t in ckpt.tensors if t.storage_key == tensor.storage_key) if len(ckpt.tensors) < 20_000 else 0
+        )
         storage = ckpt.storages.get(tensor.storage_key)
         text = Text()
         text.append(tensor.name + "\n", style="bold")

@@ -8,9 +8,10 @@ from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from ckinspect.model import SEVERITY_RANK, Finding
+from ckinspect.model import Finding
 from ckinspect.tui.core import severity_badges
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
+from ckinspect.vocab import SEVERITY_RANK
 
 
 class FindingsPanel(OptionList):
@@ -40,7 +41,10 @@ class FindingsPanel(OptionList):
         for index, finding in enumerate(self.findings):
             colour = SEVERITY_COLOURS.get(finding.severity, "")
             label = Text()
-            label.append({"error": "ERR  ", "warning": "WARN ", "info": "INFO "}.get(finding.severity, "     "), style=f"bold {colour}")
+            label.append(
+                {"error": "ERR  ", "warning": "WARN ", "info": "INFO "}.get(finding.severity, "     "),
+                style=f"bold {colour}",
+            )
             label.append(finding.code, style="bold")
             label.append(f" {finding.message}")
             if finding.tensor:

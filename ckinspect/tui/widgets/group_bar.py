@@ -8,12 +8,12 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ckinspect.model import GROUPS
 from ckinspect.tui.core import human_bytes
 from ckinspect.tui.widgets.palette import GROUP_COLOURS
+from ckinspect.vocab import GROUPS
 
 if TYPE_CHECKING:
-    from ckinspect.anatomy import Anatomy
+    from ckinspect.analysis.anatomy import Anatomy
 
 
 class GroupBar(Widget):

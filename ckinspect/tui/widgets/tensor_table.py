@@ -38,7 +38,15 @@ class TensorRow(Row):
         if self._cells is None:
             t = self.tensor
             nbytes = t.nbytes
-            self._cells = (t.name, t.group, t.dtype, shape_text(t.shape), f"{t.numel:,}", human_bytes(nbytes), f"{nbytes / self.file_bytes:.1%}")
+            self._cells = (
+                t.name,
+                t.group,
+                t.dtype,
+                shape_text(t.shape),
+                f"{t.numel:,}",
+                human_bytes(nbytes),
+                f"{nbytes / self.file_bytes:.1%}",
+            )
         return self._cells
 
     def sort_key(self, position: int) -> Any:

@@ -35,7 +35,9 @@ class TensorTree(Tree[str]):
         children: dict[tuple[str, ...], set[str]] = defaultdict(set)
         leaves: dict[tuple[str, ...], list[TensorInfo]] = defaultdict(list)
         sizes: dict[tuple[str, ...], int] = defaultdict(int)
-        counted: set[tuple[tuple[str, ...], str, int, int]] = set()  # tied weights: their bytes once, as the bar counts them
+        counted: set[tuple[tuple[str, ...], str, int, int]] = (
+            set()
+        )  # tied weights: their bytes once, as the bar counts them
         for t in ckpt.tensors:
             if names is not None and t.name not in names:
                 continue

@@ -65,7 +65,7 @@ def _fit(text: str, width: int, justify: str, keep_end: bool = False) -> str:
     if length > width:
         if width < 2:
             return text[:width]
-        return "…" + text[-(width - 1):] if keep_end else text[: width - 1] + "…"
+        return "…" + text[-(width - 1) :] if keep_end else text[: width - 1] + "…"
     pad = " " * (width - length)
     return pad + text if justify == "right" else text + pad
 
@@ -334,7 +334,9 @@ class VirtualTable(ScrollView, can_focus=True):
         shown = list(self.columns)
         flexible = [c for c in self.columns if c.width is None]
         # highest `optional` first; among equals, the rightmost first
-        ranked = sorted((i for i, c in enumerate(self.columns) if c.optional), key=lambda i: (-self.columns[i].optional, -i))
+        ranked = sorted(
+            (i for i, c in enumerate(self.columns) if c.optional), key=lambda i: (-self.columns[i].optional, -i)
+        )
         optional = [self.columns[i] for i in ranked]
         while True:
             fixed = sum(c.width or 0 for c in shown) + len(shown)  # one space before each column
@@ -343,8 +345,7 @@ class VirtualTable(ScrollView, can_focus=True):
                 break
             shown.remove(optional.pop(0))
         return [
-            0 if c not in shown else (c.width if c.width is not None else max(c.min_width, share))
-            for c in self.columns
+            0 if c not in shown else (c.width if c.width is not None else max(c.min_width, share)) for c in self.columns
         ]
 
     def _line(self, cells: Sequence[str], widths: list[int], base: Style, styles: Sequence[str | None] = ()) -> Strip:
@@ -395,4 +396,3 @@ class VirtualTable(ScrollView, can_focus=True):
                 base = base + self.get_component_rich_style("virtual-table--even-row")
             styles = row.styles
         return self._line(row.cells, widths, base, styles).adjust_cell_length(width, base).crop(0, width)
-

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from ckinspect.atomic import atomic_write
-from ckinspect.errors import CkinspectError
+from ckinspect.io.atomic import atomic_write
+from ckinspect.io.safetensors_write import Entry, write_safetensors
 from ckinspect.model import TensorInfo
-from ckinspect.safetensors_out import Entry, write_safetensors
+from ckinspect.vocab import CkinspectError
 
 SCALARS = (str, int, float, bool, bytes, type(None), complex)
 
@@ -141,7 +141,7 @@ def _numpy_array(info: Any):
 
 
 def save_torch(path: str | Path, obj: Any) -> int:
-    """torch.save through ckinspect.atomic; returns the file size."""
+    """torch.save through ckinspect.io.atomic; returns the file size."""
     with atomic_write(path) as handle:
         torch.save(obj, handle)
         handle.flush()

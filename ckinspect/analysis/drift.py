@@ -1,13 +1,13 @@
 """What half precision does: weight round trips through fp16 and bf16, and (where the model is known) logits.
 
-    weight_drift(ckpt)  -> [TensorDrift]: per floating model tensor, the error of x -> fp16 -> x and
-                           x -> bf16 -> x (max abs, max rel, values that overflow to inf, values that
-                           underflow to zero). Streams bounded blocks; numpy only, no torch.
-    logit_drift(ckpt)   -> dict | None: for a bundled-trainer checkpoint (format "ckinspect-trainer/1",
-                           with its model config), rebuild the model with torch and compare logits of the
-                           fp32 weights against their fp16 and bf16 roundings on a fixed, seeded batch:
-                           the same figure `python -m trainer verify` prints. None when not applicable;
-                           `logit_drift_reason(ckpt)` says why.
+weight_drift(ckpt)  -> [TensorDrift]: per floating model tensor, the error of x -> fp16 -> x and
+                       x -> bf16 -> x (max abs, max rel, values that overflow to inf, values that
+                       underflow to zero). Streams bounded blocks; numpy only, no torch.
+logit_drift(ckpt)   -> dict | None: for a bundled-trainer checkpoint (format "ckinspect-trainer/1",
+                       with its model config), rebuild the model with torch and compare logits of the
+                       fp32 weights against their fp16 and bf16 roundings on a fixed, seeded batch:
+                       the same figure `python -m trainer verify` prints. None when not applicable;
+                       `logit_drift_reason(ckpt)` says why.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckinspect.blobs import Blobs, UnreadableStorage
+from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.vocab import TRAINER_FORMAT
 
-TRAINER_FORMAT = "ckinspect-trainer/1"
 DRIFT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _BLOCK_ELEMENTS = 1 << 18
 
@@ -45,9 +45,13 @@ class RoundTrip:
         self.changed += other.changed
 
     def to_json(self) -> dict[str, Any]:
-        return {"max_abs": finite_or_none(self.max_abs), "max_rel": finite_or_none(self.max_rel),
-                "overflow": self.overflow,
-                "underflow": self.underflow, "changed": self.changed}
+        return {
+            "max_abs": finite_or_none(self.max_abs),
+            "max_rel": finite_or_none(self.max_rel),
+            "overflow": self.overflow,
+            "underflow": self.underflow,
+            "changed": self.changed,
+        }
 
 
 @dataclass
@@ -60,8 +64,13 @@ class TensorDrift:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "dtype": self.dtype, "numel": self.numel,
-                               "fp16": self.fp16.to_json(), "bf16": self.bf16.to_json()}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "dtype": self.dtype,
+            "numel": self.numel,
+            "fp16": self.fp16.to_json(),
+            "bf16": self.bf16.to_json(),
+        }
         if self.error:
             out["error"] = self.error
         return out
@@ -132,8 +141,8 @@ def _values(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo):
     """float32 (float64 for fp64) blocks of a tensor, in any order (round-trip errors do not care)."""
     import numpy as np
 
-    from ckinspect.diff import decode
-    from ckinspect.scan import iter_view_blocks, raw_numpy_dtype
+    from ckinspect.analysis.diff import decode
+    from ckinspect.analysis.scan import iter_view_blocks, raw_numpy_dtype
 
     storage = ckpt.storages.get(t.storage_key)
     if storage is None:
@@ -156,7 +165,7 @@ def _values(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo):
 
 def model_tensors(ckpt: Checkpoint, tied_once: bool = True) -> list[TensorInfo]:
     """Floating tensors of the model group (a weights file's every float tensor); tied names once unless asked."""
-    from ckinspect.diff import roles
+    from ckinspect.analysis.diff import roles
 
     role = roles(ckpt)
     out, seen = [], set()
@@ -173,13 +182,14 @@ def model_tensors(ckpt: Checkpoint, tied_once: bool = True) -> list[TensorInfo]:
 
 def weight_drift(ckpt: Checkpoint, progress: Callable[[int, int], None] | None = None) -> list[TensorDrift]:
     """fp16 and bf16 round-trip errors of every floating model tensor, in checkpoint order."""
-    from ckinspect.scan import worker_count
+    from ckinspect.analysis.scan import worker_count
 
     tensors = model_tensors(ckpt)
     total = sum(t.nbytes for t in tensors)
     done = 0
 
     with Blobs() as blobs:
+
         def one(t: TensorInfo) -> TensorDrift:
             d = TensorDrift(t.name, t.dtype, t.numel)
             try:
@@ -278,7 +288,7 @@ def _torch_state(ckpt: Checkpoint, tensors: list[TensorInfo]) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from ckinspect.diff import value_blocks
+    from ckinspect.analysis.diff import value_blocks
 
     torch_dtypes = {name: getattr(torch, name) for name in DRIFT_DTYPES}
     state: dict[str, Any] = {}
@@ -340,8 +350,10 @@ def _measure_logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | No
     state = {t_name.removeprefix("model."): tensor.float() for t_name, tensor in _torch_state(ckpt, tensors).items()}
     out: dict[str, Any] = {"model": "ckinspect-trainer", "seed": seed, "reference": "float32", "stored_as": stored}
     if stored != ["float32"]:
-        out["note"] = (f"weights are stored as {', '.join(stored)}: the reference is those values in float32, "
-                       f"so rounding to a format they already fit in changes nothing")
+        out["note"] = (
+            f"weights are stored as {', '.join(stored)}: the reference is those values in float32, "
+            f"so rounding to a format they already fit in changes nothing"
+        )
     for label, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         out[label] = trainer_logit_drift(state, config, dtype, seed)
     return out
@@ -366,8 +378,11 @@ def _transformers_logit_drift(ckpt: Checkpoint, seed: int) -> dict[str, Any] | N
             model.load_state_dict(rounded)
             got = model(inputs).logits.float()
             delta = (ref - got).abs()
-            out[label] = {"max_abs": delta.max().item(), "mean_abs": delta.mean().item(),
-                          "top1_agreement": (ref.argmax(-1) == got.argmax(-1)).float().mean().item(),
-                          "positions": int(ref.shape[0] * ref.shape[1])}
+            out[label] = {
+                "max_abs": delta.max().item(),
+                "mean_abs": delta.mean().item(),
+                "top1_agreement": (ref.argmax(-1) == got.argmax(-1)).float().mean().item(),
+                "positions": int(ref.shape[0] * ref.shape[1]),
+            }
         model.load_state_dict(reference_state)
     return out

@@ -21,37 +21,89 @@ from pathlib import Path
 from ckinspect.dtypes import dtype_info
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record
+from ckinspect.vocab import EPOCH_KEYS, STEP_KEYS, TRAINER_FORMAT_PREFIX, WORLD_SIZE_KEYS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-TRAINER_FORMAT_PREFIX = "ckinspect-trainer/"
 
 # Dotted-path components that name a role wherever they appear (`app.optim.state...` in DCP too).
 MODEL_KEYS = frozenset(
-    {"model", "module", "state_dict", "model_state_dict", "model_state", "net", "network", "weights", "params",
-     "ema", "model_ema", "ema_model", "ema_state_dict"}
+    {
+        "model",
+        "module",
+        "state_dict",
+        "model_state_dict",
+        "model_state",
+        "net",
+        "network",
+        "weights",
+        "params",
+        "ema",
+        "model_ema",
+        "ema_model",
+        "ema_state_dict",
+    }
 )
 OPTIMIZER_KEYS = frozenset(
-    {"optimizer", "optimizers", "optim", "opt", "optimizer_state", "optimizer_states", "optimizer_state_dict",
-     "optim_state", "optim_state_dict", "opt_state"}
+    {
+        "optimizer",
+        "optimizers",
+        "optim",
+        "opt",
+        "optimizer_state",
+        "optimizer_states",
+        "optimizer_state_dict",
+        "optim_state",
+        "optim_state_dict",
+        "opt_state",
+    }
 )
-STEP_KEYS = ("step", "global_step", "iter_num", "iteration", "iter", "steps", "num_steps", "total_steps")
-EPOCH_KEYS = ("epoch", "epochs", "cur_epoch", "current_epoch")
-WORLD_SIZE_KEYS = ("world_size", "num_processes", "n_gpus", "ngpus")
 # Saved state that fixes which batch comes next, beside an RNG state: samplers, dataloader and loop progress.
 DATA_POSITION_KEYS = frozenset(
-    {"sampler", "sampler_state", "dataloader", "dataloader_state", "data_loader", "data_position", "data_state",
-     "batch_idx", "batch_index", "consumed_samples", "consumed_train_samples", "samples_seen", "tokens_seen",
-     "loops", "data_iter", "train_iter"}
+    {
+        "sampler",
+        "sampler_state",
+        "dataloader",
+        "dataloader_state",
+        "data_loader",
+        "data_position",
+        "data_state",
+        "batch_idx",
+        "batch_index",
+        "consumed_samples",
+        "consumed_train_samples",
+        "samples_seen",
+        "tokens_seen",
+        "loops",
+        "data_iter",
+        "train_iter",
+    }
 )
 # Per-parameter optimizer state entries of torch's optimizers (Adam/AdamW, SGD, RMSprop, Adagrad, Adadelta, ...).
 OPTIMIZER_STATE_LEAVES = frozenset(
-    {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "step", "square_avg", "grad_avg", "acc_delta",
-     "sum", "mu", "eta", "ax", "prev", "step_size", "exp_inf", "exp_avg_factored", "exp_avg_sq_row",
-     "exp_avg_sq_col"}
+    {
+        "exp_avg",
+        "exp_avg_sq",
+        "max_exp_avg_sq",
+        "momentum_buffer",
+        "step",
+        "square_avg",
+        "grad_avg",
+        "acc_delta",
+        "sum",
+        "mu",
+        "eta",
+        "ax",
+        "prev",
+        "step_size",
+        "exp_inf",
+        "exp_avg_factored",
+        "exp_avg_sq_row",
+        "exp_avg_sq_col",
+    }
 )
 _OPTIMIZER_STATE_NAME = re.compile(r"(^|\.)state\.(?P<param>.+)\.(?P<leaf>[A-Za-z_]+)$")
 
@@ -64,9 +116,7 @@ _ROLE_NAMES = re.compile(
 # Every match of _ROLE_NAMES contains one of these (all OPTIMIZER_KEYS contain "opt").
 _ROLE_WORDS = ("opt", "state.", "rng", "random_state", "generator")
 
-HF_MODEL_FILES = re.compile(
-    r"^(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?$"
-)
+HF_MODEL_FILES = re.compile(r"^(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?$")
 HF_RNG_FILE = re.compile(r"^rng_state(_\d+)?\.pth$")
 
 
@@ -74,8 +124,16 @@ class Layout(Record):
     """What a recogniser found: which keys hold which role, and the training state it could read."""
 
     __slots__ = (
-        "name", "roles", "default_group", "model_prefix", "optimizers", "metadata", "resume_parts",
-        "is_resume", "companion", "model_file",
+        "name",
+        "roles",
+        "default_group",
+        "model_prefix",
+        "optimizers",
+        "metadata",
+        "resume_parts",
+        "is_resume",
+        "companion",
+        "model_file",
     )
     __hash__ = None  # type: ignore[assignment]  # filled in by its recogniser
 
@@ -170,9 +228,7 @@ def scalar_metadata(top: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in top.items():
         if not isinstance(key, str):
             continue
-        if isinstance(value, (int, float)):  # bool included
-            out[key] = value
-        elif isinstance(value, str) and len(value) <= 200:
+        if isinstance(value, (int, float)) or isinstance(value, str) and len(value) <= 200:  # bool included
             out[key] = value
     return out
 
@@ -188,7 +244,9 @@ def _is_plain_number(value: Any) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool)) or isinstance(value, TensorInfo)
 
 
-def _metadata(top: Mapping[str, Any], step_keys: Sequence[str] = STEP_KEYS, config_key: str | None = "config") -> dict[str, Any]:
+def _metadata(
+    top: Mapping[str, Any], step_keys: Sequence[str] = STEP_KEYS, config_key: str | None = "config"
+) -> dict[str, Any]:
     meta = scalar_metadata(top)
     step = first_value(top, step_keys)
     if step is not None:
@@ -339,9 +397,13 @@ def _hf_trainer(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
         layout = Layout("hf-trainer", default_group="optimizer", metadata=meta, companion=True)
         if top is not None and is_torch_optimizer_state(top):
             layout.optimizers = [("", top)]
-        models = sorted(p for p in folder.iterdir() if HF_MODEL_FILES.match(p.name) and not re.search(r"-\d+-of-\d+", p.name))
+        models = sorted(
+            p for p in folder.iterdir() if HF_MODEL_FILES.match(p.name) and not re.search(r"-\d+-of-\d+", p.name)
+        )
         # model.safetensors before pytorch_model.bin; a sharded set by its index
-        layout.model_file = next((p for p in models if p.name.endswith((".index.json", ".safetensors"))), None) or (models[0] if models else None)
+        layout.model_file = next((p for p in models if p.name.endswith((".index.json", ".safetensors"))), None) or (
+            models[0] if models else None
+        )
         return layout
     if HF_RNG_FILE.match(name):
         return Layout("hf-trainer", default_group="rng", metadata=meta, companion=True)
@@ -395,7 +457,9 @@ def _bare_optimizer(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout |
     """`torch.save(optimizer.state_dict())`: {state, param_groups}."""
     if top is None or not is_torch_optimizer_state(top):
         return None
-    return Layout("optimizer", default_group="optimizer", optimizers=[("", top)], metadata=scalar_metadata(top), companion=True)
+    return Layout(
+        "optimizer", default_group="optimizer", optimizers=[("", top)], metadata=scalar_metadata(top), companion=True
+    )
 
 
 def _rng_file(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | None:

@@ -1,4 +1,4 @@
-"""Write a safetensors file, streaming, through ckinspect.atomic. No torch needed.
+"""Write a safetensors file, streaming, through ckinspect.io.atomic. No torch needed.
 
 The format: 8-byte little-endian header length, a JSON header (padded with spaces to 8 bytes),
 then the tensors' raw bytes back to back; each tensor owns its own bytes (no sharing).
@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ckinspect.atomic import atomic_write
 from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
+from ckinspect.io.atomic import atomic_write
 
 TO_SAFETENSORS = {v: k for k, v in SAFETENSORS_DTYPES.items()}
 

@@ -1,7 +1,7 @@
 """Which checkpoints do these paths hold? Files, DCP folders and sharded sets, in a stable order.
 
 A DCP folder or an `*.index.json` set is one checkpoint: its parts are not listed again. Temporaries
-(`*.tmp`, `.metadata.tmp`) are interrupted saves that `ckinspect.leftovers` reports against the
+(`*.tmp`, `.metadata.tmp`) are interrupted saves that `ckinspect.analysis.leftovers` reports against the
 checkpoint they belong to, so they are never checkpoints of their own when a folder is searched.
 """
 
@@ -11,9 +11,9 @@ import json
 import os
 from pathlib import Path, PurePosixPath
 
-from ckinspect.errors import CkinspectError
-from ckinspect.formats.sniff import CHECKPOINT_FORMATS, is_dcp_folder, sniff
+from ckinspect.formats.sniff import is_dcp_folder, sniff
 from ckinspect.record import Record
+from ckinspect.vocab import SINGLE_FILE_FORMATS, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def _is_checkpoint_file(path: Path) -> bool:
     if suffix in CHECKPOINT_SUFFIXES:
         return True
     # no extension (`latest`), or the classic `checkpoint.pth.tar` that is a torch file, not a tar
-    return (suffix == "" or suffix == ".tar") and sniff(path) in CHECKPOINT_FORMATS
+    return (suffix == "" or suffix == ".tar") and sniff(path) in SINGLE_FILE_FORMATS
 
 
 def _shard_names(index_path: Path) -> set[str]:

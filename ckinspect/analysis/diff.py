@@ -21,17 +21,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckinspect.blobs import Blobs, UnreadableStorage
+from ckinspect.analysis.scan import raw_numpy_dtype, worker_count
 from ckinspect.dtypes import dtype_info
-from ckinspect.model import GROUPS, Checkpoint, TensorInfo
-from ckinspect.scan import raw_numpy_dtype, worker_count
+from ckinspect.io.blobs import Blobs, UnreadableStorage
+from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.vocab import GROUPS
 
 COMPARE_CHUNK = 16 << 20  # bytes per memcmp window
 _DECODE_ELEMENTS = 1 << 20  # elements per decoded block (8 MiB of float64 per side)
 
 # First path components under which trainers keep the model's state dict.
 MODEL_CONTAINERS = (
-    "model", "state_dict", "model_state_dict", "model_state", "module", "net", "network", "params", "weights",
+    "model",
+    "state_dict",
+    "model_state_dict",
+    "model_state",
+    "module",
+    "net",
+    "network",
+    "params",
+    "weights",
 )
 OPTIMIZER_CONTAINERS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim", "opt", "optimizer_state")
 RESUME_COUNTERS = ("step", "epoch", "world_size")
@@ -64,14 +73,16 @@ class TensorChange:
             return "inf" if x > 0 else "nan"
 
         out: dict[str, Any] = {"name": self.name, "reason": self.reason, "max_abs_diff": num(self.max_abs_diff)}
-        out.update({
-            "max_rel_diff": num(self.max_rel_diff),
-            "n_diff": self.n_diff,
-            "numel": self.numel,
-            "first_index": self.first_index,
-            "a": {"name": self.a_name, "dtype": self.a_dtype, "shape": list(self.a_shape)},
-            "b": {"name": self.b_name, "dtype": self.b_dtype, "shape": list(self.b_shape)},
-        })
+        out.update(
+            {
+                "max_rel_diff": num(self.max_rel_diff),
+                "n_diff": self.n_diff,
+                "numel": self.numel,
+                "first_index": self.first_index,
+                "a": {"name": self.a_name, "dtype": self.a_dtype, "shape": list(self.a_shape)},
+                "b": {"name": self.b_name, "dtype": self.b_dtype, "shape": list(self.b_shape)},
+            }
+        )
         return out
 
 
@@ -166,8 +177,9 @@ def _namings(tensors: list[TensorInfo], role: dict[str, str]) -> list[_Naming]:
     if len(heads) == 1 and all("." in n for n in model):
         head = heads.pop() + "."
         if head.rstrip(".") in MODEL_CONTAINERS or head.rstrip(".") in WRAPPERS:
+
             def strip(n: str, head: str = head) -> str:
-                return _unwrap(n[len(head):]) if n.startswith(head) else n
+                return _unwrap(n[len(head) :]) if n.startswith(head) else n
 
             out.append(_Naming(f"prefix '{head}' dropped from model tensors", strip))
     return out
@@ -300,7 +312,7 @@ def value_blocks(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo) -> Iterator[Any]
     """The tensor's raw elements in C order as numpy blocks (copies), bounded in size."""
     import numpy as np
 
-    from ckinspect.scan import iter_view_blocks
+    from ckinspect.analysis.scan import iter_view_blocks
 
     storage = ckpt.storages[t.storage_key]
     if not t.is_contiguous:
@@ -410,7 +422,10 @@ def _unravel(flat: int | None, shape: tuple[int, ...]) -> list[int] | None:
 
 
 def diff_checkpoints(
-    a: Checkpoint, b: Checkpoint, only: list[str] | None = None, atol: float = 0.0,
+    a: Checkpoint,
+    b: Checkpoint,
+    only: list[str] | None = None,
+    atol: float = 0.0,
     progress: Callable[[int, int], None] | None = None,
 ) -> DiffResult:
     """Compare every tensor of A with its match in B; see the module docstring.
@@ -421,7 +436,7 @@ def diff_checkpoints(
     if only:
         unknown = [g for g in only if g not in GROUPS]
         if unknown:
-            from ckinspect.errors import CkinspectError
+            from ckinspect.vocab import CkinspectError
 
             raise CkinspectError(f"--only {unknown[0]!r} is not a group (choose from {', '.join(GROUPS)})")
     ra, rb = roles(a), roles(b)
@@ -515,21 +530,30 @@ def diff_checkpoints(
         if p.error:
             result.unreadable.append((p.name, p.error))
             continue
-        common = dict(a_name=x.name, b_name=y.name, a_dtype=x.dtype, b_dtype=y.dtype,
-                      a_shape=x.shape, b_shape=y.shape, numel=x.numel)
+        common = dict(
+            a_name=x.name,
+            b_name=y.name,
+            a_dtype=x.dtype,
+            b_dtype=y.dtype,
+            a_shape=x.shape,
+            b_shape=y.shape,
+            numel=x.numel,
+        )
         if x.shape != y.shape:
             result.changed.append(TensorChange(p.name, "shape", **common))
         elif x.dtype != y.dtype:
-            result.changed.append(TensorChange(
-                p.name, "dtype", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common))
+            result.changed.append(
+                TensorChange(p.name, "dtype", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common)
+            )
         elif p.equal:
             result.same.append(p.name)
         elif vd.n_diff == 0:
             result.same.append(p.name)
             result.within_atol.append(p.name)
         else:
-            result.changed.append(TensorChange(
-                p.name, "values", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common))
+            result.changed.append(
+                TensorChange(p.name, "values", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common)
+            )
     if not only:  # the counters that decide what a resume does next are part of "identical"
         for key in RESUME_COUNTERS:
             va, vb = a.metadata.get(key), b.metadata.get(key)

@@ -9,7 +9,7 @@ layout and the tree (run `anatomy.analyze` first so groups and metadata are set)
 - OPTIMIZER_MISMATCH: the optimizer state does not fit the model's parameters (count or shapes).
 - STORAGE_BLOAT: more than BLOAT_MIN_BYTES and BLOAT_MIN_FRACTION of the storage bytes are reached
   by no tensor (typically a small slice saved together with its whole base tensor).
-- LEFTOVER_TMP: an interrupted save beside the checkpoint (ckinspect.leftovers, when present).
+- LEFTOVER_TMP: an interrupted save beside the checkpoint (ckinspect.analysis.leftovers, when present).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ckinspect.anatomy import Anatomy, summarize
-from ckinspect.dtypes import dtype_info
-from ckinspect.layouts import (
+from ckinspect.analysis.anatomy import Anatomy, summarize
+from ckinspect.analysis.layouts import (
     _OPTIMIZER_STATE_NAME,
     OPTIMIZER_STATE_LEAVES,
     Layout,
@@ -28,9 +27,10 @@ from ckinspect.layouts import (
     recognise,
     top_mapping,
 )
+from ckinspect.dtypes import dtype_info
+from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint, Finding, TensorInfo
 from ckinspect.record import Record
-from ckinspect.report.sizes import human_bytes
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,7 +43,17 @@ BLOAT_MIN_FRACTION = 0.10
 
 HALF_DTYPES = ("float16", "bfloat16")
 # Per-parameter entries whose shape is the parameter's shape (a scalar `step` is not).
-SHAPED_LEAVES = ("exp_avg", "momentum_buffer", "exp_avg_sq", "max_exp_avg_sq", "square_avg", "acc_delta", "sum", "ax", "prev")
+SHAPED_LEAVES = (
+    "exp_avg",
+    "momentum_buffer",
+    "exp_avg_sq",
+    "max_exp_avg_sq",
+    "square_avg",
+    "acc_delta",
+    "sum",
+    "ax",
+    "prev",
+)
 SCHEDULER_KEYS = ("lr_scheduler", "lr_schedulers", "scheduler", "schedulers")
 
 
@@ -100,9 +110,19 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
         if not present
     ]
     if missing:
-        have = [w for w, p in (("optimizer state", has_optimizer), ("a step counter", has_step), ("RNG/data-position state", has_rng)) if p]
+        have = [
+            w
+            for w, p in (
+                ("optimizer state", has_optimizer),
+                ("a step counter", has_step),
+                ("RNG/data-position state", has_rng),
+            )
+            if p
+        ]
         why = f"has {' and '.join(have)}" if have else "has training-state keys"
-        findings.append(Finding("RESUME_INCOMPLETE", f"looks like a resume file ({why}) but lacks " + "; ".join(missing)))
+        findings.append(
+            Finding("RESUME_INCOMPLETE", f"looks like a resume file ({why}) but lacks " + "; ".join(missing))
+        )
 
     model_dtypes = {t.dtype for t in ckpt.tensors if t.group == "model"}
     if model_dtypes & set(HALF_DTYPES):
@@ -238,7 +258,9 @@ def _model_beside(layout: Layout) -> list[TensorInfo]:
     return model.tensors
 
 
-def _mismatch_unordered(opt: OptimizerState, model: list[TensorInfo], model_file: Path | None) -> tuple[str, str | None] | None:
+def _mismatch_unordered(
+    opt: OptimizerState, model: list[TensorInfo], model_file: Path | None
+) -> tuple[str, str | None] | None:
     """An optimizer file against a model file whose tensor order is not the parameter order
     (safetensors lists by name): the counts and the shapes, as multisets, must fit."""
     where = Path(model_file).name if model_file else "the model file"
@@ -362,7 +384,7 @@ def bloat_findings(ckpt: Checkpoint, anatomy: Anatomy) -> list[Finding]:
 
 
 def leftover_findings(path: Path) -> list[Finding]:
-    from ckinspect import leftovers
+    from ckinspect.analysis import leftovers
 
     findings = []
     for leftover in leftovers.find_leftovers(Path(path)):

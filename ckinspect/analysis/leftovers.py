@@ -16,21 +16,18 @@ import struct
 import zlib
 from pathlib import Path
 
-from ckinspect.anatomy import analyze
+from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
 from ckinspect.record import Record
+from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, STEP_KEYS, TMP_SUFFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-QUARANTINE_DIR = ".ckinspect-quarantine"
-DCP_METADATA = ".metadata"
-TMP_SUFFIX = ".tmp"
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".tar", ".distcp")
 SKIP_DIRS = {QUARANTINE_DIR, ".git", "__pycache__"}
 SMALL_MEMBER = 1 << 20  # members up to this size get their CRC checked even in a quick check
-STEP_KEYS = ("step", "global_step", "iter_num", "iteration", "num_updates")
 
 
 class Leftover(Record):
@@ -64,8 +61,16 @@ class Integrity(Record):
 
 class TmpStatus(Record):
     __slots__ = (
-        "leftover", "main_exists", "main_intact", "tmp_complete", "main_step", "tmp_step", "newer",
-        "main_problem", "tmp_problem", "identical",
+        "leftover",
+        "main_exists",
+        "main_intact",
+        "tmp_complete",
+        "main_step",
+        "tmp_step",
+        "newer",
+        "main_problem",
+        "tmp_problem",
+        "identical",
     )
 
     def __init__(
@@ -129,7 +134,7 @@ def main_for_tmp(tmp: Path) -> Leftover | None:
         return Leftover(tmp, folder / DCP_METADATA)
     stem = name[: -len(TMP_SUFFIX)]
     if name.startswith(".") and "." in stem[1:]:
-        # ckinspect.atomic / tempfile.mkstemp style: .<name>.<random>.tmp
+        # ckinspect.io.atomic / tempfile.mkstemp style: .<name>.<random>.tmp
         target, _, _random = stem[1:].rpartition(".")
         if target and (_has_checkpoint_suffix(target) or _checkpoint_pair(tmp, folder / target)):
             return Leftover(tmp, folder / target)

@@ -2,7 +2,7 @@
 DCP folder -> one file; optionally cast floating tensors and keep only some groups.
 
 The input is read by our readers (nothing executed); torch only builds tensors from those bytes
-and writes the output through ckinspect.atomic. A file whose pickle names code-running globals
+and writes the output through ckinspect.io.atomic. A file whose pickle names code-running globals
 (UNSAFE_PICKLE) is refused unless the user passes trust=True, and then `announce` is told exactly
 what torch.load call is about to run and which globals it will call, before it runs.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckinspect.errors import CkinspectError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.vocab import CkinspectError
 
 DTYPE_FLAGS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -89,7 +89,7 @@ def convert(
 
     import torch  # only now: a refused file never pays for it
 
-    from ckinspect.torchio import rebuild_tree, save_torch, tensors_to_safetensors, torch_dtype
+    from ckinspect.ops.torchio import rebuild_tree, save_torch, tensors_to_safetensors, torch_dtype
 
     target = torch_dtype(DTYPE_FLAGS[dtype]) if dtype else None
 
@@ -159,7 +159,7 @@ def convert(
 
 def _groups(ckpt: Checkpoint) -> dict[str, str]:
     """Tensor name -> group, from the anatomy's layouts."""
-    from ckinspect.anatomy import analyze
+    from ckinspect.analysis.anatomy import analyze
 
     return {t.name: t.group for t in analyze(ckpt).tensors}
 
@@ -224,7 +224,7 @@ def _built_from_objects(obj: Any, keep, cast):
     """--trust path: the object torch.load returned, walked like the reader's tree."""
     import torch
 
-    from ckinspect.torchio import Built
+    from ckinspect.ops.torchio import Built
 
     built = Built(None)
 

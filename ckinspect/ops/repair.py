@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckinspect.atomic import atomic_write_text, fsync_dir
-from ckinspect.errors import CkinspectError
-from ckinspect.leftovers import QUARANTINE_DIR, Leftover, TmpStatus, check_integrity, classify, find_leftovers
+from ckinspect.analysis.leftovers import Leftover, TmpStatus, check_integrity, classify, find_leftovers
+from ckinspect.io.atomic import atomic_write_text, fsync_dir
+from ckinspect.vocab import QUARANTINE_DIR, CkinspectError
 
 MANIFEST = "manifest.json"
 ACTIONS = ("promote", "promote-keep-old", "set-aside", "nothing")
@@ -178,9 +178,7 @@ def _full_check(s: TmpStatus) -> TmpStatus:
     verdict = check_integrity(s.leftover.tmp, full_crc=True)
     if verdict.ok:
         return s
-    return s.replace(
-        tmp_complete=False, tmp_problem=verdict.problem, tmp_step=None, newer="unknown", identical=False
-    )
+    return s.replace(tmp_complete=False, tmp_problem=verdict.problem, tmp_step=None, newer="unknown", identical=False)
 
 
 def _decide_one(s: TmpStatus) -> RepairAction:

@@ -1,6 +1,6 @@
 """Checkpoint anatomy: which role each tensor plays and what each part costs on disk.
 
-`analyze(ckpt)` applies the layout recognisers (ckinspect.layouts): it sets every tensor's group
+`analyze(ckpt)` applies the layout recognisers (ckinspect.analysis.layouts): it sets every tensor's group
 (model, optimizer, rng, other), fills `ckpt.metadata` (step, epoch, world_size, config, other plain
 values) and `ckpt.layout`. `summarize(ckpt)` counts bytes.
 
@@ -22,11 +22,12 @@ import struct
 from collections import defaultdict
 from pathlib import Path
 
+from ckinspect.analysis.layouts import Layout, recognise
 from ckinspect.dtypes import dtype_info
-from ckinspect.layouts import Layout, recognise
-from ckinspect.model import GROUPS, Checkpoint, TensorInfo
+from ckinspect.formats.tree import no_gc
+from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record
-from ckinspect.tree import no_gc
+from ckinspect.vocab import GROUPS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ def resolve_value(ckpt: Checkpoint, value: Any) -> Any:
 
 
 def _numeric(text: str) -> int | float | None:
-    """"30" -> 30, "1.5" -> 1.5 (safetensors metadata holds strings only); None if not a number."""
+    """ "30" -> 30, "1.5" -> 1.5 (safetensors metadata holds strings only); None if not a number."""
     try:
         return int(text)
     except ValueError:

@@ -10,11 +10,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ckinspect.vocab import TMP_SUFFIX
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO
-
-TMP_SUFFIX = ".tmp"
 
 
 def fsync_dir(folder: str | os.PathLike[str]) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ckinspect.anatomy import analyze_layout
-from ckinspect.checks import structural_findings
+from ckinspect.analysis.anatomy import analyze_layout
+from ckinspect.analysis.checks import structural_findings
 from ckinspect.formats import open_checkpoint
 from ckinspect.model import Checkpoint
 
@@ -27,7 +27,7 @@ def inspect_path(target: Any, quick: bool = False, progress: Any = None) -> Chec
     layout = analyze_layout(ckpt)
     ckpt.findings.extend(structural_findings(ckpt, layout=layout))
     if not quick and ckpt.tensors:
-        from ckinspect.scan import scan_values  # here, so --quick never pays for the value scanner
+        from ckinspect.analysis.scan import scan_values  # here, so --quick never pays for the value scanner
 
         ckpt.findings.extend(scan_values(ckpt, progress).findings)
     return ckpt

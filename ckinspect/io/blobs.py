@@ -156,8 +156,9 @@ class Blobs:
         if offset + length > self.size(path):
             raise UnreadableStorage(f"{Path(path).name} ends at {self.size(path):,}, wanted {offset + length:,}")
         aligned = offset - offset % mmap.ALLOCATIONGRANULARITY
-        mapped = mmap.mmap(fd, offset + length - aligned, flags=mmap.MAP_PRIVATE,
-                           prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=aligned)
+        mapped = mmap.mmap(
+            fd, offset + length - aligned, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=aligned
+        )
         anchor = ctypes.c_char.from_buffer(mapped)
         try:
             yield ctypes.addressof(anchor) + (offset - aligned)

@@ -7,7 +7,7 @@ kept only when its storage member is complete and its CRC-32 holds. safetensors 
 torch files: every tensor whose bytes lie wholly inside the file is kept (neither has checksums).
 
 Torch is imported only to write a torch file (tensors built from the recovered bytes, then
-torch.save through ckinspect.atomic); nothing from the damaged file is ever executed.
+torch.save through ckinspect.io.atomic); nothing from the damaged file is ever executed.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckinspect.errors import CkinspectError
-from ckinspect.zipwalk import LocalMember, crc32_of, map_file, walk_local_headers
+from ckinspect.io.zipwalk import LocalMember, crc32_of, map_file, walk_local_headers
+from ckinspect.vocab import CkinspectError
 
 
 @dataclass
@@ -147,7 +147,7 @@ def _out_format(out: Path) -> str:
 
 def _write_tree(tree, result: SalvageResult, storage_bytes, why_missing) -> None:
     """Rebuild the tree with real tensors for every recovered TensorInfo and write it."""
-    from ckinspect.torchio import rebuild_tree, save_torch, tensors_to_safetensors
+    from ckinspect.ops.torchio import rebuild_tree, save_torch, tensors_to_safetensors
 
     built = rebuild_tree(tree, storage_bytes)
     result.recovered = [name for name, _t in built.tensors]
@@ -199,7 +199,7 @@ def _salvage_legacy(broken: Path, out: Path) -> SalvageResult:
 def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
     from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
     from ckinspect.formats.safetensors import check_entry
-    from ckinspect.safetensors_out import Entry, write_safetensors
+    from ckinspect.io.safetensors_write import Entry, write_safetensors
 
     result = SalvageResult(broken, out, "safetensors", _out_format(out))
     size = len(buf)
@@ -242,7 +242,7 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
         ]
         result.out_bytes = write_safetensors(out, entries, {**meta, "salvaged_from": broken.name})
     else:
-        from ckinspect.torchio import save_torch, tensor_from_bytes
+        from ckinspect.ops.torchio import save_torch, tensor_from_bytes
 
         tensors = {}
         for name, dtype, shape, begin, end in kept:

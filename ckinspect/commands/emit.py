@@ -5,14 +5,12 @@ from __future__ import annotations
 import sys
 
 from ckinspect import __version__
-from ckinspect.atomic import atomic_write_text
-from ckinspect.errors import CkinspectError
+from ckinspect.io.atomic import atomic_write_text
+from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-EXIT_OK, EXIT_ATTENTION, EXIT_ERROR = 0, 1, 2
 
 
 def emit(text: str, output: str | None) -> None:
@@ -47,4 +45,4 @@ def md_escape(text: str) -> str:
 
 def exit_for(needs_attention: bool, fail_on: str | None) -> int:
     """1 when something needs the user's attention, unless --fail-on never."""
-    return EXIT_ATTENTION if needs_attention and fail_on != "never" else EXIT_OK
+    return EXIT_FINDINGS if needs_attention and fail_on != "never" else EXIT_OK

@@ -20,14 +20,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckinspect.blobs import DEFAULT_CHUNK, Blobs, UnreadableStorage, crc32_combine
+from ckinspect.formats.tree import no_gc
+from ckinspect.io.blobs import DEFAULT_CHUNK, Blobs, UnreadableStorage, crc32_combine
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
-from ckinspect.tree import no_gc
+from ckinspect.vocab import FP16_MAX
 
 Progress = Callable[[int, int], None]
 
 SCANNED_DTYPES = ("float32", "float16", "bfloat16", "float64")
-FP16_MAX = 65504.0
 # fp16 weights cannot overflow fp16; the warning is about saving wider values in half precision.
 OVERFLOW_DTYPES = ("float32", "bfloat16", "float64")
 _BLOCK = 512 << 10  # bytes per numpy pass: several passes over one block stay in L2
@@ -130,8 +130,15 @@ class _Moments:
             return TensorStats(None, None, None, None, self.nan + self.inf, self.over, None, self.nan, count)
         std = math.sqrt(max(self.m2, 0.0) / (self.n - 1)) if self.n > 1 else (math.nan if self.n == 1 else None)
         return TensorStats(
-            float(self.mn), float(self.mx), self.mean, std, self.nan + self.inf, self.over,
-            max(abs(self.mn), abs(self.mx)), self.nan, count,
+            float(self.mn),
+            float(self.mx),
+            self.mean,
+            std,
+            self.nan + self.inf,
+            self.over,
+            max(abs(self.mn), abs(self.mx)),
+            self.nan,
+            count,
         )
 
 
@@ -524,12 +531,14 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
             if crc != storage.crc32:
                 names = users.get(storage.key, [])
                 member = storage.member or storage.key
-                findings.append(Finding(
-                    "CORRUPT",
-                    f"CRC mismatch in {member} (expected {storage.crc32:08x}, read {crc:08x}): the stored bytes of "
-                    f"{', '.join(names) or 'an unused storage'} changed on disk; torch.load would load them silently",
-                    names[0] if names else None,
-                ))
+                findings.append(
+                    Finding(
+                        "CORRUPT",
+                        f"CRC mismatch in {member} (expected {storage.crc32:08x}, read {crc:08x}): the stored bytes of "
+                        f"{', '.join(names) or 'an unused storage'} changed on disk; torch.load would load them silently",
+                        names[0] if names else None,
+                    )
+                )
 
     for v in views:
         s = v.moments.stats()
@@ -547,12 +556,14 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
             message = f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values"
             findings.append(Finding("NONFINITE", message, name))
         if s.fp16_overflow and dtypes.get(name) in OVERFLOW_DTYPES:
-            findings.append(Finding(
-                "FP16_OVERFLOW",
-                f"{name}: {s.fp16_overflow:,} of {s.count:,} values beyond float16's range "
-                f"(max |x| {s.max_abs:.6g} > 65504); a half-precision save turns them into inf",
-                name,
-            ))
+            findings.append(
+                Finding(
+                    "FP16_OVERFLOW",
+                    f"{name}: {s.fp16_overflow:,} of {s.count:,} values beyond float16's range "
+                    f"(max |x| {s.max_abs:.6g} > 65504); a half-precision save turns them into inf",
+                    name,
+                )
+            )
     return ScanResult(findings, stats, done, time.perf_counter() - started, crc_checked, skipped)
 
 
@@ -578,9 +589,13 @@ def terminal_progress(
             from rich.progress import Progress as Bar
 
             bar = Bar(
-                TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
                 TimeRemainingColumn(),
-                console=Console(stderr=True), transient=True,
+                console=Console(stderr=True),
+                transient=True,
             )
             state["task"] = bar.add_task(label, total=total)
             bar.start()

@@ -1,0 +1,69 @@
+"""The one home of the names every layer shares: groups, finding codes and severities, exit statuses,
+format tags, file suffixes, and the keys that known checkpoint layouts use.
+
+Plain data and one exception class: importing it costs nothing and pulls in nothing.
+"""
+
+from __future__ import annotations
+
+
+class CkinspectError(Exception):
+    """A usage or environment problem the user can act on: the CLI prints it as one line and exits 2."""
+
+
+# Exit statuses of every command (design.md, CLI contract).
+EXIT_OK = 0  # nothing at or above --fail-on; diff: identical
+EXIT_FINDINGS = 1  # findings at or above --fail-on; diff: different
+EXIT_ERROR = 2  # usage or internal error; diff: no honest verdict possible
+
+GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
+
+# Finding codes are a stable contract (design.md); the severity is fixed per code.
+SEVERITY: dict[str, str] = {
+    "UNSAFE_PICKLE": "error",
+    "ALLOWLIST_NEEDED": "warning",
+    "CORRUPT": "error",
+    "LEFTOVER_TMP": "warning",
+    "NONFINITE": "error",
+    "FP16_OVERFLOW": "warning",
+    "RESUME_INCOMPLETE": "warning",
+    "HALF_PRECISION_RESUME": "warning",
+    "OPTIMIZER_MISMATCH": "error",
+    "STORAGE_BLOAT": "warning",
+}
+SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
+FAIL_ON_CHOICES = ("error", "warning", "never")
+
+# Format tags of the JSON report's `format` field.
+FORMAT_TAGS = ("torch-zip", "torch-legacy", "safetensors", "sharded", "dcp", "pickle", "unknown")
+SINGLE_FILE_FORMATS = ("torch-zip", "torch-legacy", "safetensors", "pickle")
+
+# The bundled trainer writes this tag into every file it saves (`format` key).
+TRAINER_FORMAT = "ckinspect-trainer/1"
+TRAINER_FORMAT_PREFIX = "ckinspect-trainer/"
+
+# Interrupted saves: `<name>.tmp` beside `<name>`; repair sets aside into this folder.
+TMP_SUFFIX = ".tmp"
+QUARANTINE_DIR = ".ckinspect-quarantine"
+DCP_METADATA = ".metadata"
+
+# Suffixes a checkpoint file commonly has. Discovery does not rely on them alone (it sniffs content);
+# leftovers use them to pair `x.pth.tmp` with `x.pth`.
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle", ".tar", ".distcp")
+
+# Top-level keys where known layouts keep the step counter, the epoch and the number of processes.
+STEP_KEYS = (
+    "step",
+    "global_step",
+    "iter_num",
+    "iteration",
+    "iter",
+    "steps",
+    "num_steps",
+    "total_steps",
+    "num_updates",
+)
+EPOCH_KEYS = ("epoch", "epochs", "cur_epoch", "current_epoch")
+WORLD_SIZE_KEYS = ("world_size", "num_processes", "n_gpus", "ngpus")
+
+FP16_MAX = 65504.0  # the largest finite float16; beyond it a half-precision save stores inf
