@@ -30,7 +30,11 @@ SEVERITY: dict[str, str] = {
     "HALF_PRECISION_RESUME": "warning",
     "OPTIMIZER_MISMATCH": "error",
     "STORAGE_BLOAT": "warning",
+    "MISSING_PARTS": "error",
+    "PARTS_DISAGREE": "error",
 }
+# Codes that say a checkpoint cannot be read whole: a damaged file, or a part its own records name is not there.
+NOT_WHOLE_CODES = ("CORRUPT", "MISSING_PARTS")
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 FAIL_ON_CHOICES = ("error", "warning", "never")
 

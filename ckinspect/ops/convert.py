@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.vocab import CkinspectError
+from ckinspect.vocab import NOT_WHOLE_CODES, CkinspectError
 
 DTYPE_FLAGS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -70,7 +70,7 @@ def convert(
     ckpt = open_checkpoint(source)
     result = ConvertResult(source, out, ckpt.format, out_format)
     unsafe = [f for f in ckpt.findings if f.code == "UNSAFE_PICKLE"]
-    corrupt = [f for f in ckpt.findings if f.code == "CORRUPT"]
+    corrupt = [f for f in ckpt.findings if f.code in NOT_WHOLE_CODES]
     if corrupt and not unsafe:
         raise CkinspectError(f"{source} is damaged ({corrupt[0].message}); try `ckinspect salvage {source} OUT`")
     if ckpt.format in ("unknown", "pickle") and not unsafe:

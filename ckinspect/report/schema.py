@@ -30,6 +30,8 @@ _FINDING = {
                 "HALF_PRECISION_RESUME",
                 "OPTIMIZER_MISMATCH",
                 "STORAGE_BLOAT",
+                "MISSING_PARTS",
+                "PARTS_DISAGREE",
             ]
         },
         "severity": {"enum": ["error", "warning", "info"]},

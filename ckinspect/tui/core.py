@@ -78,6 +78,8 @@ def safe_load_verdict(ckpt: Checkpoint) -> tuple[str, str]:
         return "not a checkpoint (see findings)", "error"
     if "CORRUPT" in codes:
         return "corrupt: cannot be read whole", "error"
+    if "MISSING_PARTS" in codes:
+        return "incomplete: parts its records name are missing", "error"
     if "ALLOWLIST_NEEDED" in codes:
         return "needs an allowlist for weights_only=True", "warning"
     if ckpt.format == "safetensors" or ckpt.format == "sharded":
