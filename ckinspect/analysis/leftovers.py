@@ -9,6 +9,7 @@ that ends) and the step counter inside, never from mtime alone. Nothing here imp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickletools
@@ -346,8 +347,8 @@ def _check_pickle_stream(path: Path, fmt: str) -> Integrity:
     try:
         data = path.read_bytes()
         last = None
-        for last, _arg, _pos in pickletools.genops(data):
-            pass
+        for op, _arg, _pos in pickletools.genops(data):
+            last = op
     except Exception as exc:  # noqa: BLE001 - genops raises ValueError and friends on a cut stream
         return Integrity(False, fmt, f"pickle cut short or damaged ({type(exc).__name__})")
     if last is None or last.name != "STOP":
@@ -386,10 +387,8 @@ def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrit
 def read_step(path: Path, ckpt: Any = None) -> int | None:
     """The training step the checkpoint says it was saved at, if it says (`ckpt`: already opened)."""
     ckpt = ckpt if ckpt is not None else open_checkpoint(path)
-    try:
+    with contextlib.suppress(Exception):  # a layout that does not fit must not hide the raw step
         ckpt = analyze(ckpt)
-    except Exception:  # noqa: BLE001 - a layout that does not fit must not hide the raw step
-        pass
     for key in ("step", *STEP_KEYS):
         value = ckpt.metadata.get(key)
         if _is_int(value):

@@ -6,6 +6,7 @@ offsets) and data.pkl; storage bytes are never read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 from pathlib import Path
@@ -82,10 +83,8 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         set_tree(ckpt, tree)
         byteorder = by_name.get(archive + "byteorder")
         if byteorder is not None and byteorder.file_size <= 16:
-            try:
+            with contextlib.suppress(ZipError):  # informational: a damaged record leaves it unset
                 ckpt.metadata["byteorder"] = _member_bytes(reader, byteorder, cd_start).decode("ascii", "replace")
-            except ZipError:
-                pass
     return tree
 
 
@@ -158,7 +157,7 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         else:
             found.append((ref, member))
     storages = ckpt.storages
-    for (ref, member), offset in zip(found, data_offsets(reader, [member for _, member in found])):
+    for (ref, member), offset in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
         name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
         if type(offset) is not int:
             ckpt.add("CORRUPT", f"{file.name}: {offset}")
@@ -198,8 +197,13 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
         if scans and scans[0].error is None:
             data = data[: scans[0].end]
             break
-        if not scans or not scans[0].truncated or start + len(data) >= reader.size or want >= MAX_UNINDEXED_PICKLE_BYTES \
-                or start + scans[0].needed > reader.size:  # fmt: skip
+        if (
+            not scans
+            or not scans[0].truncated
+            or start + len(data) >= reader.size
+            or want >= MAX_UNINDEXED_PICKLE_BYTES
+            or start + scans[0].needed > reader.size
+        ):
             break
         want = max(want * 4, scans[0].needed + (1 << 20))
     where = f"{file.name}:{name}"
@@ -225,9 +229,15 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
             offset, _length = found.get(key, (None, 0))
             whole = offset is not None and offset + ref.nbytes <= reader.size
             complete += whole
-            ckpt.storages[ref.key] = StorageInfo(key=ref.key, dtype=ref.dtype, nbytes=ref.nbytes if whole else 0, file=file,
-                                             offset=offset if whole else None, member=f"{archive}data/{key}",
-                                             location=ref.location)  # fmt: skip
+            ckpt.storages[ref.key] = StorageInfo(
+                key=ref.key,
+                dtype=ref.dtype,
+                nbytes=ref.nbytes if whole else 0,
+                file=file,
+                offset=offset if whole else None,
+                member=f"{archive}data/{key}",
+                location=ref.location,
+            )
         ckpt.add("CORRUPT", f"{file.name}: {problem}; the save was cut short at {reader.size} bytes: "
                             f"{complete} of {len(collector.storages)} storages are complete")  # fmt: skip
 
