@@ -29,6 +29,9 @@ from trainer.dist import Dist, barrier, gather, setup, teardown
 from trainer.model import ModelConfig, build_model, lm_loss
 
 
+SAVE_FORMATS = ("file", "dcp")
+
+
 class TrainerError(Exception):
     """A user error: one line, no traceback."""
 
@@ -133,12 +136,16 @@ def train(
     rewind_data: bool = False,
     weights_from: str | os.PathLike[str] | None = None,
     log: Callable[[str], None] | None = print,
+    save_format: str = "file",
 ) -> Result:
     """Train to `steps` (or stop after `stop_after`), saving `<name>.pth` and `<name>_resume.pth` in `out`.
 
     The three ablation switches (fresh_optimizer, rewind_data, weights_from) resume deliberately
-    without one piece of the state, to measure what that piece is worth.
+    without one piece of the state, to measure what that piece is worth. `save_format="dcp"` saves
+    each checkpoint as a torch.distributed.checkpoint folder `<name>_step<N>/` instead (one file per rank).
     """
+    if save_format not in SAVE_FORMATS:
+        raise TrainerError(f"--save-format must be one of {', '.join(SAVE_FORMATS)}")
     d = setup()
     say = log if (log and d.is_main) else (lambda _msg: None)
     try:
@@ -156,19 +163,33 @@ def train(
             fresh_optimizer,
             rewind_data,
             weights_from,
+            save_format,
         )
     finally:
         teardown(d)
 
 
 def _train(
-    d, say, out, steps, stop_after, resume, seed, save_every, order, name, fresh_optimizer, rewind_data, weights_from
+    d,
+    say,
+    out,
+    steps,
+    stop_after,
+    resume,
+    seed,
+    save_every,
+    order,
+    name,
+    fresh_optimizer,
+    rewind_data,
+    weights_from,
+    save_format="file",
 ) -> Result:
     if steps < 1:
         raise TrainerError("--steps must be at least 1")
     ck: dict[str, Any] | None = None
     if resume is not None:
-        if not Path(resume).is_file():
+        if not Path(resume).exists():
             raise TrainerError(f"no resume file at {resume}")
         ck = checkpoint.load(resume)
         if not isinstance(ck, dict) or ck.get("format") != FORMAT:
@@ -234,7 +255,8 @@ def _train(
             if done % 10 == 0 or done == stop:
                 say(f"step {done:4d}/{steps}  loss {losses[-1]:.4f}  lr {lr:.2e}")
             if (run.save_every and done % run.save_every == 0) or done == stop:
-                paths = _save(out, run, cfg, d, model, optimizer, batches, done, losses[-1], say)
+                save = _save_dcp if save_format == "dcp" else _save
+                paths = save(out, run, cfg, d, model, optimizer, batches, done, losses[-1], say)
         return Result(stop, losses[-1], losses, paths[0], paths[1], d.world_size)
 
 
@@ -273,26 +295,31 @@ def _resume(ck, d, say, model, optimizer, batches, fresh_optimizer, rewind_data,
     return step
 
 
-def _save(out, run, cfg, d, model, optimizer, batches, step, loss, say) -> tuple[Path | None, Path | None]:
+def _state(run, cfg, d, model, optimizer, batches, step, loss) -> dict[str, Any]:
+    """What a resume needs, as one dict: the same for the single file and the DCP folder."""
     rng = gather(_rng_state(batches, d), d)  # every rank's streams, so each resumes its own
+    return {
+        "format": FORMAT,
+        "model": checkpoint.fp32_weights(model.state_dict()),
+        "optimizer": optimizer.state_dict(),
+        "epoch": batches.position.epoch,
+        "epoch_step": batches.position.epoch_step,
+        "step": step,
+        "world_size": d.world_size,
+        "rng": rng,
+        "config": cfg.to_dict(),
+        "run": run.to_dict(),
+        "loss": loss,
+    }
+
+
+def _save(out, run, cfg, d, model, optimizer, batches, step, loss, say) -> tuple[Path | None, Path | None]:
+    state = _state(run, cfg, d, model, optimizer, batches, step, loss)
     paths: tuple[Path | None, Path | None] = (None, None)
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
         resume_path, weights_path = out / f"{run.name}_resume.pth", out / f"{run.name}.pth"
-        weights = checkpoint.fp32_weights(model.state_dict())
-        state = {
-            "format": FORMAT,
-            "model": weights,
-            "optimizer": optimizer.state_dict(),
-            "epoch": batches.position.epoch,
-            "epoch_step": batches.position.epoch_step,
-            "step": step,
-            "world_size": d.world_size,
-            "rng": rng,
-            "config": cfg.to_dict(),
-            "run": run.to_dict(),
-            "loss": loss,
-        }
+        weights = state["model"]
         # The resume file first: a crash between the two leaves a matching older pair, never a
         # weights file newer than the state it would resume from.
         checkpoint.save(state, resume_path)
@@ -301,3 +328,15 @@ def _save(out, run, cfg, d, model, optimizer, batches, step, loss, say) -> tuple
         paths = (resume_path, weights_path)
     barrier(d)
     return paths
+
+
+def _save_dcp(out, run, cfg, d, model, optimizer, batches, step, loss, say) -> tuple[Path | None, Path | None]:
+    """Every rank writes its part of `<name>_step<N>/`; the folder is a checkpoint once `.metadata` is there."""
+    state = _state(run, cfg, d, model, optimizer, batches, step, loss)
+    folder = out / f"{run.name}_step{step:06d}"
+    if d.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+    barrier(d)
+    checkpoint.save_dcp(state, folder)
+    say(f"saved {folder} (DCP, {d.world_size} rank file(s)) at step {step}")
+    return folder, None

@@ -180,6 +180,8 @@ def optimizer_states(ckpt: Checkpoint, layout: Layout) -> list[OptimizerState]:
         entries: dict[Any, dict[str, TensorInfo]] = {}
         if isinstance(state, Mapping):
             for key, entry in state.items():
+                if ckpt.format == "dcp" and isinstance(key, str) and key.isdigit():
+                    key = int(key)  # DCP keeps every dict key as a string; param_groups list the int ids
                 if isinstance(entry, Mapping):
                     entries[key] = {str(k): v for k, v in entry.items() if isinstance(v, TensorInfo)}
         param_ids: list[Any] | None = None
