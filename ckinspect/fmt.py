@@ -14,3 +14,10 @@ def percent(fraction: float) -> str:
     if fraction and fraction < 0.001:
         return "<0.1%"
     return f"{fraction * 100:.1f}%"
+
+
+def printable(text: str) -> str:
+    """Text from a file or folder name, safe to print: control characters (ANSI/OSC escapes, newlines) as \\xNN."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}" for ch in text)
