@@ -182,13 +182,14 @@ def _compare_with_peers(run: Run) -> None:
     for (_framework, _parent), members in groups.items():
         if len(members) < 2:
             continue
+        kinds = sorted({kind for member in members for kind in member.counts})
         for ckpt in members:
             others = [m for m in members if m is not ckpt]
-            for kind, count in ckpt.counts.items():
-                fewest = min(m.counts.get(kind, 0) for m in others)
+            for kind in kinds:
+                count, fewest = ckpt.counts.get(kind, 0), min(m.counts.get(kind, 0) for m in others)
                 if count < fewest:
                     ckpt.add("MISSING_PARTS", f"{count} {kind} file(s), where the run's {len(others)} other "
-                                              f"checkpoint(s) each have {fewest}: a rank's file was never written")  # fmt: skip
+                                              f"checkpoint(s) each have {fewest}: a part was never written")  # fmt: skip
 
 
 def _measure(ckpt: RunCheckpoint) -> None:
