@@ -236,7 +236,10 @@ def optimizer_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     for opt in states:
         problem = _internal_problem(opt)
         if problem is None and params:
-            problem = _mismatch(opt, params, layout)
+            # A DCP .metadata lists tensors in the order its ranks' save plans merged, not the model's:
+            # int-keyed state can only be matched by count and shapes there
+            by_id = ckpt.format == "dcp" and opt.entries and all(isinstance(k, int) for k in opt.entries)
+            problem = _mismatch_unordered(opt, params, None) if by_id else _mismatch(opt, params, layout)
         if problem is None and beside:
             problem = _mismatch_unordered(opt, beside, layout.model_file)
         if problem:
