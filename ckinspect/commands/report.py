@@ -51,7 +51,7 @@ def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool) -> l
         folder = Path(raw)
         if not folder.is_dir():
             continue
-        run = collect(folder, reader)
+        run = collect(folder)
         if len(run.checkpoints) > 1 or any(c.framework in MULTI_PART for c in run.checkpoints) or run.findings:
             judge_run(run, reader)
             runs.append(run)

@@ -1,7 +1,7 @@
 """Runs: a folder of checkpoints, each of one or more files, and the newest one a run can resume from.
 
-    run = collect(Path("runs/"), reader)      # group files into checkpoints, read each one's own records
-    best = judge_run(run, reader)             # judge them (all, or newest first until one is good)
+    run = collect(Path("runs/"))              # group files into checkpoints (listing, and small JSON records)
+    best = judge_run(run, Reader())           # read their records and parts (all, or newest first until one is good)
 
 One recogniser per framework says which files a checkpoint is made of and which its records promise
 (deepspeed, hf (HF Trainer and Accelerate), megatron; DCP folders, sharded sets and single files go
@@ -35,20 +35,20 @@ def last_good(run_dir: str | os.PathLike[str], verify: bool = False, everything:
     if not path.is_dir():
         raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
     reader = Reader(verify=verify)
-    run = collect(path, reader)
+    run = collect(path)
     judge_run(run, reader, everything=everything)
     return run
 
 
-def collect(run_dir: Path, reader: Reader) -> Run:
+def collect(run_dir: Path) -> Run:
     run = Run(run_dir, [])
     try:
-        _walk(run_dir, reader, run, depth=0, visited=set())
+        _walk(run_dir, run, depth=0, visited=set())
     except OSError as exc:
         raise CkinspectError(f"{run_dir}: cannot list folder ({exc.strerror or exc})") from None
     _compare_with_peers(run)
     for ckpt in run.checkpoints:
-        _measure(ckpt)
+        ckpt.measure()
     run.checkpoints.sort(key=order)
     return run
 
@@ -81,7 +81,7 @@ def judge_run(run: Run, reader: Reader, everything: bool = True) -> RunCheckpoin
 # ------------------------------------------------------------------------------------------------ walking
 
 
-def _walk(folder: Path, reader: Reader, run: Run, depth: int, visited: set[Path]) -> None:
+def _walk(folder: Path, run: Run, depth: int, visited: set[Path]) -> None:
     real = folder.resolve()
     if real in visited or depth > MAX_DEPTH:
         return
@@ -91,7 +91,7 @@ def _walk(folder: Path, reader: Reader, run: Run, depth: int, visited: set[Path]
     names = {e.name for e in entries if _is(e, "file")}
     dirs = {e.name for e in entries if _is(e, "dir") and e.name not in SKIP_DIRS and not e.name.startswith(".")}
 
-    found = _folder_checkpoint(folder, names, dirs, reader)
+    found = _folder_checkpoint(folder, names, dirs)
     if found is not None:
         _interrupted_saves(found, folder)
         run.checkpoints.append(found)
@@ -127,21 +127,21 @@ def _walk(folder: Path, reader: Reader, run: Run, depth: int, visited: set[Path]
             run.checkpoints.append(ckpt)
     for name in sorted(dirs):
         try:
-            _walk(folder / name, reader, run, depth + 1, visited)
+            _walk(folder / name, run, depth + 1, visited)
         except OSError:
             continue  # an unreadable subfolder does not stop the search of the rest
 
 
-def _folder_checkpoint(folder: Path, names: set[str], dirs: set[str], reader: Reader) -> RunCheckpoint | None:
+def _folder_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoint | None:
     """The checkpoint this folder is, if it is one (a DeepSpeed tag, an HF or Accelerate folder, ...)."""
     if deepspeed.is_tag_folder(names):
-        return deepspeed.tag_checkpoint(folder, reader)
+        return deepspeed.tag_checkpoint(folder)
     if hf.is_hf_folder(folder, names):
-        return hf.hf_checkpoint(folder, names, dirs, reader)
+        return hf.hf_checkpoint(folder, names, dirs)
     if megatron.is_iter_folder(folder, dirs):
-        return megatron.iter_checkpoint(folder, dirs, reader)
+        return megatron.iter_checkpoint(folder, dirs)
     if hf.is_accelerate_folder(names):
-        return hf.accelerate_checkpoint(folder, names, reader)
+        return hf.accelerate_checkpoint(folder, names)
     if DCP_METADATA in names or DCP_METADATA + TMP_SUFFIX in names or any(n.endswith(".distcp") for n in names):
         ckpt = RunCheckpoint(folder, "dcp", step_in_name(folder.name))
         ckpt.part(folder, "checkpoint")
@@ -190,17 +190,6 @@ def _compare_with_peers(run: Run) -> None:
                 if count < fewest:
                     ckpt.add("MISSING_PARTS", f"{count} {kind} file(s), where the run's {len(others)} other "
                                               f"checkpoint(s) each have {fewest}: a part was never written")  # fmt: skip
-
-
-def _measure(ckpt: RunCheckpoint) -> None:
-    times = []
-    for part in ckpt.parts:
-        try:
-            times.append(part.path.stat().st_mtime)
-        except OSError:
-            pass
-    ckpt.time = max(times, default=0.0)
-    ckpt.size = sum(part.size for part in ckpt.parts)
 
 
 def _files(folder: Path) -> set[str]:

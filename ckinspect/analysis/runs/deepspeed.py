@@ -40,11 +40,17 @@ def optim_states_name(dp: int, mp: int, bf16: bool) -> str:
     return f"{'bf16_' if bf16 else ''}zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt"
 
 
-def tag_checkpoint(folder: Path, reader: Reader, into: RunCheckpoint | None = None) -> RunCheckpoint:
-    """The checkpoint one tag folder holds; `into` adds its parts to an enclosing one (HF Trainer with DeepSpeed)."""
-    ckpt = into or RunCheckpoint(folder, "deepspeed")
+def tag_checkpoint(folder: Path) -> RunCheckpoint:
+    """The checkpoint one tag folder holds; its records are read when it is judged."""
+    ckpt = RunCheckpoint(folder, "deepspeed", step_in_name(folder.name))
+    ckpt.defer(lambda reader: read_tag(folder, reader, ckpt, enclosed=False))
+    return ckpt
+
+
+def read_tag(folder: Path, reader: Reader, ckpt: RunCheckpoint, enclosed: bool) -> None:
+    """Add a tag's parts and what its records say to `ckpt` (the tag's own, or an HF checkpoint around it)."""
     names = {p.name for p in folder.iterdir() if p.is_file()}
-    where = f"{folder.name}/" if into is not None else ""
+    where = f"{folder.name}/" if enclosed else ""
     model_files = sorted(n for n in names if MODEL_STATES.match(n))
     optim_files = sorted(n for n in names if OPTIM_STATES.match(n))
     rank0 = next((n for n in (model_states_name(0, None), model_states_name(0, 0)) if n in names), None)
@@ -97,11 +103,10 @@ def tag_checkpoint(folder: Path, reader: Reader, into: RunCheckpoint | None = No
     tag_step = DEFAULT_TAG.match(folder.name)
     if steps is not None and tag_step and int(tag_step.group(1)) != steps:
         ckpt.add("PARTS_DISAGREE", f"{where}tag {folder.name} but {rank0} records global_steps {steps}")
-    if into is None:
-        ckpt.step = steps if steps is not None else step_in_name(folder.name)
+    if not enclosed and steps is not None:
+        ckpt.step = steps
     if isinstance(version, str):
         ckpt.notes.append(f"DeepSpeed {version}, dp world size {dp_world}, ZeRO stage {stage}")
-    return ckpt
 
 
 def _agree(

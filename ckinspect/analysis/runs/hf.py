@@ -20,10 +20,6 @@ from ckinspect.analysis.layouts import HF_MODEL_FILES
 from ckinspect.analysis.runs import deepspeed
 from ckinspect.analysis.runs.model import RunCheckpoint, read_json, step_in_name
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ckinspect.analysis.runs.judge import Reader
-
 HF_FOLDER = re.compile(r"^checkpoint-(\d+)$")
 HF_STAGING = re.compile(r"^tmp-checkpoint-(\d+)$")  # transformers 4.36-4.38 saved here, then renamed
 TRAINER_STATE = "trainer_state.json"
@@ -52,7 +48,7 @@ def is_accelerate_folder(names: set[str]) -> bool:
     return any(ACC_RNG.match(n) or ACC_OPTIMIZER.match(n) for n in names)
 
 
-def hf_checkpoint(folder: Path, names: set[str], dirs: set[str], reader: Reader) -> RunCheckpoint:
+def hf_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoint:
     ckpt = RunCheckpoint(folder, "hf-trainer", step_in_name(folder.name))
     staging = HF_STAGING.match(folder.name)
     if staging:
@@ -93,7 +89,7 @@ def hf_checkpoint(folder: Path, names: set[str], dirs: set[str], reader: Reader)
             ckpt.add("MISSING_PARTS", problem)
         else:
             ckpt.part(folder / deepspeed.LATEST, "pointer")
-            deepspeed.tag_checkpoint(folder / tag, reader, into=ckpt)  # type: ignore[operator]
+            ckpt.defer(lambda reader: deepspeed.read_tag(folder / tag, reader, ckpt, enclosed=True))  # type: ignore[operator]
         counts["optimizer"] = 1
     else:
         for name, role in (("optimizer.pt", "optimizer"), ("scheduler.pt", "scheduler"), ("scaler.pt", "scaler")):
@@ -124,7 +120,7 @@ def hf_checkpoint(folder: Path, names: set[str], dirs: set[str], reader: Reader)
     return ckpt
 
 
-def accelerate_checkpoint(folder: Path, names: set[str], reader: Reader) -> RunCheckpoint:
+def accelerate_checkpoint(folder: Path, names: set[str]) -> RunCheckpoint:
     named = ACC_FOLDER.match(folder.name)
     ckpt = RunCheckpoint(folder, "accelerate", int(named.group(1)) if named else step_in_name(folder.name))
     counts = {}

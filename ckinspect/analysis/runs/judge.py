@@ -54,6 +54,8 @@ class Reader:
 
 def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     """Read the parts, then set verdict, reasons and notes. Never raises for bad content."""
+    ckpt.read_deferred(reader)
+    ckpt.measure()
     for part in ckpt.parts:
         if part.role in RECORD_ROLES:
             continue

@@ -37,9 +37,15 @@ def rank_folder(tp: int, pp: int, pipeline: bool) -> str:
     return f"mp_rank_{tp:02d}_{pp:03d}" if pipeline else f"mp_rank_{tp:02d}"
 
 
-def iter_checkpoint(folder: Path, dirs: set[str], reader: Reader) -> RunCheckpoint:
+def iter_checkpoint(folder: Path, dirs: set[str]) -> RunCheckpoint:
+    """The checkpoint one iteration folder holds; its records are read when it is judged."""
     iteration = int(ITER_FOLDER.match(folder.name).group(1))  # type: ignore[union-attr]
     ckpt = RunCheckpoint(folder, "megatron", iteration)
+    ckpt.defer(lambda reader: read_iteration(folder, dirs, reader, ckpt, iteration))
+    return ckpt
+
+
+def read_iteration(folder: Path, dirs: set[str], reader: Reader, ckpt: RunCheckpoint, iteration: int) -> None:
     present = sorted(d for d in dirs if RANK_FOLDER.match(d))
     pipeline = any(RANK_FOLDER.match(d).group(2) for d in present)  # type: ignore[union-attr]
     rank0 = folder / rank_folder(0, 0, pipeline) / MODEL_FILE
@@ -79,8 +85,6 @@ def iter_checkpoint(folder: Path, dirs: set[str], reader: Reader) -> RunCheckpoi
         if saved is not None and saved != iteration:
             ckpt.add("PARTS_DISAGREE", f"{part.path.parent.name}/{MODEL_FILE} records iteration {saved}, "
                                        f"the folder says {iteration}")  # fmt: skip
-    ckpt.set_counts({"rank": len(ckpt.parts)})
-    return ckpt
 
 
 def tracker_problem(folder: Path, iterations: set[str]) -> str | None:

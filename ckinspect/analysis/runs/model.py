@@ -87,6 +87,7 @@ class RunCheckpoint(Record):
         "time",
         "size",
         "_counts",
+        "_deferred",
     )
     __hash__ = None  # type: ignore[assignment]  # filled in by its recogniser, then judged
 
@@ -113,9 +114,9 @@ class RunCheckpoint(Record):
         self.notes = [] if notes is None else notes
         self.time = time
         self.size = size
-        self._counts: dict[
-            str, int
-        ] = {}  # files per kind (rank files, model files ...), to compare with the run's others
+        # files per kind (rank files, model files ...), to compare with the run's other checkpoints
+        self._counts: dict[str, int] = {}
+        self._deferred: list[Any] = []  # reading its records waits until it is judged (newest first)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -123,6 +124,25 @@ class RunCheckpoint(Record):
 
     def set_counts(self, counts: dict[str, int]) -> None:
         self._counts = counts
+
+    def defer(self, reading: Any) -> None:
+        """Read these records when the checkpoint is judged, not when the run is listed: `reading(reader)`."""
+        self._deferred.append(reading)
+
+    def read_deferred(self, reader: Any) -> None:
+        while self._deferred:
+            self._deferred.pop(0)(reader)
+
+    def measure(self) -> None:
+        """Its time (the newest part's modification) and size (all parts)."""
+        times = []
+        for part in self.parts:
+            try:
+                times.append(part.path.stat().st_mtime)
+            except OSError:
+                continue
+        self.time = max(times, default=0.0)
+        self.size = sum(part.size for part in self.parts)
 
     def add(self, code: str, message: str) -> None:
         self.findings.append(Finding(code, message))
