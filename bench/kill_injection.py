@@ -43,8 +43,10 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def start(mode: str, out: Path) -> tuple[subprocess.Popen[str], threading.Event]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+def start(mode: str, out: Path) -> tuple[subprocess.Popen[str], threading.Event, list[float]]:
+    """The run, an event set when training starts, and the times its saves were reported."""
+    out.mkdir(parents=True)  # the run folder a launch script names exists before the first save
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         command(mode, out),
         cwd=REPO,
@@ -55,26 +57,29 @@ def start(mode: str, out: Path) -> tuple[subprocess.Popen[str], threading.Event]
         start_new_session=True,  # its own process group: killing "all" kills torchrun and every rank
     )
     training = threading.Event()
+    saves: list[float] = []
 
     def watch() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("train:"):
                 training.set()
+            elif line.startswith("saved "):
+                saves.append(time.monotonic())
         training.set()  # it ended before training (an error): let the caller see it
 
     threading.Thread(target=watch, daemon=True).start()
-    return proc, training
+    return proc, training, saves
 
 
 def calibrate(mode: str, work: Path) -> float:
-    """Seconds from the start of training to the end of the run, uninterrupted."""
-    proc, training = start(mode, work / "calibrate")
+    """Seconds from the start of training to the last save reported, uninterrupted."""
+    proc, training, saves = start(mode, work / "calibrate")
     training.wait(300)
     began = time.monotonic()
-    if proc.wait(300) != 0:
+    if proc.wait(300) != 0 or len(saves) != STEPS:
         raise SystemExit(f"the {mode} run fails without any kill")
-    return time.monotonic() - began
+    return saves[-1] - began
 
 
 def kill(proc: subprocess.Popen[str], mode: str, rng: random.Random) -> str:
@@ -127,7 +132,7 @@ def answer(out: Path) -> tuple[int, str]:
 
 def trial(mode: str, work: Path, span: float, rng: random.Random, index: int) -> dict[str, object]:
     out = work / f"trial{index:03d}"
-    proc, training = start(mode, out)
+    proc, training, _saves = start(mode, out)
     training.wait(300)
     delay = rng.uniform(0.0, span)
     time.sleep(delay)
@@ -146,11 +151,13 @@ def trial(mode: str, work: Path, span: float, rng: random.Random, index: int) ->
 
 def run(mode: str, trials: int, seed: int, log=print) -> dict[str, int]:
     rng = random.Random(seed)
-    counts = {"trials": 0, "wrong": 0, "none_whole": 0, "partial_left": 0, "killed_one_rank": 0, "finished": 0}
+    counts = {"trials": 0, "wrong": 0, "none_whole": 0, "partial_left": 0, "killed_one_rank": 0, "finished": 0,
+              "mid_run": 0}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix=f"kill-{mode}-") as tmp:
         work = Path(tmp)
         span = calibrate(mode, work) * 1.1
-        log(f"{mode}: training and saving takes {span / 1.1:.1f} s uninterrupted; killing within {span:.1f} s")
+        log(f"{mode}: {STEPS} steps, a save after each, take {span / 1.1:.1f} s uninterrupted; killing within "
+            f"{span:.1f} s of the start of training")
         for index in range(trials):
             result = trial(mode, work, span, rng, index)
             counts["trials"] += 1
@@ -159,6 +166,7 @@ def run(mode: str, trials: int, seed: int, log=print) -> dict[str, int]:
             counts["partial_left"] += bool(result["partial_left"])
             counts["killed_one_rank"] += str(result["how"]).startswith("rank")
             counts["finished"] += str(result["how"]).startswith("none")
+            counts["mid_run"] += int(result["whole"]) < STEPS  # type: ignore[call-overload]
             log(f"  {index + 1:3d}: {'ok ' if result['ok'] else 'WRONG'} {result}")
     return counts
 
@@ -173,7 +181,8 @@ def main() -> int:
     print(
         f"{args.mode}: {counts['trials']} kills, {counts['wrong']} wrong answers; {counts['partial_left']} left a "
         f"partial save behind, {counts['none_whole']} left no whole checkpoint (exit 1 expected), "
-        f"{counts['killed_one_rank']} killed one rank first, {counts['finished']} came after the run had finished"
+        f"{counts['mid_run']} stopped it before its last save, {counts['killed_one_rank']} killed one rank first, "
+        f"{counts['finished']} came after the run had finished"
     )
     return 1 if counts["wrong"] else 0
 

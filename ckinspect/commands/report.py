@@ -36,13 +36,10 @@ def run(args: argparse.Namespace) -> int:
     return 1 if fails(findings, args.fail_on) else 0
 
 
-MULTI_PART = ("deepspeed", "hf-trainer", "accelerate", "megatron")
-
-
 def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool) -> list[Any]:
     """The run view of each folder that holds a run: several checkpoints, or one made of several files.
     The parts already read for the report are not read again."""
-    from ckinspect.analysis.runs import Reader, collect, judge_run
+    from ckinspect.analysis.runs import Reader, collect, is_run, judge_run
 
     runs = []
     reader = Reader(verify=not quick)
@@ -52,7 +49,7 @@ def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool) -> l
         if not folder.is_dir():
             continue
         run = collect(folder)
-        if len(run.checkpoints) > 1 or any(c.framework in MULTI_PART for c in run.checkpoints) or run.findings:
+        if is_run(run):
             judge_run(run, reader)
             runs.append(run)
     return runs

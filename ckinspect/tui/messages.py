@@ -71,6 +71,14 @@ class TargetsFound(Message):
         self.unfinished = unfinished or []  # checkpoints whose save died before its rename: only a .tmp exists
 
 
+class RunJudged(Message):
+    """A folder that holds a run: its checkpoints judged (ckinspect.analysis.runs.Run)."""
+
+    def __init__(self, run: Any) -> None:
+        super().__init__()
+        self.run = run
+
+
 class DiffLoaded(Message):
     def __init__(self, a: Checkpoint, b: Checkpoint, matched: dict[str, str]) -> None:
         super().__init__()

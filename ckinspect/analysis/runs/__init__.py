@@ -23,7 +23,7 @@ from ckinspect.formats.discover import _is_checkpoint_file, _is_checkpoint_index
 from ckinspect.model import Finding
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, TMP_SUFFIX, CkinspectError
 
-__all__ = ["GOOD", "Reader", "Run", "RunCheckpoint", "collect", "judge", "judge_run", "last_good"]
+__all__ = ["GOOD", "Reader", "Run", "RunCheckpoint", "collect", "is_run", "judge", "judge_run", "last_good"]
 
 SKIP_DIRS = frozenset({QUARANTINE_DIR, ".git", "__pycache__"})
 MAX_DEPTH = 6  # run/experiment/checkpoint-N/global_stepN/... is four
@@ -38,6 +38,14 @@ def last_good(run_dir: str | os.PathLike[str], verify: bool = False, everything:
     run = collect(path)
     judge_run(run, reader, everything=everything)
     return run
+
+
+MULTI_PART = ("deepspeed", "hf-trainer", "accelerate", "megatron")
+
+
+def is_run(run: Run) -> bool:
+    """Worth a run view: several checkpoints, one made of several files, or a pointer that says something."""
+    return len(run.checkpoints) > 1 or any(c.framework in MULTI_PART for c in run.checkpoints) or bool(run.findings)
 
 
 def collect(run_dir: Path) -> Run:
