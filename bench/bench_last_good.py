@@ -119,12 +119,17 @@ def main() -> int:
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: wall time includes waiting for a core")
         for name in commands:
             median, used = statistics.median(times[name]), statistics.median(cpu[name])
-            ratio = "" if name.startswith("torch") else (
-                f"  {torch_all / median:5.1f}x faster (wall), {torch_cpu / used:5.1f}x less CPU than torch.load")
+            ratio = (
+                ""
+                if name.startswith("torch")
+                else (f"  {torch_all / median:5.1f}x faster (wall), {torch_cpu / used:5.1f}x less CPU than torch.load")
+            )
             print(f"  {name:<26} wall {median:6.2f} s  cpu {used:6.2f} s{ratio}")
         wall_ok = statistics.median(times["last-good"]) <= 1.0
-        print(f"goal (last-good in at most 1 s): wall {'met' if wall_ok else 'NOT met'}, "
-              f"cpu {'met' if statistics.median(cpu['last-good']) <= 1.0 else 'NOT met'}")
+        print(
+            f"goal (last-good in at most 1 s): wall {'met' if wall_ok else 'NOT met'}, "
+            f"cpu {'met' if statistics.median(cpu['last-good']) <= 1.0 else 'NOT met'}"
+        )
     return 0
 
 

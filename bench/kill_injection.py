@@ -13,6 +13,7 @@ checkpoint torch cannot load. Prints the counts; exits 1 on any wrong answer.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -83,23 +84,37 @@ def calibrate(mode: str, work: Path) -> float:
 
 
 def kill(proc: subprocess.Popen[str], mode: str, rng: random.Random) -> str:
-    """SIGKILL one rank first (half the DCP trials), then the whole job."""
+    """SIGKILL one rank first (half the DCP trials), then every rank and the launcher.
+
+    torchrun starts each rank in a session of its own, so the launcher's process group is not enough."""
     ranks = children(proc.pid) if mode == "dcp" else []
     how = "all"
     if ranks and rng.random() < 0.5:
         victim = rng.choice(ranks)
         how = f"rank pid {victim}"
-        try:
-            os.kill(victim, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _sigkill(victim)
         time.sleep(rng.uniform(0.0, 0.5))  # the others go on (or hang in a collective) a moment
-    try:
+    for pid in ranks:
+        _sigkill(pid)
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
+    for pid in ranks:  # a rank is gone once /proc no longer lists it (reaped by the launcher, or orphaned)
+        while Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid):
+            time.sleep(0.05)
     return how
+
+
+def _sigkill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0].lower()
+    except (OSError, IndexError):
+        return "zombie"
 
 
 def whole_by_torch(mode: str, out: Path) -> list[tuple[int, Path]]:
@@ -156,8 +171,10 @@ def run(mode: str, trials: int, seed: int, log=print) -> dict[str, int]:
     with tempfile.TemporaryDirectory(prefix=f"kill-{mode}-") as tmp:
         work = Path(tmp)
         span = calibrate(mode, work) * 1.1
-        log(f"{mode}: {STEPS} steps, a save after each, take {span / 1.1:.1f} s uninterrupted; killing within "
-            f"{span:.1f} s of the start of training")
+        log(
+            f"{mode}: {STEPS} steps, a save after each, take {span / 1.1:.1f} s uninterrupted; killing within "
+            f"{span:.1f} s of the start of training"
+        )
         for index in range(trials):
             result = trial(mode, work, span, rng, index)
             counts["trials"] += 1

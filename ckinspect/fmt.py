@@ -20,4 +20,6 @@ def printable(text: str) -> str:
     """Text from a file or folder name, safe to print: control characters (ANSI/OSC escapes, newlines) as \\xNN."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}" for ch in text)
+    return "".join(
+        ch if ch.isprintable() else f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}" for ch in text
+    )

@@ -28,7 +28,6 @@ from trainer.data import Batches, Position
 from trainer.dist import Dist, barrier, gather, setup, teardown
 from trainer.model import ModelConfig, build_model, lm_loss
 
-
 SAVE_FORMATS = ("file", "dcp")
 
 

@@ -79,7 +79,10 @@ def markdown_section(run: Mapping[str, Any]) -> list[str]:
     from ckinspect.report.markdown import cell, code
 
     out = [f"### Run {code(printable(run['path']))}", "", f"**{cell(verdict_line(run))}**", ""]
-    out += ["| | checkpoint | framework | step | time | size | verdict | reasons |", "|---|---|---|--:|---|--:|---|---|"]
+    out += [
+        "| | checkpoint | framework | step | time | size | verdict | reasons |",
+        "|---|---|---|--:|---|--:|---|---|",
+    ]
     for ckpt in run["checkpoints"]:
         mark = LAST_GOOD_MARK if ckpt["path"] == run.get("last_good") else ""
         reasons = "<br>".join(cell(printable(r)) for r in ckpt["reasons"]) or "–"

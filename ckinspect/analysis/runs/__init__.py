@@ -196,8 +196,8 @@ def _compare_with_peers(run: Run) -> None:
             for kind in kinds:
                 count, fewest = ckpt.counts.get(kind, 0), min(m.counts.get(kind, 0) for m in others)
                 if count < fewest:
-                    ckpt.add("MISSING_PARTS", f"{count} {kind} file(s), where the run's {len(others)} other "
-                                              f"checkpoint(s) each have {fewest}: a part was never written")  # fmt: skip
+                    message = f"{count} {kind} file(s), where the run's {len(others)} other checkpoint(s) each have "
+                    ckpt.add("MISSING_PARTS", message + f"{fewest}: a part was never written")
 
 
 def _files(folder: Path) -> set[str]:

@@ -84,25 +84,25 @@ def hf_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoin
     if with_deepspeed:
         tag, problem = deepspeed.latest_findings(folder, tags)
         if deepspeed.LATEST not in names:
-            problem = f"{deepspeed.LATEST} is missing: DeepSpeed's resume cannot tell which of {', '.join(sorted(tags))} to load"
+            which = ", ".join(sorted(tags))
+            problem = f"{deepspeed.LATEST} is missing: DeepSpeed's resume cannot tell which of {which} to load"
         if problem:
             ckpt.add("MISSING_PARTS", problem)
         else:
             ckpt.part(folder / deepspeed.LATEST, "pointer")
-            ckpt.defer(lambda reader: deepspeed.read_tag(folder / tag, reader, ckpt, enclosed=True))  # type: ignore[operator]
+            tag_folder = folder / str(tag)
+            ckpt.defer(lambda reader: deepspeed.read_tag(tag_folder, reader, ckpt, enclosed=True))
         counts["optimizer"] = 1
     else:
         for name, role in (("optimizer.pt", "optimizer"), ("scheduler.pt", "scheduler"), ("scaler.pt", "scaler")):
             if name in names:
                 ckpt.part(folder / name, role)
                 counts[role] = 1
-        lacking = [what for name, what in (("optimizer.pt", "optimizer state"), ("scheduler.pt", "scheduler state"))
-                   if name not in names]  # fmt: skip
-        if lacking:
-            ckpt.add(
-                "RESUME_INCOMPLETE",
-                f"lacks {' and '.join(lacking)} (no {', '.join(n for n in ('optimizer.pt', 'scheduler.pt') if n not in names)})",
-            )
+        absent = [(n, what) for n, what in (("optimizer.pt", "optimizer state"), ("scheduler.pt", "scheduler state"))
+                  if n not in names]  # fmt: skip
+        if absent:
+            lacking = " and ".join(what for _, what in absent)
+            ckpt.add("RESUME_INCOMPLETE", f"lacks {lacking} (no {', '.join(n for n, _ in absent)})")
     for name in sorted(n for n in names if HF_RNG.match(n)):
         ckpt.part(folder / name, "rng")
     counts["rng"] = len(rng_ranks)
@@ -124,8 +124,9 @@ def accelerate_checkpoint(folder: Path, names: set[str]) -> RunCheckpoint:
     named = ACC_FOLDER.match(folder.name)
     ckpt = RunCheckpoint(folder, "accelerate", int(named.group(1)) if named else step_in_name(folder.name))
     counts = {}
-    for role, pattern, group in (("model", ACC_MODEL, 2), ("optimizer", ACC_OPTIMIZER, 1),
-                                 ("scheduler", ACC_SCHEDULER, 1), ("sampler", ACC_SAMPLER, 1), ("rng", ACC_RNG, 1)):  # fmt: skip
+    kinds = (("model", ACC_MODEL, 2), ("optimizer", ACC_OPTIMIZER, 1), ("scheduler", ACC_SCHEDULER, 1),
+             ("sampler", ACC_SAMPLER, 1), ("rng", ACC_RNG, 1))  # fmt: skip
+    for role, pattern, group in kinds:
         found = sorted((int(m.group(group) or 0), n) for n in names if (m := pattern.match(n)))
         counts[role] = len(found)
         indices = [i for i, _ in found]

@@ -59,8 +59,15 @@ def run_row(ckpt: Any, run: Any) -> Row:
     return Row(
         str(ckpt_target(ckpt)),
         (mark, name, ckpt.framework, step, when(ckpt.time), human_bytes(ckpt.size), ckpt.verdict),
-        (mark, name, ckpt.framework, ckpt.step if ckpt.step is not None else -1, ckpt.time, ckpt.size,
-         ckpt.verdict),  # fmt: skip
+        (
+            mark,
+            name,
+            ckpt.framework,
+            ckpt.step if ckpt.step is not None else -1,
+            ckpt.time,
+            ckpt.size,
+            ckpt.verdict,
+        ),  # fmt: skip
         (SEVERITY_COLOURS["ok"], None, None, None, None, None, SEVERITY_COLOURS[level]),
     )
 

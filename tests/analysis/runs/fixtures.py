@@ -9,6 +9,7 @@ fixture follows its checkpointing code's names and records (makers/megatron_layo
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import shutil
@@ -32,8 +33,11 @@ RUNS: dict[str, tuple[tuple[str, ...], int, list[str]]] = {
     "lightning": (("lightning", "torch"), 0, [str(MAKERS / "lightning_run.py")]),
     "megatron": (("torch",), 0, [str(MAKERS / "megatron_layout.py")]),
     # the bundled trainer's sharded save: 2 gloo ranks, a DCP folder every 2 steps
-    "dcp": (("torch",), 2, ["-m", "trainer", "train", "--steps", "6", "--save-every", "2", "--save-format", "dcp",
-                            "--out"]),  # fmt: skip
+    "dcp": (
+        ("torch",),
+        2,
+        ["-m", "trainer", "train", "--steps", "6", "--save-every", "2", "--save-format", "dcp", "--out"],
+    ),  # fmt: skip
 }
 
 
@@ -47,10 +51,19 @@ def versions(packages: tuple[str, ...]) -> str:
     return "-".join(out)
 
 
+def maker_digest(name: str) -> str:
+    """A short hash of the code that makes the run (the maker, or the trainer for `dcp`): edit it, remake it."""
+    sources = sorted((REPO / "trainer").glob("*.py")) if name == "dcp" else [Path(RUNS[name][2][0])]
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:10]
+
+
 def cached_run(name: str) -> Path:
     """The cached run, made once per set of versions."""
     packages, ranks, command = RUNS[name]
-    key = f"{name}-{versions(packages)}" + ("-v2" if name == "dcp" else "")
+    key = f"{name}-{versions(packages)}-{maker_digest(name)}"
     done = CACHE / key
     if done.is_dir():
         return done
@@ -62,8 +75,8 @@ def cached_run(name: str) -> Path:
     else:
         launcher = [sys.executable]
     args = [*launcher, *command, str(building / "run")]
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=900,
-                          env=cli_env({"OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}))  # fmt: skip
+    env = cli_env({"OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"})
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO, timeout=900, env=env)
     if proc.returncode != 0:
         shutil.rmtree(building, ignore_errors=True)
         raise AssertionError(f"making the {name} fixture failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

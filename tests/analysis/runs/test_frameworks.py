@@ -87,7 +87,9 @@ def test_deepspeed_damaged_steps_back(tmp_path, capsys, damage, code):
     newest = verdict(listing(run, capsys), "global_step6")
     assert newest["verdict"] != "good" and code in codes(newest)
     if damage == "missing rank file":
-        assert any("zero_pp_rank_1_mp_rank_00_optim_states.pt is missing (dp world size 2" in r for r in newest["reasons"])
+        assert any(
+            "zero_pp_rank_1_mp_rank_00_optim_states.pt is missing (dp world size 2" in r for r in newest["reasons"]
+        )
 
 
 def test_deepspeed_latest_names_a_missing_tag(tmp_path, capsys):

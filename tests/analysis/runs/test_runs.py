@@ -46,8 +46,10 @@ def ds_tag(run: Path, step: int, dp: int = 2, version: str = "0.19.8", partition
                 "zero_stage": 1,
                 "partition_count": [partition or dp],
                 "ds_version": version,
-                "base_optimizer_state": {"state": {0: {"exp_avg": flat, "exp_avg_sq": flat, "step": torch.tensor(1.0)}},
-                                         "param_groups": [{"params": [0], "lr": 1e-3}]},  # fmt: skip
+                "base_optimizer_state": {
+                    "state": {0: {"exp_avg": flat, "exp_avg_sq": flat, "step": torch.tensor(1.0)}},
+                    "param_groups": [{"params": [0], "lr": 1e-3}],
+                },  # fmt: skip
                 "single_partition_of_fp32_groups": [flat],
             },
             "ds_config": {"zero_optimization": {"stage": 1}},
