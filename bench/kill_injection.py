@@ -129,8 +129,10 @@ def whole_by_torch(mode: str, out: Path) -> list[tuple[int, Path]]:
         try:
             state = load(path)
             found.append((int(state["step"]), path))
-        except Exception:  # noqa: BLE001 - any failure to load is "not whole"
-            continue
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # noqa: BLE001 - any failure to load is "not whole" (DCP's CheckpointException
+            continue  # derives from BaseException)
     return found
 
 

@@ -63,13 +63,12 @@ def read_tag(folder: Path, reader: Reader, ckpt: RunCheckpoint, enclosed: bool) 
         record = top if top is not None else {}
     dp_world = _int(record.get("dp_world_size"))
     mp_world = _int(record.get("mp_world_size")) or 1
-    config = record.get("ds_config") if isinstance(record.get("ds_config"), dict) else {}
-    zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
-    stage = _int(zero.get("stage"))
+    config = _dict(record.get("ds_config"))
+    stage = _int(_dict(config.get("zero_optimization")).get("stage"))
     if stage is None:
         stage = 3 if any(MODEL_STATES.match(n).group("dp") for n in model_files) else 1 if optim_files else 0  # type: ignore[union-attr]
     bf16 = any(OPTIM_STATES.match(n).group("bf16") for n in optim_files) or (  # type: ignore[union-attr]
-        isinstance(config.get("bf16"), dict) and bool(config["bf16"].get("enabled")) and not optim_files
+        bool(_dict(config.get("bf16")).get("enabled")) and not optim_files
     )
     if dp_world is None:  # no record: the files present are all there is to go on
         ranks = [int(OPTIM_STATES.match(n).group("dp")) for n in optim_files]  # type: ignore[union-attr]
@@ -140,6 +139,10 @@ def latest_findings(folder: Path, tags: set[str]) -> tuple[str | None, str | Non
     if tag not in tags:
         return tag, f"{folder.name}/{LATEST} names tag {tag}, which is not there"
     return tag, None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int | None:
