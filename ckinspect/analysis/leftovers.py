@@ -184,11 +184,11 @@ def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
     if path.name.endswith(TMP_SUFFIX):
         leftover = main_for_tmp(path)
         return [leftover] if leftover is not None and path.exists() else []
-    folder = path.parent
-    if not folder.is_dir():
+    parent = path.parent
+    if not parent.is_dir():
         return []
     found = []
-    for sibling in sorted(folder.iterdir()):
+    for sibling in sorted(parent.iterdir()):
         if sibling.name.endswith(TMP_SUFFIX) and sibling.is_file():
             leftover = main_for_tmp(sibling)
             if leftover is not None and leftover.main.name == path.name:
