@@ -20,7 +20,7 @@ from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
-from ckinspect.io.zipdir import FileReader, ZipError
+from ckinspect.io.zipdir import LOCAL_SIG, FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
@@ -234,7 +234,7 @@ def _tensor_entry(ckpt, folder, fqn, md, items, readers, handles) -> Any:
 def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, name: str, dtype: str,
                   sizes: tuple[int, ...]) -> TensorInfo | None:  # fmt: skip
     head = reader.read_at(offset, 4)
-    if head != b"PK\x03\x04":
+    if head != LOCAL_SIG:
         # not a torch.save blob (safetensors-style serialization): raw contiguous bytes
         ckpt.storages[key] = StorageInfo(key, dtype, length, file, offset)
         return TensorInfo(name, dtype, sizes, contiguous_strides(sizes), key, 0)
@@ -262,7 +262,7 @@ def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
         return None
     reader, offset, length, relative = found
     file = folder / relative
-    if length > MAX_VALUE_BYTES or reader.read_at(offset, 4) != b"PK\x03\x04":
+    if length > MAX_VALUE_BYTES or reader.read_at(offset, 4) != LOCAL_SIG:
         return _opaque_class("torch.distributed.checkpoint.bytes")(relative, offset, length)  # listed, not decoded
     blob = Checkpoint(path=file, format="torch-zip", file_bytes=length)
     try:

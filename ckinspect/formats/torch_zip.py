@@ -16,13 +16,16 @@ from ckinspect.formats.pickle_scan import PickleScan, scan_stream
 from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef
 from ckinspect.io.zipdir import (
+    DEFLATED,
+    LOCAL_SIG,
+    STORED,
     FileReader,
     ZipError,
     ZipMember,
-    data_offset,
     data_offsets,
     local_header_at,
     read_directory,
+    read_member,
 )
 from ckinspect.model import Checkpoint, StorageInfo
 
@@ -70,7 +73,7 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
     archive = pkl.name[: -len("data.pkl")]
     where = f"{file.name}:{pkl.name}"
     try:
-        data = _member_bytes(reader, pkl, cd_start)
+        data = read_member(reader, pkl, cd_start, MAX_PICKLE_BYTES)
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{where}: {exc}")
         return None
@@ -84,7 +87,8 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         byteorder = by_name.get(archive + "byteorder")
         if byteorder is not None and byteorder.file_size <= 16:
             with contextlib.suppress(ZipError):  # informational: a damaged record leaves it unset
-                ckpt.metadata["byteorder"] = _member_bytes(reader, byteorder, cd_start).decode("ascii", "replace")
+                raw = read_member(reader, byteorder, cd_start, MAX_PICKLE_BYTES)
+                ckpt.metadata["byteorder"] = raw.decode("ascii", "replace")
     return tree
 
 
@@ -97,7 +101,7 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipM
         if member is pkl or member.file_size > MAX_OTHER_PICKLE_BYTES:
             continue
         try:
-            data = _member_bytes(reader, member, cd_start)
+            data = read_member(reader, member, cd_start, MAX_PICKLE_BYTES)
         except ZipError as exc:
             ckpt.add("CORRUPT", f"{file.name}: {exc}")
             continue
@@ -112,21 +116,6 @@ def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
     candidates = [m for m in members if m.name.endswith("/data.pkl") and m.name.count("/") == 1]
     candidates += [m for m in members if m.name == "data.pkl"]
     return candidates[0] if candidates else None
-
-
-def _member_bytes(reader: FileReader, member: ZipMember, limit: int) -> bytes:
-    start = data_offset(reader, member)
-    if start + member.compressed_size > limit:
-        raise ZipError(f"{member.name} runs past the end of the data ({start + member.compressed_size} > {limit})")
-    if member.file_size > MAX_PICKLE_BYTES:
-        raise ZipError(f"{member.name} is {member.file_size} bytes, too large to be a checkpoint pickle")
-    raw = reader.read_at(start, member.compressed_size)
-    if member.compress_type == 0:
-        return raw
-    if member.compress_type == 8:
-        out = zlib.decompressobj(-15).decompress(raw, MAX_PICKLE_BYTES)
-        return out
-    raise ZipError(f"{member.name} uses zip compression method {member.compress_type}, which torch never writes")
 
 
 def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key_prefix: str = "") -> Any:
@@ -162,9 +151,9 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         offset = located if type(located) is int else None
         if offset is None:
             ckpt.add("CORRUPT", f"{file.name}: {located}")
-        if compress_type != 0:
+        if compress_type != STORED:
             offset = None  # compressed by some re-zipping tool: bytes cannot be addressed in place
-            if compress_type != 8:  # deflate is the one method torch's reader (miniz) inflates
+            if compress_type != DEFLATED:  # deflate is the one method torch's reader (miniz) inflates
                 ckpt.add("CORRUPT", f"{file.name}: storage {name} uses zip compression method {compress_type}, "
                                     "which torch cannot read")  # fmt: skip
         elif offset is not None and offset + file_size > cd_start:
@@ -213,7 +202,7 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
         complete = 0
         found: dict[str, tuple[int, int]] = {}
         while pos < reader.size:
-            header_pos = reader.read_at(pos, 64).find(b"PK\x03\x04")
+            header_pos = reader.read_at(pos, 64).find(LOCAL_SIG)
             if header_pos < 0:
                 break
             header = local_header_at(reader, pos + header_pos)
