@@ -362,7 +362,7 @@ def _measure_logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | No
 def _transformers_logit_drift(ckpt: Checkpoint, seed: int) -> dict[str, Any] | None:
     """The same measurement for a Hugging Face causal LM folder (optional: needs transformers)."""
     import torch
-    from transformers import AutoModelForCausalLM  # type: ignore[import-not-found]
+    from transformers import AutoModelForCausalLM
 
     folder: Path = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
     model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()

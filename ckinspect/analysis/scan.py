@@ -237,7 +237,7 @@ def _moments_of_array(arr: Any, dtype: str) -> _Moments:
     import numpy as np
 
     flat = np.ascontiguousarray(arr).reshape(-1)
-    return _moments_of_bytes(memoryview(flat).cast("B"), dtype)
+    return _moments_of_bytes(flat.data.cast("B"), dtype)
 
 
 # ---------------------------------------------------------------- strided views, bounded

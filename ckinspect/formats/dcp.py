@@ -25,7 +25,7 @@ from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, BinaryIO
 
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
@@ -106,10 +106,12 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
             items[(str(idx.get("fqn")), tuple(offset) if isinstance(offset, (tuple, list)) else None)] = where
         except TypeError:
             ckpt.add("CORRUPT", f"{index}: a storage index entry is malformed")
-    planner = fields.get("planner_data") if isinstance(fields.get("planner_data"), dict) else {}
+    planner = fields.get("planner_data")
+    if not isinstance(planner, dict):
+        planner = {}
 
     readers: dict[str, FileReader | None] = {}
-    handles = []
+    handles: list[BinaryIO] = []
     tree: dict[str, Any] = {}
     try:
         for fqn, md in state_md.items():
@@ -165,7 +167,9 @@ def _lists(node: Any) -> Any:
     return node
 
 
-def _reader(folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list) -> FileReader | None:
+def _reader(
+    folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list[BinaryIO]
+) -> FileReader | None:
     if relative not in readers:
         target = (folder / relative).resolve()
         if folder.resolve() not in target.parents or not target.is_file():
