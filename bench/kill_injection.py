@@ -149,7 +149,7 @@ def answer(out: Path) -> tuple[int, str]:
 
 def trial(mode: str, work: Path, span: float, rng: random.Random, index: int) -> dict[str, object]:
     out = work / f"trial{index:03d}"
-    proc, training, _saves = start(mode, out)
+    proc, training, saves = start(mode, out)
     training.wait(300)
     delay = rng.uniform(0.0, span)
     time.sleep(delay)
@@ -163,7 +163,7 @@ def trial(mode: str, work: Path, span: float, rng: random.Random, index: int) ->
         not (p / ".metadata").exists() or (p / ".metadata.tmp").exists() for p in out.glob("tiny_step*")
     ) or any(out.glob("*.tmp"))
     return {"ok": ok, "expected": expected, "named": named or None, "status": status, "how": how,
-            "delay": round(delay, 2), "partial_left": partial, "whole": len(whole)}  # fmt: skip
+            "delay": round(delay, 2), "partial_left": partial, "whole": len(whole), "saves_done": len(saves)}  # fmt: skip
 
 
 def run(mode: str, trials: int, seed: int, log=print) -> dict[str, int]:
@@ -185,7 +185,7 @@ def run(mode: str, trials: int, seed: int, log=print) -> dict[str, int]:
             counts["partial_left"] += bool(result["partial_left"])
             counts["killed_one_rank"] += str(result["how"]).startswith("rank")
             counts["finished"] += str(result["how"]).startswith("none")
-            counts["mid_run"] += int(result["whole"]) < STEPS  # type: ignore[call-overload]
+            counts["mid_run"] += int(result["saves_done"]) < STEPS  # type: ignore[call-overload]
             log(f"  {index + 1:3d}: {'ok ' if result['ok'] else 'WRONG'} {result}")
     return counts
 
