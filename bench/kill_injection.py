@@ -163,7 +163,8 @@ def trial(mode: str, work: Path, span: float, rng: random.Random, index: int) ->
         not (p / ".metadata").exists() or (p / ".metadata.tmp").exists() for p in out.glob("tiny_step*")
     ) or any(out.glob("*.tmp"))
     return {"ok": ok, "expected": expected, "named": named or None, "status": status, "how": how,
-            "delay": round(delay, 2), "partial_left": partial, "whole": len(whole), "saves_done": len(saves)}  # fmt: skip
+            "delay": round(delay, 2), "partial_left": partial, "whole": len(whole),
+            "saves_done": len(saves)}  # fmt: skip
 
 
 def run(mode: str, trials: int, seed: int, log=print) -> dict[str, int]:
