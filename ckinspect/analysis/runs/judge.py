@@ -8,11 +8,14 @@ CRC and every float for NaN/Inf. Only parts the framework loads on resume can di
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.analysis.runs.model import DAMAGED, GOOD, INCOMPLETE, NOT_RESUMABLE, UNSAFE, VERDICT_OF, RunCheckpoint
 from ckinspect.model import Checkpoint, Finding
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Frameworks whose checkpoint is one file: its own checks decide whether it is a resume file.
 SINGLE_FILE = ("file", "lightning", "trainer")
