@@ -44,8 +44,10 @@ MULTI_PART = ("deepspeed", "hf-trainer", "accelerate", "megatron")
 
 
 def is_run(run: Run) -> bool:
-    """Worth a run view: several checkpoints, one made of several files, or a pointer that says something."""
-    return len(run.checkpoints) > 1 or any(c.framework in MULTI_PART for c in run.checkpoints) or bool(run.findings)
+    """Worth a run view: checkpoints made of several files (DeepSpeed, HF, Accelerate, Megatron, DCP), or a
+    pointer (`latest`, the tracker) that says something."""
+    # a folder of plain files keeps its file listing; checkpoints made of several files make it a run
+    return any(c.framework in (*MULTI_PART, "dcp") for c in run.checkpoints) or bool(run.findings)
 
 
 def collect(run_dir: Path) -> Run:
