@@ -35,6 +35,10 @@ SEVERITY: dict[str, str] = {
     "STORAGE_BLOAT": "warning",
     "MISSING_PARTS": "error",
     "PARTS_DISAGREE": "error",
+    # `ckinspect watch`: anomalies between the saves of one run
+    "UPDATE_RATIO_OUTLIER": "warning",
+    "LAYER_FROZEN": "warning",
+    "NONFINITE_ONSET": "error",
 }
 # Codes that say a checkpoint cannot be read whole: a damaged file, or a part its own records name is not there.
 NOT_WHOLE_CODES = ("CORRUPT", "MISSING_PARTS")
