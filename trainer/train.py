@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -136,12 +138,18 @@ def train(
     weights_from: str | os.PathLike[str] | None = None,
     log: Callable[[str], None] | None = print,
     save_format: str = "file",
+    step_delay: float = 0.0,
+    nan_at: int | None = None,
+    save_delay: float = 0.0,
 ) -> Result:
     """Train to `steps` (or stop after `stop_after`), saving `<name>.pth` and `<name>_resume.pth` in `out`.
 
     The three ablation switches (fresh_optimizer, rewind_data, weights_from) resume deliberately
     without one piece of the state, to measure what that piece is worth. `save_format="dcp"` saves
     each checkpoint as a torch.distributed.checkpoint folder `<name>_step<N>/` instead (one file per rank).
+    Three switches play a run for `ckinspect watch` to follow: `step_delay` sleeps a random 0..S seconds
+    after each step (saves arrive unevenly), `nan_at` puts a NaN into a weight after step K (a divergence),
+    `save_delay` stalls each save S seconds half-way (slow storage: a save caught in the middle).
     """
     if save_format not in SAVE_FORMATS:
         raise TrainerError(f"--save-format must be one of {', '.join(SAVE_FORMATS)}")
@@ -163,6 +171,9 @@ def train(
             rewind_data,
             weights_from,
             save_format,
+            step_delay,
+            nan_at,
+            save_delay,
         )
     finally:
         teardown(d)
@@ -183,6 +194,9 @@ def _train(
     rewind_data,
     weights_from,
     save_format="file",
+    step_delay=0.0,
+    nan_at=None,
+    save_delay=0.0,
 ) -> Result:
     if steps < 1:
         raise TrainerError("--steps must be at least 1")
@@ -237,6 +251,7 @@ def _train(
             + (f", ablations {', '.join(ablations)}" if ablations else "")
         )
 
+        delays = random.Random(run.seed)  # its own stream: the run's RNG states stay as they would be
         losses: list[float] = []
         paths: tuple[Path | None, Path | None] = (None, None)
         for step in range(start, stop):
@@ -251,11 +266,17 @@ def _train(
             optimizer.step()
             losses.append(loss.item())
             done = step + 1
+            if nan_at is not None and done == nan_at:
+                with torch.no_grad():
+                    next(iter(model.parameters())).view(-1)[0] = float("nan")
+                say(f"step {done}: a NaN put into the first weight (--nan-at)")
+            if step_delay > 0:
+                time.sleep(delays.uniform(0.0, step_delay))
             if done % 10 == 0 or done == stop:
                 say(f"step {done:4d}/{steps}  loss {losses[-1]:.4f}  lr {lr:.2e}")
             if (run.save_every and done % run.save_every == 0) or done == stop:
                 save = _save_dcp if save_format == "dcp" else _save
-                paths = save(out, run, cfg, d, model, optimizer, batches, done, losses[-1], say)
+                paths = save(out, run, cfg, d, model, optimizer, batches, done, losses[-1], say, save_delay)
         return Result(stop, losses[-1], losses, paths[0], paths[1], d.world_size)
 
 
@@ -312,7 +333,7 @@ def _state(run, cfg, d, model, optimizer, batches, step, loss) -> dict[str, Any]
     }
 
 
-def _save(out, run, cfg, d, model, optimizer, batches, step, loss, say) -> tuple[Path | None, Path | None]:
+def _save(out, run, cfg, d, model, optimizer, batches, step, loss, say, delay=0.0) -> tuple[Path | None, Path | None]:
     state = _state(run, cfg, d, model, optimizer, batches, step, loss)
     paths: tuple[Path | None, Path | None] = (None, None)
     if d.is_main:
@@ -321,7 +342,7 @@ def _save(out, run, cfg, d, model, optimizer, batches, step, loss, say) -> tuple
         weights = state["model"]
         # The resume file first: a crash between the two leaves a matching older pair, never a
         # weights file newer than the state it would resume from.
-        checkpoint.save(state, resume_path)
+        checkpoint.save(state, resume_path, delay=delay)
         checkpoint.save(checkpoint.half_weights(weights), weights_path)
         say(f"saved {resume_path} and {weights_path.name} at step {step}")
         paths = (resume_path, weights_path)
@@ -329,13 +350,15 @@ def _save(out, run, cfg, d, model, optimizer, batches, step, loss, say) -> tuple
     return paths
 
 
-def _save_dcp(out, run, cfg, d, model, optimizer, batches, step, loss, say) -> tuple[Path | None, Path | None]:
+def _save_dcp(
+    out, run, cfg, d, model, optimizer, batches, step, loss, say, delay=0.0
+) -> tuple[Path | None, Path | None]:
     """Every rank writes its part of `<name>_step<N>/`; the folder is a checkpoint once `.metadata` is there."""
     state = _state(run, cfg, d, model, optimizer, batches, step, loss)
     folder = out / f"{run.name}_step{step:06d}"
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
     barrier(d)
-    checkpoint.save_dcp(state, folder)
+    checkpoint.save_dcp(state, folder, delay)
     say(f"saved {folder} (DCP, {d.world_size} rank file(s)) at step {step}")
     return folder, None

@@ -202,7 +202,7 @@ def _tensor_update(
         changed = changed or bool(np.any(delta != 0.0) or not np.array_equal(xa, xb))
         norms.delta_sq += float(np.dot(delta, delta))
         norms.base_sq += float(np.dot(fa, fa))
-        moment.count += int(fb.size)
+        moment.count += int(np.count_nonzero(finite_b))
         moment.sum_sq += float(np.dot(fb, fb))
         if fb.size:
             moment.max_abs = max(moment.max_abs, float(np.max(np.abs(fb))))

@@ -44,8 +44,12 @@ def text_line(event: Mapping[str, Any], run_dir: str) -> str:
         if "exp_avg_sq" in moments and moments["exp_avg_sq"]["rms"] is not None:
             words.append(f"exp_avg_sq rms {moments['exp_avg_sq']['rms']:.2e}")
     words.append(f"{event['seconds_after_save']:.1f} s after save")
+    by_code: dict[str, list[Mapping[str, Any]]] = {}
     for finding in event["findings"]:
-        words.append(f"| {finding['code']} ({finding['severity']}): {printable(finding['message'])}")
+        by_code.setdefault(finding["code"], []).append(finding)
+    for code, findings in by_code.items():  # one line: each code once, its first message, how many more
+        more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+        words.append(f"| {code} ({findings[0]['severity']}): {printable(findings[0]['message'])}{more}")
     return "  ".join(words)
 
 

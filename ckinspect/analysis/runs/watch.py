@@ -259,7 +259,7 @@ class Follower:
             return []
         self.nonfinite_seen = ckpt.path
         step = f"step {ckpt.step}" if ckpt.step is not None else "an unknown step"
-        tensors = sorted({f.tensor for f in hits if f.tensor})
+        tensors = list(dict.fromkeys(f.tensor for f in hits if f.tensor))
         named = f": {', '.join(tensors[:4])}{' ...' if len(tensors) > 4 else ''}" if tensors else ""
         message = (f"NaN/Inf first appears at {step} ({ckpt.path.name}); every earlier checkpoint of the run "
                    f"this watch judged held none{named}")  # fmt: skip
@@ -312,7 +312,8 @@ def signature(ckpt: RunCheckpoint) -> Signature:
             st = file.stat()
         except OSError:
             continue
-        out.append((str(file.relative_to(path)) if file != path else file.name, st.st_size, st.st_mtime_ns, st.st_ino))
+        name = str(file.relative_to(path)) if path.is_dir() else file.name
+        out.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(out)
 
 
