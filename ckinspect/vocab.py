@@ -30,13 +30,14 @@ SEVERITY: dict[str, str] = {
     "HALF_PRECISION_RESUME": "warning",
     "OPTIMIZER_MISMATCH": "error",
     "STORAGE_BLOAT": "warning",
+    "EMBEDDED_CODE": "warning",
 }
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 FAIL_ON_CHOICES = ("error", "warning", "never")
 
 # Format tags of the JSON report's `format` field.
-FORMAT_TAGS = ("torch-zip", "torch-legacy", "safetensors", "sharded", "dcp", "pickle", "unknown")
-SINGLE_FILE_FORMATS = ("torch-zip", "torch-legacy", "safetensors", "pickle")
+FORMAT_TAGS = ("torch-zip", "torch-legacy", "torchscript", "safetensors", "sharded", "dcp", "pickle", "numpy", "unknown")
+SINGLE_FILE_FORMATS = ("torch-zip", "torch-legacy", "torchscript", "safetensors", "pickle", "numpy")
 
 # The bundled trainer writes this tag into every file it saves (`format` key).
 TRAINER_FORMAT = "ckinspect-trainer/1"

@@ -21,7 +21,6 @@ ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 # Opcodes a protocol 0/1 pickle may start with: MARK, EMPTY_DICT/LIST/TUPLE, GLOBAL, NONE, INT, LONG, STRING, UNICODE ...
 _OLD_PICKLE_OPENERS = frozenset(b"(}])cNILSVFGJKM")
-_OLD_PICKLE_FULL_PARSE = 1 << 20  # protocol 0/1 pickles up to this size are parsed through to STOP
 
 
 def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
@@ -114,23 +113,25 @@ def _looks_like_pickle(head: bytes, size: int, path: Path | None) -> bool:
         return True
     if not head or head[0] not in _OLD_PICKLE_OPENERS:
         return False
-    # Protocol 0/1 opcodes are printable: only a stream that parses through to STOP counts.
-    data = head
-    if size > len(head):
-        if path is None or size > _OLD_PICKLE_FULL_PARSE:
-            return False
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return False
-    import io
-    import pickletools  # deferred: ~3 ms that listing a safetensors file never needs
+    # Protocol 0/1 opcodes are printable: only a stream the pickle scanner walks through to its end
+    # counts, whatever its size and whatever bytes its Python 2 strings hold. Text fails at once.
+    from ckinspect.formats.pickle_scan import scan_stream  # deferred: listing a safetensors file never needs it
+
+    if size <= len(head):
+        return _scans_to_end(scan_stream(head), size)
+    if path is None:
+        return False
+    import mmap
 
     try:
-        ops = list(pickletools.genops(io.BytesIO(data)))
-    except Exception:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _scans_to_end(scan_stream(data), len(data))
+    except (OSError, ValueError):
         return False
-    return bool(ops) and ops[-1][0].name == "STOP" and ops[-1][2] == len(data) - 1
+
+
+def _scans_to_end(scans: list, size: int) -> bool:
+    return bool(scans) and all(s.error is None for s in scans) and scans[-1].end == size
 
 
 # --- describe -------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckinspect.vocab import FORMAT_TAGS
+
 _COUNT = {"type": "integer", "minimum": 0}
 _GROUP = {
     "type": "object",
@@ -53,7 +55,7 @@ _FILE = {
     ],
     "properties": {
         "path": {"type": "string"},
-        "format": {"enum": ["torch-zip", "torch-legacy", "safetensors", "sharded", "dcp", "pickle", "unknown"]},
+        "format": {"enum": list(FORMAT_TAGS)},
         "file_bytes": _COUNT,
         "tensor_count": _COUNT,
         "tensor_bytes": _COUNT,
