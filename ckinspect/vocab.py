@@ -36,7 +36,17 @@ SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 FAIL_ON_CHOICES = ("error", "warning", "never")
 
 # Format tags of the JSON report's `format` field.
-FORMAT_TAGS = ("torch-zip", "torch-legacy", "torchscript", "safetensors", "sharded", "dcp", "pickle", "numpy", "unknown")
+FORMAT_TAGS = (
+    "torch-zip",
+    "torch-legacy",
+    "torchscript",
+    "safetensors",
+    "sharded",
+    "dcp",
+    "pickle",
+    "numpy",
+    "unknown",
+)
 SINGLE_FILE_FORMATS = ("torch-zip", "torch-legacy", "torchscript", "safetensors", "pickle", "numpy")
 
 # The bundled trainer writes this tag into every file it saves (`format` key).

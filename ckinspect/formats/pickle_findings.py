@@ -94,10 +94,11 @@ class StorageCollector:
 
 
 def decode(ckpt: Checkpoint, data: bytes, scan: PickleScan, where: str,
-           persistent_load: Callable[[Any], Any] | None = None, guarded: frozenset[str] = frozenset()) -> Any:  # fmt: skip
+           persistent_load: Callable[[Any], Any] | None = None, guarded: frozenset[str] = frozenset(),
+           torchscript: bool = False) -> Any:  # fmt: skip
     """Restricted-load a scanned pickle; CORRUPT/UNSAFE_PICKLE findings instead of exceptions. None on failure."""
     try:
-        return restricted_load(data, persistent_load, scan=scan, guarded=guarded)
+        return restricted_load(data, persistent_load, scan=scan, guarded=guarded, torchscript=torchscript)
     except UnsafePickle as exc:  # the scan missed it: still refused, still reported
         if not any(f.code == "UNSAFE_PICKLE" for f in ckpt.findings):
             ckpt.add(

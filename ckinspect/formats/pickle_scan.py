@@ -180,6 +180,32 @@ _BENIGN_MODULES: tuple[str, ...] = (
     "numpy.dtypes",  # numpy 2 DType classes (Float64DType ...)
 )
 
+# What torch.jit.load's own unpickler resolves in a TorchScript archive (one holding `constants.pkl`,
+# torch/serialization.py _is_torchscript_zip): `__torch__.*` classes are compiled from the archive's
+# `code/` (EMBEDDED_CODE says so), the `torch.jit._pickle` helpers only rebuild lists and type tags.
+TORCHSCRIPT_HELPERS: frozenset[str] = frozenset(
+    f"torch.jit._pickle.{name}"
+    for name in ("build_intlist", "build_tensorlist", "build_doublelist", "build_boollist", "build_tensor_from_id",
+                 "restore_type_tag")
+)  # fmt: skip
+TORCHSCRIPT_MODULE = "__torch__"
+
+
+def is_torchscript_global(module: str, name: str) -> bool:
+    """Resolved by torch.jit.load inside a TorchScript archive, never imported from Python."""
+    if module == TORCHSCRIPT_MODULE or module.startswith(TORCHSCRIPT_MODULE + "."):
+        return bool(name)
+    return f"{module}.{name}" in TORCHSCRIPT_HELPERS
+
+
+def mark_torchscript(scans: list[PickleScan]) -> None:
+    """Inside a TorchScript archive, the globals torch.jit.load itself resolves are no longer unsafe."""
+    for scan in scans:
+        for g in scan.globals:
+            if g.kind == "unsafe" and is_torchscript_global(g.module, g.name):
+                g.kind = "torchscript"
+
+
 # Globals that give a pickle code execution, file or network access; named so messages can say so.
 _DANGEROUS_MODULES: frozenset[str] = frozenset(
     [
@@ -298,7 +324,8 @@ _DANGEROUS_NAMES: frozenset[str] = frozenset(
 
 
 class GlobalRef(Record):
-    """One global a pickle names. `kind`: "allowed" (torch's default set), "benign", "unsafe"."""
+    """One global a pickle names. `kind`: "allowed" (torch's default set), "benign", "unsafe", or
+    "torchscript" (resolved by torch.jit.load inside a TorchScript archive, see mark_torchscript)."""
 
     __slots__ = ("module", "name", "kind", "opcode")
 

@@ -21,6 +21,8 @@ from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 from ckinspect.vocab import CkinspectError
 
 DTYPE_FLAGS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# Formats whose tree is no state dict (TorchScript module records, NumPy archives): converted by tensor name.
+FLAT_STATE_FORMATS = ("torchscript", "numpy")
 
 
 @dataclass
@@ -116,6 +118,9 @@ def convert(
         built = _built_from_objects(loaded, keep, cast)
     else:
         tree = ckpt.tree if ckpt.tree is not None else {t.name: t for t in ckpt.tensors}
+        if ckpt.format in FLAT_STATE_FORMATS:  # module records / arrays: their tensors as one flat state dict
+            tree = {t.name: t for t in ckpt.tensors}
+            result.notes.append(f"{ckpt.format} tensors written as a flat state dict by name; nothing else kept")
         with _StorageReader(ckpt) as reader:
             built = rebuild_tree(tree, reader.read, keep=keep, cast=cast)
         if built.missing:
