@@ -116,3 +116,7 @@ def dtype_info(name: str) -> DType:
     if found is None:
         return DType(name, 1, "opaque", None)
     return found
+
+
+# numpy's type codes without the byte order ("f4", "i8", "b1" ...) -> our names: .npy headers, joblib arrays
+NUMPY_CODES: dict[str, str] = {d.numpy[1:]: d.name for d in _ALL if d.numpy}

@@ -154,6 +154,7 @@ BENIGN: frozenset[str] = frozenset(
         "pathlib.PureWindowsPath",
         "builtins.frozenset",
         "builtins.slice",
+        "builtins.range",
         "builtins.list",
         "builtins.dict",
         "builtins.tuple",

@@ -18,6 +18,7 @@ _LEGACY_LONG1 = b"\x8a\x0a" + LEGACY_MAGIC.to_bytes(10, "little")
 _LEGACY_TEXT = b"L" + str(LEGACY_MAGIC).encode() + b"L\n"  # protocols 0 and 1
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+NPY_MAGIC = b"\x93NUMPY"
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 # Opcodes a protocol 0/1 pickle may start with: MARK, EMPTY_DICT/LIST/TUPLE, GLOBAL, NONE, INT, LONG, STRING, UNICODE ...
 _OLD_PICKLE_OPENERS = frozenset(b"(}])cNILSVFGJKM")
@@ -60,7 +61,11 @@ def sniff(path: str | os.PathLike[str]) -> str:
 
 def sniff_bytes(head: bytes, size: int, path: Path | None = None) -> str:
     if head.startswith(ZIP_MAGIC):
-        return "torch-zip" if _zip_has_data_pkl(head, path) else "unknown"
+        if _zip_has_data_pkl(head, path):
+            return "torch-zip"
+        return "numpy" if _is_npz(path) else "unknown"
+    if head.startswith(NPY_MAGIC):
+        return "numpy"
     if _is_legacy(head):
         return "torch-legacy"
     if _looks_like_safetensors(head, size):
@@ -85,6 +90,20 @@ def _zip_has_data_pkl(head: bytes, path: Path | None) -> bool:
         except (zipfile.BadZipFile, OSError, ValueError, EOFError):
             pass  # no readable directory: look for the member's name in the first bytes
     return b"/data.pkl" in head
+
+
+def _is_npz(path: Path | None) -> bool:
+    """np.savez: a zip whose members are all `.npy` arrays."""
+    if path is None:
+        return False
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return False
+    return bool(names) and all(name.endswith(".npy") for name in names)
 
 
 def _is_legacy(head: bytes) -> bool:
@@ -142,7 +161,6 @@ _COMPRESSED = (
     (b"\xfd7zXZ\x00", "an xz archive"),
     (b"\x28\xb5\x2f\xfd", "a zstd archive"),
     (b"7z\xbc\xaf\x27\x1c", "a 7z archive"),
-    (b"\x93NUMPY", "a NumPy .npy array"),
     (b"\x89HDF\r\n\x1a\n", "an HDF5 file"),
     (b"GGUF", "a GGUF model file"),
     (b"\x7fELF", "an ELF executable"),
