@@ -47,7 +47,7 @@ def _download(package: dict, folder: Path) -> Path:
     if archive.is_file() and sha256(archive) == package["sha256"]:
         return archive
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-build-isolation",
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                "--dest", str(folder), *package.get("pip_args", []), package["spec"]]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     if done.returncode != 0 or not archive.is_file():
