@@ -104,10 +104,25 @@ class DiffResult:
     atol: float = 0.0
     bytes_compared: int = 0  # bytes of both files compared
     seconds: float = 0.0
+    not_compared: str | None = None  # why the tensors could not be compared at all (a refused or unreadable side)
+    raw_bytes_differ: bool | None = None  # the files' own bytes, when the tensors gave no verdict; None: not compared
 
     @property
     def identical(self) -> bool:
+        if self.not_compared is not None:
+            return self.raw_bytes_differ is False  # byte for byte the same file: nothing inside can differ
+        if self.unreadable and self.raw_bytes_differ is False:
+            return not (self.only_a or self.only_b or self.changed or self.metadata_changed)
         return not (self.only_a or self.only_b or self.changed or self.unreadable or self.metadata_changed)
+
+    @property
+    def verdict(self) -> str:
+        """ "identical", "different" or "unknown" (the exit status follows: 0, 1, 2)."""
+        if self.identical:
+            return "identical"
+        if self.only_a or self.only_b or self.changed or self.metadata_changed or self.raw_bytes_differ:
+            return "different"
+        return "unknown"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -127,7 +142,52 @@ class DiffResult:
             "metadata_changed": dict(self.metadata_changed),
             "unreadable": [{"name": n, "message": m} for n, m in self.unreadable],
             "bytes_compared": self.bytes_compared,
+            "verdict": self.verdict,
+            "not_compared": self.not_compared,
+            "raw_bytes_differ": self.raw_bytes_differ,
         }
+
+
+# ---------------------------------------------------------------- when tensors give no verdict
+
+REFUSALS = ("UNSAFE_PICKLE", "CORRUPT")
+
+
+def why_not_comparable(a: Checkpoint, b: Checkpoint) -> str | None:
+    """Why comparing tensors says nothing about these two, or None when it does.
+
+    A side whose pickle was refused (UNSAFE_PICKLE) or could not be read (CORRUPT) lists no tensors:
+    "no tensor differs" would be a false "identical". So would two files that hold no tensors at all.
+    """
+    for side, ckpt in (("A", a), ("B", b)):
+        if ckpt.tensors or ckpt.format == "unknown" and not ckpt.findings:
+            continue
+        refusal = next((f for f in ckpt.findings if f.code in REFUSALS), None)
+        if refusal is not None:
+            return f"{side}'s tensors cannot be read ({refusal.code})"
+    if a.format == "unknown" or b.format == "unknown":
+        return "not a checkpoint: " + ("A" if a.format == "unknown" else "B") + " holds nothing this tool reads"
+    if not a.tensors and not b.tensors:
+        return "neither file holds tensors"
+    return None
+
+
+def raw_bytes_differ(a: Path, b: Path, chunk: int = COMPARE_CHUNK) -> bool | None:
+    """Do two files differ byte for byte? None when either is no regular file (folders, sharded sets)."""
+    try:
+        if not (a.is_file() and b.is_file()) or a.name.endswith(".index.json") or b.name.endswith(".index.json"):
+            return None
+        if a.stat().st_size != b.stat().st_size:
+            return True
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            while True:
+                xa, xb = fa.read(chunk), fb.read(chunk)
+                if xa != xb:
+                    return True
+                if not xa:
+                    return False
+    except OSError:
+        return None
 
 
 # ---------------------------------------------------------------- roles and name matching

@@ -52,7 +52,14 @@ def hint(diff: dict[str, Any]) -> str | None:
 
 
 def summary_line(diff: dict[str, Any]) -> str:
-    if diff["identical"]:
+    verdict = diff.get("verdict") or ("identical" if diff["identical"] else "different")
+    if diff.get("not_compared") or diff.get("unreadable") and verdict == "identical":
+        if verdict == "identical":
+            return "identical: the two files are the same byte for byte (their tensors were not all compared)"
+        if verdict == "different":
+            return "different: the files' bytes differ (tensors not compared)"
+        return "no verdict: tensors not compared, and the files' bytes cannot be compared"
+    if verdict == "identical":
         return f"identical: {diff['same']:,} tensors match bit for bit" + (
             f" ({len(diff['within_atol'])} within --atol {diff['atol']:g})" if diff.get("within_atol") else ""
         )
@@ -69,7 +76,9 @@ def summary_line(diff: dict[str, Any]) -> str:
         parts.append(f"{len(diff['unreadable']):,} unreadable")
     for key, (va, vb) in (diff.get("metadata_changed") or {}).items():
         parts.append(f"{key} {va} -> {vb}")
-    return "different: " + ", ".join(parts)
+    if diff.get("unreadable") and diff.get("raw_bytes_differ"):
+        parts.append("the files' bytes differ")
+    return ("different: " if verdict == "different" else "no verdict: ") + ", ".join(parts)
 
 
 def _shape(shape: Sequence[int]) -> str:
@@ -183,12 +192,24 @@ def render_text(
         say(f"cannot compare {item['name']}: {item['message']}")
     if len(unreadable) > _LIST_LIMIT:
         say(f"... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+    if diff.get("not_compared"):
+        say(f"tensors not compared: {diff['not_compared']}")
     for side, ckpt in (("A", a), ("B", b)):
-        for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
-            console.print(Text.assemble((f"{side} is damaged", "bold red"), f": {f.message}"), soft_wrap=True)
+        for f in _refusals(ckpt)[:3]:
+            console.print(
+                Text.assemble((f"{side} {_REFUSAL_WORD[f.code]}", "bold red"), f": {f.message}"), soft_wrap=True
+            )
     if note := hint(diff):
         console.print(Text(note, style="dim"))
     return finish(out)
+
+
+_REFUSAL_WORD = {"CORRUPT": "is damaged", "UNSAFE_PICKLE": "is refused"}
+
+
+def _refusals(ckpt: Checkpoint | None) -> list[Any]:
+    """A side's CORRUPT and UNSAFE_PICKLE findings: why its tensors may be missing from the diff."""
+    return [f for f in (ckpt.findings if ckpt else []) if f.code in _REFUSAL_WORD]
 
 
 def escape_pipes(text: str) -> str:
@@ -228,9 +249,11 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
         lines.append(f"- cannot compare `{item['name']}`: {item['message']}")
     if len(unreadable) > _LIST_LIMIT:
         lines.append(f"- ... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+    if diff.get("not_compared"):
+        lines.append(f"- tensors not compared: {diff['not_compared']}")
     for side, ckpt in (("A", a), ("B", b)):
-        for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
-            lines.append(f"- **{side} is damaged**: {f.message}")
+        for f in _refusals(ckpt)[:3]:
+            lines.append(f"- **{side} {_REFUSAL_WORD[f.code]}** ({f.code}): {f.message}")
     if note := hint(diff):
         lines.append("")
         lines.append(f"_{note}_")
