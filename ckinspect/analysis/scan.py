@@ -549,14 +549,17 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
 
     order = {t.name: i for i, t in enumerate(ckpt.tensors)}
     dtypes = {t.name: t.dtype for t in ckpt.tensors}
+    counters = {t.name for t in ckpt.tensors if is_step_counter(t)}
+    value_findings: list[Finding] = []
     for name in sorted(stats, key=lambda n: order.get(n, 0)):
         s = stats[name]
         if s.nonfinite:
             inf = s.nonfinite - s.nan
             message = f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values"
-            findings.append(Finding("NONFINITE", message, name))
-        if s.fp16_overflow and dtypes.get(name) in OVERFLOW_DTYPES:
-            findings.append(
+            value_findings.append(Finding("NONFINITE", message, name))
+        # a step counter is a count, not a weight: no half-precision save ever casts it, so 65,504 is no limit
+        if s.fp16_overflow and dtypes.get(name) in OVERFLOW_DTYPES and name not in counters:
+            value_findings.append(
                 Finding(
                     "FP16_OVERFLOW",
                     f"{name}: {s.fp16_overflow:,} of {s.count:,} values beyond float16's range "
@@ -564,7 +567,41 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
                     name,
                 )
             )
+    findings += group_by_family(value_findings)
     return ScanResult(findings, stats, done, time.perf_counter() - started, crc_checked, skipped)
+
+
+STEP_COUNTER_NAMES = ("step", "steps", "num_steps", "iteration")
+
+
+def is_step_counter(t: TensorInfo) -> bool:
+    """An optimizer's per-parameter step (Adam's `optimizer.state.3.step`): one number that counts updates."""
+    parts = t.name.split(".")
+    return t.numel == 1 and parts[-1] in STEP_COUNTER_NAMES and (t.group == "optimizer" or "state" in parts[:-1])
+
+
+_MAX_EXAMPLES = 3
+
+
+def family(name: str) -> str:
+    """The name with its indices as `*`: `layers.3.attn.wq.weight` -> `layers.*.attn.wq.weight`."""
+    return ".".join("*" if part.isdigit() else part for part in name.split("."))
+
+
+def group_by_family(findings: list[Finding]) -> list[Finding]:
+    """Findings of one code over tensors of one family become one finding with a count and examples."""
+    groups: dict[tuple[str, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.code, family(f.tensor or "")), []).append(f)
+    out: list[Finding] = []
+    for (code, fam), members in groups.items():
+        if len(members) == 1 or "*" not in fam:
+            out.extend(members)
+            continue
+        shown = "; ".join(f.message for f in members[:_MAX_EXAMPLES])
+        more = f"; and {len(members) - _MAX_EXAMPLES} more" if len(members) > _MAX_EXAMPLES else ""
+        out.append(Finding(code, f"{len(members)} tensors named {fam}: {shown}{more}", members[0].tensor))
+    return out
 
 
 @contextlib.contextmanager

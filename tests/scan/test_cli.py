@@ -32,7 +32,9 @@ def test_diff_exit_0_when_identical_1_when_different_2_on_error(files):
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     (files / "text.pt").write_text("not a checkpoint\n")
     junk = run_cli("diff", files / "a.pt", files / "text.pt", "--report")
-    assert junk.returncode == 2 and "Traceback" not in junk.stderr
+    # B's tensors cannot be read, and the files' bytes already differ: different, with B's CORRUPT shown
+    assert junk.returncode == 1 and "Traceback" not in junk.stderr
+    assert "B is damaged: not a checkpoint: looks like text" in junk.stdout
 
 
 def test_diff_json_is_schema_1_with_both_files_and_the_diff(files):
