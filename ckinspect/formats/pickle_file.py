@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ckinspect.formats.joblib_walk import JoblibError, JoblibStream, names_joblib, walk_joblib
-from ckinspect.formats.pickle_findings import check_views, decode, record_globals, set_tree
+from ckinspect.formats.pickle_findings import PLAIN_PICKLE_LOAD, check_views, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import scan_stream
 from ckinspect.formats.tree import no_gc
 from ckinspect.io.zipdir import FileReader
@@ -57,7 +57,7 @@ def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int) -> Checkpoin
             return ckpt
         _adopt_joblib(ckpt, stream, path)
         return ckpt
-    unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where)
+    unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where, data, PLAIN_PICKLE_LOAD)
     first = scans[0]
     if first.error is not None:
         ckpt.add("CORRUPT", f"{where}: not a readable pickle: {first.error}")

@@ -118,7 +118,7 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipM
         scans = scan_stream(data)
         if torchscript:
             mark_torchscript(scans)
-        record_globals(ckpt, [g for s in scans for g in s.globals], f"{file.name}:{member.name}")
+        record_globals(ckpt, [g for s in scans for g in s.globals], f"{file.name}:{member.name}", data)
 
 
 # constants.pkl names TorchScript's constants; torch.jit shows them to code as CONSTANTS.c0, c1, ...
@@ -179,7 +179,7 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
         mark_torchscript(scans)
     first: PickleScan = scans[0]
     refs = [g for s in scans for g in s.globals]
-    unsafe = record_globals(ckpt, refs, where)
+    unsafe = record_globals(ckpt, refs, where, data)
     if first.error is not None:
         ckpt.add("CORRUPT", f"{where}: {first.error}")
         return None
