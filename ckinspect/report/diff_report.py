@@ -199,8 +199,8 @@ def render_text(
             console.print(
                 Text.assemble((f"{side} {_REFUSAL_WORD[f.code]}", "bold red"), f": {f.message}"), soft_wrap=True
             )
-    if note := hint(diff):
-        console.print(Text(note, style="dim"))
+    if advice := hint(diff):
+        console.print(Text(advice, style="dim"))
     return finish(out)
 
 
@@ -254,9 +254,9 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
     for side, ckpt in (("A", a), ("B", b)):
         for f in _refusals(ckpt)[:3]:
             lines.append(f"- **{side} {_REFUSAL_WORD[f.code]}** ({f.code}): {f.message}")
-    if note := hint(diff):
+    if advice := hint(diff):
         lines.append("")
-        lines.append(f"_{note}_")
+        lines.append(f"_{advice}_")
     return "\n".join(lines).rstrip() + "\n"
 
 
