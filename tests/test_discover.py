@@ -125,3 +125,27 @@ def test_temporaries():
     assert TmpSuffix.main_name("model.pt.tmp") == "model.pt"
     assert TmpSuffix.main_name(".metadata.tmp") == ".metadata"
     assert TmpSuffix.main_name("model.pt") is None
+
+
+def test_a_folder_of_torchscript_pickle_and_numpy_files_lists_each(tmp_path, capsys):
+    """Files the report judges alone are listed in folder mode too: .jit, .p, .joblib, .npy, .npz."""
+    import numpy as np
+
+    from ckinspect.cli import main
+
+    module = torch.jit.trace(torch.nn.Linear(2, 2), torch.ones(1, 2))
+    torch.jit.save(module, str(tmp_path / "vad.jit"))
+    (tmp_path / "prob.p").write_bytes(pickle.dumps({"B": 0.5}, protocol=0))
+    np.save(tmp_path / "w.npy", np.ones(3, dtype=np.float32))
+    np.savez(tmp_path / "filters.npz", half=np.zeros(4))
+    names = [t.path.name for t in find_checkpoints([tmp_path])]
+    assert names == ["filters.npz", "prob.p", "vad.jit", "w.npy"]
+    assert main(["--report", str(tmp_path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    formats = {f["path"].rsplit("/", 1)[-1]: (f["format"], f["tensor_count"]) for f in doc["files"]}
+    assert formats == {
+        "filters.npz": ("numpy", 1),
+        "prob.p": ("pickle", 0),
+        "vad.jit": ("torchscript", 2),
+        "w.npy": ("numpy", 1),
+    }

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
     TargetKind = Literal["file", "dcp", "sharded"]
 
-CHECKPOINT_SUFFIXES = frozenset({".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle"})
+# .jit: TorchScript archives; .p / .joblib: pickles; .npy / .npz: NumPy (each judged alone as well)
+CHECKPOINT_SUFFIXES = frozenset(
+    {".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle", ".jit", ".p", ".joblib", ".npy", ".npz"}
+)
 INDEX_SUFFIX = ".index.json"
 
 
