@@ -169,7 +169,7 @@ def _add_described(ckpt: Checkpoint, path: Path, name: str, offset: int | None, 
         ckpt.add(
             "CORRUPT", f"{where}: the array needs {nbytes} bytes but the file holds {max(available, 0)} (truncated)"
         )
-        nbytes, offset = max(available, 0), None
+        nbytes, offset = 0, None  # the array cannot be read whole: no bytes are offered as its own
     member_name = member.name if member is not None else None
     ckpt.storages[tensor.storage_key] = StorageInfo(tensor.storage_key, dtype, nbytes, path, offset, None, member_name)
     ckpt.tensors.append(tensor)
