@@ -211,10 +211,20 @@ class _StorageType:
 
 
 class _DictWithState(dict, metaclass=_FrozenMeta):
-    """OrderedDict / Counter as a dict (instance state such as state_dict._metadata is dropped)."""
+    """OrderedDict / Counter as a dict. Instance attributes (a state dict's `_metadata`, which
+    load_state_dict reads for module versions) are kept aside in `pickled_attributes`, never set."""
+
+    ordered = False
 
     def __setstate__(self, state: Any) -> None:
-        pass
+        if isinstance(state, dict):
+            object.__setattr__(self, "pickled_attributes", state)
+
+
+class _OrderedDictStandIn(_DictWithState):
+    """collections.OrderedDict: written back as one by convert."""
+
+    ordered = True
 
 
 class _DefaultDict(_DictWithState):
@@ -383,7 +393,7 @@ def _opaque_class(qualname: str) -> type:
 
 
 _STANDINS: dict[str, Any] = {
-    "collections.OrderedDict": _DictWithState,
+    "collections.OrderedDict": _OrderedDictStandIn,
     "collections.Counter": _DictWithState,
     "collections.defaultdict": _DefaultDict,
     "collections.deque": _Call(_deque),

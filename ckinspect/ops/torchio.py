@@ -84,11 +84,15 @@ def rebuild_tree(
                 return _SKIP
             return tensor_for(path, obj)
         if isinstance(obj, dict):
-            out = collections.OrderedDict() if isinstance(obj, collections.OrderedDict) else {}
+            ordered = isinstance(obj, collections.OrderedDict) or getattr(type(obj), "ordered", False)
+            out = collections.OrderedDict() if ordered else {}
             for k, v in obj.items():
                 child = walk(v, f"{path}.{k}" if path else str(k))
                 if child is not _MISSING and child is not _SKIP:
                     out[k] = child
+            metadata = (getattr(obj, "pickled_attributes", None) or {}).get("_metadata")
+            if ordered and isinstance(metadata, dict):  # state_dict._metadata: module versions load_state_dict reads
+                out._metadata = walk(metadata, "")  # type: ignore[attr-defined]
             return out
         if isinstance(obj, (list, tuple)):
             items = []
