@@ -97,6 +97,7 @@ class DiffResult:
     changed: list[TensorChange] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (name, why): no verdict possible
     within_atol: list[str] = field(default_factory=list)  # bytes differ but every value is within atol
+    relaid: list[str] = field(default_factory=list)  # equal values stored in another memory layout (strides)
     only_a_groups: dict[str, int] = field(default_factory=dict)  # how many only-in-A tensors per group
     only_b_groups: dict[str, int] = field(default_factory=dict)
     metadata_changed: dict[str, list[Any]] = field(default_factory=dict)  # step/epoch/world_size: [a, b]
@@ -140,6 +141,7 @@ class DiffResult:
             "only_a_groups": dict(self.only_a_groups),
             "only_b_groups": dict(self.only_b_groups),
             "within_atol": list(self.within_atol),
+            "relaid": list(self.relaid),
             "metadata_changed": dict(self.metadata_changed),
             "unreadable": [{"name": n, "message": m} for n, m in self.unreadable],
             "bytes_compared": self.bytes_compared,
@@ -324,6 +326,7 @@ class _Pair:
     tb: TensorInfo
     equal: bool = True
     error: str | None = None
+    relaid: bool = False  # same dtype and shape, another memory layout (strides): bytes cannot decide
 
 
 def _byte_ranges(ckpt: Checkpoint, blobs: Blobs, t: TensorInfo) -> tuple[Path, int, int]:
@@ -492,6 +495,7 @@ def diff_checkpoints(
                 continue
             if p.ta.stride != p.tb.stride and not (p.ta.is_contiguous and p.tb.is_contiguous):
                 p.equal = False  # different layouts of the same values: decide on values
+                p.relaid = True
                 continue
             tasks.setdefault((bytes_a, bytes_b), []).append(p)
 
@@ -530,6 +534,11 @@ def diff_checkpoints(
                 if p.error or p.equal or p.ta.shape != p.tb.shape:
                     return p, None
                 try:
+                    if p.relaid and atol > 0:  # exactly equal in another layout, or only within atol?
+                        exact = compare_values(blobs_a, a, p.ta, blobs_b, b, p.tb, 0.0)
+                        if exact.n_diff == 0:
+                            return p, exact
+                        p.relaid = False
                     return p, compare_values(blobs_a, a, p.ta, blobs_b, b, p.tb, atol)
                 except UnreadableStorage as exc:
                     p.error = str(exc)
@@ -564,7 +573,7 @@ def diff_checkpoints(
             result.same.append(p.name)
         elif vd.n_diff == 0:
             result.same.append(p.name)
-            result.within_atol.append(p.name)
+            (result.relaid if p.relaid else result.within_atol).append(p.name)
         else:
             result.changed.append(
                 TensorChange(p.name, "values", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common)

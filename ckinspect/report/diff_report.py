@@ -51,6 +51,19 @@ def hint(diff: dict[str, Any]) -> str | None:
     return None
 
 
+def matched(diff: dict[str, Any]) -> str:
+    """How the matching tensors match: bit for bit, equal values in another memory layout, or within --atol."""
+    relaid, within = len(diff.get("relaid") or ()), len(diff.get("within_atol") or ())
+    if not relaid and not within:
+        return f"{diff['same']:,} tensors match bit for bit"
+    parts = [f"{diff['same'] - relaid - within:,} bit for bit"]
+    if relaid:
+        parts.append(f"{relaid:,} with equal values stored in another memory layout (strides)")
+    if within:
+        parts.append(f"{within:,} within --atol {diff['atol']:g}")
+    return f"{diff['same']:,} tensors match: " + ", ".join(parts)
+
+
 def summary_line(diff: dict[str, Any]) -> str:
     verdict = diff.get("verdict") or ("identical" if diff["identical"] else "different")
     if diff.get("not_compared") or diff.get("unreadable") and verdict == "identical":
@@ -60,9 +73,7 @@ def summary_line(diff: dict[str, Any]) -> str:
             return "different: the files' bytes differ (tensors not compared)"
         return "no verdict: tensors not compared, and the files' bytes cannot be compared"
     if verdict == "identical":
-        return f"identical: {diff['same']:,} tensors match bit for bit" + (
-            f" ({len(diff['within_atol'])} within --atol {diff['atol']:g})" if diff.get("within_atol") else ""
-        )
+        return "identical: " + matched(diff)
     reasons: dict[str, int] = {}
     for c in diff["changed"]:
         reasons[c["reason"]] = reasons.get(c["reason"], 0) + 1
@@ -176,7 +187,12 @@ def render_text(
     if diff["changed"]:
         console.print(_changed_table(diff))
     say = functools.partial(console.print, markup=False, soft_wrap=True)  # names and messages are not markup
-    lists = (("only_a", "only in A"), ("only_b", "only in B"), ("within_atol", f"within --atol {diff['atol']:g}"))
+    lists = (
+        ("only_a", "only in A"),
+        ("only_b", "only in B"),
+        ("within_atol", f"within --atol {diff['atol']:g}"),
+        ("relaid", "equal values in another memory layout"),
+    )
     for key, title in lists:
         names = diff.get(key) or []
         if names:
@@ -230,7 +246,12 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
         for row in _changed_rows(diff):
             lines.append("| " + " | ".join(escape_pipes(f"`{c}`" if i == 0 else c) for i, c in enumerate(row)) + " |")
         lines.append("")
-    lists = (("only_a", "Only in A"), ("only_b", "Only in B"), ("within_atol", f"Within --atol {diff['atol']:g}"))
+    lists = (
+        ("only_a", "Only in A"),
+        ("only_b", "Only in B"),
+        ("within_atol", f"Within --atol {diff['atol']:g}"),
+        ("relaid", "Equal values in another memory layout"),
+    )
     for key, title in lists:
         names = diff.get(key) or []
         if names:

@@ -66,3 +66,21 @@ def test_a_damaged_side_against_a_folder_gets_no_verdict(tmp_path, capsys):
     code, out = _diff(capsys, a, folder)
     assert code == 2
     assert "no verdict" in out and "A is damaged" in out
+
+
+def test_permuted_strides_that_torch_calls_equal_are_said_so(tmp_path, capsys):
+    """A transposed copy holds the same values in another layout: not "bit for bit", not "within --atol 0"."""
+    torch.manual_seed(0)
+    w = torch.randn(6, 4)
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    torch.save({"w": w, "v": torch.ones(3)}, a)
+    torch.save({"w": w.t().contiguous().t(), "v": torch.ones(3)}, b)  # strides (1, 6) instead of (4, 1)
+    assert torch.equal(torch.load(a)["w"], torch.load(b)["w"])
+    code, out = _diff(capsys, a, b)
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "identical: 2 tensors match: 1 bit for bit, 1 with equal values stored in another memory layout" in flat
+    assert "within --atol" not in out
+    code, out = _diff(capsys, a, b, "--atol", "0.5")
+    flat = " ".join(out.split())
+    assert code == 0 and "1 with equal values stored in another memory layout" in flat and "within --atol" not in flat
