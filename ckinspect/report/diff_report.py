@@ -134,9 +134,8 @@ def _differing_short(c: dict[str, Any]) -> str:
 
 def _changed_table(diff: dict[str, Any]) -> Any:
     """Tensor name first; columns that would repeat one value on every row go to the title instead (80 columns)."""
-    from rich.markup import escape
 
-    from ckinspect.report.console import make_table
+    from ckinspect.report.console import Wrapped, make_table
 
     changes = [_change(c) for c in diff["changed"]]
     same_change = len(set(changes)) == 1
@@ -152,7 +151,7 @@ def _changed_table(diff: dict[str, Any]) -> Any:
     if pinpoint:
         table.add_column("first at", overflow="fold", max_width=16)
     for c, change in zip(diff["changed"], changes, strict=True):
-        row = [escape(c["a"]["name"])] + ([] if same_change else [change])
+        row = [Wrapped(c["a"]["name"])] + ([] if same_change else [change])
         row += [number(c["max_abs_diff"]), number(c.get("max_rel_diff")), _differing_short(c)]
         table.add_row(*row, *([_first_at(c)] if pinpoint else []))
     return table
