@@ -54,3 +54,17 @@ def test_file_reads_as_torch_reads_it(corpus, entry, request):
     for name, (dtype, shape, raw) in theirs.items():
         assert ours[name][:2] == (dtype, shape), name
         assert ours[name][2] == raw, f"{name}: bytes differ"
+
+
+def test_two_torchscript_releases_differ_where_torch_says_they_do(corpus):
+    """silero-vad 5.1.2 against 6.0.0: the tensors diff calls changed are exactly those torch finds unequal."""
+    import torch
+
+    from ckinspect.analysis.diff import diff_checkpoints
+
+    a, b = (corpus[f"silero-vad=={v}:silero_vad/data/silero_vad.jit"] for v in ("5.1.2", "6.0.0"))
+    result = diff_checkpoints(inspect_path(a, quick=True), inspect_path(b, quick=True))
+    sa, sb = (torch.jit.load(str(p), map_location="cpu").state_dict() for p in (a, b))
+    unequal = {k for k in sa if k in sb and (sa[k].shape != sb[k].shape or not torch.equal(sa[k], sb[k]))}
+    assert unequal and {c.name for c in result.changed} - {"_state", "_context"} == unequal
+    assert not result.identical
