@@ -198,3 +198,13 @@ def _scan_object_array(ckpt: Checkpoint, payload, where: str) -> None:
             ckpt.globals.append(g.qualname)
     if unsafe:
         record_globals(ckpt, unsafe, f"{where} (an object array: np.load(allow_pickle=True) unpickles it)")
+        ckpt.findings = [f for f in ckpt.findings if f.code != "ALLOWLIST_NEEDED"]  # allowing pickles would not do
+    elif not any(f.code in ("ALLOWLIST_NEEDED", "UNSAFE_PICKLE") for f in ckpt.findings):
+        names = ", ".join(g.qualname for g in scans[0].globals) or "none"
+        load = "dict(numpy.load(PATH, allow_pickle=True, encoding='latin1'))" if ":" in where else \
+            "numpy.load(PATH, allow_pickle=True, encoding='latin1')"  # fmt: skip
+        ckpt.add(
+            "ALLOWLIST_NEEDED",
+            f"{where} holds an object array, a pickle that np.load refuses unless pickles are allowed; it names only "
+            f"globals that build data ({names}). To load it: `import numpy`, then `{load}`.",
+        )
