@@ -82,10 +82,6 @@ class ScanResult:
     crc_checked: int = 0  # storages whose CRC was known and checked
     skipped: list[str] = field(default_factory=list)  # storages that could not be read directly, and why
 
-    @property
-    def gb_per_s(self) -> float:
-        return self.bytes_scanned / self.seconds / 1e9 if self.seconds > 0 else 0.0
-
 
 # ---------------------------------------------------------------- numeric core (numpy, per block)
 
