@@ -244,7 +244,7 @@ def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, 
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{file.name} at byte {offset} ({name}): {exc}", name)
         return None
-    _merge(ckpt, blob, name)
+    ckpt.absorb(blob, name, tensor=name)
     if not isinstance(value, TensorInfo):
         if not any(f.code in ("CORRUPT", "UNSAFE_PICKLE") for f in blob.findings):
             ckpt.add(
@@ -272,17 +272,8 @@ def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
         return None
     # dcp.load decodes these with torch.load(weights_only=False): allowlists play no part, only UNSAFE does
     blob.findings = [f for f in blob.findings if f.code != "ALLOWLIST_NEEDED"]
-    _merge(ckpt, blob, fqn)
+    ckpt.absorb(blob, fqn, tensor=fqn)
     if blob.storages:  # a tensor inside a non-tensor value (e.g. a list of tensors): list it by path
         for tensor in flatten(value, fqn):
             ckpt.tensors.append(tensor)
     return value
-
-
-def _merge(ckpt: Checkpoint, blob: Checkpoint, name: str) -> None:
-    ckpt.storages.update(blob.storages)
-    for g in blob.globals:
-        if g not in ckpt.globals:
-            ckpt.globals.append(g)
-    for finding in blob.findings:
-        ckpt.add(finding.code, f"{name}: {finding.message}", name)
