@@ -14,7 +14,6 @@ import ctypes
 import ctypes.util
 import math
 import mmap
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -104,7 +103,6 @@ class DiffResult:
     only: list[str] | None = None
     atol: float = 0.0
     bytes_compared: int = 0  # bytes of both files compared
-    seconds: float = 0.0
 
     @property
     def identical(self) -> bool:
@@ -387,7 +385,6 @@ def diff_checkpoints(
 
     `progress(done_bytes, total_bytes)` is called on this thread as byte windows are compared.
     """
-    started = time.perf_counter()
     if only:
         unknown = [g for g in only if g not in GROUPS]
         if unknown:
@@ -514,5 +511,4 @@ def diff_checkpoints(
             va, vb = a.metadata.get(key), b.metadata.get(key)
             if va is not None and vb is not None and va != vb:
                 result.metadata_changed[key] = [va, vb]
-    result.seconds = time.perf_counter() - started
     return result
