@@ -341,7 +341,7 @@ def compare_values(
         if n:
             if out.first is None:
                 out.first = pos + int(np.argmax(neq))
-            if fa is None:
+            if fa is None or fb is None:  # exact ints: nothing decoded yet
                 fa, fb = xa[neq].astype(np.float64), xb[neq].astype(np.float64)
             else:
                 fa, fb = fa[neq], fb[neq]
@@ -425,21 +425,21 @@ def diff_checkpoints(
             if p.ta.numel == 0:
                 continue
             try:
-                ra = _byte_ranges(a, blobs_a, p.ta)
-                rb = _byte_ranges(b, blobs_b, p.tb)
+                bytes_a = _byte_ranges(a, blobs_a, p.ta)
+                bytes_b = _byte_ranges(b, blobs_b, p.tb)
             except UnreadableStorage as exc:
                 p.error = str(exc)
                 continue
             if p.ta.stride != p.tb.stride and not (p.ta.is_contiguous and p.tb.is_contiguous):
                 p.equal = False  # different layouts of the same values: decide on values
                 continue
-            tasks.setdefault((ra, rb), []).append(p)
+            tasks.setdefault((bytes_a, bytes_b), []).append(p)
 
         chunks = []
-        for (ra, rb), ps in tasks.items():
-            for start in range(0, ra[2], COMPARE_CHUNK):
-                n = min(COMPARE_CHUNK, ra[2] - start)
-                chunks.append((ra[0], ra[1] + start, rb[0], rb[1] + start, n, ps))
+        for (bytes_a, bytes_b), ps in tasks.items():
+            for start in range(0, bytes_a[2], COMPARE_CHUNK):
+                n = min(COMPARE_CHUNK, bytes_a[2] - start)
+                chunks.append((bytes_a[0], bytes_a[1] + start, bytes_b[0], bytes_b[1] + start, n, ps))
 
         def compare(chunk: tuple) -> tuple[bool, list[_Pair]]:
             fa, oa, fb, ob, n, ps = chunk
@@ -456,7 +456,7 @@ def diff_checkpoints(
             results = pool.map(compare, chunks) if pool else map(compare, chunks)
             total = 2 * sum(c[4] for c in chunks)
             done = 0
-            for chunk, (ok, ps) in zip(chunks, results):
+            for chunk, (ok, ps) in zip(chunks, results, strict=True):
                 if not ok:
                     for p in ps:
                         p.equal = False
@@ -485,7 +485,7 @@ def diff_checkpoints(
         if p.error:
             result.unreadable.append((p.name, p.error))
             continue
-        common = dict(
+        common: dict[str, Any] = dict(
             a_name=x.name,
             b_name=y.name,
             a_dtype=x.dtype,

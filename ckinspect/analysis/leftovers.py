@@ -9,6 +9,7 @@ that ends) and the step counter inside, never from mtime alone. Nothing here imp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickletools
@@ -23,6 +24,7 @@ from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, STEP_KEYS, TMP_SUFFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".tar", ".distcp")
@@ -183,11 +185,11 @@ def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
     if path.name.endswith(TMP_SUFFIX):
         leftover = main_for_tmp(path)
         return [leftover] if leftover is not None and path.exists() else []
-    folder = path.parent
-    if not folder.is_dir():
+    parent = path.parent
+    if not parent.is_dir():
         return []
     found = []
-    for sibling in sorted(folder.iterdir()):
+    for sibling in sorted(parent.iterdir()):
         if sibling.name.endswith(TMP_SUFFIX) and sibling.is_file():
             leftover = main_for_tmp(sibling)
             if leftover is not None and leftover.main.name == path.name:
@@ -195,7 +197,7 @@ def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
     return found
 
 
-def unfinished_saves(paths: list[str | os.PathLike[str]], known: set[Path]) -> dict[Path, list[Leftover]]:
+def unfinished_saves(paths: Sequence[str | os.PathLike[str]], known: set[Path]) -> dict[Path, list[Leftover]]:
     """Saves that died before their first rename: tmps whose main file does not exist, by the path
     of the checkpoint each was going to become (a DCP folder, for its `.metadata`).
 
@@ -338,8 +340,8 @@ def _check_pickle_stream(path: Path, fmt: str) -> Integrity:
     try:
         data = path.read_bytes()
         last = None
-        for last, _arg, _pos in pickletools.genops(data):
-            pass
+        for op, _arg, _pos in pickletools.genops(data):
+            last = op
     except Exception as exc:  # noqa: BLE001 - genops raises ValueError and friends on a cut stream
         return Integrity(False, fmt, f"pickle cut short or damaged ({type(exc).__name__})")
     if last is None or last.name != "STOP":
@@ -378,10 +380,8 @@ def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrit
 def read_step(path: Path, ckpt: Any = None) -> int | None:
     """The training step the checkpoint says it was saved at, if it says (`ckpt`: already opened)."""
     ckpt = ckpt if ckpt is not None else open_checkpoint(path)
-    try:
+    with contextlib.suppress(Exception):  # a layout that does not fit must not hide the raw step
         ckpt = analyze(ckpt)
-    except Exception:  # noqa: BLE001 - a layout that does not fit must not hide the raw step
-        pass
     for key in ("step", *STEP_KEYS):
         value = ckpt.metadata.get(key)
         if _is_int(value):

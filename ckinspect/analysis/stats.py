@@ -160,4 +160,4 @@ def moments_of_array(arr: Any, dtype: str) -> Moments:
     import numpy as np
 
     flat = np.ascontiguousarray(arr).reshape(-1)
-    return moments_of_bytes(memoryview(flat).cast("B"), dtype)
+    return moments_of_bytes(flat.data.cast("B"), dtype)

@@ -25,7 +25,7 @@ from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, BinaryIO
 
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
@@ -77,9 +77,8 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     guarded = frozenset({ENUM_GETATTR}) if any(g.qualname == ENUM_GETATTR for g in scan.globals) else frozenset()
     refs = [g for g in scan.globals if not _expected_dcp_global(g) and g.qualname not in guarded]
     for g in scan.globals:
-        if _expected_dcp_global(g) or g.qualname in guarded:
-            if g.qualname not in ckpt.globals:
-                ckpt.globals.append(g.qualname)
+        if (_expected_dcp_global(g) or g.qualname in guarded) and g.qualname not in ckpt.globals:
+            ckpt.globals.append(g.qualname)
     if record_globals(ckpt, refs, index):
         return ckpt
     if scan.error is not None:
@@ -107,10 +106,12 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
             items[(str(idx.get("fqn")), tuple(offset) if isinstance(offset, (tuple, list)) else None)] = where
         except TypeError:
             ckpt.add("CORRUPT", f"{index}: a storage index entry is malformed")
-    planner = fields.get("planner_data") if isinstance(fields.get("planner_data"), dict) else {}
+    planner = fields.get("planner_data")
+    if not isinstance(planner, dict):
+        planner = {}
 
     readers: dict[str, FileReader | None] = {}
-    handles = []
+    handles: list[BinaryIO] = []
     tree: dict[str, Any] = {}
     try:
         for fqn, md in state_md.items():
@@ -166,13 +167,15 @@ def _lists(node: Any) -> Any:
     return node
 
 
-def _reader(folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list) -> FileReader | None:
+def _reader(
+    folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list[BinaryIO]
+) -> FileReader | None:
     if relative not in readers:
         target = (folder / relative).resolve()
         if folder.resolve() not in target.parents or not target.is_file():
             readers[relative] = None  # missing, or a path that leaves the folder
         else:
-            f = open(target, "rb")
+            f = open(target, "rb")  # noqa: SIM115 - shared by many items; read_dcp closes every handle at the end
             handles.append(f)
             readers[relative] = FileReader(f.fileno(), os.fstat(f.fileno()).st_size)
     return readers[relative]
@@ -212,7 +215,7 @@ def _tensor_entry(ckpt, folder, fqn, md, items, readers, handles) -> Any:
         cf = _fields(chunk)
         offsets = tuple(cf.get("offsets") or ())
         sizes = tuple(cf.get("sizes") or ())
-        name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes))}]"
+        name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=False))}]"
         found = _item(ckpt, folder, name, items.get((fqn, offsets)), readers, handles)
         if found is None:
             continue

@@ -21,7 +21,7 @@ _LEGACY_TEXT = b"L" + str(LEGACY_MAGIC).encode() + b"L\n"  # protocols 0 and 1
 
 ZIP_MAGIC = (LOCAL_SIG, EOCD_SIG)
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
-# Opcodes a protocol 0/1 pickle may start with: MARK, EMPTY_DICT/LIST/TUPLE, GLOBAL, NONE, INT, LONG, STRING, UNICODE ...
+# Opcodes a protocol 0/1 pickle may start with: MARK, EMPTY_DICT/LIST/TUPLE, GLOBAL, NONE, INT, LONG, STRING ...
 _OLD_PICKLE_OPENERS = frozenset(b"(}])cNILSVFGJKM")
 _OLD_PICKLE_FULL_PARSE = 1 << 20  # protocol 0/1 pickles up to this size are parsed through to STOP
 

@@ -6,6 +6,7 @@ offsets) and data.pkl; storage bytes are never read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 from pathlib import Path
@@ -85,11 +86,9 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         set_tree(ckpt, tree)
         byteorder = by_name.get(archive + "byteorder")
         if byteorder is not None and byteorder.file_size <= 16:
-            try:
+            with contextlib.suppress(ZipError):  # informational: a damaged record leaves it unset
                 raw = read_member(reader, byteorder, cd_start, MAX_PICKLE_BYTES)
                 ckpt.metadata["byteorder"] = raw.decode("ascii", "replace")
-            except ZipError:
-                pass
     return tree
 
 
@@ -147,11 +146,11 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         else:
             found.append((ref, member))
     storages = ckpt.storages
-    for (ref, member), offset in zip(found, data_offsets(reader, [member for _, member in found])):
+    for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
         name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
-        if type(offset) is not int:
-            ckpt.add("CORRUPT", f"{file.name}: {offset}")
-            offset = None
+        offset = located if type(located) is int else None
+        if offset is None:
+            ckpt.add("CORRUPT", f"{file.name}: {located}")
         if compress_type != STORED:
             offset = None  # compressed by some re-zipping tool: bytes cannot be addressed in place
             if compress_type != DEFLATED:  # deflate is the one method torch's reader (miniz) inflates
@@ -187,8 +186,13 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
         if scans and scans[0].error is None:
             data = data[: scans[0].end]
             break
-        if not scans or not scans[0].truncated or start + len(data) >= reader.size or want >= MAX_UNINDEXED_PICKLE_BYTES \
-                or start + scans[0].needed > reader.size:  # fmt: skip
+        if (
+            not scans
+            or not scans[0].truncated
+            or start + len(data) >= reader.size
+            or want >= MAX_UNINDEXED_PICKLE_BYTES
+            or start + scans[0].needed > reader.size
+        ):
             break
         want = max(want * 4, scans[0].needed + (1 << 20))
     where = f"{file.name}:{name}"
@@ -211,12 +215,18 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
                 found[key] = (offset, length)
             pos = offset + length
         for key, ref in collector.storages.items():
-            offset, _length = found.get(key, (None, 0))
-            whole = offset is not None and offset + ref.nbytes <= reader.size
+            at = found[key][0] if key in found else None
+            whole = at is not None and at + ref.nbytes <= reader.size
             complete += whole
-            ckpt.storages[ref.key] = StorageInfo(key=ref.key, dtype=ref.dtype, nbytes=ref.nbytes if whole else 0, file=file,
-                                             offset=offset if whole else None, member=f"{archive}data/{key}",
-                                             location=ref.location)  # fmt: skip
+            ckpt.storages[ref.key] = StorageInfo(
+                key=ref.key,
+                dtype=ref.dtype,
+                nbytes=ref.nbytes if whole else 0,
+                file=file,
+                offset=at if whole else None,
+                member=f"{archive}data/{key}",
+                location=ref.location,
+            )
         ckpt.add("CORRUPT", f"{file.name}: {problem}; the save was cut short at {reader.size} bytes: "
                             f"{complete} of {len(collector.storages)} storages are complete")  # fmt: skip
 

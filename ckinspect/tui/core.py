@@ -23,14 +23,18 @@ if TYPE_CHECKING:
     from ckinspect.analysis.drift import TensorDrift
     from ckinspect.ops.repair import ApplyResult, RepairPlan, UndoResult
 
-Progress = Callable[[float], None]  # fraction done, 0.0 .. 1.0
+Progress = Callable[[float], object]  # fraction done, 0.0 .. 1.0; what it returns is ignored
 
 
 def as_fraction(report: Progress | None) -> Callable[[int, int], None] | None:
     """The core reports progress as (done, total) bytes; the screens draw a fraction."""
     if report is None:
         return None
-    return lambda done, total: report(min(1.0, done / total) if total > 0 else 0.0)
+
+    def fraction(done: int, total: int) -> None:
+        report(min(1.0, done / total) if total > 0 else 0.0)
+
+    return fraction
 
 
 # ---------------------------------------------------------------- loading
