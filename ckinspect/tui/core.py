@@ -1,5 +1,6 @@
 """What the screens ask of the core, in one place: thin calls into ckinspect's own modules, plus the
-TUI's formatting helpers and its per-tensor value statistics (the scan's numbers plus a histogram).
+TUI's name matcher and its per-tensor value statistics (the scan's numbers plus a histogram). Sizes
+and shapes are written by ckinspect.fmt, as in the reports.
 
 Core modules are imported inside the functions that use them, so the app draws its first screen
 before numpy or the readers load. Nothing here imports textual; it runs inside thread workers.
@@ -101,29 +102,7 @@ def verdict_of(findings: list[Finding]) -> str:
     return worst_severity(findings) or "ok"
 
 
-# ---------------------------------------------------------------- sizes and names
-
-
-def human_bytes(n: int | float) -> str:
-    """Binary units, 3 significant figures: 1.50 KiB, 123 MiB, 12 B."""
-    n = float(n)
-    if n < 1024:
-        return f"{int(n)} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        n /= 1024.0
-        if n < 1024 or unit == "PiB":
-            if n >= 100:
-                return f"{n:.0f} {unit}"
-            if n >= 10:
-                return f"{n:.1f} {unit}"
-            return f"{n:.2f} {unit}"
-    return f"{n:.0f} PiB"  # unreachable
-
-
-def shape_text(shape: tuple[int, ...]) -> str:
-    if len(shape) == 1:
-        return f"({shape[0]},)"
-    return "(" + ", ".join(map(str, shape)) + ")" if shape else "()"
+# ---------------------------------------------------------------- names
 
 
 def name_matcher(pattern: str) -> Callable[[str], bool]:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.tui.core import human_bytes, name_matcher, tensor_value_stats
+from ckinspect.tui.core import name_matcher, tensor_value_stats
 from ckinspect.tui.screens.diff import align
 from tests.conftest import REPO, cli_env, run_cli
 
@@ -45,8 +46,9 @@ def test_filter_is_a_substring_or_a_glob():
     assert name_matcher("EXP_AVG")("optimizer.state.0.exp_avg")
 
 
-def test_human_bytes_uses_binary_units():
-    assert [human_bytes(n) for n in (12, 1536, 64 * 1024, 3 * 1024**3)] == ["12 B", "1.50 KiB", "64.0 KiB", "3.00 GiB"]
+def test_the_tui_writes_sizes_as_the_reports_do_in_binary_units():
+    sizes = (12, 1536, 64 * 1024, int(1.25 * 1024**2), 3 * 1024**3)
+    assert [human_bytes(n) for n in sizes] == ["12 B", "1.5 KiB", "64.0 KiB", "1.2 MiB", "3.0 GiB"]
 
 
 def test_alignment_keeps_a_order_and_slots_b_only_tensors_after_their_neighbour():

@@ -15,8 +15,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
+from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.core import human_bytes, name_matcher, shape_text
+from ckinspect.tui.core import name_matcher
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.palette import STATUS_COLOURS
