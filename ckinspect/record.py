@@ -38,9 +38,9 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, ClassVar, Self
+    from typing import Any, ClassVar
 
-    from typing_extensions import dataclass_transform
+    from typing_extensions import Self, dataclass_transform  # typing's from 3.11/3.12; only type checkers read it
 else:
 
     def dataclass_transform(**_: object):  # type checkers read the real one; at run time it marks nothing
@@ -82,7 +82,10 @@ class RecordType(type):
 
     def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kwargs: Any) -> RecordType:
         own: dict[str, Field] = {}
-        if "__slots__" not in ns:  # Record itself spells its (empty) slots out
+        if "__slots__" in ns:  # spelled out (Record itself, or a class with its own __init__): fields = slots
+            slots = (ns["__slots__"],) if isinstance(ns["__slots__"], str) else ns["__slots__"]
+            own = {fname: Field(MISSING, None, True) for fname in slots}
+        else:
             for fname, annotation in ns.get("__annotations__", {}).items():
                 if "ClassVar" in str(annotation):
                     continue
@@ -146,7 +149,7 @@ class Record(metaclass=RecordType):
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def __hash__(self) -> int:
         return hash(self._values())

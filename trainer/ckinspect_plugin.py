@@ -39,7 +39,7 @@ def build(ckpt: Checkpoint) -> TrainerModel | str | None:
     from ckinspect.analysis.drift import model_tensors
 
     shapes = {t.name.removeprefix("model."): t for t in model_tensors(ckpt, tied_once=False)}  # TensorInfo has .shape
-    inferred = infer_config(shapes)  # type: ignore[arg-type]
+    inferred = infer_config(shapes)
     if inferred is None:
         return "named like the bundled trainer's model, but not its default shapes, and the file carries no config"
     return TrainerModel(ckpt, inferred.to_dict())

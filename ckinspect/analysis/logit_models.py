@@ -94,7 +94,7 @@ class HuggingFaceFolder:
         if not (folder / "config.json").is_file():
             return None
         try:
-            import transformers  # type: ignore[import-not-found]  # noqa: F401
+            import transformers  # noqa: F401
         except ImportError:
             return "a Hugging Face folder, but transformers is not installed"
         return HuggingFaceModel(folder)
@@ -108,7 +108,7 @@ class HuggingFaceModel:
 
     def reference_weights(self) -> dict[str, Any]:
         import torch
-        from transformers import AutoModelForCausalLM  # type: ignore[import-not-found]
+        from transformers import AutoModelForCausalLM
 
         self.model = AutoModelForCausalLM.from_pretrained(self.folder, torch_dtype=torch.float32).eval()
         self.label = type(self.model).__name__

@@ -103,5 +103,9 @@ class RepairPlanned(Message):
 
 @dataclass
 class RepairApplied(Message):
-    result: ApplyResult | UndoResult
-    undone: bool = False
+    result: ApplyResult
+
+
+@dataclass
+class RepairUndone(Message):
+    result: UndoResult
