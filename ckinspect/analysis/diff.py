@@ -16,7 +16,6 @@ import math
 import mmap
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from ckinspect.dtypes import dtype_info
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.record import Record, field
 from ckinspect.vocab import GROUPS
 
 COMPARE_CHUNK = 16 << 20  # bytes per memcmp window
@@ -50,8 +50,9 @@ WRAPPERS = ("_orig_mod", "module")  # torch.compile and DDP/DataParallel wrap th
 # ---------------------------------------------------------------- results
 
 
-@dataclass
-class TensorChange:
+class TensorChange(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     name: str
     reason: str  # "values" | "shape" | "dtype"
     max_abs_diff: float | None = None
@@ -86,8 +87,9 @@ class TensorChange:
         return out
 
 
-@dataclass
-class DiffResult:
+class DiffResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     a: Path
     b: Path
     only_a: list[str] = field(default_factory=list)
@@ -155,8 +157,9 @@ def roles(ckpt: Checkpoint) -> dict[str, str]:
     return out
 
 
-@dataclass
-class _Naming:
+class _Naming(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     describe: str  # for the match statement, "" when names are used as stored
     key: Callable[[str], str]
 
@@ -255,8 +258,9 @@ def _equal_windows(va: memoryview, vb: memoryview) -> bool:
         del xa, xb
 
 
-@dataclass
-class _Pair:
+class _Pair(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     name: str
     ta: TensorInfo
     tb: TensorInfo
@@ -295,8 +299,9 @@ def _aligned(xs: Iterator[Any], ys: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
         xbuf, ybuf = xbuf[n:], ybuf[n:]
 
 
-@dataclass
-class _ValueDiff:
+class _ValueDiff(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     n_diff: int = 0
     max_abs: float = 0.0
     max_rel: float = 0.0

@@ -11,11 +11,11 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckinspect.model import Checkpoint, Finding, TensorInfo, worst_severity
+from ckinspect.record import Record, field
 
 if TYPE_CHECKING:
     from ckinspect.analysis.anatomy import Anatomy
@@ -47,8 +47,9 @@ def load_checkpoint(target: str | Path) -> Checkpoint:
     return inspect_path(Path(target), quick=True)
 
 
-@dataclass
-class ScanOutcome:
+class ScanOutcome(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     findings: list[Finding]  # only those not already on the checkpoint
     stats: dict[str, ValueStats]  # per tensor, from the scan (no histogram)
 
@@ -120,8 +121,9 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
 # ---------------------------------------------------------------- value statistics
 
 
-@dataclass
-class ValueStats:
+class ValueStats(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     count: int
     minimum: float | None = None
     maximum: float | None = None
