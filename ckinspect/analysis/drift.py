@@ -203,7 +203,7 @@ def weight_drift(ckpt: Checkpoint, progress: Callable[[int, int], None] | None =
 
         results = []
         with ThreadPoolExecutor(max(1, worker_count())) as pool:
-            for t, d in zip(tensors, pool.map(one, tensors)):
+            for t, d in zip(tensors, pool.map(one, tensors), strict=True):
                 results.append(d)
                 done += t.nbytes
                 if progress:
