@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ckinspect.vocab import EXIT_ERROR, EXIT_OK, VERSION, CkinspectError
+from ckinspect.vocab import EXIT_ERROR, EXIT_OK, FAIL_ON_CHOICES, VERSION, CkinspectError
 
 
 def _columns() -> int:
@@ -60,7 +60,7 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--fail-on",
-        choices=("error", "warning", "never"),
+        choices=FAIL_ON_CHOICES,
         default="error",
         help="exit 1 when a finding is at or above this severity (default: error)",
     )

@@ -14,14 +14,14 @@ class CkinspectError(Exception):
     """A usage or environment problem the user can act on: the CLI prints it as one line and exits 2."""
 
 
-# Exit statuses of every command (design.md, CLI contract).
+# Exit statuses of every command (the CLI contract; README, "Using it").
 EXIT_OK = 0  # nothing at or above --fail-on; diff: identical
 EXIT_FINDINGS = 1  # findings at or above --fail-on; diff: different
 EXIT_ERROR = 2  # usage or internal error; diff: no honest verdict possible
 
 GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
 
-# Finding codes are a stable contract (design.md); the severity is fixed per code.
+# Finding codes are a stable contract (README's findings table); the severity is fixed per code.
 SEVERITY: dict[str, str] = {
     "UNSAFE_PICKLE": "error",
     "ALLOWLIST_NEEDED": "warning",

@@ -1,4 +1,4 @@
-"""python -m trainer train|verify|samples (see design.md, "Trainer contract")."""
+"""python -m trainer train|verify|samples (README, "The trainer")."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from ckinspect.analysis.layouts import (
 from ckinspect.dtypes import dtype_info
 from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint, Finding, TensorInfo
-from ckinspect.record import Record
+from ckinspect.record import Record, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -194,15 +194,11 @@ def _has_training_keys(top: Mapping[str, Any]) -> bool:
 class OptimizerState(Record):
     """One torch optimizer's per-parameter state, keyed by param index (int) or by param name (DCP/FSDP)."""
 
-    __slots__ = ("prefix", "entries", "param_ids")
     __hash__ = None  # type: ignore[assignment]  # filled in as its state dict is read
 
-    def __init__(
-        self, prefix: str, entries: dict[Any, dict[str, TensorInfo]] | None = None, param_ids: list[Any] | None = None
-    ) -> None:
-        self.prefix = prefix  # dotted prefix of its tensors: "optimizer.", "optimizer_states.0.", ""
-        self.entries = {} if entries is None else entries
-        self.param_ids = param_ids  # param_groups' `params`, in order; None when not saved
+    prefix: str  # dotted prefix of its tensors: "optimizer.", "optimizer_states.0.", ""
+    entries: dict[Any, dict[str, TensorInfo]] = field(default_factory=dict)
+    param_ids: list[Any] | None = None  # param_groups' `params`, in order; None when not saved
 
     def shape_of(self, key: Any) -> tuple[tuple[int, ...], str] | None:
         """The parameter's shape as its state says, and the name of the tensor that says it."""

@@ -14,10 +14,8 @@ import ctypes
 import ctypes.util
 import math
 import mmap
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from ckinspect.dtypes import dtype_info
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.record import Record, field
 from ckinspect.vocab import GROUPS
 
 COMPARE_CHUNK = 16 << 20  # bytes per memcmp window
@@ -51,8 +50,9 @@ WRAPPERS = ("_orig_mod", "module")  # torch.compile and DDP/DataParallel wrap th
 # ---------------------------------------------------------------- results
 
 
-@dataclass
-class TensorChange:
+class TensorChange(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     name: str
     reason: str  # "values" | "shape" | "dtype"
     max_abs_diff: float | None = None
@@ -87,8 +87,9 @@ class TensorChange:
         return out
 
 
-@dataclass
-class DiffResult:
+class DiffResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     a: Path
     b: Path
     only_a: list[str] = field(default_factory=list)
@@ -105,7 +106,6 @@ class DiffResult:
     only: list[str] | None = None
     atol: float = 0.0
     bytes_compared: int = 0  # bytes of both files compared
-    seconds: float = 0.0
     not_compared: str | None = None  # why the tensors could not be compared at all (a refused or unreadable side)
     raw_bytes_differ: bool | None = None  # the files' own bytes, when the tensors gave no verdict; None: not compared
 
@@ -219,8 +219,9 @@ def roles(ckpt: Checkpoint) -> dict[str, str]:
     return out
 
 
-@dataclass
-class _Naming:
+class _Naming(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     describe: str  # for the match statement, "" when names are used as stored
     key: Callable[[str], str]
 
@@ -319,8 +320,9 @@ def _equal_windows(va: memoryview, vb: memoryview) -> bool:
         del xa, xb
 
 
-@dataclass
-class _Pair:
+class _Pair(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     name: str
     ta: TensorInfo
     tb: TensorInfo
@@ -360,8 +362,9 @@ def _aligned(xs: Iterator[Any], ys: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
         xbuf, ybuf = xbuf[n:], ybuf[n:]
 
 
-@dataclass
-class _ValueDiff:
+class _ValueDiff(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     n_diff: int = 0
     max_abs: float = 0.0
     max_rel: float = 0.0
@@ -450,7 +453,6 @@ def diff_checkpoints(
 
     `progress(done_bytes, total_bytes)` is called on this thread as byte windows are compared.
     """
-    started = time.perf_counter()
     if only:
         unknown = [g for g in only if g not in GROUPS]
         if unknown:
@@ -583,5 +585,4 @@ def diff_checkpoints(
             va, vb = a.metadata.get(key), b.metadata.get(key)
             if va is not None and vb is not None and va != vb:
                 result.metadata_changed[key] = [va, vb]
-    result.seconds = time.perf_counter() - started
     return result

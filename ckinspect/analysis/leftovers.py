@@ -33,12 +33,9 @@ SMALL_MEMBER = 1 << 20  # members up to this size get their CRC checked even in 
 
 
 class Leftover(Record):
-    __slots__ = ("tmp", "main", "guessed")
-
-    def __init__(self, tmp: Path, main: Path, guessed: bool = False) -> None:
-        self.tmp = tmp
-        self.main = main
-        self.guessed = guessed  # the main's name is a guess: no sibling told us its extension
+    tmp: Path
+    main: Path
+    guessed: bool = False  # the main's name is a guess: no sibling told us its extension
 
     @property
     def folder(self) -> Path:
@@ -48,13 +45,10 @@ class Leftover(Record):
 class Integrity(Record):
     """What reading a file's structure says: whole or not, and why not."""
 
-    __slots__ = ("ok", "format", "problem", "_checkpoint")
-
-    def __init__(self, ok: bool, format: str, problem: str = "", checkpoint: Any = None) -> None:
-        self.ok = ok
-        self.format = format
-        self.problem = problem  # one phrase when not ok: "no readable zip directory at its end: cut short?"
-        self._checkpoint = checkpoint  # the reader's view, when it was opened (not part of the verdict)
+    ok: bool
+    format: str
+    problem: str = ""  # one phrase when not ok: "no readable zip directory at its end: cut short?"
+    _checkpoint: Any = None  # the reader's view, when it was opened (not part of the verdict)
 
     @property
     def checkpoint(self) -> Any:
@@ -62,42 +56,16 @@ class Integrity(Record):
 
 
 class TmpStatus(Record):
-    __slots__ = (
-        "leftover",
-        "main_exists",
-        "main_intact",
-        "tmp_complete",
-        "main_step",
-        "tmp_step",
-        "newer",
-        "main_problem",
-        "tmp_problem",
-        "identical",
-    )
-
-    def __init__(
-        self,
-        leftover: Leftover,
-        main_exists: bool,
-        main_intact: bool,
-        tmp_complete: bool,
-        main_step: int | None,
-        tmp_step: int | None,
-        newer: str,  # "tmp" | "main" | "same" | "unknown"
-        main_problem: str = "",
-        tmp_problem: str = "",
-        identical: bool = False,  # tmp and main hold the same bytes
-    ) -> None:
-        self.leftover = leftover
-        self.main_exists = main_exists
-        self.main_intact = main_intact
-        self.tmp_complete = tmp_complete
-        self.main_step = main_step
-        self.tmp_step = tmp_step
-        self.newer = newer
-        self.main_problem = main_problem
-        self.tmp_problem = tmp_problem
-        self.identical = identical
+    leftover: Leftover
+    main_exists: bool
+    main_intact: bool
+    tmp_complete: bool
+    main_step: int | None
+    tmp_step: int | None
+    newer: str  # "tmp" | "main" | "same" | "unknown"
+    main_problem: str = ""
+    tmp_problem: str = ""
+    identical: bool = False  # tmp and main hold the same bytes
 
     def explain(self) -> str:
         tmp, main = self.leftover.tmp.name, self.leftover.main.name
@@ -370,7 +338,7 @@ def _verdict(ckpt, fmt: str) -> Integrity:
     corrupt = [f.message for f in ckpt.findings if f.code == "CORRUPT"]
     if corrupt or ckpt.format == "unknown":
         return Integrity(False, ckpt.format, corrupt[0] if corrupt else "not a checkpoint", ckpt)
-    return Integrity(True, ckpt.format, checkpoint=ckpt)
+    return Integrity(True, ckpt.format, "", ckpt)
 
 
 def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrity:

@@ -15,7 +15,6 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any
 
 from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, TensorStats, moments_of_array, moments_of_bytes
@@ -23,6 +22,7 @@ from ckinspect.formats.tree import no_gc
 from ckinspect.io.blobs import DEFAULT_CHUNK, Blobs, UnreadableStorage, crc32_combine
 from ckinspect.io.values import WIDEN_BLOCK, iter_view_blocks
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
+from ckinspect.record import Record, field
 
 Progress = Callable[[int, int], None]
 
@@ -38,8 +38,9 @@ def worker_count() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-@dataclass
-class ScanResult:
+class ScanResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     findings: list[Finding]
     stats: dict[str, TensorStats]
     bytes_scanned: int
@@ -47,17 +48,14 @@ class ScanResult:
     crc_checked: int = 0  # storages whose CRC was known and checked
     skipped: list[str] = field(default_factory=list)  # storages that could not be read directly, and why
 
-    @property
-    def gb_per_s(self) -> float:
-        return self.bytes_scanned / self.seconds / 1e9 if self.seconds > 0 else 0.0
-
 
 # ---------------------------------------------------------------- planning and running the scan
 
 
-@dataclass
-class _View:
+class _View(Record):
     """One distinct contiguous float view of a storage; tied names share it."""
+
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
     storage: StorageInfo
     start: int  # byte offset within the storage
@@ -67,8 +65,9 @@ class _View:
     moments: Moments = field(default_factory=Moments)
 
 
-@dataclass
-class _Piece:
+class _Piece(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     storage_index: int
     chunk_index: int
     start: int  # within the storage

@@ -38,10 +38,6 @@ def envelope(command: str, **body) -> dict:
     return {"schema": 1, "tool": "ckinspect", "version": VERSION, "command": command, **body}
 
 
-def md_escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def exit_for(needs_attention: bool, fail_on: str | None) -> int:
     """1 when something needs the user's attention, unless --fail-on never."""
     return EXIT_FINDINGS if needs_attention and fail_on != "never" else EXIT_OK

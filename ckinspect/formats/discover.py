@@ -47,11 +47,8 @@ def is_temporary(path: str | os.PathLike[str]) -> bool:
 
 
 class Target(Record):
-    __slots__ = ("path", "kind")
-
-    def __init__(self, path: Path, kind: TargetKind) -> None:
-        self.path = path
-        self.kind = kind  # "file", "dcp" or "sharded"
+    path: Path
+    kind: TargetKind  # "file", "dcp" or "sharded"
 
 
 def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:

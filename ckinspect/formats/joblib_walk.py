@@ -20,7 +20,7 @@ from typing import Any
 from ckinspect.dtypes import NUMPY_CODES
 from ckinspect.formats.pickle_scan import GlobalRef, classify_global, normalize
 from ckinspect.formats.unpickler import Opaque, _opaque_class
-from ckinspect.record import Record
+from ckinspect.record import Record, field
 
 WRAPPERS = ("joblib.numpy_pickle.NumpyArrayWrapper",)
 MAX_ARRAYS = 1 << 20  # more raw blocks than this is no model a joblib file holds
@@ -33,14 +33,11 @@ class JoblibError(ValueError):
 class RawBlock(Record):
     """One array's raw bytes inside the stream: [offset, offset + nbytes)."""
 
-    __slots__ = ("offset", "nbytes", "dtype", "shape", "fortran")
-
-    def __init__(self, offset: int, nbytes: int, dtype: str, shape: tuple[int, ...], fortran: bool) -> None:
-        self.offset = offset
-        self.nbytes = nbytes
-        self.dtype = dtype  # numpy's code ("<f8", "|O", "<U5"): not every one is a tensor dtype
-        self.shape = shape
-        self.fortran = fortran
+    offset: int
+    nbytes: int
+    dtype: str  # numpy's code ("<f8", "|O", "<U5"): not every one is a tensor dtype
+    shape: tuple[int, ...]
+    fortran: bool
 
     @property
     def tensor_dtype(self) -> str | None:
@@ -54,12 +51,13 @@ class RawBlock(Record):
 
 
 class JoblibStream(Record):
-    __slots__ = ("globals", "blocks", "end")
+    """Every global a joblib stream names, its raw array blocks, and where its pickle ended."""
 
-    def __init__(self) -> None:
-        self.globals: list[GlobalRef] = []
-        self.blocks: list[RawBlock] = []
-        self.end = 0
+    __hash__ = None  # type: ignore[assignment]  # filled in by the walk
+
+    globals: list[GlobalRef] = field(default_factory=list)
+    blocks: list[RawBlock] = field(default_factory=list)
+    end: int = 0
 
 
 def _itemsize(dtype: Any) -> tuple[str, int]:

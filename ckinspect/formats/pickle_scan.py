@@ -18,7 +18,7 @@ import pickletools
 import re
 import struct
 
-from ckinspect.record import Record
+from ckinspect.record import Record, field
 
 # ----------------------------------------------------------------------------------------------
 # Classification
@@ -328,13 +328,10 @@ class GlobalRef(Record):
     """One global a pickle names. `kind`: "allowed" (torch's default set), "benign", "unsafe", or
     "torchscript" (resolved by torch.jit.load inside a TorchScript archive, see mark_torchscript)."""
 
-    __slots__ = ("module", "name", "kind", "opcode")
-
-    def __init__(self, module: str, name: str, kind: str, opcode: str = "GLOBAL") -> None:
-        self.module = module
-        self.name = name
-        self.kind = kind
-        self.opcode = opcode
+    module: str
+    name: str
+    kind: str
+    opcode: str = "GLOBAL"
 
     @property
     def qualname(self) -> str:
@@ -422,18 +419,18 @@ _U64 = struct.Struct("<Q")
 class PickleScan(Record):
     """What one pickle names, where it ends, and why it could not be walked to its STOP (if so)."""
 
-    __slots__ = ("globals", "start", "end", "error", "protocol", "stack_globals", "truncated", "needed")
     __hash__ = None  # type: ignore[assignment]  # filled in by the walk
 
-    def __init__(self, start: int = 0) -> None:
-        self.globals: list[GlobalRef] = []
-        self.start = start
-        self.end = 0  # offset just past STOP (or where the walk gave up)
-        self.error: str | None = None
-        self.protocol = 0
-        self.stack_globals = 0  # how many STACK_GLOBAL opcodes were resolved through the stack
-        self.truncated = False  # the data ended inside the pickle: more bytes might complete it
-        self.needed = 0  # when truncated: the data must reach at least this offset to get further
+    globals: list[GlobalRef] = field(default_factory=list, init=False)
+    start: int = 0
+    end: int = field(default=0, init=False)  # offset just past STOP (or where the walk gave up)
+    error: str | None = field(default=None, init=False)
+    protocol: int = field(default=0, init=False)
+    stack_globals: int = field(default=0, init=False)  # how many STACK_GLOBAL opcodes were resolved through the stack
+    truncated: bool = field(default=False, init=False)  # the data ended inside the pickle: more bytes might complete it
+    needed: int = field(
+        default=0, init=False
+    )  # when truncated: the data must reach at least this offset to get further
 
     @property
     def unsafe(self) -> list[GlobalRef]:

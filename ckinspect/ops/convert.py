@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, read_directory, read_member
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.record import Record, field
 from ckinspect.vocab import CkinspectError
 
 DTYPE_FLAGS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -24,8 +24,9 @@ DTYPE_FLAGS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 FLAT_STATE_FORMATS = ("torchscript", "numpy")
 
 
-@dataclass
-class ConvertResult:
+class ConvertResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     source: Path
     out: Path
     source_format: str

@@ -15,17 +15,18 @@ from __future__ import annotations
 import functools
 import json
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckinspect.io.zipdir import LOCAL_SIG
 from ckinspect.io.zipwalk import LocalMember, crc32_of, map_file, walk_local_headers
+from ckinspect.record import Record, field
 from ckinspect.vocab import CkinspectError
 
 
-@dataclass
-class SalvageResult:
+class SalvageResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     source: Path
     out: Path
     source_format: str
@@ -50,8 +51,7 @@ class SalvageResult:
         }
 
 
-@dataclass(frozen=True)
-class StorageBytes:
+class StorageBytes(Record):
     """One storage member as found in the damaged file."""
 
     key: str

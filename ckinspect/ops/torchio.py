@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import torch
 from ckinspect.io.atomic import atomic_write
 from ckinspect.io.safetensors_write import Entry, write_safetensors
 from ckinspect.model import TensorInfo
+from ckinspect.record import Record, field
 from ckinspect.vocab import CkinspectError
 
 SCALARS = (str, int, float, bool, bytes, type(None), complex)
@@ -37,8 +37,9 @@ def tensor_from_bytes(data: bytes | bytearray, dtype: str, shape: tuple[int, ...
     return torch.frombuffer(writable, dtype=torch.uint8).view(torch_dtype(dtype)).reshape(shape)
 
 
-@dataclass
-class Built:
+class Built(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     tree: Any
     tensors: list[tuple[str, torch.Tensor]] = field(default_factory=list)
     missing: list[tuple[str, TensorInfo]] = field(default_factory=list)

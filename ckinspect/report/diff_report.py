@@ -9,10 +9,10 @@ import functools
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ckinspect.fmt import human_bytes
+from ckinspect.fmt import human_bytes, md_code, md_text, percent
 from ckinspect.model import Checkpoint
 
 _LIST_LIMIT = 12  # names listed before "... and N more" in text and Markdown (JSON lists all)
@@ -28,12 +28,6 @@ def number(x: Any) -> str:
     if x == 0:
         return "0"
     return f"{x:.3g}"
-
-
-def _percent(fraction: float) -> str:
-    if 0 < fraction < 0.001:
-        return "<0.1%"
-    return ">99.9%" if 0.999 < fraction < 1 else f"{fraction:.1%}"  # "100.0%" only when all of them
 
 
 def _group_note(diff: dict[str, Any], key: str) -> str:
@@ -99,7 +93,7 @@ def _shape(shape: Sequence[int]) -> str:
 def _differing(c: dict[str, Any]) -> str:
     if c["n_diff"] is None:
         return "-"
-    return f"{c['n_diff']:,}" + (f" ({_percent(c['n_diff'] / c['numel'])})" if c.get("numel") else "")
+    return f"{c['n_diff']:,}" + (f" ({percent(c['n_diff'] / c['numel'])})" if c.get("numel") else "")
 
 
 def _first_at(c: dict[str, Any]) -> str:
@@ -165,6 +159,23 @@ def _head(names: Sequence[str]) -> tuple[list[str], int]:
     return list(names[:_LIST_LIMIT]), max(0, len(names) - _LIST_LIMIT)
 
 
+def _name_lists(diff: dict[str, Any]) -> Iterator[tuple[str, list[str], int]]:
+    """(heading, names shown, how many more) of each non-empty list of names: only in A, only in B,
+    within --atol; the same lists for the text and the Markdown renderer."""
+    lists = (
+        ("only_a", "only in A"),
+        ("only_b", "only in B"),
+        ("within_atol", f"within --atol {diff['atol']:g}"),
+        ("relaid", "equal values in another memory layout"),
+    )
+    for key, title in lists:
+        names = diff.get(key) or []
+        if names:
+            shown, more = _head(names)
+            note = _group_note(diff, key)
+            yield f"{title} ({len(names):,}{': ' + note if note else ''})", shown, more
+
+
 def render_text(
     diff: dict[str, Any],
     a: Checkpoint | None = None,
@@ -186,22 +197,12 @@ def render_text(
     if diff["changed"]:
         console.print(_changed_table(diff))
     say = functools.partial(console.print, markup=False, soft_wrap=True)  # names and messages are not markup
-    lists = (
-        ("only_a", "only in A"),
-        ("only_b", "only in B"),
-        ("within_atol", f"within --atol {diff['atol']:g}"),
-        ("relaid", "equal values in another memory layout"),
-    )
-    for key, title in lists:
-        names = diff.get(key) or []
-        if names:
-            shown, more = _head(names)
-            note = _group_note(diff, key)
-            say(f"{title} ({len(names):,}{': ' + note if note else ''}):")
-            for n in shown:
-                say(f"  {n}")
-            if more:
-                say(f"  ... and {more:,} more")
+    for heading, shown, more in _name_lists(diff):
+        say(f"{heading}:")
+        for n in shown:
+            say(f"  {n}")
+        if more:
+            say(f"  ... and {more:,} more")
     unreadable = diff.get("unreadable") or []
     for item in unreadable[:_LIST_LIMIT]:
         say(f"cannot compare {item['name']}: {item['message']}")
@@ -227,10 +228,6 @@ def _refusals(ckpt: Checkpoint | None) -> list[Any]:
     return [f for f in (ckpt.findings if ckpt else []) if f.code in _REFUSAL_WORD]
 
 
-def escape_pipes(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None) -> str:
     lines = ["## ckinspect diff", ""]
     lines.append(f"- **A**: `{diff['a']}`" + (f" ({a.format}, {len(a.tensors):,} tensors)" if a else ""))
@@ -240,30 +237,17 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
     lines.append(f"**{summary_line(diff)}**")
     lines.append("")
     if diff["changed"]:
-        lines.append("| " + " | ".join(escape_pipes(h) for h in _HEADERS) + " |")
+        lines.append("| " + " | ".join(md_text(h) for h in _HEADERS) + " |")
         lines.append("|" + "|".join("---:" if h in _NUMERIC else "---" for h in _HEADERS) + "|")
         for row in _changed_rows(diff):
-            lines.append("| " + " | ".join(escape_pipes(f"`{c}`" if i == 0 else c) for i, c in enumerate(row)) + " |")
+            lines.append("| " + " | ".join(md_code(c) if i == 0 else md_text(c) for i, c in enumerate(row)) + " |")
         lines.append("")
-    lists = (
-        ("only_a", "Only in A"),
-        ("only_b", "Only in B"),
-        ("within_atol", f"Within --atol {diff['atol']:g}"),
-        ("relaid", "Equal values in another memory layout"),
-    )
-    for key, title in lists:
-        names = diff.get(key) or []
-        if names:
-            shown, more = _head(names)
-            note = _group_note(diff, key)
-            lines.append(f"<details><summary>{title} ({len(names):,}{': ' + note if note else ''})</summary>")
-            lines.append("")
-            lines.extend(f"- `{n}`" for n in shown)
-            if more:
-                lines.append(f"- ... and {more:,} more")
-            lines.append("")
-            lines.append("</details>")
-            lines.append("")
+    for heading, shown, more in _name_lists(diff):
+        lines += [f"<details><summary>{heading[0].upper()}{heading[1:]}</summary>", ""]
+        lines.extend(f"- `{n}`" for n in shown)
+        if more:
+            lines.append(f"- ... and {more:,} more")
+        lines += ["", "</details>", ""]
     unreadable = diff.get("unreadable") or []
     for item in unreadable[:_LIST_LIMIT]:
         lines.append(f"- cannot compare `{item['name']}`: {item['message']}")

@@ -1,7 +1,7 @@
-"""design.md's JSON report (schema 1) as a JSON Schema, for tests and for anyone validating reports.
+"""The JSON report (schema 1) as a JSON Schema, for tests and for anyone validating reports.
 
 Plain data: importing it costs nothing and needs no `jsonschema`. Additional keys are allowed
-(design.md: "Keys may be added"); the keys listed here must keep their meaning.
+(keys may be added); the keys listed here must keep their meaning.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ckinspect.fmt import human_bytes, percent
-from ckinspect.report.common import ALL_TENSORS_UP_TO, finding_counts, largest, metadata_line, shape_text, summary_line
+from ckinspect.fmt import human_bytes, percent, shape_text
+from ckinspect.report.common import ALL_TENSORS_UP_TO, finding_counts, largest, metadata_line, summary_line
 from ckinspect.report.console import Wrapped, finish, make_console, make_table, title_line
 from ckinspect.vocab import GROUPS
 

@@ -4,7 +4,7 @@ import json
 
 from ckinspect.analysis.anatomy import analyze
 from ckinspect.analysis.checks import structural_findings
-from tests.report.builders import PARAM_SHAPES, T, adamw_state, build, model_sd, names_only, trainer_resume
+from tests.helpers.checkpoints import PARAM_SHAPES, T, adamw_state, build, model_sd, names_only, trainer_resume
 
 
 def findings(tree, **kw):

@@ -4,7 +4,7 @@ import json
 from collections import Counter
 
 from ckinspect.analysis.anatomy import analyze
-from tests.report.builders import T, adamw_state, build, model_sd, names_only, trainer_resume
+from tests.helpers.checkpoints import T, adamw_state, build, model_sd, names_only, trainer_resume
 
 
 def groups(ckpt):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ckinspect.analysis.anatomy import analyze, read_scalar, summarize
 from ckinspect.model import StorageInfo, TensorInfo
-from tests.report.builders import T, build, model_sd, trainer_resume
+from tests.helpers.checkpoints import T, build, model_sd, trainer_resume
 
 F32 = 4
 

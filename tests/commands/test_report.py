@@ -1,4 +1,4 @@
-"""`ckinspect --report` end to end, in fresh processes, on files torch wrote."""
+"""`ckinspect --report` end to end, through the CLI's `main` in this process, on files torch wrote."""
 
 import importlib.util
 import json
@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from ckinspect.report.schema import SCHEMA_1
-from tests.conftest import REPO, run_cli
+from tests.conftest import SAMPLES, run_cli
 
 
 def report_json(*args):
@@ -112,14 +112,7 @@ def test_markdown_and_output_file(ckpts, tmp_path):
 
 
 def test_text_fits_80_columns(ckpts):
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO, cli_env
-
-    env = cli_env({"COLUMNS": "80"})
-    args = [sys.executable, "-m", "ckinspect", "--report", "--quick", str(ckpts["root"])]
-    proc = subprocess.run(args, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    proc = run_cli("--report", "--quick", ckpts["root"], env={"COLUMNS": "80"})
     assert max(len(line) for line in proc.stdout.splitlines()) <= 80
 
 
@@ -152,9 +145,6 @@ def test_leftover_tmp_beside_a_checkpoint(ckpts, tmp_path):
     assert codes(entry) == ["LEFTOVER_TMP"] and "ckpt.pth.tmp" in entry["findings"][0]["message"]
 
 
-SAMPLES = REPO / "samples"
-
-
 def test_trainer_samples_good_resume_file(ckpts):
     status, data = report_json(SAMPLES / "stopped-30" / "tiny_resume.pth", "--quick")
     (entry,) = data["files"]
@@ -176,3 +166,23 @@ def test_trainer_samples_full_report(ckpts):
     assert flagged == expected
     weights = [e for e in data["files"] if e["path"].endswith("tiny.pth")]
     assert weights and all(e["layout"] == "state_dict" and e["groups"]["model"]["tensor_count"] for e in weights)
+
+
+def test_report_value_scan_finds_a_flipped_byte_and_nan_that_quick_does_not(tmp_path, open_ckpt):
+    import torch
+
+    from tests.helpers.raw_zip import flip_byte
+
+    torch.manual_seed(0)
+    state = {"tok.weight": torch.randn(40, 8), "norm.weight": torch.ones(8)}
+    state["tok.weight"][2, 3] += 1.0
+    torch.save(state, tmp_path / "b.pt")
+    ckpt = open_ckpt(tmp_path / "b.pt")
+    flip_byte(tmp_path / "b.pt", ckpt.storages[ckpt.tensor("norm.weight").storage_key].offset + 3)
+    bad = {"w": torch.tensor([1.0, float("nan"), 1e5])}
+    torch.save(bad, tmp_path / "nan.pt")
+    proc = run_cli("--report", tmp_path / "b.pt", tmp_path / "nan.pt", "--format", "json")
+    assert proc.returncode == 1, proc.stderr
+    found = {(f["code"], f.get("tensor")) for entry in json.loads(proc.stdout)["files"] for f in entry["findings"]}
+    assert {("CORRUPT", "norm.weight"), ("NONFINITE", "w"), ("FP16_OVERFLOW", "w")} <= found
+    assert run_cli("--report", tmp_path / "b.pt", "--quick").returncode == 0

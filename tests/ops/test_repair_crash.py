@@ -22,7 +22,7 @@ import pytest
 
 from ckinspect.ops import repair
 from ckinspect.ops.repair import apply_plan, plan_repairs
-from tests.repair.helpers import cut, save_resume, sha, tree_hashes
+from tests.helpers.torch_files import cut, save_resume, sha, tree_hashes
 
 RANDOM_RUNS = 60
 STEP_DELAY = "0.01"  # seconds after each filesystem step, so kills land between steps as well as in them

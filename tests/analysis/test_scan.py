@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ckinspect.analysis.scan import scan_values
-from tests.scan.helpers import View, flip_byte, saved_checkpoint, simple_checkpoint, to_bf16_bits, zip_checkpoint
+from tests.helpers.raw_zip import View, flip_byte, saved_checkpoint, simple_checkpoint, to_bf16_bits, zip_checkpoint
 
 
 def codes(result):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ckinspect.analysis.diff import diff_checkpoints
-from tests.scan.helpers import View, simple_checkpoint, zip_checkpoint
+from tests.helpers.raw_zip import View, simple_checkpoint, zip_checkpoint
 
 
 @pytest.fixture
@@ -231,31 +231,3 @@ def test_match_names_pairs_a_resume_files_model_with_a_bare_weights_file():
     pairs = dict(p for p in match_names(resume, weights) if p[0] is not None)
     assert pairs["model.layers.0.attn.wq.weight"] == "layers.0.attn.wq.weight"
     assert pairs["optimizer.state.0.exp_avg"] is None
-
-
-def _with_data_pkl(src, dst, edit, storage=None):
-    import zipfile
-
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
-        for info in zin.infolist():
-            data = zin.read(info)
-            if info.filename.endswith("data.pkl"):
-                data = edit(data)
-            elif storage is not None and info.filename.endswith("/data/0"):
-                data = storage
-            zout.writestr(info.filename, data)
-    return dst
-
-
-def test_a_view_past_its_storage_is_unreadable_not_an_internal_error(tmp_path):
-    from tests.conftest import run_cli
-
-    torch.save({"w": torch.ones(4)}, tmp_path / "ok.pt")
-    grow = lambda pkl: pkl.replace(b"K\x04\x85", b"K\x40\x85")  # noqa: E731 - size (4,) -> (64,): 256 of 16 bytes
-    a = _with_data_pkl(tmp_path / "ok.pt", tmp_path / "a.pt", grow)
-    b = _with_data_pkl(tmp_path / "ok.pt", tmp_path / "b.pt", grow, storage=bytes(16))
-    proc = run_cli("diff", a, b, "--report")
-    assert proc.returncode == 1 and proc.stderr == ""  # the tensor gives no verdict; the files' bytes differ
-    assert "no verdict" not in proc.stdout and "the files' bytes differ" in proc.stdout
-    assert "cannot compare w: range 0+256 outside storage 0 of 16 bytes" in proc.stdout
-    assert "A is damaged: tensor w reaches byte 256 of storage 0, which holds 16" in proc.stdout

@@ -6,7 +6,7 @@ import json
 import struct
 
 from ckinspect.analysis.leftovers import check_integrity, classify, find_leftovers, main_for_tmp
-from tests.repair.helpers import cut, many_tensors, save_resume
+from tests.helpers.torch_files import cut, many_tensors, save_resume
 
 
 def _touch(path, data=b"PK\x03\x04junk"):
