@@ -79,8 +79,9 @@ def _itemsize(dtype: Any) -> tuple[str, int]:
     raise JoblibError(f"numpy dtype {code!r:.20} of unknown size")
 
 
-class _Walker(pickle._Unpickler):  # type: ignore[name-defined,misc]  # the pure-Python one: BUILD can be hooked
-    dispatch = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+class _Walker(pickle._Unpickler):  # the pure-Python one: BUILD can be hooked
+    dispatch = dict(pickle._Unpickler.dispatch)
+    stack: list[Any]  # the pure-Python unpickler's value stack (typeshed leaves it out)
 
     def __init__(self, handle: io.BytesIO, out: JoblibStream, seen: set[tuple[str, str]]) -> None:
         super().__init__(handle, fix_imports=True, encoding="latin1")
@@ -104,7 +105,7 @@ class _Walker(pickle._Unpickler):  # type: ignore[name-defined,misc]  # the pure
         if isinstance(wrapper, Opaque) and wrapper.qualname in WRAPPERS:
             self._read_array(wrapper.fields)
 
-    dispatch[pickle.BUILD[0]] = load_build
+    dispatch[pickle.BUILD[0]] = load_build  # type: ignore[assignment]  # typeshed types dispatch over Unpickler
 
     def _read_array(self, fields: dict[str, Any]) -> None:
         if len(self.out.blocks) >= MAX_ARRAYS:
