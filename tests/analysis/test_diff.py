@@ -195,15 +195,12 @@ def test_big_transposed_view_against_its_contiguous_copy_reads_the_span_once(tmp
     assert (c.n_diff, c.first_index) == (1, [150, 7]) and c.max_abs_diff == pytest.approx(1.0, abs=1e-5)
 
 
-def test_many_tiny_tensors_stay_fast(tmp_path):
-    import time
-
+def test_many_tiny_tensors(tmp_path):
+    # was quadratic in the tensor count once (minutes at 20k); bench/bench_diff.py times it, not this test
     arrays = {f"layers.{i}.w": np.full(4, i, np.float32) for i in range(5000)}
     a = simple_checkpoint(tmp_path / "a.pt", arrays)
-    started = time.perf_counter()
     r = diff_checkpoints(a, a)
     assert r.identical and len(r.same) == 5000
-    assert time.perf_counter() - started < 10  # was quadratic in the tensor count once (minutes at 20k)
 
 
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "bfloat16"])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from ckinspect.formats.tree import flatten, walk
 from ckinspect.model import TensorInfo
 
@@ -37,10 +35,9 @@ def test_walk_survives_cycles_and_shared_subtrees():
     paths = [p for p, _ in walk(tree)]
     assert paths[0] == "" and "a.w" in paths and "loop" in paths
     assert len(paths) < 10
-    # an exponential DAG built through the memo stays linear
+    # an exponential DAG built through the memo stays linear: 2**60 paths, so only a walk that enters
+    # each container once ever returns here
     node: list = [_ti()]
     for _ in range(60):
         node = [node, node]
-    start = time.perf_counter()
     assert len(flatten(node)) == 1
-    assert time.perf_counter() - start < 1
