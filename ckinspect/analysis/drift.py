@@ -21,6 +21,7 @@ from typing import Any
 
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.optional import has_torch, needs_torch_message
 from ckinspect.vocab import TRAINER_FORMAT
 
 DRIFT_DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -203,7 +204,7 @@ def weight_drift(ckpt: Checkpoint, progress: Callable[[int, int], None] | None =
 
         results = []
         with ThreadPoolExecutor(max(1, worker_count())) as pool:
-            for t, d in zip(tensors, pool.map(one, tensors)):
+            for t, d in zip(tensors, pool.map(one, tensors), strict=True):
                 results.append(d)
                 done += t.nbytes
                 if progress:
@@ -258,6 +259,8 @@ def _inferred_config(ckpt: Checkpoint) -> Any:
 
 def logit_drift_reason(ckpt: Checkpoint) -> str | None:
     """Why logit drift cannot be measured for this checkpoint (None: it can)."""
+    if not has_torch():
+        return needs_torch_message("logit drift")
     if trainer_config(ckpt) is not None:
         try:
             import trainer.experiment  # noqa: F401
