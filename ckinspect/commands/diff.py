@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.commands.emit import emit, text_layout
+from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.model import Checkpoint
 from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, CkinspectError
 
@@ -45,7 +45,11 @@ def run(args: argparse.Namespace) -> int:
     if only and not (result.same or result.changed or result.only_a or result.only_b or result.unreadable):
         raise CkinspectError(f"neither file has tensors in group(s) {', '.join(only)}: nothing to compare")
     fmt = getattr(args, "format", "text")
-    if fmt == "json":
+    if fmt in ("sarif", "junit"):
+        from ckinspect.report.subjects import from_diff
+
+        text = render_ci(fmt, from_diff(a, b, result), args, f"ckinspect diff {a.path} {b.path}")
+    elif fmt == "json":
         text = diff_report.render_json(diff_report.build_document(a, b, result))
     elif fmt == "markdown":
         text = diff_report.render_markdown(result.to_json(), a, b)

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.commands.emit import emit, text_layout
+from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
 from ckinspect.model import Checkpoint, fails
 from ckinspect.vocab import CkinspectError
@@ -85,9 +85,11 @@ def _repair_would(action: Any) -> str:
 
 
 def render(checkpoints: list[Checkpoint], args: argparse.Namespace) -> str:
-    from ckinspect.report import json_report
+    from ckinspect.report import json_report, subjects
 
     fmt = args.format
+    if fmt in ("sarif", "junit"):
+        return render_ci(fmt, subjects.from_checkpoints(checkpoints), args, "ckinspect report")
     report = json_report.build(checkpoints)
     if fmt == "json":
         return json_report.render(report)
