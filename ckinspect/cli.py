@@ -84,6 +84,12 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
         main.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint file(s) or folder(s)")
         main.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
+        main.add_argument(
+            "--checkpoints-only",
+            action="store_true",
+            help="skip, silently, named files that are not checkpoints by content or suffix (for hooks over "
+            "staged files); exit 0 when none is left",
+        )
         main.add_argument("--version", action="version", version=f"ckinspect {__version__}")
         _add_output_options(main)
         return main
