@@ -118,7 +118,7 @@ class TensorInfo(Record):
     @property
     def is_contiguous(self) -> bool:
         expected = 1
-        for size, stride in zip(reversed(self.shape), reversed(self.stride)):
+        for size, stride in zip(reversed(self.shape), reversed(self.stride), strict=True):
             if size != 1 and stride != expected:
                 return False
             expected *= size
@@ -129,7 +129,7 @@ class TensorInfo(Record):
         """Bytes of storage this view reaches, from its first element to its last."""
         if self.numel == 0:
             return 0
-        last = sum((size - 1) * stride for size, stride in zip(self.shape, self.stride))
+        last = sum((size - 1) * stride for size, stride in zip(self.shape, self.stride, strict=True))
         bits = self.bits
         return ((self.storage_offset + last + 1) * bits + 7 >> 3) - (self.storage_offset * bits >> 3)
 

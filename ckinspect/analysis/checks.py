@@ -334,7 +334,7 @@ def _mismatch(opt: OptimizerState, params: list[TensorInfo], layout: Layout) -> 
 
 def _mismatch_by_name(opt: OptimizerState, params: list[TensorInfo], prefix: str) -> tuple[str, str | None] | None:
     by_name = {t.name: t for t in params}
-    for key, entry in opt.entries.items():
+    for key in opt.entries:
         known = opt.shape_of(key)
         if known is None:
             continue
@@ -377,7 +377,8 @@ def bloat_findings(ckpt: Checkpoint, anatomy: Anatomy) -> list[Finding]:
     return [
         Finding(
             "STORAGE_BLOAT",
-            f"{human_bytes(unused)} ({unused:,} bytes, {share:.0%} of the storage) is saved but used by no tensor: {example}",
+            f"{human_bytes(unused)} ({unused:,} bytes, {share:.0%} of the storage) is saved but used by no tensor: "
+            f"{example}",
             worst.largest_view,
         )
     ]

@@ -501,7 +501,7 @@ def diff_checkpoints(
             results = pool.map(compare, chunks) if pool else map(compare, chunks)
             total = 2 * sum(c[4] for c in chunks)
             done = 0
-            for chunk, (ok, ps) in zip(chunks, results):
+            for chunk, (ok, ps) in zip(chunks, results, strict=True):
                 if not ok:
                     for p in ps:
                         p.equal = False

@@ -258,7 +258,7 @@ def iter_view_blocks(
     item = tensor.itemsize
     if tensor.numel == 0:
         return
-    dims = list(zip(tensor.shape, tensor.stride))
+    dims = list(zip(tensor.shape, tensor.stride, strict=True))
     if not logical:
         dims = sorted((d for d in dims if d[0] != 1), key=lambda d: -d[1]) or [(1, 1)]
 
@@ -436,7 +436,7 @@ def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece]):
                         b = min(v.start + v.nbytes - p.start, end)
                         if a < b:
                             moments[i].merge(_moments_of_bytes(view[a:b], v.dtype))
-        out.append((p, crc, list(zip(p.views, moments))))
+        out.append((p, crc, list(zip(p.views, moments, strict=True))))
     return out
 
 
@@ -534,8 +534,9 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
                 findings.append(
                     Finding(
                         "CORRUPT",
-                        f"CRC mismatch in {member} (expected {storage.crc32:08x}, read {crc:08x}): the stored bytes of "
-                        f"{', '.join(names) or 'an unused storage'} changed on disk; torch.load would load them silently",
+                        f"CRC mismatch in {member} (expected {storage.crc32:08x}, read {crc:08x}): the stored bytes "
+                        f"of {', '.join(names) or 'an unused storage'} changed on disk; "
+                        "torch.load would load them silently",
                         names[0] if names else None,
                     )
                 )

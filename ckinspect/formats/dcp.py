@@ -20,7 +20,7 @@ from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
-from ckinspect.io.zipdir import FileReader, ZipError
+from ckinspect.io.zipdir import LOCAL_SIG, FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
@@ -77,9 +77,8 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     guarded = frozenset({ENUM_GETATTR}) if any(g.qualname == ENUM_GETATTR for g in scan.globals) else frozenset()
     refs = [g for g in scan.globals if not _expected_dcp_global(g) and g.qualname not in guarded]
     for g in scan.globals:
-        if _expected_dcp_global(g) or g.qualname in guarded:
-            if g.qualname not in ckpt.globals:
-                ckpt.globals.append(g.qualname)
+        if (_expected_dcp_global(g) or g.qualname in guarded) and g.qualname not in ckpt.globals:
+            ckpt.globals.append(g.qualname)
     if record_globals(ckpt, refs, index):
         return ckpt
     if scan.error is not None:
@@ -172,7 +171,7 @@ def _reader(folder: Path, relative: str, readers: dict[str, FileReader | None], 
         if folder.resolve() not in target.parents or not target.is_file():
             readers[relative] = None  # missing, or a path that leaves the folder
         else:
-            f = open(target, "rb")
+            f = open(target, "rb")  # noqa: SIM115 - shared by many items; read_dcp closes every handle at the end
             handles.append(f)
             readers[relative] = FileReader(f.fileno(), os.fstat(f.fileno()).st_size)
     return readers[relative]
@@ -212,7 +211,7 @@ def _tensor_entry(ckpt, folder, fqn, md, items, readers, handles) -> Any:
         cf = _fields(chunk)
         offsets = tuple(cf.get("offsets") or ())
         sizes = tuple(cf.get("sizes") or ())
-        name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes))}]"
+        name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=False))}]"
         found = _item(ckpt, folder, name, items.get((fqn, offsets)), readers, handles)
         if found is None:
             continue
@@ -231,7 +230,7 @@ def _tensor_entry(ckpt, folder, fqn, md, items, readers, handles) -> Any:
 def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, name: str, dtype: str,
                   sizes: tuple[int, ...]) -> TensorInfo | None:  # fmt: skip
     head = reader.read_at(offset, 4)
-    if head != b"PK\x03\x04":
+    if head != LOCAL_SIG:
         # not a torch.save blob (safetensors-style serialization): raw contiguous bytes
         ckpt.storages[key] = StorageInfo(key, dtype, length, file, offset)
         return TensorInfo(name, dtype, sizes, contiguous_strides(sizes), key, 0)
@@ -259,7 +258,7 @@ def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
         return None
     reader, offset, length, relative = found
     file = folder / relative
-    if length > MAX_VALUE_BYTES or reader.read_at(offset, 4) != b"PK\x03\x04":
+    if length > MAX_VALUE_BYTES or reader.read_at(offset, 4) != LOCAL_SIG:
         return _opaque_class("torch.distributed.checkpoint.bytes")(relative, offset, length)  # listed, not decoded
     blob = Checkpoint(path=file, format="torch-zip", file_bytes=length)
     try:

@@ -541,7 +541,7 @@ def _lean_walk(data, start: int, result: PickleScan) -> None:
             module, name = _decode_line(data[i + 1 : a]), _decode_line(data[a + 1 : b])
             result.globals.append(_ref(module, name, "GLOBAL" if op == 0x63 else "INST"))
             i = b + 1
-        elif k == _LINE or k == _PUT:
+        elif k in (_LINE, _PUT):
             a = find(b"\n", i + 1)
             if a < 0:
                 break
@@ -660,11 +660,11 @@ def _stack_walk(data, start: int, result: PickleScan) -> None:
             nxt = i + 1 + k
         elif k == _LEN1:
             nxt = i + 2 + data[i + 1]
-        elif k == _LEN4 or k == _LONG_BINPUT:
+        elif k in (_LEN4, _LONG_BINPUT):
             nxt = i + 5 + (_U32.unpack_from(data, i + 1)[0] if k == _LEN4 else 0)
         elif k == _LEN8:
             nxt = i + 9 + _U64.unpack_from(data, i + 1)[0]
-        elif k == _LINE or k == _PUT:
+        elif k in (_LINE, _PUT):
             nxt = find(b"\n", i + 1) + 1
             if op in (_OP_UNICODE, _OP_PUT, _OP_GET):
                 text = bytes(data[i + 1 : nxt - 1])

@@ -454,10 +454,17 @@ _DTYPE_NAMES = frozenset(TORCH_DTYPE_ATTRS.values())
 
 def storage_persistent_load(pid: Any) -> Any:
     """torch's persistent ids: ('storage', storage type, key, location, numel[, view_metadata])."""
-    if type(pid) is tuple and len(pid) >= 5 and type(pid[1]) is _StorageType and type(pid[4]) is int and pid[4] >= 0:
-        if pid[0] == "storage":  # the common case first: one call per tensor in a checkpoint
-            stype = pid[1]
-            return StorageRef(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
+    # the common case first: one call per tensor in a checkpoint
+    if (
+        type(pid) is tuple
+        and len(pid) >= 5
+        and type(pid[1]) is _StorageType
+        and type(pid[4]) is int
+        and pid[4] >= 0
+        and pid[0] == "storage"
+    ):
+        stype = pid[1]
+        return StorageRef(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
     if isinstance(pid, tuple) and pid:
         tag = pid[0].decode("ascii", "replace") if isinstance(pid[0], bytes) else pid[0]
         if tag == "storage" and len(pid) >= 5:

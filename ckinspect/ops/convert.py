@@ -10,13 +10,12 @@ what torch.load call is about to run and which globals it will call, before it r
 from __future__ import annotations
 
 import os
-import zipfile
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, read_directory, read_member
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 from ckinspect.ops.rawtensors import SKIP, Built, count_values
 from ckinspect.optional import require_torch
@@ -189,15 +188,14 @@ class _StorageReader:
     def __init__(self, ckpt: Checkpoint) -> None:
         self.ckpt = ckpt
         self._files: dict[Path, Any] = {}
-        self._archives: dict[Path, zipfile.ZipFile | None] = {}
+        self._archives: dict[Path, tuple[FileReader, dict[str, ZipMember]] | None] = {}
 
     def __enter__(self) -> _StorageReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for handle in [*self._files.values(), *self._archives.values()]:
-            if handle is not None:
-                handle.close()
+        for handle in self._files.values():
+            handle.close()
 
     def read(self, info: TensorInfo) -> bytes | None:
         storage: StorageInfo | None = self.ckpt.storages.get(info.storage_key)
@@ -205,30 +203,37 @@ class _StorageReader:
             return None
         path = Path(storage.file)
         if storage.offset is not None:
-            handle = self._files.get(path)
-            if handle is None:
-                handle = self._files[path] = open(path, "rb")  # noqa: SIM115 - closed in __exit__
+            handle = self._file(path)
             data = bytearray(storage.nbytes)
             handle.seek(storage.offset)
             got = handle.readinto(data)
             return data if got == storage.nbytes else None
         if storage.member:
             archive = self._archive(path)
-            if archive is None:
+            member = None if archive is None else archive[1].get(storage.member)
+            if archive is None or member is None:
                 return None
             try:
-                return archive.read(storage.member)
+                return read_member(archive[0], member, verify=True)
             # a damaged member (bad CRC, unknown method, cut short, a mangled local name): the tensor is missing
-            except (zipfile.BadZipFile, NotImplementedError, KeyError, OSError, EOFError, ValueError, RuntimeError,
-                    zlib.error):  # fmt: skip
+            except ZipError:
                 return None
         return None
 
-    def _archive(self, path: Path) -> zipfile.ZipFile | None:
+    def _file(self, path: Path) -> Any:
+        handle = self._files.get(path)
+        if handle is None:
+            handle = self._files[path] = open(path, "rb")  # noqa: SIM115 - closed in __exit__
+        return handle
+
+    def _archive(self, path: Path) -> tuple[FileReader, dict[str, ZipMember]] | None:
+        """The zip's reader and its members by name (the last of a repeated name wins, as it did with zipfile)."""
         if path not in self._archives:
             try:
-                self._archives[path] = zipfile.ZipFile(path)
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError):  # not a zip, or no readable directory
+                handle = self._file(path)
+                reader = FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size)
+                self._archives[path] = (reader, {m.name: m for m in read_directory(reader)[0]})
+            except (ZipError, OSError):  # not a zip, or no readable directory
                 self._archives[path] = None
         return self._archives[path]
 

@@ -339,7 +339,7 @@ def _move_no_clobber(src: Path, dst: Path) -> None:
         raise
     except OSError:
         if dst.exists():
-            raise FileExistsError(dst)
+            raise FileExistsError(dst) from None
         os.rename(src, dst)
         return
     os.unlink(src)  # src's bytes live on under dst
@@ -370,7 +370,7 @@ class _Manifest:
         return self.entries[self.actions.index(action)]["moves"]
 
     def write(self, status: str) -> None:
-        for entry, action in zip(self.entries, self.actions):
+        for entry, action in zip(self.entries, self.actions, strict=True):
             entry["state"] = action.state
         doc = {
             "schema": 1,

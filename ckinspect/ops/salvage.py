@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckinspect.io.zipdir import LOCAL_SIG
 from ckinspect.io.zipwalk import LocalMember, crc32_of, map_file, walk_local_headers
 from ckinspect.optional import require_torch
 from ckinspect.vocab import CkinspectError
@@ -71,7 +72,7 @@ def salvage(broken: str | Path, out: str | Path) -> SalvageResult:
         raise CkinspectError("OUT must differ from BROKEN: salvage never overwrites the damaged file")
     buf = map_file(broken)
     head = bytes(buf[:8])
-    if head.startswith(b"PK\x03\x04"):
+    if head.startswith(LOCAL_SIG):
         return _salvage_torch_zip(broken, out, buf)
     if len(head) == 8 and 2 <= struct.unpack("<Q", head)[0] <= 100_000_000:
         return _salvage_safetensors(broken, out, buf)

@@ -131,7 +131,7 @@ def _changed_table(diff: dict[str, Any]) -> Any:
     table.add_column("differing", justify="right", no_wrap=True)
     if pinpoint:
         table.add_column("first at", overflow="fold", max_width=16)
-    for c, change in zip(diff["changed"], changes):
+    for c, change in zip(diff["changed"], changes, strict=True):
         row = [escape(c["a"]["name"])] + ([] if same_change else [change])
         row += [number(c["max_abs_diff"]), number(c.get("max_rel_diff")), _differing_short(c)]
         table.add_row(*row, *([_first_at(c)] if pinpoint else []))

@@ -299,7 +299,7 @@ class VirtualTable(ScrollView, can_focus=True):
 
     def _column_at(self, x: int) -> str | None:
         position = 0
-        for column, width in zip(self.columns, self._widths()):
+        for column, width in zip(self.columns, self._widths(), strict=True):
             if width == 0:
                 continue
             if position <= x < position + width + 1:
@@ -350,7 +350,7 @@ class VirtualTable(ScrollView, can_focus=True):
 
     def _line(self, cells: Sequence[str], widths: list[int], base: Style, styles: Sequence[str | None] = ()) -> Strip:
         segments: list[Segment] = []
-        for position, (column, width) in enumerate(zip(self.columns, widths)):
+        for position, (column, width) in enumerate(zip(self.columns, widths, strict=True)):
             if width == 0:
                 continue
             text = _fit(cells[position] if position < len(cells) else "", width, column.justify, column.keep_end)
