@@ -15,7 +15,10 @@ TORCH_INSTALL = "pip install 'ckinspect[torch]'"
 
 def has_torch() -> bool:
     """Whether torch can be imported, without importing it (~3 s and ~200 MB)."""
-    return importlib.util.find_spec("torch") is not None
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # an import hook that refuses it, or a half-removed module
+        return False
 
 
 def needs_torch_message(purpose: str) -> str:
