@@ -43,7 +43,7 @@ def render_ci(fmt: str, subjects: Any, args: Any, suite: str, fail_on: str | Non
         return sarif.render(subjects)
     from ckinspect.report import junit
 
-    return junit.render(subjects, fail_on or getattr(args, "fail_on", "error"), suite)
+    return junit.render(subjects, str(fail_on or getattr(args, "fail_on", "error")), suite)
 
 
 def envelope(command: str, **body) -> dict:

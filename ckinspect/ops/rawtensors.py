@@ -134,7 +134,7 @@ class RawTensor:
     def contiguous_bytes(self) -> memoryview:
         """The elements in C order, as bytes."""
         if self._cast:
-            return memoryview(self._cast[1]).cast("B")
+            return self._cast[1].data.cast("B")
         import numpy as np
         from numpy.lib.stride_tricks import as_strided
 
@@ -152,7 +152,7 @@ class RawTensor:
             strides=[s * item for s in info.stride],
             writeable=False,
         )
-        return memoryview(np.ascontiguousarray(view).reshape(-1)).cast("B")
+        return np.ascontiguousarray(view).reshape(-1).data.cast("B")
 
     def to(self, dtype: str) -> RawTensor:
         """The same values in another floating dtype, rounded to nearest even as torch rounds."""
@@ -245,8 +245,12 @@ def raw_to_safetensors(
             )
         elif t.info.numel:
             seen[ident] = name
-        entries.append(Entry(name, t.dtype, t.shape, (lambda t=t: [t.contiguous_bytes()])))
+        entries.append(Entry(name, t.dtype, t.shape, _chunks(t)))
     return write_safetensors(path, entries, metadata), notes
+
+
+def _chunks(t: RawTensor) -> Callable[[], list[memoryview]]:
+    return lambda: [t.contiguous_bytes()]
 
 
 def count_values(tree: Any, is_tensor: Callable[[Any], bool]) -> int:
