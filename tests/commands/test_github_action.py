@@ -130,6 +130,21 @@ def run_action(installed, workspace: Path, **inputs: str) -> Runner:
     return runner
 
 
+def test_action_yml_is_valid_against_the_github_action_schema():
+    """SchemaStore's github-action schema, as check-jsonschema ships it (no network)."""
+    import importlib.resources
+
+    import jsonschema
+
+    vendored = importlib.resources.files("check_jsonschema.builtin_schemas.vendor").joinpath("github-actions.json")
+    schema = json.loads(vendored.read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert [e.message for e in validator.iter_errors(load_action())] == []
+    broken = load_action()
+    del broken["runs"]["steps"][0]["shell"]  # a composite run step without a shell is refused by GitHub
+    assert list(validator.iter_errors(broken))
+
+
 def test_the_install_has_ckinspect_and_no_torch(installed):
     _, _, install = installed
     bin_dir = Path(install["outputs"]["bin"])

@@ -148,6 +148,15 @@ def head(root: Path, env: dict[str, str]) -> str:
     return git(root, env, "rev-parse", "HEAD").stdout.strip()
 
 
+def test_the_hook_manifest_is_valid():
+    proc = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-manifest", str(REPO / ".pre-commit-hooks.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_a_hostile_pickle_blocks_the_commit(project):
     root, env = project
     before = head(root, env)
