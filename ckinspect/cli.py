@@ -21,8 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ckinspect import __version__
-from ckinspect.vocab import EXIT_ERROR, EXIT_OK, REPORT_FORMATS, CkinspectError
+from ckinspect.vocab import EXIT_ERROR, EXIT_OK, REPORT_FORMATS, VERSION, CkinspectError
 
 
 def _columns() -> int:
@@ -90,7 +89,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
             help="skip, silently, named files that are not checkpoints by content or suffix (for hooks over "
             "staged files); exit 0 when none is left",
         )
-        main.add_argument("--version", action="version", version=f"ckinspect {__version__}")
+        main.add_argument("--version", action="version", version=f"ckinspect {VERSION}")
         _add_output_options(main)
         return main
     return _SUBCOMMANDS[command]()

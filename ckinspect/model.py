@@ -186,6 +186,25 @@ class Checkpoint(Record):
     def add(self, code: str, message: str, tensor: str | None = None) -> None:
         self.findings.append(Finding(code, message, tensor))
 
+    def absorb(
+        self, part: Checkpoint, where: str, key_prefix: str = "", member: str | None = None, tensor: str | None = None
+    ) -> None:
+        """Fold in one part of a checkpoint made of several (a shard of a sharded set, an item of a DCP
+        folder): its storages (keys given `key_prefix` so that parts cannot collide, and `member` as
+        the member of those that name none), the globals its pickles name (once each), and its findings,
+        each message prefixed by `where` and, when `tensor` is given, about that tensor."""
+        for storage in part.storages.values():
+            if key_prefix:
+                storage = storage.replace(key=key_prefix + storage.key, member=storage.member or member)
+            self.storages[storage.key] = storage
+        for name in part.globals:
+            if name not in self.globals:
+                self.globals.append(name)
+        for finding in part.findings:
+            self.findings.append(
+                finding.replace(message=f"{where}: {finding.message}", tensor=tensor or finding.tensor)
+            )
+
 
 def worst_severity(findings: list[Finding]) -> str | None:
     return max((f.severity for f in findings), key=SEVERITY_RANK.__getitem__, default=None)

@@ -339,7 +339,7 @@ def _count(ckpt: Checkpoint) -> Anatomy:
             used = end - start if end > start else 0
             group = view.group if view.group in group_bytes else "other"
             group_bytes[group] += used
-            largest = view.name
+            largest: str | None = view.name
         else:
             its_views = shared.get(key, [])
             extents = []

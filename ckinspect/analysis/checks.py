@@ -93,7 +93,7 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
             or (top is not None and any(isinstance(k, str) and is_rng_key(k) for k in top))
             or has_data_position(top)
         )
-    is_resume = layout.is_resume
+    is_resume: bool | None = layout.is_resume
     if is_resume is None:
         is_resume = has_optimizer or has_step or (top is not None and _has_training_keys(top))
 
@@ -204,8 +204,8 @@ def optimizer_states(ckpt: Checkpoint, layout: Layout) -> list[OptimizerState]:
         param: Any = match.group("param")
         if param.isdigit():
             param = int(param)
-        opt = by_prefix.setdefault(prefix, OptimizerState(prefix))
-        opt.entries.setdefault(param, {})[match.group("leaf")] = tensor
+        named = by_prefix.setdefault(prefix, OptimizerState(prefix))
+        named.entries.setdefault(param, {})[match.group("leaf")] = tensor
     return list(by_prefix.values())
 
 

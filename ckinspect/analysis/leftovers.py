@@ -24,6 +24,7 @@ from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, STEP_KEYS, TMP_SUFFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".tar", ".distcp")
@@ -184,11 +185,11 @@ def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
     if path.name.endswith(TMP_SUFFIX):
         leftover = main_for_tmp(path)
         return [leftover] if leftover is not None and path.exists() else []
-    folder = path.parent
-    if not folder.is_dir():
+    parent = path.parent
+    if not parent.is_dir():
         return []
     found = []
-    for sibling in sorted(folder.iterdir()):
+    for sibling in sorted(parent.iterdir()):
         if sibling.name.endswith(TMP_SUFFIX) and sibling.is_file():
             leftover = main_for_tmp(sibling)
             if leftover is not None and leftover.main.name == path.name:
@@ -196,7 +197,7 @@ def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
     return found
 
 
-def unfinished_saves(paths: list[str | os.PathLike[str]], known: set[Path]) -> dict[Path, list[Leftover]]:
+def unfinished_saves(paths: Sequence[str | os.PathLike[str]], known: set[Path]) -> dict[Path, list[Leftover]]:
     """Saves that died before their first rename: tmps whose main file does not exist, by the path
     of the checkpoint each was going to become (a DCP folder, for its `.metadata`).
 

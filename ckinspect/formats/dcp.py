@@ -25,7 +25,7 @@ from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, BinaryIO
 
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
@@ -106,10 +106,12 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
             items[(str(idx.get("fqn")), tuple(offset) if isinstance(offset, (tuple, list)) else None)] = where
         except TypeError:
             ckpt.add("CORRUPT", f"{index}: a storage index entry is malformed")
-    planner = fields.get("planner_data") if isinstance(fields.get("planner_data"), dict) else {}
+    planner = fields.get("planner_data")
+    if not isinstance(planner, dict):
+        planner = {}
 
     readers: dict[str, FileReader | None] = {}
-    handles = []
+    handles: list[BinaryIO] = []
     tree: dict[str, Any] = {}
     try:
         for fqn, md in state_md.items():
@@ -165,7 +167,9 @@ def _lists(node: Any) -> Any:
     return node
 
 
-def _reader(folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list) -> FileReader | None:
+def _reader(
+    folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list[BinaryIO]
+) -> FileReader | None:
     if relative not in readers:
         target = (folder / relative).resolve()
         if folder.resolve() not in target.parents or not target.is_file():
@@ -240,7 +244,7 @@ def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, 
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{file.name} at byte {offset} ({name}): {exc}", name)
         return None
-    _merge(ckpt, blob, name)
+    ckpt.absorb(blob, name, tensor=name)
     if not isinstance(value, TensorInfo):
         if not any(f.code in ("CORRUPT", "UNSAFE_PICKLE") for f in blob.findings):
             ckpt.add(
@@ -268,17 +272,8 @@ def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
         return None
     # dcp.load decodes these with torch.load(weights_only=False): allowlists play no part, only UNSAFE does
     blob.findings = [f for f in blob.findings if f.code != "ALLOWLIST_NEEDED"]
-    _merge(ckpt, blob, fqn)
+    ckpt.absorb(blob, fqn, tensor=fqn)
     if blob.storages:  # a tensor inside a non-tensor value (e.g. a list of tensors): list it by path
         for tensor in flatten(value, fqn):
             ckpt.tensors.append(tensor)
     return value
-
-
-def _merge(ckpt: Checkpoint, blob: Checkpoint, name: str) -> None:
-    ckpt.storages.update(blob.storages)
-    for g in blob.globals:
-        if g not in ckpt.globals:
-            ckpt.globals.append(g)
-    for finding in blob.findings:
-        ckpt.add(finding.code, f"{name}: {finding.message}", name)

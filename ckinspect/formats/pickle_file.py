@@ -32,7 +32,7 @@ def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
             ckpt.add("CORRUPT", f"{path.name} is empty")
             return ckpt
         if size <= MAX_DECODE_BYTES:
-            data = FileReader(f.fileno(), size).read_at(0, size)
+            data: bytes | mmap.mmap = FileReader(f.fileno(), size).read_at(0, size)
         else:  # scanned in place, never decoded: memory stays flat however large the file
             data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:

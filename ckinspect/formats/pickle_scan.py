@@ -439,7 +439,7 @@ def scan_pickle(data, start: int = 0) -> PickleScan:
 
 def scan_stream(data, start: int = 0, limit: int | None = None) -> list[PickleScan]:
     """Scan consecutive pickles from `start` until the data ends, a pickle fails, or `limit` pickles."""
-    scans = []
+    scans: list[PickleScan] = []
     pos = start
     n = len(data)
     while pos < n and (limit is None or len(scans) < limit):

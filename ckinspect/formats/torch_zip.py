@@ -146,11 +146,11 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         else:
             found.append((ref, member))
     storages = ckpt.storages
-    for (ref, member), offset in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
+    for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
         name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
-        if type(offset) is not int:
-            ckpt.add("CORRUPT", f"{file.name}: {offset}")
-            offset = None
+        offset = located if type(located) is int else None
+        if offset is None:
+            ckpt.add("CORRUPT", f"{file.name}: {located}")
         if compress_type != STORED:
             offset = None  # compressed by some re-zipping tool: bytes cannot be addressed in place
             if compress_type != DEFLATED:  # deflate is the one method torch's reader (miniz) inflates
@@ -215,15 +215,15 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
                 found[key] = (offset, length)
             pos = offset + length
         for key, ref in collector.storages.items():
-            offset, _length = found.get(key, (None, 0))
-            whole = offset is not None and offset + ref.nbytes <= reader.size
+            at = found[key][0] if key in found else None
+            whole = at is not None and at + ref.nbytes <= reader.size
             complete += whole
             ckpt.storages[ref.key] = StorageInfo(
                 key=ref.key,
                 dtype=ref.dtype,
                 nbytes=ref.nbytes if whole else 0,
                 file=file,
-                offset=offset if whole else None,
+                offset=at if whole else None,
                 member=f"{archive}data/{key}",
                 location=ref.location,
             )

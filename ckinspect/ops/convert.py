@@ -77,9 +77,9 @@ def convert(
     if ckpt.format in ("unknown", "pickle") and not unsafe:
         raise CkinspectError(f"{source}: format {ckpt.format} holds no tensors this tool can convert")
     if unsafe and not trust:
-        names = ", ".join(sorted({g for f in unsafe for g in _globals_in(f, ckpt)})) or unsafe[0].message
+        called = ", ".join(sorted({g for f in unsafe for g in _globals_in(f, ckpt)})) or unsafe[0].message
         raise CkinspectError(
-            f"refused: {source} names globals that run code when loaded ({names}); "
+            f"refused: {source} names globals that run code when loaded ({called}); "
             "nothing was executed. Pass --trust only if you know where this file comes from"
         )
     groups = _groups(ckpt)
@@ -118,8 +118,8 @@ def convert(
 
     if unsafe:  # and trusted: say exactly what is about to run, then run it
         call = f"torch.load({str(source)!r}, map_location='cpu', weights_only=False)"
-        names = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
-        announce(f"--trust: about to run {call}; its pickle will call: {names}")
+        called = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
+        announce(f"--trust: about to run {call}; its pickle will call: {called}")
         result.trusted_load = call
         try:
             loaded = torch.load(source, map_location="cpu", weights_only=False)
@@ -131,9 +131,9 @@ def convert(
         with _StorageReader(ckpt) as reader:
             built = build(tree, reader.read, keep=keep, cast=cast)
         if built.missing:
-            names = ", ".join(n for n, _ in built.missing[:5])
+            shown = ", ".join(n for n, _ in built.missing[:5])
             count = len(built.missing)
-            raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({names}); try ckinspect salvage")
+            raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({shown}); try ckinspect salvage")
     for path, why in built.dropped:
         result.notes.append(f"{path}: {why}; left out")
     tree, names = built.tree, built.tensors
@@ -146,7 +146,7 @@ def convert(
             result.notes.append(f"wrote the `{prefix}` subtree only (tensor names without the `{prefix}.` prefix)")
     if not names:
         raise CkinspectError(f"nothing to write: no tensors in group(s) {', '.join(only or [])}")
-    if target is not None and result.cast:
+    if dtype and result.cast:  # dtype set: target is its torch dtype
         result.notes.append(
             f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)"
         )
@@ -197,7 +197,7 @@ class _StorageReader:
         for handle in self._files.values():
             handle.close()
 
-    def read(self, info: TensorInfo) -> bytes | None:
+    def read(self, info: TensorInfo) -> bytes | bytearray | None:
         storage: StorageInfo | None = self.ckpt.storages.get(info.storage_key)
         if storage is None:
             return None

@@ -13,6 +13,7 @@ Nothing from the damaged file is ever executed.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from dataclasses import dataclass, field
@@ -56,8 +57,8 @@ class StorageBytes:
     """One storage member as found in the damaged file."""
 
     key: str
-    member: LocalMember | None
-    state: str  # "ok" | "cut short" | "CRC mismatch" | "absent" | "compressed"
+    member: LocalMember
+    state: str  # "ok" | "cut short" | "CRC mismatch" | "compressed" (an absent storage has no entry)
 
     @property
     def ok(self) -> bool:
@@ -101,7 +102,7 @@ def zip_storages(buf) -> tuple[LocalMember | None, dict[str, StorageBytes]]:
 def _member_state(buf, m: LocalMember) -> str:
     if m.method != 0:
         return "compressed"
-    if not m.complete:
+    if m.size is None or m.crc32 is None:  # not m.complete
         return "cut short"
     if crc32_of(buf, m.data_offset, m.size) != m.crc32:
         return "CRC mismatch"
@@ -126,7 +127,7 @@ def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
     except Exception as exc:  # UnsafePickle / CorruptPickle: say what it was, do not run it
         raise CkinspectError(f"{broken}: data.pkl cannot be read safely ({type(exc).__name__}: {exc})") from exc
 
-    def storage_bytes(info) -> bytes | None:
+    def storage_bytes(info) -> bytearray | None:
         st = storages.get(info.storage_key)
         if st is None or not st.ok:
             return None
@@ -142,6 +143,10 @@ def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
 
     _write_tree(tree, result, storage_bytes, why_missing)
     return result
+
+
+def _window(buf: Any, start: int, end: int) -> list[memoryview]:
+    return [memoryview(buf)[start:end]]
 
 
 def _out_format(out: Path) -> str:
@@ -251,7 +256,7 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
     result.recovered = [name for name, *_ in kept]
     if result.out_format == "safetensors":
         entries = [
-            Entry(name, dtype, shape, (lambda b=begin, e=end: [memoryview(buf)[base + b : base + e]]))
+            Entry(name, dtype, shape, functools.partial(_window, buf, base + begin, base + end))
             for name, dtype, shape, begin, end in kept
         ]
         result.out_bytes = write_safetensors(out, entries, {**meta, "salvaged_from": broken.name})

@@ -368,16 +368,17 @@ class VirtualTable(ScrollView, can_focus=True):
         if y == 0:
             header = self.get_component_rich_style("virtual-table--header")
             sorted_style = self.get_component_rich_style("virtual-table--header-sorted")
-            labels, styles = [], []
+            labels: list[str] = []
+            label_styles: list[str | None] = []
             for column in self.columns:
                 label = column.label
                 if column.key == self.sort_column:
                     label += " ▼" if self.sort_reverse else " ▲"
-                    styles.append(str(sorted_style))
+                    label_styles.append(str(sorted_style))
                 else:
-                    styles.append(None)
+                    label_styles.append(None)
                 labels.append(label)
-            return self._line(labels, widths, header, styles).adjust_cell_length(width, header).crop(0, width)
+            return self._line(labels, widths, header, label_styles).adjust_cell_length(width, header).crop(0, width)
         position = int(self.scroll_y) + y - 1
         if not self.view:
             if y == 1:
