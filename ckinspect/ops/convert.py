@@ -95,7 +95,8 @@ def convert(
 
         target: Any = DTYPE_FLAGS[dtype] if dtype else None
         tensor_type: Any = RawTensor
-        build, write_safetensors = raw_tensors, raw_to_safetensors
+        build: Any = raw_tensors  # the same calls over RawTensors or torch tensors
+        write_safetensors: Any = raw_to_safetensors
     else:
         torch = require_torch("loading a trusted file (--trust)" if unsafe else "writing a torch file")
 

@@ -160,18 +160,16 @@ def _write_tree(tree, result: SalvageResult, storage_bytes, why_missing) -> None
         from ckinspect.ops.rawtensors import raw_tensors, raw_to_safetensors
 
         built = raw_tensors(tree, storage_bytes)
-        write = raw_to_safetensors
     else:
         require_torch("writing a torch file")
-        from ckinspect.ops.torchio import rebuild_tree, tensors_to_safetensors
+        from ckinspect.ops.torchio import rebuild_tree
 
         built = rebuild_tree(tree, storage_bytes)
-        write = tensors_to_safetensors
     result.recovered = [name for name, _t in built.tensors]
     result.missing = [(name, why_missing(info)) for name, info in built.missing]
     result.dropped = built.dropped
     if result.out_format == "safetensors":
-        size, notes = write(result.out, built.tensors, metadata={"salvaged_from": result.source.name})
+        size, notes = raw_to_safetensors(result.out, built.tensors, metadata={"salvaged_from": result.source.name})
         result.notes += notes
     else:
         from ckinspect.ops.torchio import save_torch
