@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
-from ckinspect import __version__
 from ckinspect.report.rules import all_codes, rule_text
 from ckinspect.report.subjects import Subject, clean_text
+from ckinspect.vocab import VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,8 +52,8 @@ def document(subjects: Sequence[Subject], root: str | os.PathLike[str] | None = 
         "tool": {
             "driver": {
                 "name": "ckinspect",
-                "version": __version__,
-                "semanticVersion": __version__,
+                "version": VERSION,
+                "semanticVersion": VERSION,
                 "rules": [_rule(code, severity) for code, severity in codes.items()],
             }
         },
