@@ -35,8 +35,19 @@ SEVERITY: dict[str, str] = {
     "STORAGE_BLOAT": "warning",
     "EMBEDDED_CODE": "warning",
 }
+# What `ckinspect diff` finds, named like finding codes so SARIF and JUnit can carry it. Not findings about one
+# checkpoint (so not in SEVERITY or the JSON report's findings): a difference fails a diff as its exit 1 does.
+DIFF_CODES: dict[str, str] = {
+    "TENSOR_CHANGED": "error",
+    "TENSOR_ONLY_IN_A": "error",
+    "TENSOR_ONLY_IN_B": "error",
+    "METADATA_CHANGED": "error",
+    "TENSOR_UNREADABLE": "error",
+}
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 FAIL_ON_CHOICES = ("error", "warning", "never")
+# --format of the commands that report findings; sarif and junit are for CI (code scanning, test dashboards)
+REPORT_FORMATS = ("text", "json", "markdown", "sarif", "junit")
 
 # Format tags of the JSON report's `format` field.
 FORMAT_TAGS = (

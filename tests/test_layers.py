@@ -1,7 +1,7 @@
 """The house's one-way flow, read from the source: a lower layer never imports a higher one.
 
 bytes -> io -> formats -> analysis -> ops -> report -> commands -> tui -> cli, with the root base
-modules (record, vocab, dtypes, model, fmt) under everything. Every module under ckinspect/ is parsed
+modules (record, vocab, dtypes, model, fmt, optional) under everything. Every module under ckinspect/ is parsed
 with `ast` (nothing is imported, so the test is fast and cannot be fooled by lazy imports); every
 import counts wherever it stands: at module level, inside a function (the lazy imports that keep
 torch and textual off the report path), under `if TYPE_CHECKING:`, and as a string naming a ckinspect
@@ -21,7 +21,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ckinspect"
 
-ROOT_BASE = ("record", "vocab", "dtypes", "model", "fmt")
+ROOT_BASE = ("record", "vocab", "dtypes", "model", "fmt", "optional")
 ORDER = ("io", "formats", "analysis", "ops", "report", "commands", "tui")
 TOP = ("cli", "__main__", "__init__")
 

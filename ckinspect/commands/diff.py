@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.commands.emit import emit, text_layout
+from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.model import Checkpoint
 from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, CkinspectError
 
@@ -48,7 +48,11 @@ def run(args: argparse.Namespace) -> int:
         if result.unreadable:
             result.raw_bytes_differ = raw_bytes_differ(a.path, b.path)
     fmt = getattr(args, "format", "text")
-    if fmt == "json":
+    if fmt in ("sarif", "junit"):
+        from ckinspect.report.subjects import from_diff
+
+        text = render_ci(fmt, from_diff(a, b, result), args, f"ckinspect diff {a.path} {b.path}")
+    elif fmt == "json":
         text = diff_report.render_json(diff_report.build_document(a, b, result))
     elif fmt == "markdown":
         text = diff_report.render_markdown(result.to_json(), a, b)

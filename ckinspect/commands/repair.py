@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ckinspect.commands.emit import emit, envelope, exit_for
+from ckinspect.commands.emit import emit, envelope, exit_for, render_ci
 from ckinspect.fmt import md_code, md_text
 from ckinspect.ops.repair import RepairPlan, apply_plan, plan_repairs, undo
 from ckinspect.vocab import CkinspectError
@@ -33,6 +33,8 @@ def run(args) -> int:
     fmt = getattr(args, "format", "text")
     fail_on = getattr(args, "fail_on", "error")
     if getattr(args, "undo", False):
+        if fmt in ("sarif", "junit"):
+            raise CkinspectError(f"--undo reports what it restored as text, json or markdown, not {fmt}")
         if not path.exists() and not path.parent.is_dir():
             raise CkinspectError(f"{path}: no such file or folder")
         result = undo(path)
@@ -43,7 +45,15 @@ def run(args) -> int:
     quarantines: list[Path] = []
     if mode == "apply" and plan.pending:
         quarantines = apply_plan(plan).quarantines
-    emit(_render_plan(plan, mode, quarantines, fmt), getattr(args, "output", None))
+    if fmt in ("sarif", "junit"):
+        from ckinspect.report.subjects import from_repair
+
+        # every leftover still lying there fails the testcase, as it makes the exit status 1
+        fail_on = "never" if fail_on == "never" else "warning"
+        text = render_ci(fmt, from_repair(plan, _VERB), args, f"ckinspect repair {plan.path}", fail_on=fail_on)
+    else:
+        text = _render_plan(plan, mode, quarantines, fmt)
+    emit(text, getattr(args, "output", None))
     attention = bool(plan.undecided) or any(a.state in ("failed", "skipped") for a in plan.actions)
     if mode == "dry-run":
         attention = attention or bool(plan.pending)

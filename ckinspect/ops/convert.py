@@ -16,6 +16,8 @@ from typing import Any
 
 from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, read_directory, read_member
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.ops.rawtensors import SKIP, Built, count_values
+from ckinspect.optional import require_torch
 from ckinspect.record import Record, field
 from ckinspect.vocab import CkinspectError
 
@@ -89,13 +91,25 @@ def convert(
         if unknown:
             raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
 
-    import torch  # only now: a refused file never pays for it
+    # safetensors from a file our readers opened needs no torch; a torch file or a trusted torch.load does
+    raw = out_format == "safetensors" and not unsafe
+    if raw:
+        from ckinspect.ops.rawtensors import RawTensor, raw_tensors, raw_to_safetensors
 
-    from ckinspect.ops.torchio import rebuild_tree, save_torch, tensors_to_safetensors, torch_dtype
+        target: Any = DTYPE_FLAGS[dtype] if dtype else None
+        tensor_type: Any = RawTensor
+        build: Any = raw_tensors  # the same calls over RawTensors or torch tensors
+        write_safetensors: Any = raw_to_safetensors
+    else:
+        torch = require_torch("loading a trusted file (--trust)" if unsafe else "writing a torch file")
 
-    target = torch_dtype(DTYPE_FLAGS[dtype]) if dtype else None
+        from ckinspect.ops.torchio import rebuild_tree, save_torch, tensors_to_safetensors, torch_dtype
 
-    def cast(name: str, t):
+        target = torch_dtype(DTYPE_FLAGS[dtype]) if dtype else None
+        tensor_type = torch.Tensor
+        build, write_safetensors = rebuild_tree, tensors_to_safetensors
+
+    def cast(name: str, t: Any) -> Any:
         if target is None or not t.is_floating_point() or t.dtype == target:
             return t
         if t.dim() == 0:
@@ -122,7 +136,7 @@ def convert(
             tree = {t.name: t for t in ckpt.tensors}
             result.notes.append(f"{ckpt.format} tensors written as a flat state dict by name; nothing else kept")
         with _StorageReader(ckpt) as reader:
-            built = rebuild_tree(tree, reader.read, keep=keep, cast=cast)
+            built = build(tree, reader.read, keep=keep, cast=cast)
         if built.missing:
             shown = ", ".join(n for n, _ in built.missing[:5])
             count = len(built.missing)
@@ -147,14 +161,14 @@ def convert(
         scalars = _scalars(tree)
         reserved = {"format": "pt", "converted_from": source.name}
         metadata = {**{(f"checkpoint_{k}" if k in reserved else k): v for k, v in scalars.items()}, **reserved}
-        skipped = _count_non_tensors(tree) - len(scalars)
+        skipped = count_values(tree, lambda o: isinstance(o, tensor_type)) - len(scalars)
         if skipped > 0:
             result.notes.append(
                 f"safetensors holds tensors only: {skipped} other value(s) (hyperparameters, config ...) left out"
             )
         if scalars:
             result.notes.append(f"top-level scalars kept as metadata: {', '.join(sorted(scalars))}")
-        result.out_bytes, shared = tensors_to_safetensors(out, names, metadata)
+        result.out_bytes, shared = write_safetensors(out, names, metadata)
         result.notes += shared
     else:
         result.out_bytes = save_torch(out, tree)
@@ -235,15 +249,13 @@ def _built_from_objects(obj: Any, keep, cast):
     """--trust path: the object torch.load returned, walked like the reader's tree."""
     import torch
 
-    from ckinspect.ops.torchio import Built
-
     built = Built(None)
 
     def walk(o, path):
         if isinstance(o, torch.Tensor):
             info = TensorInfo(path, str(o.dtype).removeprefix("torch."), tuple(o.shape), tuple(o.stride()), "")
             if not keep(path, info):
-                return _SKIP
+                return SKIP
             t = cast(path, o)
             built.tensors.append((path, t))
             return t
@@ -251,20 +263,17 @@ def _built_from_objects(obj: Any, keep, cast):
             out = type(o)() if type(o) is not dict and hasattr(type(o), "__setitem__") else {}
             for k, v in o.items():
                 c = walk(v, f"{path}.{k}" if path else str(k))
-                if c is not _SKIP:
+                if c is not SKIP:
                     out[k] = c
             return out
         if isinstance(o, (list, tuple)):
             items = [walk(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(o)]
-            kept = [None if c is _SKIP else c for c in items]
+            kept = [None if c is SKIP else c for c in items]
             return type(o)(kept) if type(o) in (list, tuple) else kept
         return o
 
     built.tree = walk(obj, "")
     return built
-
-
-_SKIP = object()
 
 
 def _common_subtree(tree: Any, names: list[str]) -> str:
@@ -299,15 +308,3 @@ def _scalars(tree: Any) -> dict[str, str]:
     if not isinstance(tree, dict):
         return {}
     return {str(k): str(v) for k, v in tree.items() if isinstance(v, (int, float, str, bool))}
-
-
-def _count_non_tensors(tree: Any) -> int:
-    import torch
-
-    if isinstance(tree, torch.Tensor):
-        return 0
-    if isinstance(tree, dict):
-        return sum(_count_non_tensors(v) for v in tree.values())
-    if isinstance(tree, (list, tuple)):
-        return sum(_count_non_tensors(v) for v in tree)
-    return 0 if tree is None else 1
