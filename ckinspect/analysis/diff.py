@@ -21,7 +21,7 @@ from typing import Any
 
 from ckinspect.analysis.scan import worker_count
 from ckinspect.dtypes import dtype_info
-from ckinspect.io.blobs import Blobs, UnreadableStorage
+from ckinspect.io.blobs import Blobs, UnreadableStorage, files_differ
 from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record, field
@@ -180,17 +180,9 @@ def raw_bytes_differ(a: Path, b: Path, chunk: int = COMPARE_CHUNK) -> bool | Non
     try:
         if not (a.is_file() and b.is_file()) or a.name.endswith(".index.json") or b.name.endswith(".index.json"):
             return None
-        if a.stat().st_size != b.stat().st_size:
-            return True
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            while True:
-                xa, xb = fa.read(chunk), fb.read(chunk)
-                if xa != xb:
-                    return True
-                if not xa:
-                    return False
     except OSError:
         return None
+    return files_differ(a, b, chunk)
 
 
 # ---------------------------------------------------------------- roles and name matching

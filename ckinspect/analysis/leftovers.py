@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
+from ckinspect.io.blobs import files_differ
 from ckinspect.io.zipdir import LOCAL_SIG, STORED, FileReader, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, STEP_KEYS, TMP_SUFFIX
@@ -198,7 +199,9 @@ def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
     main_step = read_step(leftover.main, main_check.checkpoint) if main_check.ok else None
     steps_differ = tmp_step is not None and main_step is not None and tmp_step != main_step
     # reading both files whole is only worth it when their steps do not already tell them apart
-    identical = tmp_check.ok and main_check.ok and not steps_differ and same_bytes(leftover.tmp, leftover.main)
+    identical = (
+        tmp_check.ok and main_check.ok and not steps_differ and files_differ(leftover.tmp, leftover.main) is False
+    )
     if identical:
         newer = "same"
     elif tmp_step is not None and main_step is not None:
@@ -372,18 +375,3 @@ def _step_in_tree(tree, depth: int = 0) -> int | None:
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def same_bytes(a: Path, b: Path, chunk: int = 1 << 22) -> bool:
-    try:
-        if a.stat().st_size != b.stat().st_size:
-            return False
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            while True:
-                x, y = fa.read(chunk), fb.read(chunk)
-                if x != y:
-                    return False
-                if not x:
-                    return True
-    except OSError:
-        return False
