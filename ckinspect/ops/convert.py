@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, read_directory, read_member
-from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
 from ckinspect.vocab import CkinspectError
 
@@ -62,13 +62,47 @@ def convert(
     from ckinspect.formats import open_checkpoint
 
     source, out = Path(source), Path(out)
+    _check_paths(source, out)
+    ckpt = open_checkpoint(source)
+    result = ConvertResult(source, out, ckpt.format, "safetensors" if out.suffix == ".safetensors" else "torch-zip")
+    unsafe = _unsafe_unless_trusted(ckpt, source, trust)
+    groups = _groups(ckpt)
+    if only:
+        unknown = sorted(set(only) - {"model", "optimizer", "rng", "other"})
+        if unknown:
+            raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
+
+    from ckinspect.ops.torchio import save_torch, torch_dtype  # torch only now: a refused file never pays for it
+
+    select = _Selection(result, groups, only, torch_dtype(DTYPE_FLAGS[dtype]) if dtype else None)
+    built = _trusted_build(ckpt, unsafe, select, announce) if unsafe else _safe_build(ckpt, select)
+    for path, why in built.dropped:
+        result.notes.append(f"{path}: {why}; left out")
+    tree, names = _narrowed(built, result) if only else (built.tree, built.tensors)
+    if not names:
+        raise CkinspectError(f"nothing to write: no tensors in group(s) {', '.join(only or [])}")
+    if dtype and result.cast:  # dtype set: target is its torch dtype
+        result.notes.append(
+            f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)"
+        )
+    if result.out_format == "safetensors":
+        result.out_bytes = _write_safetensors(result, tree, names)
+    else:
+        result.out_bytes = save_torch(out, tree)
+    result.tensors = len(names)
+    return result
+
+
+def _check_paths(source: Path, out: Path) -> None:
     if out.exists() and out.resolve() == source.resolve():
         raise CkinspectError("OUT must differ from IN")
     if out.is_dir():
         raise CkinspectError(f"{out} is a folder; name the output file (.pth or .safetensors)")
-    out_format = "safetensors" if out.suffix == ".safetensors" else "torch-zip"
-    ckpt = open_checkpoint(source)
-    result = ConvertResult(source, out, ckpt.format, out_format)
+
+
+def _unsafe_unless_trusted(ckpt: Checkpoint, source: Path, trust: bool) -> list[Finding]:
+    """The UNSAFE_PICKLE findings (empty for a safe file); refuses a damaged or tensor-less file, and an
+    unsafe one unless trusted."""
     unsafe = [f for f in ckpt.findings if f.code == "UNSAFE_PICKLE"]
     corrupt = [f for f in ckpt.findings if f.code == "CORRUPT"]
     if corrupt and not unsafe:
@@ -81,80 +115,89 @@ def convert(
             f"refused: {source} names globals that run code when loaded ({called}); "
             "nothing was executed. Pass --trust only if you know where this file comes from"
         )
-    groups = _groups(ckpt)
-    if only:
-        unknown = sorted(set(only) - {"model", "optimizer", "rng", "other"})
-        if unknown:
-            raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
+    return unsafe
 
-    import torch  # only now: a refused file never pays for it
 
-    from ckinspect.ops.torchio import rebuild_tree, save_torch, tensors_to_safetensors, torch_dtype
+class _Selection(Record):
+    """Which tensors go into the output (--only groups) and what floating ones become (--dtype)."""
 
-    target = torch_dtype(DTYPE_FLAGS[dtype]) if dtype else None
+    result: ConvertResult
+    groups: dict[str, str]
+    only: list[str] | None
+    target: Any  # the torch dtype to cast to, or None
 
-    def cast(name: str, t):
-        if target is None or not t.is_floating_point() or t.dtype == target:
+    def keep(self, name: str, info: TensorInfo) -> bool:
+        return not self.only or self.groups.get(name, info.group) in self.only
+
+    def cast(self, name: str, t: Any) -> Any:
+        if self.target is None or not t.is_floating_point() or t.dtype == self.target:
             return t
         if t.dim() == 0:
             return t  # step counters and scalars keep their dtype
-        result.cast += 1
-        return t.to(target)
+        self.result.cast += 1
+        return t.to(self.target)
 
-    def keep(name: str, info: TensorInfo) -> bool:
-        return not only or groups.get(name, info.group) in only
 
-    if unsafe:  # and trusted: say exactly what is about to run, then run it
-        call = f"torch.load({str(source)!r}, map_location='cpu', weights_only=False)"
-        called = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
-        announce(f"--trust: about to run {call}; its pickle will call: {called}")
-        result.trusted_load = call
-        try:
-            loaded = torch.load(source, map_location="cpu", weights_only=False)
-        except Exception as exc:  # noqa: BLE001 - whatever the trusted pickle raised, say it in one line
-            raise CkinspectError(f"torch.load of {source} failed: {type(exc).__name__}: {exc}") from exc
-        built = _built_from_objects(loaded, keep, cast)
-    else:
-        tree = ckpt.tree if ckpt.tree is not None else {t.name: t for t in ckpt.tensors}
-        with _StorageReader(ckpt) as reader:
-            built = rebuild_tree(tree, reader.read, keep=keep, cast=cast)
-        if built.missing:
-            shown = ", ".join(n for n, _ in built.missing[:5])
-            count = len(built.missing)
-            raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({shown}); try ckinspect salvage")
-    for path, why in built.dropped:
-        result.notes.append(f"{path}: {why}; left out")
+def _trusted_build(ckpt: Checkpoint, unsafe: list[Finding], select: _Selection, announce: Callable[[str], None]):
+    """--trust: say exactly what is about to run, then run torch.load on it."""
+    import torch
+
+    source = select.result.source
+    call = f"torch.load({str(source)!r}, map_location='cpu', weights_only=False)"
+    called = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
+    announce(f"--trust: about to run {call}; its pickle will call: {called}")
+    select.result.trusted_load = call
+    try:
+        loaded = torch.load(source, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - whatever the trusted pickle raised, say it in one line
+        raise CkinspectError(f"torch.load of {source} failed: {type(exc).__name__}: {exc}") from exc
+    return _built_from_objects(loaded, select.keep, select.cast)
+
+
+def _safe_build(ckpt: Checkpoint, select: _Selection):
+    """The tree rebuilt from our own reading of the file, tensors from their raw bytes."""
+    from ckinspect.ops.torchio import rebuild_tree
+
+    tree = ckpt.tree if ckpt.tree is not None else {t.name: t for t in ckpt.tensors}
+    with _StorageReader(ckpt) as reader:
+        built = rebuild_tree(tree, reader.read, keep=select.keep, cast=select.cast)
+    if built.missing:
+        shown = ", ".join(n for n, _ in built.missing[:5])
+        count = len(built.missing)
+        source = select.result.source
+        raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({shown}); try ckinspect salvage")
+    return built
+
+
+def _narrowed(built: Any, result: ConvertResult) -> tuple[Any, list[tuple[str, Any]]]:
+    """With --only, the one subtree every kept tensor lies under (if any), names relative to it."""
     tree, names = built.tree, built.tensors
-    if only:
-        prefix = _common_subtree(tree, [n for n, _ in names])
-        if prefix:
-            tree = _get(tree, prefix)
-            names = [(n[len(prefix) + 1 :], t) for n, t in names]
-            result.subtree = prefix
-            result.notes.append(f"wrote the `{prefix}` subtree only (tensor names without the `{prefix}.` prefix)")
-    if not names:
-        raise CkinspectError(f"nothing to write: no tensors in group(s) {', '.join(only or [])}")
-    if dtype and result.cast:  # dtype set: target is its torch dtype
+    prefix = _common_subtree(tree, [n for n, _ in names])
+    if prefix:
+        tree = _get(tree, prefix)
+        names = [(n[len(prefix) + 1 :], t) for n, t in names]
+        result.subtree = prefix
+        result.notes.append(f"wrote the `{prefix}` subtree only (tensor names without the `{prefix}.` prefix)")
+    return tree, names
+
+
+def _write_safetensors(result: ConvertResult, tree: Any, names: list[tuple[str, Any]]) -> int:
+    """Tensors to safetensors; top-level scalars become its metadata, other values are left out (noted)."""
+    from ckinspect.ops.torchio import tensors_to_safetensors
+
+    scalars = _scalars(tree)
+    reserved = {"format": "pt", "converted_from": result.source.name}
+    metadata = {**{(f"checkpoint_{k}" if k in reserved else k): v for k, v in scalars.items()}, **reserved}
+    skipped = _count_non_tensors(tree) - len(scalars)
+    if skipped > 0:
         result.notes.append(
-            f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)"
+            f"safetensors holds tensors only: {skipped} other value(s) (hyperparameters, config ...) left out"
         )
-    if out_format == "safetensors":
-        scalars = _scalars(tree)
-        reserved = {"format": "pt", "converted_from": source.name}
-        metadata = {**{(f"checkpoint_{k}" if k in reserved else k): v for k, v in scalars.items()}, **reserved}
-        skipped = _count_non_tensors(tree) - len(scalars)
-        if skipped > 0:
-            result.notes.append(
-                f"safetensors holds tensors only: {skipped} other value(s) (hyperparameters, config ...) left out"
-            )
-        if scalars:
-            result.notes.append(f"top-level scalars kept as metadata: {', '.join(sorted(scalars))}")
-        result.out_bytes, shared = tensors_to_safetensors(out, names, metadata)
-        result.notes += shared
-    else:
-        result.out_bytes = save_torch(out, tree)
-    result.tensors = len(names)
-    return result
+    if scalars:
+        result.notes.append(f"top-level scalars kept as metadata: {', '.join(sorted(scalars))}")
+    out_bytes, shared = tensors_to_safetensors(result.out, names, metadata)
+    result.notes += shared
+    return out_bytes
 
 
 def _groups(ckpt: Checkpoint) -> dict[str, str]:
