@@ -45,6 +45,9 @@ and the TUI imports `dataclasses` through Textual anyway).
 
 from __future__ import annotations
 
+import math
+import os
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -177,6 +180,10 @@ class Record(metaclass=RecordType):
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
         return f"{type(self).__name__}({fields})"
 
+    def to_json(self) -> dict[str, Any]:
+        """The public fields by name, for JSON: paths as str, inf and NaN as null (JSON has neither)."""
+        return {name: _jsonable(getattr(self, name)) for name in self._fields}
+
     def replace(self, **changes: Any) -> Self:
         """A copy with some fields changed, like dataclasses.replace."""
         unknown = changes.keys() - set(self._fields)
@@ -188,3 +195,9 @@ class Record(metaclass=RecordType):
                 if hasattr(self, name):
                     object.__setattr__(clone, name, changes[name] if name in changes else getattr(self, name))
         return clone
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return os.fspath(value) if isinstance(value, os.PathLike) else value

@@ -36,20 +36,6 @@ class ConvertResult(Record):
     notes: list[str] = field(default_factory=list)
     trusted_load: str = ""  # the torch.load call that was run under --trust
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": str(self.source),
-            "out": str(self.out),
-            "source_format": self.source_format,
-            "out_format": self.out_format,
-            "tensors": self.tensors,
-            "out_bytes": self.out_bytes,
-            "subtree": self.subtree,
-            "cast": self.cast,
-            "notes": self.notes,
-            "trusted_load": self.trusted_load,
-        }
-
 
 def convert(
     source: str | os.PathLike[str],
