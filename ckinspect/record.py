@@ -1,6 +1,6 @@
 """`Record`: the one record style of ckinspect. Fields are annotations, `__init__` is generated.
 
-    class TensorInfo(Record):
+    class Part(Record):
         name: str
         dtype: str
         storage_offset: int = 0
@@ -15,25 +15,38 @@ through `dataclass_transform`. Value records (TensorInfo, Finding ...) are never
 (`replace` makes a changed copy; the anatomy memo relies on it); records filled in step by step
 (Checkpoint, Layout ...) set `__hash__ = None`.
 
-Why this style, measured on this 2-core machine (bench/bench_records.py, Python 3.11, medians):
-                                  hand-written  generated  @dataclass     NamedTuple
-                                  (was Record)  (Record)   (slots=True)
-    50,000 TensorInfo built       29 ms         29 ms      33 ms          40 ms
-    bytes per instance            112           112        112            104
-    defining a 7-field class      0.05 ms       0.11 ms    0.56 ms        0.18 ms
-    importing the machinery       0             0          9.4 ms         0 (in collections)
-`ckinspect --report --quick --format json samples/resumed-60/tiny_resume.pth` imports 20 records;
-under `python -X importtime` ckinspect's own imports took 33.5 ms before and 33.6 ms after
-(median of 11 runs). The generated `__init__` is byte for byte the hand-written one, so building
-is as fast; it costs ~0.06 ms more per class than writing it out, and spares every record its
-`self.x = x` lines (10 of the 14 repeated blocks `duplicates` found). `@dataclass` would cost an
-import of `dataclasses` + `inspect` and half a millisecond a class on the report path, and its
-`__init__` is slower with slots; tuples cannot refuse `__setstate__` (TensorInfo must) nor hold
-private state. Textual messages stay `@dataclass` subclasses of `Message` (Textual's own style;
-the TUI imports `dataclasses` through Textual anyway).
+Why this style: measured on this project's 2-core machine while it ran other jobs (load average
+~16), so only the relative figures mean much. `python bench/bench_records.py --rounds 15`, best of
+15 fresh processes per style, a TensorInfo-shaped class (7 fields, 2 defaults):
+                         generated Record  hand-written  @dataclass(slots)  NamedTuple
+    50,000 built (no gc)      80 ms           74 ms          70 ms            143 ms
+    bytes per instance        88              88             88               104
+    defining the class        0.19 ms         0.04 ms        0.89 ms          0.28 ms
+In one process the generated and the hand-written `__init__` build 50,000 in 100 and 110 ms (their
+bytecode is identical); the table's spread between the first three is noise. `@dataclass` would
+also import `dataclasses` (and `inspect`) on the report path, which tests/report/test_import_hygiene.py
+keeps free of it; tuples are 18% bigger, slower to build, and cannot refuse `__setstate__` (TensorInfo
+must) nor hold private state. The cost of generating is compiling: so each class compiles its
+`__init__` on its first construction. `ckinspect --report --quick --format json
+samples/resumed-60/tiny_resume.pth` builds 12 of the 17 record classes it imports; compiling their
+`__init__`s took 13 ms of its 324 ms in-process run at that load (24 ms for all 17 compiled at
+import); the whole command took a median 873 ms against 831 ms for the hand-written records (15
+interleaved runs each; best runs 455 and 612 ms: within the noise). In exchange no record spells out
+`self.x = x` (10 of the 14 repeated blocks `duplicates` found) and the fields are declared once.
+
+The exceptions, on purpose: `io.zipdir.ZipMember` stays a tuple subclass, built by `tuple.__new__`
+in the central-directory loop with no Python frame (16% faster than any `__init__` on 50,000
+members, and that reader's speed is a promise); the restricted unpickler's stand-ins (`StorageRef`,
+`_StorageType`, `Opaque` ...) stay hand-slotted, since a hostile pickle holds them and they refuse
+`__setattr__`; the TUI's `Row`s compute their cells lazily; Textual messages are `@dataclass`
+subclasses of `Message` (Textual's own style: the generated `__init__` ends in `Message.__post_init__`,
+and the TUI imports `dataclasses` through Textual anyway).
 """
 
 from __future__ import annotations
+
+import math
+import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -99,8 +112,17 @@ class RecordType(type):
         cls._specs = {**inherited, **own}
         cls._fields = tuple(f for f in cls._specs if not f.startswith("_"))
         if own and "__init__" not in ns:
-            cls.__init__ = _generated_init(cls)  # type: ignore[misc]
+            setattr(cls, "__init__", _compile_on_first_call)  # noqa: B010 - the class's __init__, not an instance's
         return cls
+
+
+def _compile_on_first_call(self: Any, *args: Any, **kwargs: Any) -> None:
+    """A record class's first construction compiles its __init__ (classes a run never builds never pay)."""
+    cls = type(self)
+    owner = next(c for c in cls.__mro__ if c.__dict__.get("__init__") is _compile_on_first_call)
+    init = _generated_init(owner)  # type: ignore[arg-type]  # a class of the RecordType metaclass
+    setattr(owner, "__init__", init)  # noqa: B010
+    init(self, *args, **kwargs)
 
 
 def _generated_init(cls: RecordType) -> Callable[..., None]:
@@ -131,7 +153,7 @@ def _generated_init(cls: RecordType) -> Callable[..., None]:
     if hasattr(cls, "__post_init__"):
         body.append("self.__post_init__()")
     source = f"def __init__(self, {', '.join(params)}) -> None:\n    " + "\n    ".join(body or ["pass"])
-    exec(compile(source, f"<record {cls.__qualname__}>", "exec"), env)
+    exec(compile(source, f"<record {cls.__qualname__}>", "exec", dont_inherit=True), env)
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
@@ -158,6 +180,10 @@ class Record(metaclass=RecordType):
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
         return f"{type(self).__name__}({fields})"
 
+    def to_json(self) -> dict[str, Any]:
+        """The public fields by name, for JSON: paths as str, inf and NaN as null (JSON has neither)."""
+        return {name: _jsonable(getattr(self, name)) for name in self._fields}
+
     def replace(self, **changes: Any) -> Self:
         """A copy with some fields changed, like dataclasses.replace."""
         unknown = changes.keys() - set(self._fields)
@@ -169,3 +195,9 @@ class Record(metaclass=RecordType):
                 if hasattr(self, name):
                     object.__setattr__(clone, name, changes[name] if name in changes else getattr(self, name))
         return clone
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return os.fspath(value) if isinstance(value, os.PathLike) else value

@@ -48,15 +48,6 @@ class RoundTrip(Record):
         self.underflow += other.underflow
         self.changed += other.changed
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "max_abs": finite_or_none(self.max_abs),
-            "max_rel": finite_or_none(self.max_rel),
-            "overflow": self.overflow,
-            "underflow": self.underflow,
-            "changed": self.changed,
-        }
-
 
 class TensorDrift(Record):
     __hash__ = None  # type: ignore[assignment]  # changed after it is built

@@ -41,15 +41,9 @@ class SalvageResult(Record):
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "source": str(self.source),
-            "out": str(self.out),
-            "source_format": self.source_format,
-            "out_format": self.out_format,
-            "recovered": self.recovered,
+            **super().to_json(),
             "missing": [{"tensor": n, "why": w} for n, w in self.missing],
             "dropped": [{"path": n, "why": w} for n, w in self.dropped],
-            "notes": self.notes,
-            "out_bytes": self.out_bytes,
         }
 
 
