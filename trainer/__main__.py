@@ -1,4 +1,4 @@
-"""python -m trainer train|verify|samples (see design.md, "Trainer contract")."""
+"""python -m trainer train|verify|samples (README, "The trainer")."""
 
 from __future__ import annotations
 
@@ -49,10 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     samples.add_argument("--out", metavar="DIR", help="default: samples/ beside the trainer package")
 
     args = parser.parse_args(argv)
+    from ckinspect.optional import has_torch, needs_torch_message
+
+    if not has_torch():  # torch is the `ckinspect[torch]` extra; a reporting-only install has none
+        print(f"trainer: error: {needs_torch_message('the trainer')}", file=sys.stderr)
+        return 2
     from trainer.train import TrainerError
 
     try:
         if args.command == "train":
+            from trainer.train import Playing
             from trainer.train import train as run_train
 
             if args.resume is None and (args.fresh_optimizer or args.rewind_data or args.weights_from):
@@ -70,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 rewind_data=args.rewind_data,
                 weights_from=args.weights_from,
                 save_format=args.save_format,
-                step_delay=args.step_delay,
-                nan_at=args.nan_at,
-                save_delay=args.save_delay,
+                play=Playing(args.step_delay, args.save_delay, args.nan_at),
             )
             return 0
         if args.command == "verify":

@@ -2,7 +2,9 @@
 
 The path alone on stdout and exit 0, so that a launch script can `--resume "$(ckinspect last-good runs/)"`;
 exit 1 (and one line on stderr saying why) when no checkpoint qualifies. `--format json|markdown` lists
-every candidate with its verdict and reasons. `--verify` adds the full CRC and value scan.
+every candidate with its verdict and reasons; `sarif` carries the candidates' findings (code scanning),
+`junit` a testcase per candidate that fails by the reasons it is no resume point. `--verify` adds the
+full CRC and value scan.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import sys
 
 from ckinspect.analysis.runs import last_good
-from ckinspect.commands.emit import emit, envelope
+from ckinspect.commands.emit import emit, envelope, render_ci
 from ckinspect.fmt import printable
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
@@ -28,6 +30,11 @@ def run(args: argparse.Namespace) -> int:
         from ckinspect.report.run_report import markdown_section
 
         emit("\n".join(["## ckinspect last-good", "", *markdown_section(result.to_json())]), args.output)
+    elif args.format in ("sarif", "junit"):
+        from ckinspect.report.subjects import from_runs
+
+        emit(render_ci(args.format, from_runs([result], candidates=True), args, f"ckinspect last-good {result.path}"),
+             args.output)  # fmt: skip
     elif best is not None:
         emit(str(best.path), args.output)  # the path as it is: a launch script passes it on
     if best is None:

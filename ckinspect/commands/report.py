@@ -10,10 +10,10 @@ import argparse
 from pathlib import Path
 
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.commands.emit import emit, text_layout
+from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
 from ckinspect.model import Checkpoint, fails
-from ckinspect.vocab import CkinspectError
+from ckinspect.vocab import CHECKPOINT_SUFFIXES, EXIT_OK, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,8 +22,12 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     targets = find_checkpoints(args.paths)
+    if getattr(args, "checkpoints_only", False):
+        targets = [t for t in targets if t.kind != "file" or is_checkpoint(t.path)]
     orphans = unfinished_saves(args.paths, known={Path(t.path) for t in targets})
     if not targets and not orphans:
+        if getattr(args, "checkpoints_only", False):
+            return EXIT_OK  # a commit of source files and pictures: nothing for us to say
         raise CkinspectError(f"no checkpoint found in {', '.join(map(str, args.paths))}")
     checkpoints = [_inspect(target, args, index, len(targets)) for index, target in enumerate(targets)]
     for orphan in orphans:
@@ -53,6 +57,18 @@ def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool) -> l
             judge_run(run, reader)
             runs.append(run)
     return runs
+
+
+def is_checkpoint(path: Path) -> bool:
+    """A file to judge: a checkpoint's suffix (then whatever it holds is judged: a damaged `.pt` is CORRUPT), or
+    content that sniffs as a checkpoint under any name (a pickle named `notes.txt` is still scanned). Anything
+    else (a picture, a wheel, source) is not ours to judge."""
+    from ckinspect.formats.sniff import sniff
+
+    return path.suffix.lower() in _SUFFIX_SAYS_CHECKPOINT or sniff(path) != "unknown"
+
+
+_SUFFIX_SAYS_CHECKPOINT = frozenset(CHECKPOINT_SUFFIXES) - {".tar"}  # a .tar is mostly just an archive: content decides
 
 
 def _inspect(target: Any, args: argparse.Namespace, index: int, count: int) -> Checkpoint:
@@ -107,9 +123,12 @@ def _repair_would(action: Any) -> str:
 
 
 def render(checkpoints: list[Checkpoint], args: argparse.Namespace, runs: list[Any] | None = None) -> str:
-    from ckinspect.report import json_report
+    from ckinspect.report import json_report, subjects
 
     fmt = args.format
+    if fmt in ("sarif", "junit"):
+        found = subjects.merge(subjects.from_checkpoints(checkpoints), subjects.from_runs(runs or []))
+        return render_ci(fmt, found, args, "ckinspect report")
     report = json_report.build(checkpoints)
     if runs:
         report["runs"] = [run.to_json() for run in runs]

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ckinspect.fmt import human_bytes, printable
+from ckinspect.fmt import human_bytes, md_code, md_text, printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,22 +76,20 @@ def text_section(run: Mapping[str, Any]) -> RenderableType:
 
 
 def markdown_section(run: Mapping[str, Any]) -> list[str]:
-    from ckinspect.report.markdown import cell, code
-
-    out = [f"### Run {code(printable(run['path']))}", "", f"**{cell(verdict_line(run))}**", ""]
+    out = [f"### Run {md_code(printable(run['path']))}", "", f"**{md_text(verdict_line(run))}**", ""]
     out += [
         "| | checkpoint | framework | step | time | size | verdict | reasons |",
         "|---|---|---|--:|---|--:|---|---|",
     ]
     for ckpt in run["checkpoints"]:
         mark = LAST_GOOD_MARK if ckpt["path"] == run.get("last_good") else ""
-        reasons = "<br>".join(cell(printable(r)) for r in ckpt["reasons"]) or "–"
+        reasons = "<br>".join(md_text(printable(r)) for r in ckpt["reasons"]) or "–"
         step = "" if ckpt["step"] is None else ckpt["step"]
         out.append(
-            f"| {mark} | {code(shown_path(ckpt['path'], run['path']))} | {ckpt['framework']} | {step} "
+            f"| {mark} | {md_code(shown_path(ckpt['path'], run['path']))} | {ckpt['framework']} | {step} "
             f"| {when(ckpt['time'])} | {human_bytes(ckpt['size'])} | {ckpt['verdict'] or 'not read'} | {reasons} |"
         )
     for finding in run["findings"]:
-        out.append(f"\n❌ `{finding['code']}` {cell(printable(finding['message']))}")
+        out.append(f"\n❌ `{finding['code']}` {md_text(printable(finding['message']))}")
     out.append("")
     return out

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 SINGLE_FILE = ("file", "lightning", "trainer")
 # A checkpoint with several reasons gets the verdict of the worst.
 WORST_FIRST = (UNSAFE, INCOMPLETE, DAMAGED, NOT_RESUMABLE)
+WEIGHTS_ONLY = "weights only: no optimizer state or step to resume from"
 # Parts read as JSON or text by the recognisers; their problems are already the checkpoint's findings.
 RECORD_ROLES = ("state", "pointer")
 
@@ -72,25 +73,28 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
         steps = [p.checkpoint.metadata.get("step") for p in ckpt.parts if p.checkpoint is not None]
         ckpt.step = next((s for s in steps if isinstance(s, int) and not isinstance(s, bool)), None)
 
-    reasons: list[tuple[str, str]] = []  # (verdict, reason)
+    against: list[tuple[str, Finding]] = []  # (verdict, the finding that gives it)
     for finding in ckpt.findings:
         if finding.code in VERDICT_OF:
-            reasons.append((VERDICT_OF[finding.code], f"{finding.code}: {finding.message}"))
+            against.append((VERDICT_OF[finding.code], finding))
     ckpt.notes = [n for n in ckpt.notes if not n.startswith("never loaded on resume")]
     for part in ckpt.parts:
-        where = _shown(part.path, ckpt.path)
+        where = ckpt.part_name(part)
         for finding in part.findings:
             if finding.code not in VERDICT_OF or finding.code == "LEFTOVER_TMP":
                 continue  # a tmp beside a whole file is another save's; the file is judged on its own bytes
             if part.loaded:
-                reasons.append((VERDICT_OF[finding.code], f"{finding.code}: {where}: {finding.message}"))
+                against.append((VERDICT_OF[finding.code], finding.replace(message=f"{where}: {finding.message}")))
             else:
                 ckpt.notes.append(f"never loaded on resume, so not held against it: {where}: {finding.code}: "
                                   f"{finding.message}")  # fmt: skip
-    if not reasons and not _resumable(ckpt):
-        reasons.append((NOT_RESUMABLE, "weights only: no optimizer state or step to resume from"))
-    ckpt.reasons = [text for _, text in reasons]
-    ckpt.verdict = min((v for v, _ in reasons), key=WORST_FIRST.index, default=GOOD)
+    ckpt.reasons = [f"{finding.code}: {finding.message}" for _, finding in against]
+    if not against and not _resumable(ckpt):
+        # no finding (a weights file is not a damaged resume file), but nothing to resume from either
+        against.append((NOT_RESUMABLE, Finding("RESUME_INCOMPLETE", WEIGHTS_ONLY)))
+        ckpt.reasons = [WEIGHTS_ONLY]
+    ckpt.held_against = [finding for _, finding in against]
+    ckpt.verdict = min((v for v, _ in against), key=WORST_FIRST.index, default=GOOD)
     return ckpt
 
 
@@ -128,10 +132,3 @@ def _resumable(ckpt: RunCheckpoint) -> bool:
         return True
     opened = [p.checkpoint for p in ckpt.parts if p.checkpoint is not None]
     return any(any(t.group == "optimizer" for t in c.tensors) and c.metadata.get("step") is not None for c in opened)
-
-
-def _shown(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root)) if path != root else path.name
-    except ValueError:
-        return path.name

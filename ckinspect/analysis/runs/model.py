@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from ckinspect.model import Checkpoint, Finding
-from ckinspect.record import Record
+from ckinspect.record import Record, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,21 +47,13 @@ def step_in_name(name: str) -> int | None:
 class Part(Record):
     """One file of a checkpoint."""
 
-    __slots__ = ("path", "role", "loaded", "checkpoint", "findings")
+    __hash__ = None  # type: ignore[assignment]  # read when its checkpoint is judged
 
-    def __init__(
-        self,
-        path: Path,
-        role: str,  # model, optimizer, rng, scheduler, state, settings, index, pointer, data
-        loaded: bool = True,  # the framework reads it when it resumes; a part it never loads cannot disqualify
-        checkpoint: Checkpoint | None = None,  # the reader's view, once judged (not for JSON/text parts)
-        findings: list[Finding] | None = None,
-    ) -> None:
-        self.path = path
-        self.role = role
-        self.loaded = loaded
-        self.checkpoint = checkpoint
-        self.findings = [] if findings is None else findings
+    path: Path
+    role: str  # model, optimizer, rng, scheduler, state, settings, index, pointer, data
+    loaded: bool = True  # the framework reads it when it resumes; a part it never loads cannot disqualify
+    checkpoint: Checkpoint | None = None  # the reader's view, once judged (not for JSON/text parts)
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -75,48 +67,23 @@ class Part(Record):
 class RunCheckpoint(Record):
     """One resume point of a run: a file, a DCP folder, an HF `checkpoint-N/`, a DeepSpeed tag ..."""
 
-    __slots__ = (
-        "path",
-        "framework",
-        "step",
-        "parts",
-        "findings",
-        "verdict",
-        "reasons",
-        "notes",
-        "time",
-        "size",
-        "_counts",
-        "_deferred",
-    )
     __hash__ = None  # type: ignore[assignment]  # filled in by its recogniser, then judged
 
-    def __init__(
-        self,
-        path: Path,
-        framework: str,  # deepspeed, hf-trainer, accelerate, megatron, dcp, lightning, trainer, sharded, file
-        step: int | None = None,
-        parts: list[Part] | None = None,
-        findings: list[Finding] | None = None,  # from its records: MISSING_PARTS, PARTS_DISAGREE, unfinished saves
-        verdict: str = "",
-        reasons: list[str] | None = None,  # why it is not good, one line each
-        notes: list[str] | None = None,  # what was seen and does not disqualify (a part never loaded ...)
-        time: float = 0.0,  # newest modification time of its parts (seconds since the epoch)
-        size: int = 0,
-    ) -> None:
-        self.path = path
-        self.framework = framework
-        self.step = step
-        self.parts = [] if parts is None else parts
-        self.findings = [] if findings is None else findings
-        self.verdict = verdict
-        self.reasons = [] if reasons is None else reasons
-        self.notes = [] if notes is None else notes
-        self.time = time
-        self.size = size
-        # files per kind (rank files, model files ...), to compare with the run's other checkpoints
-        self._counts: dict[str, int] = {}
-        self._deferred: list[Any] = []  # reading its records waits until it is judged (newest first)
+    path: Path
+    framework: str  # deepspeed, hf-trainer, accelerate, megatron, dcp, lightning, trainer, sharded, file
+    step: int | None = None
+    parts: list[Part] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # from its records: MISSING_PARTS, PARTS_DISAGREE ...
+    verdict: str = ""
+    reasons: list[str] = field(default_factory=list)  # why it is not good, one line each
+    # the same reasons as findings (a part's located by the part's path in the message), for JUnit's failures
+    held_against: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was seen and does not disqualify (a part never loaded ...)
+    time: float = 0.0  # newest modification time of its parts (seconds since the epoch)
+    size: int = 0
+    # files per kind (rank files, model files ...), to compare with the run's other checkpoints
+    _counts: dict[str, int] = field(default_factory=dict, init=False)
+    _deferred: list[Any] = field(default_factory=list, init=False)  # its records are read when it is judged
 
     @property
     def counts(self) -> dict[str, int]:
@@ -156,6 +123,20 @@ class RunCheckpoint(Record):
     def good(self) -> bool:
         return self.verdict == GOOD
 
+    def part_name(self, part: Part) -> str:
+        """A part as the checkpoint's reasons name it: its path inside the checkpoint's folder, or its file name."""
+        try:
+            return str(part.path.relative_to(self.path)) if part.path != self.path else part.path.name
+        except ValueError:
+            return part.path.name
+
+    def located_findings(self) -> list[Finding]:
+        """Its own findings, then each part's with the part named in the message."""
+        out = list(self.findings)
+        for part in self.parts:
+            out += [f.replace(message=f"{self.part_name(part)}: {f.message}") for f in part.findings]
+        return out
+
     def all_findings(self) -> list[Finding]:
         out = list(self.findings)
         for part in self.parts:
@@ -182,13 +163,11 @@ class RunCheckpoint(Record):
 class Run(Record):
     """A folder of checkpoints, newest last, and what its pointers (`latest`, tracker files) say."""
 
-    __slots__ = ("path", "checkpoints", "findings")
     __hash__ = None  # type: ignore[assignment]
 
-    def __init__(self, path: Path, checkpoints: list[RunCheckpoint], findings: list[Finding] | None = None) -> None:
-        self.path = path
-        self.checkpoints = checkpoints
-        self.findings = [] if findings is None else findings
+    path: Path
+    checkpoints: list[RunCheckpoint]
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def last_good(self) -> RunCheckpoint | None:

@@ -9,8 +9,8 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
+from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.core import human_bytes, shape_text
 
 
 class TensorTree(Tree[str]):
