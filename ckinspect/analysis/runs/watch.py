@@ -137,7 +137,7 @@ class Follower:
         now = self.clock()
         out: list[Event] = []
         seen: set[str] = set()
-        for ckpt in run.checkpoints:
+        for ckpt in sorted(run.checkpoints, key=_order):
             key = str(ckpt.path)
             seen.add(key)
             files = signature(ckpt)
@@ -338,6 +338,12 @@ def _parts(ckpt: RunCheckpoint) -> dict[str, Checkpoint]:
         rel = os.path.relpath(part.path, ckpt.path) if part.path != ckpt.path else "."
         out[STEP_DIGITS.sub("#", rel)] = part.checkpoint
     return out
+
+
+def _order(ckpt: RunCheckpoint) -> tuple[int, float, str]:
+    """Oldest first, by step; a save whose records are unread yet (a tmp alone) by the step in its name."""
+    step = ckpt.step if ckpt.step is not None else step_in_name(ckpt.path.name)
+    return (step if step is not None else -1, ckpt.time, str(ckpt.path))
 
 
 def _structure_broken(event: Event) -> bool:
