@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ckinspect.tui.app import CkinspectApp
 
 VERDICT_STYLE = {"good": "green", "not-resumable": "yellow", "": "dim"}  # every other verdict is red
-TIMELINE_COLUMNS = ("#", "step", "checkpoint", "verdict", "Δstep", "model update", "optimizer update", "findings")
+TIMELINE_COLUMNS = ("#", "step", "checkpoint", "verdict", "findings", "Δstep", "model update", "optimizer update")
 
 
 class WatchScreen(Screen[None]):
@@ -130,10 +130,10 @@ class WatchScreen(Screen[None]):
             str(event["step"]) if event["step"] is not None else "?",
             shown(event["path"], str(self.run_dir)),
             Text(verdict, style=VERDICT_STYLE.get(event["verdict"] or "", "red")),
+            Text(", ".join(codes), style="red" if codes else ""),
             str(updates.get("step_delta")) if updates.get("step_delta") is not None else "",
             ratio_text(groups.get("model", {}).get("ratio")) if groups else "",
             ratio_text(groups.get("optimizer", {}).get("ratio")) if groups else "",
-            Text(", ".join(codes), style="red" if codes else ""),
             key=str(event["index"]),
         )
         table.move_cursor(row=table.row_count - 1)
