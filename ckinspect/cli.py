@@ -204,6 +204,9 @@ def _watch_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("--output", "-o", metavar="FILE", help="append the lines to FILE instead of stdout")
     watch.add_argument("--quick", action="store_true", help="structure only: skip the CRC and value scan")
+    watch.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="read up to N waiting checkpoints at once (default: 1)"
+    )
     return watch
 
 

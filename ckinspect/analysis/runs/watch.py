@@ -117,8 +117,10 @@ class Follower:
         settle: float = DEFAULT_SETTLE,
         verify: bool = True,
         clock: Callable[[], float] = time.time,
+        jobs: int = 1,
     ) -> None:
         self.run_dir = run_dir
+        self.jobs = max(1, jobs)
         self.settle = settle
         self.verify = verify
         self.clock = clock
@@ -135,8 +137,8 @@ class Follower:
         still being written (as IN_PROGRESS events, without findings) instead of waiting for them."""
         run = collect(self.run_dir)
         now = self.clock()
-        out: list[Event] = []
         seen: set[str] = set()
+        plan: list[tuple[RunCheckpoint, Signature, str, bool]] = []  # (checkpoint, files, kind, quiet)
         for ckpt in sorted(run.checkpoints, key=_order):
             key = str(ckpt.path)
             seen.add(key)
@@ -144,15 +146,21 @@ class Follower:
             if self.judged.get(key) == files:
                 continue  # judged already, and not written again since
             finished = is_finished(ckpt)
-            quiet = now - newest_change(files) >= self.settle and self.waiting.get(key) in (files, None)
-            if once:
-                quiet = now - newest_change(files) >= self.settle
+            quiet = now - newest_change(files) >= self.settle and (once or self.waiting.get(key) in (files, None))
             if not finished and not quiet:
                 self.waiting[key] = files
                 if once:
-                    out.append(self._event(Event(IN_PROGRESS, ckpt)))
+                    plan.append((ckpt, files, IN_PROGRESS, False))
                 continue
-            event = self._judge(ckpt, files, JUDGED if finished else ABANDONED)
+            plan.append((ckpt, files, JUDGED if finished else ABANDONED, quiet))
+        self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
+        out: list[Event] = []
+        for ckpt, files, kind, quiet in plan:
+            key = str(ckpt.path)
+            if kind == IN_PROGRESS:
+                out.append(self._event(Event(IN_PROGRESS, ckpt)))
+                continue
+            event = self._judge(ckpt, files, kind)
             if event.kind == JUDGED and not quiet and _structure_broken(event):
                 # finished by its marker, yet broken the way a save in flight looks: look again once quiet
                 self.waiting[key] = files
@@ -168,6 +176,22 @@ class Follower:
                 del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
         return out
 
+    def _read_all(self, checkpoints: list[RunCheckpoint]) -> None:
+        """The run's judge on each (structure, CRC, value scan): `jobs` at a time, so a backlog of saves is
+        read in parallel; comparing and the anomalies follow in order, one by one."""
+
+        def read(ckpt: RunCheckpoint) -> None:
+            judge(ckpt, Reader(verify=self.verify))
+
+        if self.jobs > 1 and len(checkpoints) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(self.jobs, len(checkpoints)), thread_name_prefix="ckinspect-watch") as pool:
+                list(pool.map(read, checkpoints))
+        else:
+            for ckpt in checkpoints:
+                read(ckpt)
+
     def _event(self, event: Event) -> Event:
         self.events += 1
         event.index = self.events
@@ -176,8 +200,7 @@ class Follower:
     # ------------------------------------------------------------------------------------------ judging
 
     def _judge(self, ckpt: RunCheckpoint, files: Signature, kind: str) -> Event:
-        reader = Reader(verify=self.verify)
-        judge(ckpt, reader)
+        """The event of a checkpoint the judge has read: its findings, the comparison, the anomalies."""
         # a tmp beside a whole part is the next save in flight: this watch reports that save on its own
         own = ckpt.findings + [f for p in ckpt.parts for f in p.findings if f.code != "LEFTOVER_TMP"]
         event = Event(kind, ckpt, findings=_unique(own))

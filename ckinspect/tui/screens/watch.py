@@ -51,9 +51,11 @@ class WatchScreen(Screen[None]):
 
         mode: str
 
-    def __init__(self, run_dir: Path, settle: float = 30.0, interval: float = 1.0, poll: bool = False) -> None:
+    def __init__(
+        self, run_dir: Path, settle: float = 30.0, interval: float = 1.0, poll: bool = False, jobs: int = 1
+    ) -> None:
         super().__init__()
-        self.run_dir, self.settle, self.interval, self.poll = Path(run_dir), settle, interval, poll
+        self.run_dir, self.settle, self.interval, self.poll, self.jobs = Path(run_dir), settle, interval, poll, jobs
         self.stop = threading.Event()
         self.events: list[dict[str, Any]] = []
         self.ratios: dict[str, list[float]] = {group: [] for group in RATIO_GROUPS}
@@ -85,7 +87,7 @@ class WatchScreen(Screen[None]):
         from ckinspect.analysis.runs.watch import Follower
         from ckinspect.io.changes import Changes
 
-        follower = Follower(self.run_dir, settle=self.settle, verify=not self.app.quick)
+        follower = Follower(self.run_dir, settle=self.settle, verify=not self.app.quick, jobs=self.jobs)
         changes = Changes(self.run_dir, interval=self.interval, poll=self.poll)
         self.post_message(self.Following(changes.mode + (f" ({changes.why})" if changes.why else "")))
         for event in follower.poll():

@@ -206,3 +206,23 @@ def test_update_ratios_are_the_norms_of_the_change(tmp_path):
     squares = sum(float((s["exp_avg_sq"].double() ** 2).sum()) for s in after["optimizer"]["state"].values())
     assert moments.count == 4 * 256
     assert moments.rms == pytest.approx(math.sqrt(squares / moments.count), rel=1e-12)
+
+
+def test_jobs_read_a_backlog_in_parallel_with_the_same_events(tmp_path):
+    for step in range(10, 70, 10):
+        save(tmp_path / f"ckpt-{step:04d}.pt", step, nan=step == 60, frozen_from={"layers.0.wk": 40})
+
+    def summary(jobs: int) -> list[tuple]:
+        events = Follower(tmp_path, settle=SETTLE, jobs=jobs).poll()
+        return [(e.index, e.step, e.checkpoint.verdict, codes(e), e.updates and e.updates.to_json()) for e in events]
+
+    one, three = summary(1), summary(3)
+    assert [s[:4] for s in three] == [
+        (1, 10, "good", []),
+        (2, 20, "good", []),
+        (3, 30, "good", []),
+        (4, 40, "good", []),
+        (5, 50, "good", ["LAYER_FROZEN"]),
+        (6, 60, "damaged", ["NONFINITE", "NONFINITE_ONSET"]),
+    ]
+    assert three == one
