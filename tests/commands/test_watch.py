@@ -4,6 +4,7 @@ and following a run live by file events and by polling."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ from ckinspect.commands.watch import follow, line_writer
 from ckinspect.io import changes
 from ckinspect.io.changes import EVENTS, POLLING, Changes
 from tests.analysis.runs.saves import age, half_written, save
+from tests.conftest import REPO, cli_env
 
 
 def lines_of(stdout: str) -> list[dict]:
@@ -139,3 +141,16 @@ def test_polling_without_watchfiles_or_on_a_network_filesystem(tmp_path, monkeyp
 
 def test_the_filesystem_type_of_a_folder_is_read_from_mountinfo(tmp_path):
     assert changes.filesystem_type(tmp_path) != ""
+
+
+def test_watch_report_never_imports_torch_or_textual(tmp_path):
+    """The headless watch reads checkpoints like every report does: no torch, and no TUI."""
+    for step in (10, 20):
+        save(tmp_path / f"ckpt-{step:04d}.pt", step)
+    code = (
+        "import sys; from ckinspect.cli import main; status = main(['watch', sys.argv[1], '--report', '--once']); "
+        "print(status, 'torch' in sys.modules, 'textual' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                            cwd=REPO, env=cli_env(), timeout=120)  # fmt: skip
+    assert result.stdout.splitlines()[-1] == "0 False False", result.stderr
