@@ -12,6 +12,7 @@ blocks through the one value decoder (io.values): memory does not grow with the 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from ckinspect.analysis.diff import _aligned, match_names, roles, value_blocks
@@ -145,13 +146,19 @@ def moment_of(name: str) -> str | None:
     return last if last in MOMENT_NAMES else None
 
 
-def compare_saves(previous: Checkpoint, current: Checkpoint) -> Updates:
-    """||Δw|| / ||w|| per group and model layer, the step delta and the moment statistics (see module doc)."""
+def compare_saves(previous: Checkpoint, current: Checkpoint, previous_files: Blobs | None = None) -> Updates:
+    """||Δw|| / ||w|| per group and model layer, the step delta and the moment statistics (see module doc).
+
+    `previous_files`: the previous save's files, opened when it was read. A trainer that saves again under
+    the same name replaces the file; descriptors opened before still read the older bytes.
+    """
     out = Updates(previous_step=_step(previous), step=_step(current))
     groups = roles(current)
     mine = {t.name: t for t in current.tensors}
     theirs = {t.name: t for t in previous.tensors}
-    with Blobs() as blobs_prev, Blobs() as blobs_cur:
+    with contextlib.ExitStack() as stack:
+        blobs_prev = previous_files if previous_files is not None else stack.enter_context(Blobs())
+        blobs_cur = stack.enter_context(Blobs())
         for before_name, now_name in match_names(previous, current):
             if before_name is None or now_name is None:
                 out.unpaired += 1

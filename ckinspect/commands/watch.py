@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_FINDINGS if any(fails(e.findings, args.fail_on) for e in events) else EXIT_OK
         return follow(follower, write, args.fail_on, interval=args.interval, poll=args.poll)
     finally:
+        follower.close()
         if out is not sys.stdout:
             out.close()
 

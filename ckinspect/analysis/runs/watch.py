@@ -37,6 +37,7 @@ from ckinspect.analysis.runs.judge import Reader, judge
 from ckinspect.analysis.runs.megatron import TRACKER
 from ckinspect.analysis.runs.model import GOOD, RunCheckpoint, read_text, step_in_name
 from ckinspect.analysis.updates import RATIO_GROUPS, Updates, compare_saves
+from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.model import Checkpoint, Finding
 from ckinspect.record import Record, field
 from ckinspect.vocab import DCP_METADATA, TMP_SUFFIX
@@ -104,6 +105,7 @@ class _Series(Record):
 
     path: Path | None = None  # the newest judged save
     parts: dict[str, Checkpoint] = field(default_factory=dict)  # its parts' listings, by part key
+    files: Blobs | None = None  # its files, held open: a save written again under its name replaces them
     ratios: dict[str, list[float]] = field(default_factory=dict)  # per group, per step, oldest first
     changing: set[str] = field(default_factory=set)  # model layers that changed at the last comparison
 
@@ -129,6 +131,13 @@ class Follower:
         self.series: dict[tuple[str, str, str], _Series] = {}
         self.nonfinite_seen: Path | None = None  # the first checkpoint holding NaN/Inf
         self.events = 0
+
+    def close(self) -> None:
+        """Close the files held open for the next comparison."""
+        for series in self.series.values():
+            if series.files is not None:
+                series.files.close()
+                series.files = None
 
     # ------------------------------------------------------------------------------------------ polling
 
@@ -169,7 +178,7 @@ class Follower:
                 continue
             self.judged[key] = files
             self.waiting.pop(key, None)
-            self._remember(ckpt, event)
+            self._remember(ckpt, event, files)
             out.append(self._event(event))
         for key in list(self.waiting):
             if key not in seen:
@@ -221,7 +230,7 @@ class Follower:
             before = series.parts.get(key)
             if before is None:
                 continue
-            updates = compare_saves(before, opened)
+            updates = compare_saves(before, opened, series.files)
             if total is None:
                 total = updates
             else:
@@ -232,14 +241,18 @@ class Follower:
             total.previous_step = step_in_name(series.path.name) if series.path.is_dir() else None
         return total
 
-    def _remember(self, ckpt: RunCheckpoint, event: Event) -> None:
+    def _remember(self, ckpt: RunCheckpoint, event: Event, files: Signature) -> None:
         if event.kind != JUDGED:
             return
         series = self.series.setdefault(series_key(ckpt), _Series())
         parts = _parts(ckpt)
         if not parts:
             return
-        series.path, series.parts = ckpt.path, parts
+        if series.files is not None:
+            series.files.close()
+        series.path, series.parts, series.files = ckpt.path, parts, _hold_open(ckpt, parts, files)
+        if series.files is None:
+            series.parts = {}  # replaced before it could be held open: nothing to compare the next save with
         updates = event.updates
         if updates is None:
             return
@@ -367,6 +380,24 @@ def _order(ckpt: RunCheckpoint) -> tuple[int, float, str]:
     """Oldest first, by step; a save whose records are unread yet (a tmp alone) by the step in its name."""
     step = ckpt.step if ckpt.step is not None else step_in_name(ckpt.path.name)
     return (step if step is not None else -1, ckpt.time, str(ckpt.path))
+
+
+def _hold_open(ckpt: RunCheckpoint, parts: dict[str, Checkpoint], files: Signature) -> Blobs | None:
+    """Open every file the parts' tensors live in, and check a single file is still the one judged (its inode)."""
+    blobs = Blobs()
+    try:
+        for opened in parts.values():
+            for storage in opened.storages.values():
+                blobs.fd(storage.file)
+        if ckpt.path.is_file():
+            inode = next((ino for name, _, _, ino in files if name == ckpt.path.name), None)
+            if inode is None or os.fstat(blobs.fd(ckpt.path)).st_ino != inode:
+                blobs.close()
+                return None
+    except (OSError, UnreadableStorage):
+        blobs.close()
+        return None
+    return blobs
 
 
 def _structure_broken(event: Event) -> bool:

@@ -90,13 +90,16 @@ class WatchScreen(Screen[None]):
         follower = Follower(self.run_dir, settle=self.settle, verify=not self.app.quick, jobs=self.jobs)
         changes = Changes(self.run_dir, interval=self.interval, poll=self.poll)
         self.post_message(self.Following(changes.mode + (f" ({changes.why})" if changes.why else "")))
-        for event in follower.poll():
-            self.post_message(self.CheckpointJudged(event.to_json()))
-        for _ in changes.wakeups(self.stop):
+        try:
             for event in follower.poll():
-                if self.stop.is_set():
-                    return
                 self.post_message(self.CheckpointJudged(event.to_json()))
+            for _ in changes.wakeups(self.stop):
+                for event in follower.poll():
+                    if self.stop.is_set():
+                        return
+                    self.post_message(self.CheckpointJudged(event.to_json()))
+        finally:
+            follower.close()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:

@@ -62,7 +62,12 @@ def test_a_file_saved_again_under_its_name_is_a_new_checkpoint(tmp_path):
     assert [e.step for e in watch.poll()] == [10]
     save(path, 20)  # the trainer's atomic replace: a new file under the same name
     [event] = watch.poll()
-    assert (event.step, event.previous, event.updates.step_delta) == (20, path, 10)
+    assert (event.step, event.previous, event.updates.step_delta, codes(event)) == (20, path, 10, [])
+    # compared with the bytes the replaced file held (kept open), not with itself
+    before, after = state(10)["model"], state(20)["model"]
+    delta = sum(float(((after[k].double() - before[k].double()) ** 2).sum()) for k in before)
+    base = sum(float((before[k].double() ** 2).sum()) for k in before)
+    assert event.updates.ratio("model") == pytest.approx(math.sqrt(delta / base), rel=1e-12)
     assert watch.poll() == []
 
 
