@@ -9,6 +9,8 @@ What a resume needs beyond weights, and where each piece lives in `<name>_resume
                batch generator and torch RNG state (rng[rank])
   world_size   to convert the step when the number of processes changes (MiniMind's rule)
   config, run  the model and run settings, so the file rebuilds its own model and schedule
+With --save-format dcp the same dict is a torch.distributed.checkpoint folder `<name>_step<N>/`
+instead: each rank writes its part, `.metadata` last.
 """
 
 from __future__ import annotations

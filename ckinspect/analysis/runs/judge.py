@@ -84,7 +84,7 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
             if finding.code not in VERDICT_OF or finding.code == "LEFTOVER_TMP":
                 continue  # a tmp beside a whole file is another save's; the file is judged on its own bytes
             if part.loaded:
-                against.append((VERDICT_OF[finding.code], finding.replace(message=f"{where}: {finding.message}")))
+                against.append((VERDICT_OF[finding.code], ckpt.located(finding, part)))
             else:
                 ckpt.notes.append(f"never loaded on resume, so not held against it: {where}: {finding.code}: "
                                   f"{finding.message}")  # fmt: skip

@@ -130,12 +130,15 @@ class RunCheckpoint(Record):
         except ValueError:
             return part.path.name
 
+    def located(self, finding: Finding, part: Part) -> Finding:
+        """A part's finding as the checkpoint's: the part named first, unless the part is the checkpoint."""
+        if part.path == self.path:
+            return finding
+        return finding.replace(message=f"{self.part_name(part)}: {finding.message}")
+
     def located_findings(self) -> list[Finding]:
-        """Its own findings, then each part's with the part named in the message."""
-        out = list(self.findings)
-        for part in self.parts:
-            out += [f.replace(message=f"{self.part_name(part)}: {f.message}") for f in part.findings]
-        return out
+        """Its own findings, then each part's, located."""
+        return [*self.findings, *(self.located(f, part) for part in self.parts for f in part.findings)]
 
     def all_findings(self) -> list[Finding]:
         out = list(self.findings)

@@ -221,6 +221,31 @@ def test_report_shows_the_run_view(ds_run, capsys):
     assert "| ★ | `global_step20` | deepspeed | 20 |" in markdown
 
 
+def test_report_sarif_and_junit_carry_what_the_runs_records_say(ds_run, capsys, monkeypatch, tmp_path):
+    """MISSING_PARTS from a checkpoint's records and from `latest` reach SARIF and JUnit, as they reach
+    the exit status: a missing rank file is no file the report could have judged."""
+    from tests.report.test_junit import parse
+    from tests.report.test_sarif import results, validate
+
+    (ds_run / "global_step30" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    (ds_run / "latest").write_text("global_step40")
+    monkeypatch.chdir(ds_run.parent)
+    assert main(["--report", "ds", "--quick", "--format", "sarif"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    validate(doc)
+    assert {r for r in results(doc) if r[3] == "error"} == {  # (each rank file alone is RESUME_INCOMPLETE)
+        ("MISSING_PARTS", "ds/global_step30", None, "error"),
+        ("MISSING_PARTS", "ds", None, "error"),
+    }
+    assert main(["--report", "ds", "--quick", "--format", "junit"]) == 1
+    suite, cases = parse(capsys.readouterr().out, tmp_path)
+    assert {name: failures for name, (failures, _) in cases.items() if failures} == {
+        "ds/global_step30": ["MISSING_PARTS"],
+        "ds": ["MISSING_PARTS"],
+    }
+    assert suite.failures == 2
+
+
 def test_last_good_usage_errors_are_one_line(tmp_path, capsys):
     assert main(["last-good", str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err == f"ckinspect: {tmp_path / 'nowhere'}: no such file or folder\n"
