@@ -31,7 +31,17 @@ if TYPE_CHECKING:
     from ckinspect.tui.app import CkinspectApp
 
 VERDICT_STYLE = {"good": "green", "not-resumable": "yellow", "": "dim"}  # every other verdict is red
-TIMELINE_COLUMNS = ("#", "step", "checkpoint", "verdict", "findings", "Δstep", "model update", "optimizer update")
+# (title, width): fixed widths, so a row arriving later never re-lays out the rows drawn before it
+TIMELINE_COLUMNS = (
+    ("#", 4),
+    ("step", 7),
+    ("checkpoint", 24),
+    ("verdict", 13),
+    ("findings", 24),
+    ("Δstep", 6),
+    ("model update", 12),
+    ("optimizer update", 16),
+)
 
 
 class WatchScreen(Screen[None]):
@@ -75,8 +85,8 @@ class WatchScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#timeline", DataTable)
-        for name in TIMELINE_COLUMNS:
-            table.add_column(name, key=name)
+        for name, width in TIMELINE_COLUMNS:
+            table.add_column(name, key=name, width=width)
         self.follow()
 
     def on_unmount(self) -> None:
