@@ -33,14 +33,14 @@ if TYPE_CHECKING:
 VERDICT_STYLE = {"good": "green", "not-resumable": "yellow", "": "dim"}  # every other verdict is red
 # (title, width): fixed widths, so a row arriving later never re-lays out the rows drawn before it
 TIMELINE_COLUMNS = (
-    ("#", 4),
-    ("step", 7),
-    ("checkpoint", 24),
+    ("#", 2),
+    ("step", 6),
+    ("checkpoint", 15),
     ("verdict", 13),
-    ("findings", 24),
-    ("Δstep", 6),
-    ("model update", 12),
-    ("optimizer update", 16),
+    ("findings", 13),
+    ("Δstep", 5),
+    ("model upd", 9),  # ||Δw||/||w|| since the save before
+    ("optim upd", 9),
 )
 
 
