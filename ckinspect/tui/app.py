@@ -17,7 +17,7 @@ THEMES = ("textual-dark", "textual-light")
 
 class CkinspectApp(App[int]):
     TITLE = "ckinspect"
-    CSS_PATH = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss"]
+    CSS_PATH = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss", "watch.tcss"]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),

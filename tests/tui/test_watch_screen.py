@@ -75,4 +75,4 @@ def test_watch_screen_snapshot(snap_compare, tmp_path, monkeypatch):
             await asyncio.sleep(0.05)
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=(170, 36), run_before=run_before)
+    assert snap_compare(app, terminal_size=(150, 36), run_before=run_before)

@@ -46,7 +46,6 @@ TIMELINE_COLUMNS = (
 
 class WatchScreen(Screen[None]):
     app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
-    CSS_PATH = "../watch.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.quit", "Quit", show=False)]
 
     @dataclass
