@@ -71,6 +71,7 @@ class TmpStatus(Record):
         "main_problem",
         "tmp_problem",
         "identical",
+        "tmp_danger",
     )
 
     def __init__(
@@ -85,6 +86,7 @@ class TmpStatus(Record):
         main_problem: str = "",
         tmp_problem: str = "",
         identical: bool = False,  # tmp and main hold the same bytes
+        tmp_danger: str = "",  # the tmp's UNSAFE_PICKLE message: it must never be promoted
     ) -> None:
         self.leftover = leftover
         self.main_exists = main_exists
@@ -96,6 +98,7 @@ class TmpStatus(Record):
         self.main_problem = main_problem
         self.tmp_problem = tmp_problem
         self.identical = identical
+        self.tmp_danger = tmp_danger
 
     def explain(self) -> str:
         tmp, main = self.leftover.tmp.name, self.leftover.main.name
@@ -246,7 +249,16 @@ def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
         main_problem=main_check.problem,
         tmp_problem=tmp_check.problem,
         identical=identical,
+        tmp_danger=danger_of(tmp_check.checkpoint),
     )
+
+
+def danger_of(ckpt: Any) -> str:
+    """The first UNSAFE_PICKLE message of an opened checkpoint ("" when none or not opened)."""
+    for finding in getattr(ckpt, "findings", ()):
+        if finding.code == "UNSAFE_PICKLE":
+            return finding.message
+    return ""
 
 
 def check_integrity(path: Path, full_crc: bool = False) -> Integrity:

@@ -20,6 +20,7 @@ from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
+from ckinspect.io.contain import OutsideTarget, inside
 from ckinspect.io.zipdir import FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
@@ -168,9 +169,12 @@ def _lists(node: Any) -> Any:
 
 def _reader(folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list) -> FileReader | None:
     if relative not in readers:
-        target = (folder / relative).resolve()
-        if folder.resolve() not in target.parents or not target.is_file():
-            readers[relative] = None  # missing, or a path that leaves the folder
+        try:
+            target = inside(folder, relative)
+        except OutsideTarget:
+            target = None
+        if target is None or not target.is_file():
+            readers[relative] = None  # missing, or a path that leaves the folder or passes a symlink
         else:
             f = open(target, "rb")
             handles.append(f)
@@ -186,6 +190,11 @@ def _item(ckpt: Checkpoint, folder: Path, fqn: str, where: dict[str, Any] | None
     relative, offset, length = str(where.get("relative_path")), where.get("offset"), where.get("length")
     if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
         ckpt.add("CORRUPT", f"{folder.name}/.metadata: bad offset/length for {fqn}", fqn)
+        return None
+    try:
+        inside(folder, relative)
+    except OutsideTarget as exc:
+        ckpt.add("CORRUPT", f"{folder.name}/.metadata names {exc} for {fqn}; not read", fqn)
         return None
     reader = _reader(folder, relative, readers, handles)
     if reader is None:
