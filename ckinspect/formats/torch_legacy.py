@@ -15,7 +15,7 @@ from pathlib import Path
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.errors import CorruptPickle
 from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
-from ckinspect.formats.pickle_scan import PickleScan, scan_stream
+from ckinspect.formats.pickle_scan import PickleScan, scan_file
 from ckinspect.formats.sniff import LEGACY_MAGIC as MAGIC_NUMBER  # torch/serialization.py names it so
 from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef, restricted_load
@@ -32,19 +32,13 @@ _NAMES = ("magic number", "protocol version", "sys_info", "object", "storage key
 
 
 def read_pickle_prefix(reader: FileReader, count: int) -> tuple[bytes, list[PickleScan]]:
-    """Read just enough of the file to hold its first `count` pickles (growing the read until they end)."""
-    want = 1 << 20
-    while True:
-        data = reader.read_at(0, min(want, reader.size, MAX_PICKLE_BYTES))
-        scans = scan_stream(data, limit=count)
-        # read more only when a pickle ran off the end of what was read, and the file can hold what it
-        # needs: a garbage length field must not make us read a gigabyte
-        last = scans[-1] if scans else None
-        if last is None or not last.truncated or len(data) >= reader.size or last.needed > reader.size:
-            return data, scans
-        want = max(want * 4, last.needed + (1 << 20))
-        if want > MAX_PICKLE_BYTES and len(data) >= MAX_PICKLE_BYTES:
-            return data, scans
+    """The first `count` pickles: scanned a window at a time (whatever their size), and their bytes when
+    they fit in MAX_PICKLE_BYTES (b"" otherwise: scanned, too large to decode)."""
+    scans = scan_file(reader, 0, reader.size, limit=count)
+    if len(scans) < count or any(s.error is not None for s in scans):
+        return b"", scans  # not decoded: no need to hold bytes a garbage length field points at
+    end = scans[-1].end
+    return (reader.read_at(0, end) if end <= MAX_PICKLE_BYTES else b""), scans
 
 
 @no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
@@ -75,6 +69,11 @@ def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
         ckpt.add("CORRUPT", f"{where}: ends after {len(scans)} of the 5 pickles a legacy torch file holds (truncated)")
         return
     if unsafe:
+        return
+    if not data:
+        ckpt.add(
+            "CORRUPT", f"{where}: its pickles end at byte {scans[-1].end}, too large to list (scanned, not decoded)"
+        )
         return
     try:
         magic = restricted_load(data[scans[0].start : scans[0].end], scan=scans[0])

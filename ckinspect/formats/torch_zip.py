@@ -11,7 +11,7 @@ import zlib
 from pathlib import Path
 
 from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
-from ckinspect.formats.pickle_scan import PickleScan, scan_stream
+from ckinspect.formats.pickle_scan import PickleScan, scan_member, scan_stream
 from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef
 from ckinspect.io.zipdir import (
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 MAX_PICKLE_BYTES = 1 << 30  # a data.pkl beyond this is not a checkpoint we should hold in memory
-MAX_OTHER_PICKLE_BYTES = 64 << 20
+MAX_INFLATED_PICKLE_BYTES = 64 << 20  # a deflated data.pkl is inflated into memory up to this; beyond, only scanned
 MAX_UNINDEXED_PICKLE_BYTES = 256 << 20  # without a directory the pickle's size is unknown: read at most this
 
 
@@ -72,6 +72,7 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         data = _member_bytes(reader, pkl, cd_start)
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{where}: {exc}")
+        _scan_in_place(ckpt, reader, pkl, cd_start, where)
         return None
     if zlib.crc32(data) != pkl.crc32:
         ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
@@ -95,14 +96,8 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipM
     torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive."""
     pickles = [m for m in members if m.name.endswith(".pkl")]
     for member in pickles:
-        if member is pkl or member.file_size > MAX_OTHER_PICKLE_BYTES:
-            continue
-        try:
-            data = _member_bytes(reader, member, cd_start)
-        except ZipError as exc:
-            ckpt.add("CORRUPT", f"{file.name}: {exc}")
-            continue
-        record_globals(ckpt, [g for s in scan_stream(data) for g in s.globals], f"{file.name}:{member.name}")
+        if member is not pkl:
+            _scan_in_place(ckpt, reader, member, cd_start, f"{file.name}:{member.name}")
     # "/code/" cannot straddle the line break between two names: one search instead of one per member
     if any(m.name.endswith("/constants.pkl") for m in pickles) or "/code/" in "\n".join(m.name for m in members):
         ckpt.metadata["torchscript"] = True  # torch.load would hand it to torch.jit.load
@@ -115,17 +110,37 @@ def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
     return candidates[0] if candidates else None
 
 
+def _scan_in_place(ckpt: Checkpoint, reader: FileReader, member: ZipMember, limit: int, where: str) -> None:
+    """Scan a member's pickle(s) a window at a time, whatever its size (deflated: up to its declared size)."""
+    try:
+        start = data_offset(reader, member)
+    except ZipError as exc:
+        ckpt.add("CORRUPT", f"{where}: {exc}")
+        return
+    compressed = max(0, min(member.compressed_size, limit - start))
+    scans = scan_member(reader, start, compressed, member.file_size, member.compress_type)
+    record_globals(ckpt, [g for s in scans for g in s.globals], where)
+
+
 def _member_bytes(reader: FileReader, member: ZipMember, limit: int) -> bytes:
     start = data_offset(reader, member)
     if start + member.compressed_size > limit:
         raise ZipError(f"{member.name} runs past the end of the data ({start + member.compressed_size} > {limit})")
-    if member.file_size > MAX_PICKLE_BYTES:
-        raise ZipError(f"{member.name} is {member.file_size} bytes, too large to be a checkpoint pickle")
+    if member.file_size > MAX_PICKLE_BYTES or (
+        member.compress_type != 0 and member.file_size > MAX_INFLATED_PICKLE_BYTES
+    ):
+        raise ZipError(f"{member.name} is {member.file_size} bytes, too large to list (scanned, not decoded)")
     raw = reader.read_at(start, member.compressed_size)
     if member.compress_type == 0:
         return raw
     if member.compress_type == 8:
-        out = zlib.decompressobj(-15).decompress(raw, MAX_PICKLE_BYTES)
+        inflate = zlib.decompressobj(-15)
+        try:
+            out = inflate.decompress(raw, member.file_size)  # inflation stops at the declared size
+        except zlib.error as exc:
+            raise ZipError(f"{member.name}: bad deflate data ({exc})") from None
+        if inflate.unconsumed_tail or len(out) != member.file_size:
+            raise ZipError(f"{member.name} does not inflate to its declared {member.file_size} bytes")
         return out
     raise ZipError(f"{member.name} uses zip compression method {member.compress_type}, which torch never writes")
 
