@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
-from ckinspect.formats.pickle_scan import GlobalRef, scan_stream
+from ckinspect.formats.pickle_scan import GlobalRef, scan_file, scan_stream
 from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
@@ -40,6 +40,21 @@ def _expected_dcp_global(g: GlobalRef) -> bool:
     return g.module.startswith("torch.distributed.checkpoint") or g.module == "pathlib"
 
 
+def rank_metadata_files(folder: Path) -> list[Path]:
+    """`__<rank>.metadata` files (rank-local indexes dcp.load reads when `.metadata` fails), lowest rank first."""
+    found = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name
+                rank = name[2 : -len(METADATA)] if name.startswith("__") and name.endswith(METADATA) else ""
+                if rank.isdigit() and entry.is_file(follow_symlinks=False):
+                    found.append((int(rank), folder / name))
+    except OSError:
+        return []
+    return [path for _rank, path in sorted(found)]
+
+
 def _fields(obj: Any) -> dict[str, Any]:
     if isinstance(obj, Opaque):
         return obj.fields
@@ -58,6 +73,17 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     index = f"{folder.name}/{metadata_name}"
     data_bytes = sum(p.stat().st_size for p in data_files)
     ckpt = Checkpoint(path=folder, format="dcp", file_bytes=data_bytes, files=list(data_files))
+    rank_local = rank_metadata_files(folder)
+    for other in rank_local:
+        # dcp.load falls back to `__<rank>.metadata` when `.metadata` is missing or fails to load: judged too
+        with open(other, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            scans = scan_file(FileReader(f.fileno(), size), 0, size, limit=1)
+        refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g) and g.qualname != ENUM_GETATTR]
+        record_globals(ckpt, refs, f"{folder.name}/{other.name}")
+    if not meta_path.is_file() and metadata_name == METADATA and rank_local:
+        meta_path, metadata_name = rank_local[0], rank_local[0].name
+        index = f"{folder.name}/{metadata_name}"
     if not meta_path.is_file():
         tmp = " (a .metadata.tmp is there: the save was interrupted before it was renamed)" if (
             folder / ".metadata.tmp").exists() else ""  # fmt: skip
@@ -67,6 +93,12 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     ckpt.file_bytes += meta_size
     ckpt.files.insert(0, meta_path)
     with open(meta_path, "rb") as f:
+        if meta_size > MAX_METADATA_BYTES:  # scanned a window at a time, never decoded
+            scans = scan_file(FileReader(f.fileno(), meta_size), 0, meta_size, limit=1)
+            refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g)]
+            if not record_globals(ckpt, refs, index):
+                ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, too large to list (scanned, not decoded)")
+            return ckpt
         data = f.read(MAX_METADATA_BYTES)
     scans = scan_stream(data, limit=1)
     if not scans:

@@ -30,14 +30,19 @@ def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
 
 
 def is_dcp_folder(path: Path) -> bool:
-    """A torch.distributed.checkpoint folder: `.metadata` and/or `*.distcp` shards."""
+    """A torch.distributed.checkpoint folder: `.metadata`, rank-local `__<rank>.metadata` and/or `*.distcp` shards."""
     try:
         if (path / ".metadata").is_file():
             return True
         with os.scandir(path) as entries:
-            return any(entry.name.endswith(".distcp") and entry.is_file() for entry in entries)
+            return any((entry.name.endswith(".distcp") or _is_rank_metadata(entry.name)) and entry.is_file()
+                       for entry in entries)  # fmt: skip
     except OSError:
         return False
+
+
+def _is_rank_metadata(name: str) -> bool:
+    return name.startswith("__") and name.endswith(".metadata") and name[2:-9].isdigit()
 
 
 def sniff(path: str | os.PathLike[str]) -> str:
@@ -62,6 +67,8 @@ def sniff(path: str | os.PathLike[str]) -> str:
 def sniff_bytes(head: bytes, size: int, path: Path | None = None) -> str:
     if head.startswith(ZIP_MAGIC):
         return "torch-zip" if _zip_has_data_pkl(head, path) else "unknown"
+    if is_legacy_tar(head, path):  # torch's legacy loader tries tar before the stacked pickles
+        return "torch-legacy"
     if _is_legacy(head):
         return "torch-legacy"
     if _looks_like_safetensors(head, size):
@@ -88,6 +95,40 @@ def _zip_has_data_pkl(head: bytes, path: Path | None) -> bool:
     return b"/data.pkl" in head
 
 
+LEGACY_TAR_MEMBERS = ("storages", "tensors", "pickle")  # what torch's legacy tar loader unpickles
+_MAX_TAR_MEMBERS = 100_000
+
+
+def tar_checksum_ok(block: bytes) -> bool:
+    """The first 512 bytes are a tar header whose checksum adds up (what tarfile checks first)."""
+    if len(block) < 512:
+        return False
+    field = block[148:156].split(b"\0", 1)[0].strip()
+    try:
+        expected = int(field or b"x", 8)
+    except ValueError:
+        return False
+    unsigned = sum(block[:148]) + 8 * 32 + sum(block[156:512])
+    signed = unsigned - 256 * sum(1 for b in block[:148] + block[156:512] if b >= 128)
+    return expected in (unsigned, signed)
+
+
+def is_legacy_tar(head: bytes, path: Path | None) -> bool:
+    """A tar that torch.load would hand to its legacy tar loader: it holds storages, tensors or pickle."""
+    if path is None or not tar_checksum_ok(head[:512]):
+        return False
+    import tarfile  # deferred: only a file that starts with a tar header gets here
+
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for count, info in enumerate(tar):
+                if info.name in LEGACY_TAR_MEMBERS or count > _MAX_TAR_MEMBERS:
+                    return True
+    except (tarfile.TarError, OSError, ValueError, EOFError, UnicodeDecodeError):
+        return False
+    return False
+
+
 def _is_legacy(head: bytes) -> bool:
     if head.startswith(_LEGACY_TEXT):
         return True
@@ -110,7 +151,9 @@ def _looks_like_safetensors(head: bytes, size: int) -> bool:
 
 
 def _looks_like_pickle(head: bytes, size: int, path: Path | None) -> bool:
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+    if len(head) >= 2 and head[0] == 0x80 and head[1] <= 5:  # PROTO 0 and 1 are legal too
+        return True
+    if path is not None and _names_code(path, size):
         return True
     if not head or head[0] not in _OLD_PICKLE_OPENERS:
         return False
@@ -131,6 +174,20 @@ def _looks_like_pickle(head: bytes, size: int, path: Path | None) -> bool:
     except Exception:
         return False
     return bool(ops) and ops[-1][0].name == "STOP" and ops[-1][2] == len(data) - 1
+
+
+def _names_code(path: Path, size: int) -> bool:
+    """Whatever it looks like, pickle.load would import something that runs code from it (scanned a
+    window at a time): it is judged as a pickle, not described as text or binary data."""
+    from ckinspect.formats.pickle_scan import scan_file
+    from ckinspect.io.zipdir import FileReader
+
+    try:
+        with open(path, "rb") as handle:
+            scans = scan_file(FileReader(handle.fileno(), size), 0, size, limit=1)
+    except OSError:
+        return False
+    return bool(scans) and any(g.dangerous for g in scans[0].globals)
 
 
 # --- describe -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from ckinspect.formats.errors import CorruptPickle
 from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, scan_file
 from ckinspect.formats.sniff import LEGACY_MAGIC as MAGIC_NUMBER  # torch/serialization.py names it so
+from ckinspect.formats.sniff import LEGACY_TAR_MEMBERS, is_legacy_tar
 from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef, restricted_load
 from ckinspect.io.zipdir import FileReader
@@ -57,6 +58,9 @@ def read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
 def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
     if reader.size == 0:
         ckpt.add("CORRUPT", f"{path.name} is empty")
+        return
+    if is_legacy_tar(reader.read_at(0, 512), path):
+        _read_tar(ckpt, reader, path)
         return
     data, scans = read_pickle_prefix(reader, 5)
     where = path.name
@@ -156,3 +160,35 @@ def _locate_storages(ckpt: Checkpoint, reader: FileReader, path: Path, collector
     if missing:
         ckpt.add("CORRUPT", f"{path.name}: {len(missing)} storage(s) named by the pickle are not in the file: "
                             + ", ".join(missing[:10]))  # fmt: skip
+
+
+def _read_tar(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
+    """The oldest form (torch < 0.4): a tar of `storages`, `tensors` and `pickle`, which torch.load tries
+    before anything else. Each is scanned as torch would unpickle it (the last member of a name, as
+    tarfile's getmember picks); the tensors are not listed."""
+    import tarfile
+
+    members: dict[str, tarfile.TarInfo] = {}
+    with tarfile.open(path, "r:") as tar:
+        for info in tar:
+            if info.name in LEGACY_TAR_MEMBERS:
+                members[info.name] = info  # a later member of the same name wins
+    for name in LEGACY_TAR_MEMBERS:
+        info = members.get(name)
+        if info is None or not info.isfile():
+            continue
+        where = f"{path.name}:{name}"
+        start, end = info.offset_data, min(info.offset_data + info.size, reader.size)
+        scans = scan_file(reader, start, end)
+        record_globals(ckpt, [g for scan in scans for g in scan.globals], where)
+        walked = scans[-1].end if scans else start
+        if name != "pickle" and walked < end:
+            # raw storage bytes and sizes lie between the pickles of `storages` and `tensors`
+            ckpt.add("CORRUPT", f"{where}: legacy tar form, scanned up to byte {walked - start} of {end - start}; "
+                                "the rest is not listed (re-save it with a current torch)")  # fmt: skip
+        elif scans and scans[0].error is not None:
+            ckpt.add("CORRUPT", f"{where}: {scans[0].error}")
+    if "pickle" not in members:
+        ckpt.add(
+            "CORRUPT", f"{path.name}: a tar that torch.load reads as its legacy format, but without a pickle member"
+        )
