@@ -19,7 +19,7 @@ from pathlib import Path
 from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
 from ckinspect.record import Record
-from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, STEP_KEYS, TMP_SUFFIX
+from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, SINGLE_FILE_FORMATS, STEP_KEYS, TMP_SUFFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -167,7 +167,11 @@ def _looks_like_checkpoint(path: Path) -> bool:
             head = handle.read(8)
     except OSError:
         return False
-    return head.startswith((b"PK\x03\x04", b"\x80")) or _safetensors_header_len(head) is not None
+    if head.startswith((b"PK\x03\x04", b"\x80")) or _safetensors_header_len(head) is not None:
+        return True
+    from ckinspect.formats.sniff import sniff  # by content: an old-protocol pickle or a legacy tar counts too
+
+    return sniff(path) in SINGLE_FILE_FORMATS
 
 
 def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
