@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
 MAX_METADATA_BYTES = 1 << 30
+MAX_DCP_ENTRIES = 1_000_000  # entries and chunks a .metadata may declare before it is refused as CORRUPT
 MAX_VALUE_BYTES = 16 << 20  # non-tensor values above this are listed, not decoded
 
 
@@ -132,6 +133,15 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     if ranks:
         ckpt.metadata["dcp_ranks"] = len(ranks)
 
+    declared = len(storage_data) + len(state_md)
+    for md in state_md.values():
+        chunks = _fields(md).get("chunks")
+        declared += len(chunks) if isinstance(chunks, (list, tuple)) else 0
+        if declared > MAX_DCP_ENTRIES:
+            break
+    if declared > MAX_DCP_ENTRIES:
+        ckpt.add("CORRUPT", f"{index} declares more than {MAX_DCP_ENTRIES:,} entries and chunks; not listed")
+        return ckpt
     items: dict[tuple[str, tuple[int, ...] | None], dict[str, Any]] = {}
     for index, info in storage_data.items():
         idx, where = _fields(index), _fields(info)

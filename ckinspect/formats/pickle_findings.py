@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import GlobalRef, PickleScan
-from ckinspect.formats.tree import flatten
+from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten
 from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
 from ckinspect.model import Checkpoint, TensorInfo
 
@@ -112,7 +112,11 @@ def decode(ckpt: Checkpoint, data: bytes, scan: PickleScan, where: str,
 def set_tree(ckpt: Checkpoint, tree: Any) -> None:
     """Adopt a decoded tree: its tensors named by their paths, malformed views dropped (check_views)."""
     ckpt.tree = tree
-    ckpt.tensors = flatten(tree)
+    too_deep: list[str] = []
+    ckpt.tensors = flatten(tree, too_deep=too_deep)
+    if too_deep:
+        ckpt.add("CORRUPT", f"the pickle nests containers more than {MAX_TREE_DEPTH} deep (at {too_deep[0]!r}...); "
+                            "what lies deeper is not listed")  # fmt: skip
     check_views(ckpt)
 
 
