@@ -91,7 +91,7 @@ def write_resume(path: Path, size_bytes: int, seed: int = 0) -> int:
         model[f"layers.{i}.mlp.w2.weight"] = filled(dim, 4 * dim)
         model[f"layers.{i}.attn_norm.weight"] = torch.ones(dim)
     state = {}
-    for idx, (name, p) in enumerate(model.items()):
+    for idx, p in enumerate(model.values()):
         state[idx] = {
             "step": torch.tensor(100.0),
             "exp_avg": filled(*p.shape) * 1e-3,

@@ -212,7 +212,7 @@ def compare(label: str, path: Path, count: int, target: tuple[float, float | Non
         print(f"  {title:<44} {min(walls):>8.3f} {statistics.median(walls):>9.3f} {peak / 1e6:>12.1f}")
     ratios = {}
     for key in ("json", "text"):
-        per_round = [t.wall / o.wall for t, o in zip(runs["torch"], runs[key])]
+        per_round = [t.wall / o.wall for t, o in zip(runs["torch"], runs[key], strict=True)]
         ratios[key] = statistics.median(per_round)
         spread = f"rounds {min(per_round):.1f}x to {max(per_round):.1f}x"
         print(f"  speed-up over torch, {key}: median {ratios[key]:.1f}x ({spread})")
@@ -231,7 +231,10 @@ def compare(label: str, path: Path, count: int, target: tuple[float, float | Non
 def write_in_child(kind: str, path: Path, amount: int) -> int:
     """Write a file in its own process: this one stays small and torch-free, because a child's
     peak RSS (wait4) starts from its parent's size at fork."""
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_report as b; print(b.write_{kind}(__import__('pathlib').Path(sys.argv[1]), int(sys.argv[2])))"
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_report as b; "
+        f"print(b.write_{kind}(__import__('pathlib').Path(sys.argv[1]), int(sys.argv[2])))"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code, str(path), str(amount)], capture_output=True, text=True, check=True
     )

@@ -84,7 +84,8 @@ def main() -> int:
         print(
             f"scan_values itself: {inner['bytes'] / GIB:.2f} GiB in {inner['seconds']:.3f} s = {inner_gbs:.2f} GB/s, "
             f"{inner['cpu'] / inner['bytes'] * 1e9:.2f} CPU s per GB "
-            f"({inner['crc']} CRCs checked, findings: {inner['findings'] or 'none'}; load average {os.getloadavg()[0]:.1f})"
+            f"({inner['crc']} CRCs checked, findings: {inner['findings'] or 'none'}; "
+            f"load average {os.getloadavg()[0]:.1f})"
         )
         ok = inner_gbs >= 1.5
         print(f"target (>= 1.5 GB/s on 2 cores): {'met' if ok else 'NOT met'}")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import importlib
 
+from ckinspect.vocab import VERSION as __version__
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "Checkpoint": "ckinspect.model",

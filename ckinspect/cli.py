@@ -21,8 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ckinspect import __version__
-from ckinspect.vocab import EXIT_ERROR, EXIT_OK, CkinspectError
+from ckinspect.vocab import EXIT_ERROR, EXIT_OK, VERSION, CkinspectError
 
 
 def _columns() -> int:
@@ -82,7 +81,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
         main.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint file(s) or folder(s)")
         main.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
-        main.add_argument("--version", action="version", version=f"ckinspect {__version__}")
+        main.add_argument("--version", action="version", version=f"ckinspect {VERSION}")
         _add_output_options(main)
         return main
     return _SUBCOMMANDS[command]()

@@ -118,7 +118,7 @@ class TensorInfo(Record):
     @property
     def is_contiguous(self) -> bool:
         expected = 1
-        for size, stride in zip(reversed(self.shape), reversed(self.stride)):
+        for size, stride in zip(reversed(self.shape), reversed(self.stride), strict=True):
             if size != 1 and stride != expected:
                 return False
             expected *= size
@@ -129,7 +129,7 @@ class TensorInfo(Record):
         """Bytes of storage this view reaches, from its first element to its last."""
         if self.numel == 0:
             return 0
-        last = sum((size - 1) * stride for size, stride in zip(self.shape, self.stride))
+        last = sum((size - 1) * stride for size, stride in zip(self.shape, self.stride, strict=True))
         bits = self.bits
         return ((self.storage_offset + last + 1) * bits + 7 >> 3) - (self.storage_offset * bits >> 3)
 
@@ -185,6 +185,25 @@ class Checkpoint(Record):
 
     def add(self, code: str, message: str, tensor: str | None = None) -> None:
         self.findings.append(Finding(code, message, tensor))
+
+    def absorb(
+        self, part: Checkpoint, where: str, key_prefix: str = "", member: str | None = None, tensor: str | None = None
+    ) -> None:
+        """Fold in one part of a checkpoint made of several (a shard of a sharded set, an item of a DCP
+        folder): its storages (keys given `key_prefix` so that parts cannot collide, and `member` as
+        the member of those that name none), the globals its pickles name (once each), and its findings,
+        each message prefixed by `where` and, when `tensor` is given, about that tensor."""
+        for storage in part.storages.values():
+            if key_prefix:
+                storage = storage.replace(key=key_prefix + storage.key, member=storage.member or member)
+            self.storages[storage.key] = storage
+        for name in part.globals:
+            if name not in self.globals:
+                self.globals.append(name)
+        for finding in part.findings:
+            self.findings.append(
+                finding.replace(message=f"{where}: {finding.message}", tensor=tensor or finding.tensor)
+            )
 
 
 def worst_severity(findings: list[Finding]) -> str | None:

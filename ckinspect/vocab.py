@@ -6,6 +6,9 @@ Plain data and one exception class: importing it costs nothing and pulls in noth
 
 from __future__ import annotations
 
+# The package's version: pyproject.toml reads it from here; --version and JSON reports print it.
+VERSION = "0.1.0"
+
 
 class CkinspectError(Exception):
     """A usage or environment problem the user can act on: the CLI prints it as one line and exits 2."""

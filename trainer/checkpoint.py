@@ -35,7 +35,7 @@ def load(path: str | os.PathLike[str]) -> Any:
 
 def half_weights(state_dict: dict[str, torch.Tensor], dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
     """Cast floating tensors to `dtype`, keeping tied weights as one shared storage (saved once)."""
-    cast: dict[int, torch.Tensor] = {}
+    cast: dict[tuple[int, tuple[int, ...], tuple[int, ...]], torch.Tensor] = {}  # by (address, shape, stride)
     out = {}
     for name, tensor in state_dict.items():
         key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))

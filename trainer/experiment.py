@@ -136,7 +136,7 @@ def run_experiment(workdir: str | Path, log=None) -> dict[str, Any]:
     straight = res("straight")
     config = straight["config"]
     straight_loss = eval_loss(straight["model"], config)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for run, label, reference in (
         ("resumed", "stop 30 + resume", straight),
         ("epoch/resumed", "stop 30 + resume (epoch order)", res("epoch/straight")),

@@ -8,6 +8,7 @@ rebuilds the exact model a checkpoint came from.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -114,6 +115,9 @@ class Block(nn.Module):
 
 
 class CausalLM(nn.Module):
+    rope_cos: torch.Tensor  # buffers, registered in __init__
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
@@ -149,10 +153,11 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
-def infer_config(state_dict: dict[str, torch.Tensor]) -> ModelConfig | None:
-    """The default config if `state_dict` (e.g. a weights-only `tiny.pth`) has exactly its names and
-    shapes, else None. Head counts cannot be read off shapes, so nothing cleverer is attempted:
-    resume files carry their config under `config`."""
+def infer_config(state_dict: Mapping[str, Any]) -> ModelConfig | None:
+    """The default config if `state_dict` (e.g. a weights-only `tiny.pth`; values are anything with a
+    `.shape`: tensors, or ckinspect's TensorInfo) has exactly its names and shapes, else None. Head
+    counts cannot be read off shapes, so nothing cleverer is attempted: resume files carry their
+    config under `config`."""
     cfg = ModelConfig()
     with torch.device("meta"):
         expected = {k: tuple(v.shape) for k, v in CausalLM(cfg).state_dict().items()}

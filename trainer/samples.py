@@ -42,16 +42,39 @@ Every folder holds the trainer's two files:
 
 Both load with `torch.load(path, weights_only=True)`.
 
-| folder | what it is |
-|---|---|
-| `straight-60/` | {STEPS} steps without interruption. The reference end state. |
-| `stopped-30/` | the same schedule stopped at step {STOP} (`--stop-after {STOP}`), as an interrupted run leaves it. |
-| `resumed-60/` | `stopped-30` resumed to step {STEPS}. Every weight and optimizer tensor is bit-identical to `straight-60` (the rng/step/run entries match too). |
-| `ablation-fresh-optimizer/` | `stopped-30` resumed without its optimizer state (fresh AdamW moments): ends away from `straight-60`. |
-| `ablation-rewound-data/` | `stopped-30` resumed with the batch order rewound to the start: ends away from `straight-60`. |
-| `ablation-from-fp16/` | `stopped-30` resumed from the fp16 weights `stopped-30/{NAME}.pth` instead of the fp32 ones: ends away from `straight-60`. |
-| `interrupted/` | an interrupted save: `{NAME}_resume.pth` and `{NAME}.pth` are the intact step-{STOP} files (identical to `stopped-30/`), and `{NAME}_resume.pth.tmp` is the first half of the step-45 resume save, exactly what a process killed mid-write leaves behind (no zip directory, so it cannot be loaded). |
 """
+
+# One line per folder of FOLDERS, in its order: the table ending samples/README.md.
+_FOLDER_NOTES = {
+    "straight-60": f"{STEPS} steps without interruption. The reference end state.",
+    "stopped-30": (
+        f"the same schedule stopped at step {STOP} (`--stop-after {STOP}`), as an interrupted run leaves it."
+    ),
+    "resumed-60": (
+        f"`stopped-30` resumed to step {STEPS}. Every weight and optimizer tensor is bit-identical "
+        "to `straight-60` (the rng/step/run entries match too)."
+    ),
+    "ablation-fresh-optimizer": (
+        "`stopped-30` resumed without its optimizer state (fresh AdamW moments): ends away from `straight-60`."
+    ),
+    "ablation-rewound-data": (
+        "`stopped-30` resumed with the batch order rewound to the start: ends away from `straight-60`."
+    ),
+    "ablation-from-fp16": (
+        f"`stopped-30` resumed from the fp16 weights `stopped-30/{NAME}.pth` instead of the fp32 "
+        "ones: ends away from `straight-60`."
+    ),
+    "interrupted": (
+        f"an interrupted save: `{NAME}_resume.pth` and `{NAME}.pth` are the intact step-{STOP} files "
+        f"(identical to `stopped-30/`), and `{NAME}_resume.pth.tmp` is the first half of the step-45 "
+        "resume save, exactly what a process killed mid-write leaves behind (no zip directory, so "
+        "it cannot be loaded)."
+    ),
+}
+
+README += "| folder | what it is |\n|---|---|\n" + "".join(
+    f"| `{folder}/` | {_FOLDER_NOTES[folder]} |\n" for folder in FOLDERS
+)
 
 
 def _clear(folder: Path) -> None:
@@ -103,7 +126,8 @@ def generate(out: str | Path | None = None, log=print) -> Path:
     atomic_write_bytes(interrupted / f"{NAME}_resume.pth.tmp", full[: len(full) // 2])
     if log:
         log(
-            f"samples/interrupted: intact step-{STOP} files + {NAME}_resume.pth.tmp ({len(full) // 2} of {len(full)} bytes)"
+            f"samples/interrupted: intact step-{STOP} files + {NAME}_resume.pth.tmp "
+            f"({len(full) // 2} of {len(full)} bytes)"
         )
     atomic_write_text(root / "README.md", README)
     return root

@@ -237,7 +237,7 @@ def _extent(tensor: TensorInfo, bits: int) -> tuple[int, int]:
     offset = tensor.storage_offset
     start = offset * bits >> 3
     last = 0
-    for size, stride in zip(tensor.shape, tensor.stride):
+    for size, stride in zip(tensor.shape, tensor.stride, strict=True):
         if size == 0:
             return start, start
         last += (size - 1) * stride
@@ -269,7 +269,7 @@ class _Memo(Record):
             and self.storage_count == len(ckpt.storages)
             and self.file_bytes == ckpt.file_bytes
             and len(self.tensors) == len(tensors)
-            and all(a is b for a, b in zip(self.tensors, tensors))
+            and all(a is b for a, b in zip(self.tensors, tensors, strict=True))
         )
 
 
@@ -327,7 +327,7 @@ def _count(ckpt: Checkpoint) -> Anatomy:
             offset = view.storage_offset  # _extent(view, bits), inlined
             start = offset * bits >> 3
             last = 0
-            for dim, step in zip(view.shape, view.stride):
+            for dim, step in zip(view.shape, view.stride, strict=True):
                 if dim == 0:
                     last = -1
                     break
@@ -339,7 +339,7 @@ def _count(ckpt: Checkpoint) -> Anatomy:
             used = end - start if end > start else 0
             group = view.group if view.group in group_bytes else "other"
             group_bytes[group] += used
-            largest = view.name
+            largest: str | None = view.name
         else:
             its_views = shared.get(key, [])
             extents = []
@@ -348,10 +348,8 @@ def _count(ckpt: Checkpoint) -> Anatomy:
                 if bits is None:
                     bits = bits_of[t.dtype] = dtype_info(t.dtype).bits
                 extents.append(_extent(t, bits))
-            if storage is not None:
-                size = storage.nbytes
-            else:  # a reader that lists no storage for it: the views tell its extent
-                size = max((end for _, end in extents), default=0)
+            # a reader that lists no storage for it: the views tell its extent
+            size = storage.nbytes if storage is not None else max((end for _, end in extents), default=0)
             used = _attribute(its_views, extents, size, group_bytes)
             largest = max(its_views, key=lambda t: t.nbytes).name if its_views else None
         storage_bytes += size
@@ -367,7 +365,7 @@ def _count(ckpt: Checkpoint) -> Anatomy:
 def _attribute(views: list[TensorInfo], extents: list[tuple[int, int]], size: int, group_bytes: dict[str, int]) -> int:
     """Bytes of one storage its views reach, each byte once, added to the first group (in GROUPS order) reaching it."""
     by_group: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for t, (start, end) in zip(views, extents):
+    for t, (start, end) in zip(views, extents, strict=True):
         start, end = min(start, size), min(end, size)
         if end > start:
             by_group[t.group if t.group in group_bytes else "other"].append((start, end))

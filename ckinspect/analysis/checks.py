@@ -93,7 +93,7 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
             or (top is not None and any(isinstance(k, str) and is_rng_key(k) for k in top))
             or has_data_position(top)
         )
-    is_resume = layout.is_resume
+    is_resume: bool | None = layout.is_resume
     if is_resume is None:
         is_resume = has_optimizer or has_step or (top is not None and _has_training_keys(top))
 
@@ -204,8 +204,8 @@ def optimizer_states(ckpt: Checkpoint, layout: Layout) -> list[OptimizerState]:
         param: Any = match.group("param")
         if param.isdigit():
             param = int(param)
-        opt = by_prefix.setdefault(prefix, OptimizerState(prefix))
-        opt.entries.setdefault(param, {})[match.group("leaf")] = tensor
+        named = by_prefix.setdefault(prefix, OptimizerState(prefix))
+        named.entries.setdefault(param, {})[match.group("leaf")] = tensor
     return list(by_prefix.values())
 
 
@@ -334,7 +334,7 @@ def _mismatch(opt: OptimizerState, params: list[TensorInfo], layout: Layout) -> 
 
 def _mismatch_by_name(opt: OptimizerState, params: list[TensorInfo], prefix: str) -> tuple[str, str | None] | None:
     by_name = {t.name: t for t in params}
-    for key, entry in opt.entries.items():
+    for key in opt.entries:
         known = opt.shape_of(key)
         if known is None:
             continue
@@ -377,7 +377,8 @@ def bloat_findings(ckpt: Checkpoint, anatomy: Anatomy) -> list[Finding]:
     return [
         Finding(
             "STORAGE_BLOAT",
-            f"{human_bytes(unused)} ({unused:,} bytes, {share:.0%} of the storage) is saved but used by no tensor: {example}",
+            f"{human_bytes(unused)} ({unused:,} bytes, {share:.0%} of the storage) is saved but used by no tensor: "
+            f"{example}",
             worst.largest_view,
         )
     ]

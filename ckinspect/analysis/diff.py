@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckinspect.analysis.scan import raw_numpy_dtype, worker_count
+from ckinspect.analysis.scan import worker_count
 from ckinspect.dtypes import dtype_info
 from ckinspect.io.blobs import Blobs, UnreadableStorage
+from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.vocab import GROUPS
 
@@ -276,55 +277,9 @@ def _byte_ranges(ckpt: Checkpoint, blobs: Blobs, t: TensorInfo) -> tuple[Path, i
 # ---------------------------------------------------------------- decoding values where bytes differ
 
 
-def _float8_table(dtype: str) -> Any:
-    import numpy as np
-
-    codes = np.arange(256, dtype=np.uint16)
-    if dtype == "float8_e5m2":  # the top byte of a float16
-        return (codes << 8).view(np.float16).astype(np.float64)
-    if dtype == "float8_e8m0fnu":  # exponent only: 2^(code-127), 0xFF is NaN
-        return np.where(codes == 255, np.nan, 2.0 ** (codes.astype(np.float64) - 127))
-    sign = np.where(codes & 0x80, -1.0, 1.0)
-    exp = (codes >> 3) & 0xF
-    man = (codes & 0x7).astype(np.float64)
-    value = np.where(exp == 0, man / 8 * 2.0**-6, (1 + man / 8) * 2.0 ** (exp.astype(np.float64) - 7))
-    value = np.where((exp == 0xF) & (man == 7), np.nan, value)  # e4m3fn: no inf, one NaN pattern
-    return sign * value
-
-
-def decode(raw: Any, dtype: str) -> Any:
-    """Raw elements (as viewed by raw_numpy_dtype) -> float64 values (complex128 for complex)."""
-    import numpy as np
-
-    if dtype == "bfloat16":
-        with np.errstate(invalid="ignore"):  # signalling NaN patterns widen to quiet NaNs, as torch's do
-            return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    if dtype in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"):
-        return _float8_table(dtype)[raw]
-    if dtype_info(dtype).kind == "opaque" or dtype.startswith("float8"):
-        return raw.astype(np.float64)  # bit patterns: counts and first index are right, magnitudes are not
-    if dtype_info(dtype).kind == "complex":
-        return raw.astype(np.complex128)
-    return raw.astype(np.float64)
-
-
 def value_blocks(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo) -> Iterator[Any]:
     """The tensor's raw elements in C order as numpy blocks (copies), bounded in size."""
-    import numpy as np
-
-    from ckinspect.analysis.scan import iter_view_blocks
-
-    storage = ckpt.storages[t.storage_key]
-    if not t.is_contiguous:
-        yield from iter_view_blocks(blobs, storage, t, limit=_DECODE_ELEMENTS * t.itemsize, logical=True)
-        return
-    np_dtype = raw_numpy_dtype(t.dtype)
-    offset, _ = blobs.check_within(storage, t.byte_offset, t.nbytes)
-    for start in range(0, t.numel, _DECODE_ELEMENTS):
-        count = min(_DECODE_ELEMENTS, t.numel - start)
-        with blobs.window(storage.file, offset + start * t.itemsize, count * t.itemsize) as view:
-            block = np.frombuffer(view, dtype=np_dtype, count=count).copy()
-        yield block
+    yield from raw_blocks(blobs, ckpt.storages[t.storage_key], t, _DECODE_ELEMENTS, logical=True)
 
 
 def _aligned(xs: Iterator[Any], ys: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
@@ -386,7 +341,7 @@ def compare_values(
         if n:
             if out.first is None:
                 out.first = pos + int(np.argmax(neq))
-            if fa is None:
+            if fa is None or fb is None:  # exact ints: nothing decoded yet
                 fa, fb = xa[neq].astype(np.float64), xb[neq].astype(np.float64)
             else:
                 fa, fb = fa[neq], fb[neq]
@@ -470,21 +425,21 @@ def diff_checkpoints(
             if p.ta.numel == 0:
                 continue
             try:
-                ra = _byte_ranges(a, blobs_a, p.ta)
-                rb = _byte_ranges(b, blobs_b, p.tb)
+                bytes_a = _byte_ranges(a, blobs_a, p.ta)
+                bytes_b = _byte_ranges(b, blobs_b, p.tb)
             except UnreadableStorage as exc:
                 p.error = str(exc)
                 continue
             if p.ta.stride != p.tb.stride and not (p.ta.is_contiguous and p.tb.is_contiguous):
                 p.equal = False  # different layouts of the same values: decide on values
                 continue
-            tasks.setdefault((ra, rb), []).append(p)
+            tasks.setdefault((bytes_a, bytes_b), []).append(p)
 
         chunks = []
-        for (ra, rb), ps in tasks.items():
-            for start in range(0, ra[2], COMPARE_CHUNK):
-                n = min(COMPARE_CHUNK, ra[2] - start)
-                chunks.append((ra[0], ra[1] + start, rb[0], rb[1] + start, n, ps))
+        for (bytes_a, bytes_b), ps in tasks.items():
+            for start in range(0, bytes_a[2], COMPARE_CHUNK):
+                n = min(COMPARE_CHUNK, bytes_a[2] - start)
+                chunks.append((bytes_a[0], bytes_a[1] + start, bytes_b[0], bytes_b[1] + start, n, ps))
 
         def compare(chunk: tuple) -> tuple[bool, list[_Pair]]:
             fa, oa, fb, ob, n, ps = chunk
@@ -501,7 +456,7 @@ def diff_checkpoints(
             results = pool.map(compare, chunks) if pool else map(compare, chunks)
             total = 2 * sum(c[4] for c in chunks)
             done = 0
-            for chunk, (ok, ps) in zip(chunks, results):
+            for chunk, (ok, ps) in zip(chunks, results, strict=True):
                 if not ok:
                     for p in ps:
                         p.equal = False
@@ -530,7 +485,7 @@ def diff_checkpoints(
         if p.error:
             result.unreadable.append((p.name, p.error))
             continue
-        common = dict(
+        common: dict[str, Any] = dict(
             a_name=x.name,
             b_name=y.name,
             a_dtype=x.dtype,

@@ -13,13 +13,14 @@ logit_drift(ckpt)   -> dict | None: for a bundled-trainer checkpoint (format "ck
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckinspect.io.blobs import Blobs, UnreadableStorage
+from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.vocab import TRAINER_FORMAT
 
@@ -137,30 +138,17 @@ def block_drift(x: Any) -> tuple[RoundTrip, RoundTrip]:
     return _round_trip(x, y16), _round_trip(x, ybf)
 
 
-def _values(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo):
+def _values(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo) -> Iterator[Any]:
     """float32 (float64 for fp64) blocks of a tensor, in any order (round-trip errors do not care)."""
     import numpy as np
-
-    from ckinspect.analysis.diff import decode
-    from ckinspect.analysis.scan import iter_view_blocks, raw_numpy_dtype
 
     storage = ckpt.storages.get(t.storage_key)
     if storage is None:
         raise UnreadableStorage(f"storage {t.storage_key} is missing")
     wide = np.float64 if t.dtype == "float64" else np.float32
-    if t.is_contiguous:
-        offset, _ = blobs.check_within(storage, t.byte_offset, t.nbytes)
-        np_dtype = raw_numpy_dtype(t.dtype)
-        for start in range(0, t.numel, _BLOCK_ELEMENTS):
-            count = min(_BLOCK_ELEMENTS, t.numel - start)
-            with blobs.window(storage.file, offset + start * t.itemsize, count * t.itemsize) as view:
-                raw = np.frombuffer(view, dtype=np_dtype, count=count)
-                block = decode(raw, t.dtype).astype(wide) if t.dtype in ("bfloat16", "float16") else raw.astype(wide)
-                del raw
-            yield block
-    else:
-        for raw in iter_view_blocks(blobs, storage, t, limit=_BLOCK_ELEMENTS * t.itemsize, logical=False):
-            yield decode(raw, t.dtype).astype(wide)
+    yield from raw_blocks(
+        blobs, storage, t, _BLOCK_ELEMENTS, logical=False, convert=lambda raw: decode(raw, t.dtype, wide)
+    )
 
 
 def model_tensors(ckpt: Checkpoint, tied_once: bool = True) -> list[TensorInfo]:
@@ -203,7 +191,7 @@ def weight_drift(ckpt: Checkpoint, progress: Callable[[int, int], None] | None =
 
         results = []
         with ThreadPoolExecutor(max(1, worker_count())) as pool:
-            for t, d in zip(tensors, pool.map(one, tensors)):
+            for t, d in zip(tensors, pool.map(one, tensors), strict=True):
                 results.append(d)
                 done += t.nbytes
                 if progress:
@@ -362,7 +350,7 @@ def _measure_logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | No
 def _transformers_logit_drift(ckpt: Checkpoint, seed: int) -> dict[str, Any] | None:
     """The same measurement for a Hugging Face causal LM folder (optional: needs transformers)."""
     import torch
-    from transformers import AutoModelForCausalLM  # type: ignore[import-not-found]
+    from transformers import AutoModelForCausalLM
 
     folder: Path = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
     model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()

@@ -26,7 +26,7 @@ from ckinspect.vocab import EPOCH_KEYS, STEP_KEYS, TRAINER_FORMAT_PREFIX, WORLD_
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, TypeGuard
 
 
 # Dotted-path components that name a role wherever they appear (`app.optim.state...` in DCP too).
@@ -215,7 +215,7 @@ def is_rng_key(key: str) -> bool:
     return "rng" in low or low in ("random_state", "np_random_state", "generator_state", "generator_states")
 
 
-def is_torch_optimizer_state(value: Any) -> bool:
+def is_torch_optimizer_state(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping) and "state" in value and "param_groups" in value
 
 

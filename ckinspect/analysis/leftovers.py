@@ -9,20 +9,22 @@ that ends) and the step counter inside, never from mtime alone. Nothing here imp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickletools
 import struct
-import zlib
 from pathlib import Path
 
 from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
+from ckinspect.io.zipdir import LOCAL_SIG, STORED, FileReader, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, SINGLE_FILE_FORMATS, STEP_KEYS, TMP_SUFFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".tar", ".distcp")
@@ -167,7 +169,7 @@ def _looks_like_checkpoint(path: Path) -> bool:
             head = handle.read(8)
     except OSError:
         return False
-    if head.startswith((b"PK\x03\x04", b"\x80")) or _safetensors_header_len(head) is not None:
+    if head.startswith((LOCAL_SIG, b"\x80")) or _safetensors_header_len(head) is not None:
         return True
     from ckinspect.formats.sniff import sniff  # by content: an old-protocol pickle or a legacy tar counts too
 
@@ -190,11 +192,11 @@ def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
     if path.name.endswith(TMP_SUFFIX):
         leftover = main_for_tmp(path)
         return [leftover] if leftover is not None and path.exists() else []
-    folder = path.parent
-    if not folder.is_dir():
+    parent = path.parent
+    if not parent.is_dir():
         return []
     found = []
-    for sibling in sorted(folder.iterdir()):
+    for sibling in sorted(parent.iterdir()):
         if sibling.name.endswith(TMP_SUFFIX) and sibling.is_file():
             leftover = main_for_tmp(sibling)
             if leftover is not None and leftover.main.name == path.name:
@@ -202,7 +204,7 @@ def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
     return found
 
 
-def unfinished_saves(paths: list[str | os.PathLike[str]], known: set[Path]) -> dict[Path, list[Leftover]]:
+def unfinished_saves(paths: Sequence[str | os.PathLike[str]], known: set[Path]) -> dict[Path, list[Leftover]]:
     """Saves that died before their first rename: tmps whose main file does not exist, by the path
     of the checkpoint each was going to become (a DCP folder, for its `.metadata`).
 
@@ -275,7 +277,7 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
         return Integrity(False, "unreadable", f"cannot read: {exc.strerror or exc}")
     if size == 0:
         return Integrity(False, "empty", "empty file")
-    if head.startswith(b"PK\x03\x04"):
+    if head.startswith(LOCAL_SIG):
         return _check_zip(path, size, full_crc)
     if _safetensors_header_len(head) is not None:
         return _check_safetensors(path, size)
@@ -285,40 +287,32 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
 
 
 def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
-    import zipfile  # deferred: ~2 ms (threading, binascii) that a report without leftovers never needs
-
-    try:
-        archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return Integrity(False, "torch-zip", "no readable zip directory at its end: cut short?")
-    with archive, open(path, "rb") as handle:
-        infos = archive.infolist()
-        if not any(i.filename.endswith("data.pkl") for i in infos):
+    with open(path, "rb") as handle:
+        reader = FileReader(handle.fileno(), size)
+        try:
+            members, _cd_start = read_directory(reader)
+        except ZipError:
+            return Integrity(False, "torch-zip", "no readable zip directory at its end: cut short?")
+        if not any(m.name.endswith("data.pkl") for m in members):
             return Integrity(False, "torch-zip", "no data.pkl in the zip")
-        for info in infos:
-            if info.compress_type != zipfile.ZIP_STORED and info.file_size > SMALL_MEMBER:
+        for member in members:
+            if member.compress_type != STORED and member.file_size > SMALL_MEMBER:
                 continue
-            handle.seek(info.header_offset)
-            header = handle.read(30)
-            if len(header) < 30 or header[:4] != b"PK\x03\x04":
-                where = f"member {info.filename} has no local header at {info.header_offset}"
+            try:
+                data_start = data_offset(reader, member)
+            except ZipError:
+                where = f"member {member.name} has no local header at {member.header_offset}"
                 return Integrity(False, "torch-zip", where)
-            nlen, elen = struct.unpack("<HH", header[26:30])
-            data_start = info.header_offset + 30 + nlen + elen
-            if data_start + info.compress_size > size:
-                return Integrity(False, "torch-zip", f"member {info.filename} runs past the end of the file")
-            if full_crc or info.file_size <= SMALL_MEMBER:
+            if data_start + member.compressed_size > size:
+                return Integrity(False, "torch-zip", f"member {member.name} runs past the end of the file")
+            if full_crc or member.file_size <= SMALL_MEMBER:
                 try:
-                    with archive.open(info) as member:
-                        while member.read(1 << 22):
-                            pass
-                except UnicodeDecodeError:  # zipfile decodes the local header's name before comparing it
-                    return Integrity(False, "torch-zip", f"member {info.filename}: its local header names another file")
-                # what else zipfile raises on damage: bad CRC, cut short, an unknown method, a bad deflate
-                # stream, "encrypted"
-                except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError, RuntimeError,
-                        zlib.error) as exc:  # fmt: skip
-                    return Integrity(False, "torch-zip", f"member {info.filename}: {exc}")
+                    for _chunk in member_chunks(reader, member, data_start, verify=True):
+                        pass
+                # what a reader cannot get past: bad CRC, cut short, an unknown method, a bad deflate stream,
+                # encrypted, a local header that names another member
+                except ZipError as exc:
+                    return Integrity(False, "torch-zip", f"member {member.name}: {exc}")
     # the reader checks that data.pkl parses and names only storages that are present
     return _check_with_reader(path, fallback_format="torch-zip")
 
@@ -362,8 +356,8 @@ def _check_pickle_stream(path: Path, fmt: str) -> Integrity:
     try:
         data = path.read_bytes()
         last = None
-        for last, _arg, _pos in pickletools.genops(data):
-            pass
+        for op, _arg, _pos in pickletools.genops(data):
+            last = op
     except Exception as exc:  # noqa: BLE001 - genops raises ValueError and friends on a cut stream
         return Integrity(False, fmt, f"pickle cut short or damaged ({type(exc).__name__})")
     if last is None or last.name != "STOP":
@@ -402,10 +396,8 @@ def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrit
 def read_step(path: Path, ckpt: Any = None) -> int | None:
     """The training step the checkpoint says it was saved at, if it says (`ckpt`: already opened)."""
     ckpt = ckpt if ckpt is not None else open_checkpoint(path)
-    try:
+    with contextlib.suppress(Exception):  # a layout that does not fit must not hide the raw step
         ckpt = analyze(ckpt)
-    except Exception:  # noqa: BLE001 - a layout that does not fit must not hide the raw step
-        pass
     for key in ("step", *STEP_KEYS):
         value = ckpt.metadata.get(key)
         if _is_int(value):

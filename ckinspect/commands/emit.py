@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ckinspect import __version__
 from ckinspect.io.atomic import atomic_write_text
-from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK, CkinspectError
+from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK, VERSION, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,7 +35,7 @@ def text_layout(args: Any) -> tuple[int, bool]:
 
 
 def envelope(command: str, **body) -> dict:
-    return {"schema": 1, "tool": "ckinspect", "version": __version__, "command": command, **body}
+    return {"schema": 1, "tool": "ckinspect", "version": VERSION, "command": command, **body}
 
 
 def md_escape(text: str) -> str:

@@ -90,7 +90,9 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
             lines.append(f"| {_VERB[a.action]} | `{tmp}` | `{main}` | {found} | {why} | {a.state} |")
         lines.append("")
         for q in quarantines:
-            lines.append(f"Quarantine: `{md_escape(q)}` (undo with `ckinspect repair {md_escape(plan.path)} --undo`)")
+            lines.append(
+                f"Quarantine: `{md_escape(str(q))}` (undo with `ckinspect repair {md_escape(str(plan.path))} --undo`)"
+            )
     else:
         lines.append(title)
         for a in plan.actions:

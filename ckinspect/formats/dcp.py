@@ -21,12 +21,12 @@ from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.io.contain import OutsideTarget, inside
-from ckinspect.io.zipdir import FileReader, ZipError
+from ckinspect.io.zipdir import LOCAL_SIG, FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, BinaryIO
 
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
@@ -111,9 +111,8 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     guarded = frozenset({ENUM_GETATTR}) if any(g.qualname == ENUM_GETATTR for g in scan.globals) else frozenset()
     refs = [g for g in scan.globals if not _expected_dcp_global(g) and g.qualname not in guarded]
     for g in scan.globals:
-        if _expected_dcp_global(g) or g.qualname in guarded:
-            if g.qualname not in ckpt.globals:
-                ckpt.globals.append(g.qualname)
+        if (_expected_dcp_global(g) or g.qualname in guarded) and g.qualname not in ckpt.globals:
+            ckpt.globals.append(g.qualname)
     if record_globals(ckpt, refs, index):
         return ckpt
     if scan.error is not None:
@@ -150,10 +149,12 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
             items[(str(idx.get("fqn")), tuple(offset) if isinstance(offset, (tuple, list)) else None)] = where
         except TypeError:
             ckpt.add("CORRUPT", f"{index}: a storage index entry is malformed")
-    planner = fields.get("planner_data") if isinstance(fields.get("planner_data"), dict) else {}
+    planner = fields.get("planner_data")
+    if not isinstance(planner, dict):
+        planner = {}
 
     readers: dict[str, FileReader | None] = {}
-    handles = []
+    handles: list[BinaryIO] = []
     tree: dict[str, Any] = {}
     try:
         for fqn, md in state_md.items():
@@ -209,7 +210,9 @@ def _lists(node: Any) -> Any:
     return node
 
 
-def _reader(folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list) -> FileReader | None:
+def _reader(
+    folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list[BinaryIO]
+) -> FileReader | None:
     if relative not in readers:
         try:
             target = inside(folder, relative)
@@ -218,7 +221,7 @@ def _reader(folder: Path, relative: str, readers: dict[str, FileReader | None], 
         if target is None or not target.is_file():
             readers[relative] = None  # missing, or a path that leaves the folder or passes a symlink
         else:
-            f = open(target, "rb")
+            f = open(target, "rb")  # noqa: SIM115 - shared by many items; read_dcp closes every handle at the end
             handles.append(f)
             readers[relative] = FileReader(f.fileno(), os.fstat(f.fileno()).st_size)
     return readers[relative]
@@ -263,7 +266,7 @@ def _tensor_entry(ckpt, folder, fqn, md, items, readers, handles) -> Any:
         cf = _fields(chunk)
         offsets = tuple(cf.get("offsets") or ())
         sizes = tuple(cf.get("sizes") or ())
-        name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes))}]"
+        name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=False))}]"
         found = _item(ckpt, folder, name, items.get((fqn, offsets)), readers, handles)
         if found is None:
             continue
@@ -282,7 +285,7 @@ def _tensor_entry(ckpt, folder, fqn, md, items, readers, handles) -> Any:
 def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, name: str, dtype: str,
                   sizes: tuple[int, ...]) -> TensorInfo | None:  # fmt: skip
     head = reader.read_at(offset, 4)
-    if head != b"PK\x03\x04":
+    if head != LOCAL_SIG:
         # not a torch.save blob (safetensors-style serialization): raw contiguous bytes
         ckpt.storages[key] = StorageInfo(key, dtype, length, file, offset)
         return TensorInfo(name, dtype, sizes, contiguous_strides(sizes), key, 0)
@@ -292,7 +295,7 @@ def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, 
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{file.name} at byte {offset} ({name}): {exc}", name)
         return None
-    _merge(ckpt, blob, name)
+    ckpt.absorb(blob, name, tensor=name)
     if not isinstance(value, TensorInfo):
         if not any(f.code in ("CORRUPT", "UNSAFE_PICKLE") for f in blob.findings):
             ckpt.add(
@@ -310,7 +313,7 @@ def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
         return None
     reader, offset, length, relative = found
     file = folder / relative
-    if length > MAX_VALUE_BYTES or reader.read_at(offset, 4) != b"PK\x03\x04":
+    if length > MAX_VALUE_BYTES or reader.read_at(offset, 4) != LOCAL_SIG:
         return _opaque_class("torch.distributed.checkpoint.bytes")(relative, offset, length)  # listed, not decoded
     blob = Checkpoint(path=file, format="torch-zip", file_bytes=length)
     try:
@@ -320,17 +323,8 @@ def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
         return None
     # dcp.load decodes these with torch.load(weights_only=False): allowlists play no part, only UNSAFE does
     blob.findings = [f for f in blob.findings if f.code != "ALLOWLIST_NEEDED"]
-    _merge(ckpt, blob, fqn)
+    ckpt.absorb(blob, fqn, tensor=fqn)
     if blob.storages:  # a tensor inside a non-tensor value (e.g. a list of tensors): list it by path
         for tensor in flatten(value, fqn):
             ckpt.tensors.append(tensor)
     return value
-
-
-def _merge(ckpt: Checkpoint, blob: Checkpoint, name: str) -> None:
-    ckpt.storages.update(blob.storages)
-    for g in blob.globals:
-        if g not in ckpt.globals:
-            ckpt.globals.append(g)
-    for finding in blob.findings:
-        ckpt.add(finding.code, f"{name}: {finding.message}", name)

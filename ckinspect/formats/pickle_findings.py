@@ -93,8 +93,14 @@ class StorageCollector:
         return ref
 
 
-def decode(ckpt: Checkpoint, data: bytes, scan: PickleScan, where: str,
-           persistent_load: Callable[[Any], Any] | None = None, guarded: frozenset[str] = frozenset()) -> Any:  # fmt: skip
+def decode(
+    ckpt: Checkpoint,
+    data: bytes,
+    scan: PickleScan,
+    where: str,
+    persistent_load: Callable[[Any], Any] | None = None,
+    guarded: frozenset[str] = frozenset(),
+) -> Any:
     """Restricted-load a scanned pickle; CORRUPT/UNSAFE_PICKLE findings instead of exceptions. None on failure."""
     try:
         return restricted_load(data, persistent_load, scan=scan, guarded=guarded)
@@ -133,14 +139,22 @@ def check_views(ckpt: Checkpoint) -> None:
     dropped: set[int] = set()  # ids of malformed descriptors (the verdict belongs to the object)
     for t in ckpt.tensors:
         shape, stride, offset, dtype, key = t.shape, t.stride, t.storage_offset, t.dtype, t.storage_key
-        if (type(shape) is not tuple or type(stride) is not tuple or len(shape) != len(stride) or type(offset) is not int
-                or offset < 0 or type(dtype) is not str or type(key) is not str or type(t.name) is not str
-                or type(t.group) is not str):  # fmt: skip
+        if (
+            type(shape) is not tuple
+            or type(stride) is not tuple
+            or len(shape) != len(stride)
+            or type(offset) is not int
+            or offset < 0
+            or type(dtype) is not str
+            or type(key) is not str
+            or type(t.name) is not str
+            or type(t.group) is not str
+        ):
             dropped.add(id(t))
             continue
         last = offset
         empty = ok = False
-        for size, step in zip(shape, stride):
+        for size, step in zip(shape, stride, strict=True):
             if type(size) is not int or type(step) is not int or size < 0:
                 break
             if size == 0:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import _compat_pickle
 import codecs
 import copyreg
-import os
 import pickle
 import pickletools
 import re

@@ -46,7 +46,7 @@ def read_sharded(index_json_path: str | os.PathLike[str]) -> Checkpoint:
         part = _read_shard(shard_path, shard)
         ckpt.files.append(shard_path)
         ckpt.file_bytes += part.file_bytes
-        _merge(ckpt, part, shard, tree)
+        _add_shard(ckpt, part, shard, tree)
 
         found = {t.name for t in part.tensors}
         lacking = [name for name in expected if name not in found]
@@ -105,20 +105,14 @@ def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
     return part
 
 
-def _merge(ckpt: Checkpoint, part: Checkpoint, shard: str, tree: dict[str, object]) -> None:
-    """Add one shard's tensors, storages, findings and globals, keys prefixed by the shard name."""
-    for storage in part.storages.values():
-        key = f"{shard}:{storage.key}"
-        ckpt.storages[key] = storage.replace(key=key, member=storage.member or shard)
+def _add_shard(ckpt: Checkpoint, part: Checkpoint, shard: str, tree: dict[str, object]) -> None:
+    """Add one shard: its storages, findings and globals (Checkpoint.absorb, keys prefixed by the shard
+    name), its tensors and the metadata no earlier shard gave."""
+    ckpt.absorb(part, f"shard {shard}", key_prefix=f"{shard}:", member=shard)
     for tensor in part.tensors:
         named = tensor.replace(storage_key=f"{shard}:{tensor.storage_key}")
         ckpt.tensors.append(named)
         tree.setdefault(named.name, named)
-    for finding in part.findings:
-        ckpt.findings.append(finding.replace(message=f"shard {shard}: {finding.message}"))
-    for name in part.globals:
-        if name not in ckpt.globals:
-            ckpt.globals.append(name)
     for key, value in part.metadata.items():
         ckpt.metadata.setdefault(key, value)
 

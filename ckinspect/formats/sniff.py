@@ -10,6 +10,8 @@ import math
 import os
 from pathlib import Path
 
+from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, FileReader, ZipError, local_name, read_directory
+
 HEAD_BYTES = 4096
 
 # torch's legacy format opens with this number pickled on its own (torch/serialization.py MAGIC_NUMBER).
@@ -17,9 +19,9 @@ LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_LONG1 = b"\x8a\x0a" + LEGACY_MAGIC.to_bytes(10, "little")
 _LEGACY_TEXT = b"L" + str(LEGACY_MAGIC).encode() + b"L\n"  # protocols 0 and 1
 
-ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+ZIP_MAGIC = (LOCAL_SIG, EOCD_SIG)
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
-# Opcodes a protocol 0/1 pickle may start with: MARK, EMPTY_DICT/LIST/TUPLE, GLOBAL, NONE, INT, LONG, STRING, UNICODE ...
+# Opcodes a protocol 0/1 pickle may start with: MARK, EMPTY_DICT/LIST/TUPLE, GLOBAL, NONE, INT, LONG, STRING ...
 _OLD_PICKLE_OPENERS = frozenset(b"(}])cNILSVFGJKM")
 _OLD_PICKLE_FULL_PARSE = 1 << 20  # protocol 0/1 pickles up to this size are parsed through to STOP
 
@@ -80,17 +82,15 @@ def sniff_bytes(head: bytes, size: int, path: Path | None = None) -> str:
 
 def _zip_has_data_pkl(head: bytes, path: Path | None) -> bool:
     # torch.save writes `<archive>/data.pkl` first: its local header answers without the directory
-    if head.startswith(b"PK\x03\x04") and len(head) >= 30:
-        name = head[30 : 30 + int.from_bytes(head[26:28], "little")]
-        if name == b"data.pkl" or name.endswith(b"/data.pkl"):
-            return True
+    name = local_name(head)
+    if name is not None and (name == b"data.pkl" or name.endswith(b"/data.pkl")):
+        return True
     if path is not None:
-        import zipfile  # deferred: only a zip without data.pkl first gets here
-
         try:
-            with zipfile.ZipFile(path) as archive:
-                return any(name == "data.pkl" or name.endswith("/data.pkl") for name in archive.namelist())
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            with open(path, "rb") as handle:
+                members, _ = read_directory(FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size))
+            return any(m.name == "data.pkl" or m.name.endswith("/data.pkl") for m in members)
+        except (ZipError, OSError):
             pass  # no readable directory: look for the member's name in the first bytes
     return b"/data.pkl" in head
 

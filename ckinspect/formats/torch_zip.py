@@ -6,6 +6,7 @@ offsets) and data.pkl; storage bytes are never read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 from pathlib import Path
@@ -15,6 +16,9 @@ from ckinspect.formats.pickle_scan import PickleScan, scan_member, scan_stream
 from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef
 from ckinspect.io.zipdir import (
+    DEFLATED,
+    LOCAL_SIG,
+    STORED,
     FileReader,
     ZipError,
     ZipMember,
@@ -22,6 +26,7 @@ from ckinspect.io.zipdir import (
     data_offsets,
     local_header_at,
     read_directory,
+    read_member,
 )
 from ckinspect.model import Checkpoint, StorageInfo
 
@@ -69,7 +74,7 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
     archive = pkl.name[: -len("data.pkl")]
     where = f"{file.name}:{pkl.name}"
     try:
-        data = _member_bytes(reader, pkl, cd_start)
+        data = read_member(reader, pkl, cd_start, _pickle_cap(pkl))
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{where}: {exc}")
         _scan_in_place(ckpt, reader, pkl, cd_start, where)
@@ -83,10 +88,9 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         set_tree(ckpt, tree)
         byteorder = by_name.get(archive + "byteorder")
         if byteorder is not None and byteorder.file_size <= 16:
-            try:
-                ckpt.metadata["byteorder"] = _member_bytes(reader, byteorder, cd_start).decode("ascii", "replace")
-            except ZipError:
-                pass
+            with contextlib.suppress(ZipError):  # informational: a damaged record leaves it unset
+                raw = read_member(reader, byteorder, cd_start, MAX_PICKLE_BYTES)
+                ckpt.metadata["byteorder"] = raw.decode("ascii", "replace")
     return tree
 
 
@@ -122,27 +126,10 @@ def _scan_in_place(ckpt: Checkpoint, reader: FileReader, member: ZipMember, limi
     record_globals(ckpt, [g for s in scans for g in s.globals], where)
 
 
-def _member_bytes(reader: FileReader, member: ZipMember, limit: int) -> bytes:
-    start = data_offset(reader, member)
-    if start + member.compressed_size > limit:
-        raise ZipError(f"{member.name} runs past the end of the data ({start + member.compressed_size} > {limit})")
-    if member.file_size > MAX_PICKLE_BYTES or (
-        member.compress_type != 0 and member.file_size > MAX_INFLATED_PICKLE_BYTES
-    ):
-        raise ZipError(f"{member.name} is {member.file_size} bytes, too large to list (scanned, not decoded)")
-    raw = reader.read_at(start, member.compressed_size)
-    if member.compress_type == 0:
-        return raw
-    if member.compress_type == 8:
-        inflate = zlib.decompressobj(-15)
-        try:
-            out = inflate.decompress(raw, member.file_size)  # inflation stops at the declared size
-        except zlib.error as exc:
-            raise ZipError(f"{member.name}: bad deflate data ({exc})") from None
-        if inflate.unconsumed_tail or len(out) != member.file_size:
-            raise ZipError(f"{member.name} does not inflate to its declared {member.file_size} bytes")
-        return out
-    raise ZipError(f"{member.name} uses zip compression method {member.compress_type}, which torch never writes")
+def _pickle_cap(member: ZipMember) -> int:
+    """How much of a member's pickle is held to decode it: never past its declared size (inflation
+    stops there), and a deflated one only up to MAX_INFLATED_PICKLE_BYTES; beyond, it is only scanned."""
+    return min(member.file_size, MAX_PICKLE_BYTES if member.compress_type == 0 else MAX_INFLATED_PICKLE_BYTES)
 
 
 def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key_prefix: str = "") -> Any:
@@ -173,14 +160,14 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         else:
             found.append((ref, member))
     storages = ckpt.storages
-    for (ref, member), offset in zip(found, data_offsets(reader, [member for _, member in found])):
+    for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
         name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
-        if type(offset) is not int:
-            ckpt.add("CORRUPT", f"{file.name}: {offset}")
-            offset = None
-        if compress_type != 0:
+        offset = located if type(located) is int else None
+        if offset is None:
+            ckpt.add("CORRUPT", f"{file.name}: {located}")
+        if compress_type != STORED:
             offset = None  # compressed by some re-zipping tool: bytes cannot be addressed in place
-            if compress_type != 8:  # deflate is the one method torch's reader (miniz) inflates
+            if compress_type != DEFLATED:  # deflate is the one method torch's reader (miniz) inflates
                 ckpt.add("CORRUPT", f"{file.name}: storage {name} uses zip compression method {compress_type}, "
                                     "which torch cannot read")  # fmt: skip
         elif offset is not None and offset + file_size > cd_start:
@@ -213,8 +200,13 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
         if scans and scans[0].error is None:
             data = data[: scans[0].end]
             break
-        if not scans or not scans[0].truncated or start + len(data) >= reader.size or want >= MAX_UNINDEXED_PICKLE_BYTES \
-                or start + scans[0].needed > reader.size:  # fmt: skip
+        if (
+            not scans
+            or not scans[0].truncated
+            or start + len(data) >= reader.size
+            or want >= MAX_UNINDEXED_PICKLE_BYTES
+            or start + scans[0].needed > reader.size
+        ):
             break
         want = max(want * 4, scans[0].needed + (1 << 20))
     where = f"{file.name}:{name}"
@@ -224,7 +216,7 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
         complete = 0
         found: dict[str, tuple[int, int]] = {}
         while pos < reader.size:
-            header_pos = reader.read_at(pos, 64).find(b"PK\x03\x04")
+            header_pos = reader.read_at(pos, 64).find(LOCAL_SIG)
             if header_pos < 0:
                 break
             header = local_header_at(reader, pos + header_pos)
@@ -237,12 +229,18 @@ def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, pr
                 found[key] = (offset, length)
             pos = offset + length
         for key, ref in collector.storages.items():
-            offset, _length = found.get(key, (None, 0))
-            whole = offset is not None and offset + ref.nbytes <= reader.size
+            at = found[key][0] if key in found else None
+            whole = at is not None and at + ref.nbytes <= reader.size
             complete += whole
-            ckpt.storages[ref.key] = StorageInfo(key=ref.key, dtype=ref.dtype, nbytes=ref.nbytes if whole else 0, file=file,
-                                             offset=offset if whole else None, member=f"{archive}data/{key}",
-                                             location=ref.location)  # fmt: skip
+            ckpt.storages[ref.key] = StorageInfo(
+                key=ref.key,
+                dtype=ref.dtype,
+                nbytes=ref.nbytes if whole else 0,
+                file=file,
+                offset=at if whole else None,
+                member=f"{archive}data/{key}",
+                location=ref.location,
+            )
         ckpt.add("CORRUPT", f"{file.name}: {problem}; the save was cut short at {reader.size} bytes: "
                             f"{complete} of {len(collector.storages)} storages are complete")  # fmt: skip
 

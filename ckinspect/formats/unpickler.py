@@ -49,6 +49,7 @@ class _Call:
     """A stand-in callable that a pickle cannot modify (functions have a writable __dict__)."""
 
     __slots__ = ("_fn",)
+    _fn: Callable[..., Any]
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         object.__setattr__(self, "_fn", fn)
@@ -93,14 +94,19 @@ class Opaque(metaclass=_FrozenMeta):
     """A benign object kept as a record: the global it names, its constructor args and its state."""
 
     qualname = "?"
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    state: Any
+    items: list[Any]
+    mapping: dict[Any, Any]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Opaque:
         self = object.__new__(cls)
         self.args = args
         self.kwargs = kwargs
         self.state = None
-        self.items: list[Any] = []
-        self.mapping: dict[Any, Any] = {}
+        self.items = []
+        self.mapping = {}
         return self
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -188,6 +194,9 @@ class _StorageType:
     """torch.FloatStorage, torch.storage.UntypedStorage ...: what a persistent id names as its type."""
 
     __slots__ = ("dtype", "untyped", "itemsize")
+    dtype: str
+    untyped: bool
+    itemsize: int
 
     def __init__(self, dtype: str, untyped: bool = False) -> None:
         object.__setattr__(self, "dtype", dtype)
@@ -253,7 +262,7 @@ def _tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, dtype: st
     return TensorInfo("", dtype, _shape(size, "size"), _shape(stride, "stride"), storage.key, storage_offset)
 
 
-def _rebuild_tensor(cls, storage, storage_offset, size, stride, *_rest):  # type: ignore[no-untyped-def]
+def _rebuild_tensor(cls, storage, storage_offset, size, stride, *_rest):
     # torch's own pickles, once per tensor: checked inline, the general path handles everything else
     if type(storage) is StorageRef and type(storage_offset) is int and storage_offset >= 0 and \
             type(size) is tuple and type(stride) is tuple:  # fmt: skip
@@ -273,7 +282,7 @@ class _RebuildTensor(metaclass=_FrozenMeta):
     """torch._utils._rebuild_tensor(_v2): a class whose __new__ returns the TensorInfo, so the call
     made once per tensor is a single frame and the stand-in cannot be modified by the pickle."""
 
-    __new__ = _rebuild_tensor
+    __new__ = _rebuild_tensor  # type: ignore[assignment]  # a __new__ returning a TensorInfo is the point
 
 
 def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad=False, hooks=None, dtype=None, *_):
@@ -287,7 +296,7 @@ def _rebuild_qtensor(storage, storage_offset, size, stride, *_rest):
 class _RebuildParameter(metaclass=_FrozenMeta):
     """torch._utils._rebuild_parameter(_with_state)(data, requires_grad, hooks[, state]): the tensor."""
 
-    def __new__(cls, data, *_rest):  # type: ignore[misc]
+    def __new__(cls, data, *_rest):
         return data
 
 
@@ -454,10 +463,17 @@ _DTYPE_NAMES = frozenset(TORCH_DTYPE_ATTRS.values())
 
 def storage_persistent_load(pid: Any) -> Any:
     """torch's persistent ids: ('storage', storage type, key, location, numel[, view_metadata])."""
-    if type(pid) is tuple and len(pid) >= 5 and type(pid[1]) is _StorageType and type(pid[4]) is int and pid[4] >= 0:
-        if pid[0] == "storage":  # the common case first: one call per tensor in a checkpoint
-            stype = pid[1]
-            return StorageRef(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
+    # the common case first: one call per tensor in a checkpoint
+    if (
+        type(pid) is tuple
+        and len(pid) >= 5
+        and type(pid[1]) is _StorageType
+        and type(pid[4]) is int
+        and pid[4] >= 0
+        and pid[0] == "storage"
+    ):
+        stype = pid[1]
+        return StorageRef(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
     if isinstance(pid, tuple) and pid:
         tag = pid[0].decode("ascii", "replace") if isinstance(pid[0], bytes) else pid[0]
         if tag == "storage" and len(pid) >= 5:
@@ -495,7 +511,7 @@ class RestrictedUnpickler(pickle.Unpickler):
                  guarded: frozenset[str] = frozenset()) -> None:  # fmt: skip
         super().__init__(file, fix_imports=False, encoding="latin1")
         # set on the instance, the C unpickler calls it directly: no forwarding frame per tensor
-        self.persistent_load = persistent_load or storage_persistent_load
+        self.persistent_load = persistent_load or storage_persistent_load  # type: ignore[method-assign]
         self.guarded = guarded
 
     def find_class(self, module: str, name: str) -> Any:

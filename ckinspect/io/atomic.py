@@ -56,7 +56,7 @@ def atomic_write(path: str | os.PathLike[str], tmp_name: str | None = None) -> I
         handle = os.fdopen(fd, "wb")
     else:
         tmp = str(folder / tmp_name)
-        handle = open(tmp, "wb")
+        handle = open(tmp, "wb")  # noqa: SIM115 - entered below, in the same `with` as the mkstemp branch's handle
     try:
         with handle:
             yield handle

@@ -164,10 +164,8 @@ class Blobs:
             yield ctypes.addressof(anchor) + (offset - aligned)
         finally:
             del anchor
-            try:
+            with contextlib.suppress(BufferError):  # a caller still holds a view: the mapping goes with it
                 mapped.close()
-            except BufferError:
-                pass
 
 
 def read_chunks(

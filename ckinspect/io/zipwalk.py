@@ -3,22 +3,29 @@
 torch.save writes stored (uncompressed) members whose sizes follow the data in a data descriptor
 (flag bit 3), so a member's end is found by searching for the descriptor whose size field equals
 the distance walked. This is what lets `salvage` read a file whose tail, directory included, is gone.
-Nothing here imports torch.
+The record layouts and the zip64 extra field come from `zipdir`, the one zip layer. Nothing here
+imports torch.
 """
 
 from __future__ import annotations
 
 import mmap
-import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-LOCAL_SIG = b"PK\x03\x04"
-DESCRIPTOR_SIG = b"PK\x07\x08"
-CENTRAL_SIG = b"PK\x01\x02"
-_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # 30 bytes
+from ckinspect.io.zipdir import (
+    CENTRAL_SIG,
+    DESCRIPTOR32,
+    DESCRIPTOR64,
+    DESCRIPTOR_SIG,
+    FLAG_DESCRIPTOR,
+    LOCAL,
+    LOCAL_SIG,
+    zip64_extra,
+)
+
 _CRC_CHUNK = 1 << 22
 
 
@@ -50,22 +57,22 @@ def walk_local_headers(buf: bytes | mmap.mmap | memoryview) -> Iterator[LocalMem
     """
     size = len(buf)
     pos = 0
-    while pos + _LOCAL.size <= size:
+    while pos + LOCAL.size <= size:
         if bytes(buf[pos : pos + 4]) != LOCAL_SIG:
             nxt = _find(buf, LOCAL_SIG, pos + 1)
             if nxt < 0:
                 return
             pos = nxt
             continue
-        sig, _ver, flags, method, _t, _d, crc, csize, usize, nlen, elen = _LOCAL.unpack_from(buf, pos)
-        name_start = pos + _LOCAL.size
+        _sig, _ver, flags, method, _t, _d, crc, csize, usize, nlen, elen = LOCAL.unpack_from(buf, pos)
+        name_start = pos + LOCAL.size
         data_offset = name_start + nlen + elen
         if data_offset > size:
             return
         name = bytes(buf[name_start : name_start + nlen]).decode("utf-8", "replace")
         extra = bytes(buf[name_start + nlen : data_offset])
-        csize, usize = _zip64_sizes(extra, csize, usize)
-        if flags & 0x08:
+        usize, csize, _ = zip64_extra(extra, usize, csize, local=True)
+        if flags & FLAG_DESCRIPTOR:
             found = _find_descriptor(buf, data_offset)
             if found is None:
                 yield LocalMember(name, pos, data_offset, None, None, method)
@@ -86,19 +93,6 @@ def walk_local_headers(buf: bytes | mmap.mmap | memoryview) -> Iterator[LocalMem
             pos = end
 
 
-def _zip64_sizes(extra: bytes, csize: int, usize: int) -> tuple[int, int]:
-    if csize != 0xFFFFFFFF and usize != 0xFFFFFFFF:
-        return csize, usize
-    i = 0
-    while i + 4 <= len(extra):
-        tag, length = struct.unpack_from("<HH", extra, i)
-        if tag == 0x0001 and length >= 16:
-            usize, csize = struct.unpack_from("<QQ", extra, i + 4)
-            break
-        i += 4 + length
-    return csize, usize
-
-
 def _find(buf, needle: bytes, start: int) -> int:
     if isinstance(buf, (bytes, mmap.mmap)):
         return buf.find(needle, start)
@@ -114,20 +108,19 @@ def _find_descriptor(buf, data_offset: int) -> tuple[int, int, int] | None:
         if hit < 0:
             return None
         length = hit - data_offset
-        if hit + 16 <= size:
-            crc, c32, u32 = struct.unpack_from("<III", buf, hit + 4)
+        if hit + DESCRIPTOR32.size <= size:
+            _sig, crc, c32, u32 = DESCRIPTOR32.unpack_from(buf, hit)
             if c32 == length & 0xFFFFFFFF and u32 == c32 and (length < 0xFFFFFFFF):
                 # a 32-bit descriptor; a zip64 one has 8-byte sizes that also start with these bytes
-                if hit + 24 <= size:
-                    c64, u64 = struct.unpack_from("<QQ", buf, hit + 8)
-                    if c64 == length and u64 == length and _is_boundary(buf, hit + 24):
-                        return length, crc, 24
-                return length, crc, 16
-        if hit + 24 <= size:
-            crc = struct.unpack_from("<I", buf, hit + 4)[0]
-            c64, u64 = struct.unpack_from("<QQ", buf, hit + 8)
+                if hit + DESCRIPTOR64.size <= size:
+                    _sig, _crc, c64, u64 = DESCRIPTOR64.unpack_from(buf, hit)
+                    if c64 == length and u64 == length and _is_boundary(buf, hit + DESCRIPTOR64.size):
+                        return length, crc, DESCRIPTOR64.size
+                return length, crc, DESCRIPTOR32.size
+        if hit + DESCRIPTOR64.size <= size:
+            _sig, crc, c64, u64 = DESCRIPTOR64.unpack_from(buf, hit)
             if c64 == length and u64 == length:
-                return length, crc, 24
+                return length, crc, DESCRIPTOR64.size
         pos = hit + 1
 
 

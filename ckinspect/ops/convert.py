@@ -10,13 +10,12 @@ what torch.load call is about to run and which globals it will call, before it r
 from __future__ import annotations
 
 import os
-import zipfile
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, read_directory, read_member
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 from ckinspect.vocab import CkinspectError
 
@@ -76,9 +75,9 @@ def convert(
     if ckpt.format in ("unknown", "pickle") and not unsafe:
         raise CkinspectError(f"{source}: format {ckpt.format} holds no tensors this tool can convert")
     if unsafe and not trust:
-        names = ", ".join(sorted({g for f in unsafe for g in _globals_in(f, ckpt)})) or unsafe[0].message
+        called = ", ".join(sorted({g for f in unsafe for g in _globals_in(f, ckpt)})) or unsafe[0].message
         raise CkinspectError(
-            f"refused: {source} names globals that run code when loaded ({names}); "
+            f"refused: {source} names globals that run code when loaded ({called}); "
             "nothing was executed. Pass --trust only if you know where this file comes from"
         )
     groups = _groups(ckpt)
@@ -106,8 +105,8 @@ def convert(
 
     if unsafe:  # and trusted: say exactly what is about to run, then run it
         call = f"torch.load({str(source)!r}, map_location='cpu', weights_only=False)"
-        names = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
-        announce(f"--trust: about to run {call}; its pickle will call: {names}")
+        called = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
+        announce(f"--trust: about to run {call}; its pickle will call: {called}")
         result.trusted_load = call
         try:
             loaded = torch.load(source, map_location="cpu", weights_only=False)
@@ -119,9 +118,9 @@ def convert(
         with _StorageReader(ckpt) as reader:
             built = rebuild_tree(tree, reader.read, keep=keep, cast=cast)
         if built.missing:
-            names = ", ".join(n for n, _ in built.missing[:5])
+            shown = ", ".join(n for n, _ in built.missing[:5])
             count = len(built.missing)
-            raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({names}); try ckinspect salvage")
+            raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({shown}); try ckinspect salvage")
     for path, why in built.dropped:
         result.notes.append(f"{path}: {why}; left out")
     tree, names = built.tree, built.tensors
@@ -134,7 +133,7 @@ def convert(
             result.notes.append(f"wrote the `{prefix}` subtree only (tensor names without the `{prefix}.` prefix)")
     if not names:
         raise CkinspectError(f"nothing to write: no tensors in group(s) {', '.join(only or [])}")
-    if target is not None and result.cast:
+    if dtype and result.cast:  # dtype set: target is its torch dtype
         result.notes.append(
             f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)"
         )
@@ -176,46 +175,52 @@ class _StorageReader:
     def __init__(self, ckpt: Checkpoint) -> None:
         self.ckpt = ckpt
         self._files: dict[Path, Any] = {}
-        self._archives: dict[Path, zipfile.ZipFile | None] = {}
+        self._archives: dict[Path, tuple[FileReader, dict[str, ZipMember]] | None] = {}
 
     def __enter__(self) -> _StorageReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for handle in [*self._files.values(), *self._archives.values()]:
-            if handle is not None:
-                handle.close()
+        for handle in self._files.values():
+            handle.close()
 
-    def read(self, info: TensorInfo) -> bytes | None:
+    def read(self, info: TensorInfo) -> bytes | bytearray | None:
         storage: StorageInfo | None = self.ckpt.storages.get(info.storage_key)
         if storage is None:
             return None
         path = Path(storage.file)
         if storage.offset is not None:
-            handle = self._files.get(path)
-            if handle is None:
-                handle = self._files[path] = open(path, "rb")  # noqa: SIM115 - closed in __exit__
+            handle = self._file(path)
             data = bytearray(storage.nbytes)
             handle.seek(storage.offset)
             got = handle.readinto(data)
             return data if got == storage.nbytes else None
         if storage.member:
             archive = self._archive(path)
-            if archive is None:
+            member = None if archive is None else archive[1].get(storage.member)
+            if archive is None or member is None:
                 return None
             try:
-                return archive.read(storage.member)
+                return read_member(archive[0], member, verify=True)
             # a damaged member (bad CRC, unknown method, cut short, a mangled local name): the tensor is missing
-            except (zipfile.BadZipFile, NotImplementedError, KeyError, OSError, EOFError, ValueError, RuntimeError,
-                    zlib.error):  # fmt: skip
+            except ZipError:
                 return None
         return None
 
-    def _archive(self, path: Path) -> zipfile.ZipFile | None:
+    def _file(self, path: Path) -> Any:
+        handle = self._files.get(path)
+        if handle is None:
+            handle = self._files[path] = open(path, "rb")  # noqa: SIM115 - closed in __exit__
+        return handle
+
+    def _archive(self, path: Path) -> tuple[FileReader, dict[str, ZipMember]] | None:
+        """The zip's reader and its members by name (the last of a repeated name wins, as it did with zipfile)."""
         if path not in self._archives:
             try:
-                self._archives[path] = zipfile.ZipFile(path)
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError):  # not a zip, or no readable directory
+                handle = self._file(path)
+                reader = FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size)
+                self._archives[path] = (reader, {m.name: m for m in read_directory(reader)[0]})
+            except (ZipError, OSError):  # not a zip, or no readable directory
                 self._archives[path] = None
         return self._archives[path]
 

@@ -155,11 +155,11 @@ def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
             reason = f"several whole tmps ({names}) and their steps do not say which is newest; rename by hand"
             return [RepairAction("nothing", s.leftover, s, reason) for s in statuses]
     best = max(complete, key=lambda s: s.tmp_step or 0) if complete else None
-    best_promoted = best is not None and _decide_one(best).action.startswith("promote")
+    promoted = best if best is not None and _decide_one(best).action.startswith("promote") else None
     actions = []
     for s in statuses:
-        if best_promoted and s is not best and s.tmp_complete:
-            reason = f"older than {best.leftover.tmp.name}, which is promoted"
+        if promoted is not None and s is not promoted and s.tmp_complete:
+            reason = f"older than {promoted.leftover.tmp.name}, which is promoted"
             actions.append(RepairAction("set-aside", s.leftover, s, reason))
         else:
             actions.append(_decide_one(s))
@@ -167,12 +167,12 @@ def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
     will_be_whole = (statuses[0].main_exists and statuses[0].main_intact) or any(
         a.action.startswith("promote") for a in actions
     )
-    for i, a in enumerate(actions):
-        if a.action == "set-aside" and not a.status.tmp_complete and not will_be_whole:
-            actions[i] = RepairAction("nothing", a.leftover, a.status, "neither this tmp nor the main file is whole")
-        elif a.action == "nothing" and not a.status.tmp_complete and will_be_whole:
+    for i, (s, a) in enumerate(zip(statuses, actions, strict=True)):  # one action per status, s is a.status
+        if a.action == "set-aside" and not s.tmp_complete and not will_be_whole:
+            actions[i] = RepairAction("nothing", a.leftover, s, "neither this tmp nor the main file is whole")
+        elif a.action == "nothing" and not s.tmp_complete and will_be_whole:
             reason = "partial tmp of an interrupted save; another file is promoted"
-            actions[i] = RepairAction("set-aside", a.leftover, a.status, reason)
+            actions[i] = RepairAction("set-aside", a.leftover, s, reason)
     return actions
 
 
@@ -413,7 +413,7 @@ class _Manifest:
         self.folder = folder
         self.run_id = run_id
         self.actions = actions
-        self.entries = [
+        self.entries: list[dict[str, Any]] = [
             {"action": a.action, "tmp": a.leftover.tmp.name, "main": a.leftover.main.name, "reason": a.reason}
             | {"moves": []}
             for a in actions

@@ -12,12 +12,14 @@ torch.save through ckinspect.io.atomic); nothing from the damaged file is ever e
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckinspect.io.zipdir import LOCAL_SIG
 from ckinspect.io.zipwalk import LocalMember, crc32_of, map_file, walk_local_headers
 from ckinspect.vocab import CkinspectError
 
@@ -53,8 +55,8 @@ class StorageBytes:
     """One storage member as found in the damaged file."""
 
     key: str
-    member: LocalMember | None
-    state: str  # "ok" | "cut short" | "CRC mismatch" | "absent" | "compressed"
+    member: LocalMember
+    state: str  # "ok" | "cut short" | "CRC mismatch" | "compressed" (an absent storage has no entry)
 
     @property
     def ok(self) -> bool:
@@ -69,7 +71,7 @@ def salvage(broken: str | Path, out: str | Path) -> SalvageResult:
         raise CkinspectError("OUT must differ from BROKEN: salvage never overwrites the damaged file")
     buf = map_file(broken)
     head = bytes(buf[:8])
-    if head.startswith(b"PK\x03\x04"):
+    if head.startswith(LOCAL_SIG):
         return _salvage_torch_zip(broken, out, buf)
     if len(head) == 8 and 2 <= struct.unpack("<Q", head)[0] <= 100_000_000:
         return _salvage_safetensors(broken, out, buf)
@@ -98,7 +100,7 @@ def zip_storages(buf) -> tuple[LocalMember | None, dict[str, StorageBytes]]:
 def _member_state(buf, m: LocalMember) -> str:
     if m.method != 0:
         return "compressed"
-    if not m.complete:
+    if m.size is None or m.crc32 is None:  # not m.complete
         return "cut short"
     if crc32_of(buf, m.data_offset, m.size) != m.crc32:
         return "CRC mismatch"
@@ -123,7 +125,7 @@ def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
     except Exception as exc:  # UnsafePickle / CorruptPickle: say what it was, do not run it
         raise CkinspectError(f"{broken}: data.pkl cannot be read safely ({type(exc).__name__}: {exc})") from exc
 
-    def storage_bytes(info) -> bytes | None:
+    def storage_bytes(info) -> bytearray | None:
         st = storages.get(info.storage_key)
         if st is None or not st.ok:
             return None
@@ -139,6 +141,10 @@ def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
 
     _write_tree(tree, result, storage_bytes, why_missing)
     return result
+
+
+def _window(buf: Any, start: int, end: int) -> list[memoryview]:
+    return [memoryview(buf)[start:end]]
 
 
 def _out_format(out: Path) -> str:
@@ -237,7 +243,7 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
     result.recovered = [name for name, *_ in kept]
     if result.out_format == "safetensors":
         entries = [
-            Entry(name, dtype, shape, (lambda b=begin, e=end: [memoryview(buf)[base + b : base + e]]))
+            Entry(name, dtype, shape, functools.partial(_window, buf, base + begin, base + end))
             for name, dtype, shape, begin, end in kept
         ]
         result.out_bytes = write_safetensors(out, entries, {**meta, "salvaged_from": broken.name})

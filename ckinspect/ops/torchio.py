@@ -7,6 +7,7 @@ import it. Input files are never torch.load-ed here: bytes come from our readers
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ class Built:
 
 def rebuild_tree(
     tree: Any,
-    storage_bytes: Callable[[TensorInfo], bytes | None],
+    storage_bytes: Callable[[TensorInfo], bytes | bytearray | None],
     keep: Callable[[str, TensorInfo], bool] | None = None,
     cast: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
 ) -> Built:
@@ -172,11 +173,11 @@ def tensors_to_safetensors(
             seen[ident] = name
         flat = t.detach().contiguous().reshape(-1)
         dtype = str(t.dtype).removeprefix("torch.")
-        entries.append(Entry(name, dtype, tuple(t.shape), (lambda f=flat: [_bytes_of(f)])))
+        entries.append(Entry(name, dtype, tuple(t.shape), functools.partial(_chunks_of, flat)))
     return write_safetensors(path, entries, metadata), notes
 
 
-def _bytes_of(flat: torch.Tensor) -> memoryview:
+def _chunks_of(flat: torch.Tensor) -> list[memoryview]:
     if flat.numel() == 0:
-        return memoryview(b"")
-    return memoryview(flat.view(torch.uint8).numpy())
+        return [memoryview(b"")]
+    return [flat.view(torch.uint8).numpy().data]

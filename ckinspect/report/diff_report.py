@@ -131,7 +131,7 @@ def _changed_table(diff: dict[str, Any]) -> Any:
     table.add_column("differing", justify="right", no_wrap=True)
     if pinpoint:
         table.add_column("first at", overflow="fold", max_width=16)
-    for c, change in zip(diff["changed"], changes):
+    for c, change in zip(diff["changed"], changes, strict=True):
         row = [escape(c["a"]["name"])] + ([] if same_change else [change])
         row += [number(c["max_abs_diff"]), number(c.get("max_rel_diff")), _differing_short(c)]
         table.add_row(*row, *([_first_at(c)] if pinpoint else []))
@@ -186,8 +186,8 @@ def render_text(
     for side, ckpt in (("A", a), ("B", b)):
         for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
             console.print(Text.assemble((f"{side} is damaged", "bold red"), f": {f.message}"), soft_wrap=True)
-    if note := hint(diff):
-        console.print(Text(note, style="dim"))
+    if advice := hint(diff):
+        console.print(Text(advice, style="dim"))
     return finish(out)
 
 
@@ -231,9 +231,9 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
     for side, ckpt in (("A", a), ("B", b)):
         for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
             lines.append(f"- **{side} is damaged**: {f.message}")
-    if note := hint(diff):
+    if advice := hint(diff):
         lines.append("")
-        lines.append(f"_{note}_")
+        lines.append(f"_{advice}_")
     return "\n".join(lines).rstrip() + "\n"
 
 

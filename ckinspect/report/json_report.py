@@ -10,12 +10,11 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 
-from ckinspect import __version__
 from ckinspect.analysis.anatomy import summarize
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint, Finding, TensorInfo
-from ckinspect.vocab import GROUPS
+from ckinspect.vocab import GROUPS, VERSION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,7 +34,7 @@ def build(checkpoints: Sequence[Checkpoint], diff: Any = None) -> dict[str, Any]
     return {
         "schema": SCHEMA_VERSION,
         "tool": "ckinspect",
-        "version": __version__,
+        "version": VERSION,
         "files": files,
         "diff": diff.to_json() if diff is not None and hasattr(diff, "to_json") else diff,
         "summary": summary(len(files), findings),

@@ -17,8 +17,8 @@ THEMES = ("textual-dark", "textual-light")
 
 class CkinspectApp(App[int]):
     TITLE = "ckinspect"
-    CSS_PATH: ClassVar = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss"]
-    HORIZONTAL_BREAKPOINTS: ClassVar = [(0, "-narrow"), (110, "-wide")]
+    CSS_PATH = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss"]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark,f1", "help", "Help", key_display="?"),

@@ -8,7 +8,6 @@ before numpy or the readers load. Nothing here imports textual; it runs inside t
 from __future__ import annotations
 
 import fnmatch
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,14 +22,18 @@ if TYPE_CHECKING:
     from ckinspect.analysis.drift import TensorDrift
     from ckinspect.ops.repair import ApplyResult, RepairPlan, UndoResult
 
-Progress = Callable[[float], None]  # fraction done, 0.0 .. 1.0
+Progress = Callable[[float], object]  # fraction done, 0.0 .. 1.0; what it returns is ignored
 
 
 def as_fraction(report: Progress | None) -> Callable[[int, int], None] | None:
     """The core reports progress as (done, total) bytes; the screens draw a fraction."""
     if report is None:
         return None
-    return lambda done, total: report(min(1.0, done / total) if total > 0 else 0.0)
+
+    def fraction(done: int, total: int) -> None:
+        report(min(1.0, done / total) if total > 0 else 0.0)
+
+    return fraction
 
 
 # ---------------------------------------------------------------- loading
@@ -154,26 +157,28 @@ class ValueStats:
 
 HISTOGRAM_BINS = 24
 _SAMPLE_LIMIT = 1_000_000
+_BLOCK_ELEMENTS = 1 << 20  # elements decoded at once (8 MiB of float64)
 
 
 def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress | None = None) -> ValueStats:
     """min, max, mean, std, non-finite and fp16-overflow counts and a small histogram.
 
-    The values come from the diff's bounded block reader (any layout, strided views included); what
-    is computed here is only what the details pane draws and the scan does not keep: the histogram.
+    The values come from the shared block reader (io.values: any layout, strided views included) and
+    the statistics from the value scan's own implementation (analysis.stats); what is computed here is
+    only what the details pane draws and the scan does not keep: the histogram.
     """
     import numpy as np
 
-    from ckinspect.analysis.diff import decode, value_blocks
-    from ckinspect.analysis.scan import OVERFLOW_DTYPES
+    from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, block_moments
     from ckinspect.dtypes import dtype_info
     from ckinspect.io.blobs import Blobs, UnreadableStorage
-    from ckinspect.vocab import FP16_MAX
+    from ckinspect.io.values import decode, raw_blocks
 
     info = dtype_info(tensor.dtype)
     if info.kind == "complex":
         raise ValueError(f"value statistics of {tensor.dtype} tensors are not computed")
-    if tensor.storage_key not in ckpt.storages:
+    storage = ckpt.storages.get(tensor.storage_key)
+    if storage is None:
         raise UnreadableStorage(f"storage {tensor.storage_key} of {tensor.name} is not in the checkpoint")
     floating = info.is_floating
     stats = ValueStats(count=tensor.numel)
@@ -182,37 +187,26 @@ def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress 
     step = max(1, tensor.numel // _SAMPLE_LIMIT)
     stats.sampled = step > 1
     samples: list[Any] = []
-    total = total_sq = 0.0
-    finite_count = index = 0
-    lo, hi = math.inf, -math.inf
+    moments = Moments()
+    count_overflow = tensor.dtype in OVERFLOW_DTYPES
+    index = 0
     with Blobs() as blobs:
-        for raw in value_blocks(blobs, ckpt, tensor):
+        for raw in raw_blocks(blobs, storage, tensor, _BLOCK_ELEMENTS):
             values = decode(raw, tensor.dtype)
-            if floating:
-                mask = np.isfinite(values)
-                stats.nonfinite += int(values.size - np.count_nonzero(mask))
-                finite = values[mask]
-                if tensor.dtype in OVERFLOW_DTYPES:
-                    stats.fp16_overflow += int(np.count_nonzero(np.abs(finite) > FP16_MAX))
-            else:
-                finite = values
-            if finite.size:
-                total += float(finite.sum())
-                total_sq += float(np.square(finite).sum())
-                finite_count += int(finite.size)
-                lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+            moments.merge(block_moments(values, count_overflow))
             picked = values[(-index) % step :: step]
             samples.append(picked[np.isfinite(picked)] if floating else picked)
             index += values.size
             if progress is not None:
                 progress(index / tensor.numel)
 
-    if finite_count:
-        stats.minimum, stats.maximum = lo, hi
-        stats.mean = total / finite_count
-        if finite_count > 1:
-            spread = (total_sq - finite_count * stats.mean**2) / (finite_count - 1)
-            stats.std = math.sqrt(max(0.0, spread))
+    summary = moments.stats()
+    stats.nonfinite, stats.fp16_overflow = summary.nonfinite, summary.fp16_overflow
+    if moments.n:
+        lo, hi = moments.mn, moments.mx
+        stats.minimum, stats.maximum, stats.mean = lo, hi, summary.mean
+        if moments.n > 1:
+            stats.std = summary.std
         sample = np.concatenate(samples)
         if sample.size:
             counts, edges = np.histogram(

@@ -96,6 +96,12 @@ class RepairPlanned(Message):
 
 
 class RepairApplied(Message):
-    def __init__(self, result: ApplyResult | UndoResult, undone: bool = False) -> None:
+    def __init__(self, result: ApplyResult) -> None:
         super().__init__()
-        self.result, self.undone = result, undone
+        self.result = result
+
+
+class RepairUndone(Message):
+    def __init__(self, result: UndoResult) -> None:
+        super().__init__()
+        self.result = result

@@ -157,7 +157,7 @@ def test_hidden_deep_in_a_resume_dict(tmp_path, case):
 def test_every_dangerous_global_is_listed(tmp_path):
     markers = [tmp_path / f"PWNED-{case}" for case in PAYLOADS]
     path = tmp_path / "all.pt"
-    torch.save({case: payload(m) for (case, (payload, _)), m in zip(PAYLOADS.items(), markers)}, path)
+    torch.save({case: payload(m) for (case, (payload, _)), m in zip(PAYLOADS.items(), markers, strict=True)}, path)
     ckpt = read_torch_zip(path)
     message = ckpt.findings[0].message
     for _payload, name in PAYLOADS.values():

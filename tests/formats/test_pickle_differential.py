@@ -169,8 +169,11 @@ def check(data: bytes) -> None:
         assert got[: len(expected)] == expected, data
 
 
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+
+
 @settings(max_examples=DIFFERENTIAL_EXAMPLES, deadline=None, derandomize=DIFFERENTIAL_EXAMPLES <= 2000,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])  # fmt: skip
+          suppress_health_check=_SLOW_OK)  # fmt: skip
 @given(streams())
 def test_the_scan_names_what_cpython_asks_find_class_for(data):
     check(data)

@@ -304,8 +304,9 @@ def test_reading_never_imports_torch_or_numpy(resume_file, tmp_path):
         "from ckinspect.formats import torch_zip, torch_legacy, pickle_file, dcp, pickle_scan, unpickler\n"
         "import ckinspect.formats.tree\n"
         f"c = torch_zip.read_torch_zip({str(path)!r})\n"
-        "print(json.dumps({'tensors': len(c.tensors), 'torch': 'torch' in sys.modules, 'numpy': 'numpy' in sys.modules}))\n"
-    )  # fmt: skip
+        "print(json.dumps({'tensors': len(c.tensors), 'torch': 'torch' in sys.modules,"
+        " 'numpy': 'numpy' in sys.modules}))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
                          timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -9,7 +9,8 @@ from tests.conftest import cli_env
 def test_repair_side_imports_no_torch():
     code = (
         "import sys\n"
-        "import ckinspect.analysis.leftovers, ckinspect.ops.repair, ckinspect.ops.salvage, ckinspect.ops.convert, ckinspect.io.zipwalk\n"
+        "import ckinspect.analysis.leftovers, ckinspect.ops.repair, ckinspect.ops.salvage, ckinspect.ops.convert\n"
+        "import ckinspect.io.zipwalk\n"
         "import ckinspect.commands.repair, ckinspect.commands.salvage, ckinspect.commands.convert\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'textual')))\n"
     )

@@ -37,8 +37,8 @@ def test_find_leftovers_for_a_file_lists_only_its_own_tmps_and_for_a_folder_all_
     _touch(tmp_path / "b.pt.tmp")
     _touch(tmp_path / "sub" / "dcp" / ".metadata.tmp")
     _touch(tmp_path / ".ckinspect-quarantine" / "run" / "a.pt.tmp")  # quarantined files are not leftovers
-    assert sorted(l.tmp.name for l in find_leftovers(main)) == [".a.pt.xyz.tmp", "a.pt.tmp"]
-    names = sorted(str(l.tmp.relative_to(tmp_path)) for l in find_leftovers(tmp_path))
+    assert sorted(found.tmp.name for found in find_leftovers(main)) == [".a.pt.xyz.tmp", "a.pt.tmp"]
+    names = sorted(str(found.tmp.relative_to(tmp_path)) for found in find_leftovers(tmp_path))
     assert names == [".a.pt.xyz.tmp", "a.pt.tmp", "b.pt.tmp", "sub/dcp/.metadata.tmp"]
 
 

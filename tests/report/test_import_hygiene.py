@@ -28,7 +28,7 @@ def probe(*args):
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, argv], capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120
     )
-    line = [l for l in proc.stderr.splitlines() if l.startswith("PROBE ")]
+    line = [text for text in proc.stderr.splitlines() if text.startswith("PROBE ")]
     assert line, proc.stderr
     return json.loads(line[-1][len("PROBE ") :])
 

@@ -188,8 +188,21 @@ def test_rng_file_by_name():
 def test_role_name_prefilter_agrees_with_the_full_search():
     from ckinspect.analysis.layouts import _ROLE_NAMES, OPTIMIZER_KEYS, _names_a_role
 
-    names = ["layers.0.w", "dropout.p", "Optimizer.state.0.exp_avg", "a.OPT.b", "x.state.y", "cuda_RNG", "np.Random_State",
-             "gan.Generator.w", "optimizers", "weights.\u212a", "\u017ftate.0.w", "opt_state_x", "adapter.up"]  # fmt: skip
+    names = [
+        "layers.0.w",
+        "dropout.p",
+        "Optimizer.state.0.exp_avg",
+        "a.OPT.b",
+        "x.state.y",
+        "cuda_RNG",
+        "np.Random_State",
+        "gan.Generator.w",
+        "optimizers",
+        "weights.\u212a",
+        "\u017ftate.0.w",
+        "opt_state_x",
+        "adapter.up",
+    ]
     names += [f"m.{key.upper()}.w" for key in OPTIMIZER_KEYS]
     for name in names:
         for text in (name, "model.a\n" + name, "model.a\nmodel.b"):

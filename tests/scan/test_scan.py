@@ -1,5 +1,6 @@
 """The value scan: CRC of every stored byte, NaN/Inf and fp16-range checks, stats that match torch's."""
 
+import itertools
 import math
 
 import numpy as np
@@ -113,7 +114,7 @@ def test_tied_names_share_stats_and_progress_reaches_total(tmp_path):
     result = scan_values(ckpt, progress=lambda done, total: calls.append((done, total)))
     assert result.stats["emb"] == result.stats["out"] and result.stats["emb"].max == 999.0
     assert calls[0][0] == 0 and calls[-1][0] == calls[-1][1] == 4000
-    assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:]))
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(calls))
 
 
 def test_storage_cut_short_is_corrupt(tmp_path):

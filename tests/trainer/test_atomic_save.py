@@ -110,5 +110,5 @@ def test_a_process_killed_during_the_save_leaves_the_old_file_and_a_partial_tmp(
     assert checkpoint.load(path)["step"] == 1
     leftover = tmp_path / "tiny_resume.pth.tmp"
     assert leftover.stat().st_size == 30000  # exactly what was written before the kill
-    with pytest.raises(Exception):
+    with pytest.raises(OSError):  # torch seeks to a central directory the cut file does not have
         torch.load(leftover, weights_only=True)

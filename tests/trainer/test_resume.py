@@ -166,7 +166,7 @@ def test_committed_samples_load_weights_only_and_resumed_matches_straight():
     tmp = interrupted / "tiny_resume.pth.tmp"
     assert (interrupted / "tiny_resume.pth").read_bytes() == (samples / "stopped-30" / "tiny_resume.pth").read_bytes()
     assert 0 < tmp.stat().st_size < (interrupted / "tiny_resume.pth").stat().st_size
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="failed finding central directory"):
         torch.load(tmp, weights_only=True)
     assert math.isfinite(_resume(samples / "straight-60")["loss"])
 

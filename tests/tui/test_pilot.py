@@ -56,7 +56,7 @@ async def test_sort_by_key_and_by_clicking_a_header(tmp_path):
         size_x = (
             sum(
                 w + 1
-                for w, c in zip(table._widths(), table.columns)
+                for w, c in zip(table._widths(), table.columns, strict=True)
                 if c.key != "size" and table.columns.index(c) < table.column_index("size")
             )
             + 2

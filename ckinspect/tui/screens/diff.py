@@ -24,6 +24,7 @@ from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
     from ckinspect.analysis.diff import DiffResult
+    from ckinspect.tui.app import CkinspectApp
 
 LEFT_COLUMNS = (
     Column("name", "A: name", None, min_width=20, keep_end=True),
@@ -171,6 +172,7 @@ def rows_for(
 
 
 class DiffScreen(Screen[None]):
+    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "toggle_differences", "Diffs only", tooltip="Show only tensors that differ (or show all again)"),
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring or a glob"),

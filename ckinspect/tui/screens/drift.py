@@ -21,6 +21,7 @@ from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
     from ckinspect.analysis.drift import TensorDrift
+    from ckinspect.tui.app import CkinspectApp
 
 COLUMNS = (  # optional ones go first to last as the window narrows: highest number first
     Column("name", "tensor", None, min_width=30, keep_end=True),
@@ -61,6 +62,7 @@ def drift_rows(drifts: list[TensorDrift]) -> list[Row]:
 
 
 class DriftScreen(Screen[None]):
+    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "sort_next", "Sort", tooltip="Sort on the next column"),
         Binding("escape", "back", "Back"),

@@ -21,6 +21,10 @@ from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 from ckinspect.vocab import SEVERITY_RANK
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ckinspect.tui.app import CkinspectApp
+
 COLUMNS = (
     Column("path", "checkpoint", None, min_width=16, keep_end=True),
     Column("format", "format", 12),
@@ -66,6 +70,7 @@ def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
 
 
 class FolderScreen(Screen[None]):
+    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", tooltip="Inspect the selected checkpoint"),
         Binding("s", "sort_next", "Sort", tooltip="Sort on the next column"),

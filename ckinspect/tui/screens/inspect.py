@@ -26,6 +26,10 @@ from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 from ckinspect.vocab import CkinspectError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ckinspect.tui.app import CkinspectApp
+
 
 def failure_text(error: BaseException | None) -> str:
     """One line for the UI: the message of an error the core raises on purpose, else its type too."""
@@ -35,6 +39,7 @@ def failure_text(error: BaseException | None) -> str:
 
 
 class InspectScreen(Screen[None]):
+    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring, or a glob with * ? ["),
         Binding("s", "sort_next", "Sort", tooltip="Sort on the next column (click a header to sort on it)"),

@@ -15,8 +15,13 @@ from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ckinspect.tui.app import CkinspectApp
+
 
 class PickFileScreen(ModalScreen[Path | None]):
+    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     class Candidates(Message):

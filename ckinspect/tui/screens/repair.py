@@ -13,13 +13,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
-from ckinspect.tui.messages import RepairApplied, RepairPlanned
+from ckinspect.tui.messages import RepairApplied, RepairPlanned, RepairUndone
 from ckinspect.tui.screens.confirm import ConfirmScreen
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
     from ckinspect.ops.repair import RepairPlan
+    from ckinspect.tui.app import CkinspectApp
 
 COLUMNS = (
     Column("action", "action", 16),
@@ -52,6 +53,7 @@ def action_rows(plan: RepairPlan, folder: Path) -> list[Row]:
 
 
 class RepairScreen(Screen[bool]):
+    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "a",
@@ -93,7 +95,7 @@ class RepairScreen(Screen[bool]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="repair", description="undoing the last repair")
     def revert(self) -> None:
-        self.post_message(RepairApplied(self.app.backend.undo(self.folder), undone=True))
+        self.post_message(RepairUndone(self.app.backend.undo(self.folder)))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
@@ -118,33 +120,33 @@ class RepairScreen(Screen[bool]):
         self._explain_current()
 
     def on_repair_applied(self, message: RepairApplied) -> None:
-        self.applied = not message.undone
+        self.applied = True
         self.changed = True
         result = message.result
-        if message.undone:
-            if result.run_id is None:
-                self.notify("nothing to undo: no repair was applied here", timeout=5)
-            else:
-                detail = f"{len(result.restored)} move(s) put back"
-                if result.problems:
-                    detail += f"; {len(result.problems)} problem(s): {result.problems[0]}"
-                self.notify(
-                    f"repair undone: {detail}", severity="warning" if result.problems else "information", timeout=5
-                )
+        detail = f"{len(result.done)} action(s) done"
+        if result.failed:
+            detail += f", {len(result.failed)} skipped or failed: {result.failed[0].note or result.failed[0].reason}"
+        failed = result.failed
+        self.notify(f"repair {detail}; press u to undo", severity="warning" if failed else "information", timeout=5)
+        self.make_plan()
+
+    def on_repair_undone(self, message: RepairUndone) -> None:
+        self.applied = False
+        self.changed = True
+        result = message.result
+        if result.run_id is None:
+            self.notify("nothing to undo: no repair was applied here", timeout=5)
         else:
-            detail = f"{len(result.done)} action(s) done"
-            if result.failed:
-                detail += (
-                    f", {len(result.failed)} skipped or failed: {result.failed[0].note or result.failed[0].reason}"
-                )
-            failed = result.failed
-            self.notify(f"repair {detail}; press u to undo", severity="warning" if failed else "information", timeout=5)
+            detail = f"{len(result.restored)} move(s) put back"
+            if result.problems:
+                detail += f"; {len(result.problems)} problem(s): {result.problems[0]}"
+            self.notify(f"repair undone: {detail}", severity="warning" if result.problems else "information", timeout=5)
         self.make_plan()
 
     @on(VirtualTable.RowHighlighted)
     def _explain_current(self, event: VirtualTable.RowHighlighted | None = None) -> None:
         row = self.query_one(VirtualTable).current_row
-        if row is None:
+        if row is None or self.plan is None:  # rows come from a plan: no plan, no row
             self.query_one("#explain", Static).update("")
             return
         action = self.plan.actions[int(row.key)]

@@ -299,7 +299,7 @@ class VirtualTable(ScrollView, can_focus=True):
 
     def _column_at(self, x: int) -> str | None:
         position = 0
-        for column, width in zip(self.columns, self._widths()):
+        for column, width in zip(self.columns, self._widths(), strict=True):
             if width == 0:
                 continue
             if position <= x < position + width + 1:
@@ -350,7 +350,7 @@ class VirtualTable(ScrollView, can_focus=True):
 
     def _line(self, cells: Sequence[str], widths: list[int], base: Style, styles: Sequence[str | None] = ()) -> Strip:
         segments: list[Segment] = []
-        for position, (column, width) in enumerate(zip(self.columns, widths)):
+        for position, (column, width) in enumerate(zip(self.columns, widths, strict=True)):
             if width == 0:
                 continue
             text = _fit(cells[position] if position < len(cells) else "", width, column.justify, column.keep_end)
@@ -368,16 +368,17 @@ class VirtualTable(ScrollView, can_focus=True):
         if y == 0:
             header = self.get_component_rich_style("virtual-table--header")
             sorted_style = self.get_component_rich_style("virtual-table--header-sorted")
-            labels, styles = [], []
+            labels: list[str] = []
+            label_styles: list[str | None] = []
             for column in self.columns:
                 label = column.label
                 if column.key == self.sort_column:
                     label += " ▼" if self.sort_reverse else " ▲"
-                    styles.append(str(sorted_style))
+                    label_styles.append(str(sorted_style))
                 else:
-                    styles.append(None)
+                    label_styles.append(None)
                 labels.append(label)
-            return self._line(labels, widths, header, styles).adjust_cell_length(width, header).crop(0, width)
+            return self._line(labels, widths, header, label_styles).adjust_cell_length(width, header).crop(0, width)
         position = int(self.scroll_y) + y - 1
         if not self.view:
             if y == 1:
