@@ -39,7 +39,10 @@ def envelope(command: str, **body) -> dict:
 
 
 def md_escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Markdown for a name or message from a file (fmt.md_text)."""
+    from ckinspect.fmt import md_text
+
+    return md_text(text)
 
 
 def exit_for(needs_attention: bool, fail_on: str | None) -> int:

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from ckinspect.commands.emit import emit, envelope, exit_for, md_escape
+from ckinspect.fmt import terminal_safe
 from ckinspect.ops.repair import RepairPlan, apply_plan, plan_repairs, undo
 from ckinspect.vocab import CkinspectError
 
@@ -76,7 +77,7 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
     title = f"repair {plan.path} ({'dry run: nothing changed' if mode == 'dry-run' else 'applied'})"
     if not plan.actions:
         if fmt == "text":
-            return f"{title}\nno leftover temporaries: nothing to repair"
+            return terminal_safe(title) + "\nno leftover temporaries: nothing to repair"
         return f"## {md_escape(title)}\n\nNo leftover temporaries: nothing to repair."
     lines = []
     if fmt == "markdown":
@@ -112,6 +113,7 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
         else:
             tail += f"{s['done']} done, {s['left_alone']} left alone, {s['failed']} failed"
         lines.append(tail)
+        lines = [terminal_safe(line) for line in lines]  # file names come from the folder: no control sequences
     return "\n".join(lines)
 
 
@@ -129,11 +131,11 @@ def _render_undo(path: Path, result, fmt: str) -> str:
         return json.dumps(doc, indent=2)
     if result.run_id is None:
         text = f"undo {path}: no applied repair to undo"
-        return text if fmt == "text" else f"## {md_escape(text)}"
+        return terminal_safe(text) if fmt == "text" else f"## {md_escape(text)}"
     head = f"undo {path}: run {result.run_id}, {len(result.restored)} move(s) put back"
     head += f", {len(result.problems)} problem(s)"
     bullet = "  " if fmt == "text" else "- "
     lines = [f"## {md_escape(head)}", ""] if fmt == "markdown" else [head]
     lines += [f"{bullet}restored {r}" for r in result.restored]
     lines += [f"{bullet}NOT restored: {p}" for p in result.problems]
-    return "\n".join(lines)
+    return "\n".join(terminal_safe(line) if fmt == "text" else line for line in lines)

@@ -155,8 +155,11 @@ def render_text(
 ) -> str:
     from rich.text import Text
 
+    from ckinspect.fmt import terminal_safe
+    from ckinspect.report.common import terminal_copy
     from ckinspect.report.console import finish, make_console, title_line
 
+    diff = terminal_copy(diff)  # tensor names and paths come from the files
     out = io.StringIO()
     console = make_console(out, width, color)
     for side, path, ckpt in (("A", diff["a"], a), ("B", diff["b"], b)):
@@ -185,20 +188,27 @@ def render_text(
         say(f"... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
     for side, ckpt in (("A", a), ("B", b)):
         for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
-            console.print(Text.assemble((f"{side} is damaged", "bold red"), f": {f.message}"), soft_wrap=True)
+            console.print(
+                Text.assemble((f"{side} is damaged", "bold red"), f": {terminal_safe(f.message)}"), soft_wrap=True
+            )
     if advice := hint(diff):
         console.print(Text(advice, style="dim"))
     return finish(out)
 
 
 def escape_pipes(text: str) -> str:
-    return text.replace("|", "\\|")
+    """A Markdown table cell (fmt.md_text: pipes, backticks, brackets and tags escaped)."""
+    from ckinspect.fmt import md_text
+
+    return md_text(text)
 
 
 def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None) -> str:
+    from ckinspect.fmt import md_code, md_text
+
     lines = ["## ckinspect diff", ""]
-    lines.append(f"- **A**: `{diff['a']}`" + (f" ({a.format}, {len(a.tensors):,} tensors)" if a else ""))
-    lines.append(f"- **B**: `{diff['b']}`" + (f" ({b.format}, {len(b.tensors):,} tensors)" if b else ""))
+    lines.append(f"- **A**: {md_code(diff['a'])}" + (f" ({a.format}, {len(a.tensors):,} tensors)" if a else ""))
+    lines.append(f"- **B**: {md_code(diff['b'])}" + (f" ({b.format}, {len(b.tensors):,} tensors)" if b else ""))
     lines.append(f"- **matching**: {diff['match']}")
     lines.append("")
     lines.append(f"**{summary_line(diff)}**")
@@ -207,7 +217,9 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
         lines.append("| " + " | ".join(escape_pipes(h) for h in _HEADERS) + " |")
         lines.append("|" + "|".join("---:" if h in _NUMERIC else "---" for h in _HEADERS) + "|")
         for row in _changed_rows(diff):
-            lines.append("| " + " | ".join(escape_pipes(f"`{c}`" if i == 0 else c) for i, c in enumerate(row)) + " |")
+            lines.append(
+                "| " + " | ".join((md_code(c) if i == 0 else escape_pipes(c)) for i, c in enumerate(row)) + " |"
+            )
         lines.append("")
     lists = (("only_a", "Only in A"), ("only_b", "Only in B"), ("within_atol", f"Within --atol {diff['atol']:g}"))
     for key, title in lists:
@@ -217,7 +229,7 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
             note = _group_note(diff, key)
             lines.append(f"<details><summary>{title} ({len(names):,}{': ' + note if note else ''})</summary>")
             lines.append("")
-            lines.extend(f"- `{n}`" for n in shown)
+            lines.extend(f"- {md_code(n)}" for n in shown)
             if more:
                 lines.append(f"- ... and {more:,} more")
             lines.append("")
@@ -225,12 +237,12 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
             lines.append("")
     unreadable = diff.get("unreadable") or []
     for item in unreadable[:_LIST_LIMIT]:
-        lines.append(f"- cannot compare `{item['name']}`: {item['message']}")
+        lines.append(f"- cannot compare {md_code(item['name'])}: {md_text(item['message'])}")
     if len(unreadable) > _LIST_LIMIT:
         lines.append(f"- ... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
     for side, ckpt in (("A", a), ("B", b)):
         for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
-            lines.append(f"- **{side} is damaged**: {f.message}")
+            lines.append(f"- **{side} is damaged**: {md_text(f.message)}")
     if advice := hint(diff):
         lines.append("")
         lines.append(f"_{advice}_")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ckinspect.fmt import human_bytes, percent
+from ckinspect.fmt import human_bytes, md_code, md_text, percent
 from ckinspect.report.common import finding_counts, largest, metadata_line, shape_text, summary_line
 from ckinspect.vocab import GROUPS, SEVERITY_RANK
 
@@ -17,14 +17,13 @@ ICON = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
 
 
 def cell(text: Any) -> str:
-    """Text safe inside a table cell: pipes escaped, no line breaks."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """Text safe inside a table cell or prose (fmt.md_text): nothing in it opens code, a link or a tag."""
+    return md_text(text)
 
 
 def code(text: str) -> str:
-    fence = "``" if "`" in text else "`"
-    pad = " " if "`" in text else ""
-    return f"{fence}{pad}{cell(text)}{pad}{fence}"
+    """A code span no name can end early (fmt.md_code)."""
+    return md_code(text)
 
 
 def render(report: Mapping[str, Any]) -> str:

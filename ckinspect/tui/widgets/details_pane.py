@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ckinspect.fmt import terminal_safe
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.tui.core import ValueStats, human_bytes, shape_text
 from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS
@@ -47,7 +48,7 @@ class DetailsPane(VerticalScroll):
         )
         storage = ckpt.storages.get(tensor.storage_key)
         text = Text()
-        text.append(tensor.name + "\n", style="bold")
+        text.append(terminal_safe(tensor.name) + "\n", style="bold")
         text.append(tensor.group, style=GROUP_COLOURS.get(tensor.group, ""))
         text.append(f" · {tensor.dtype} · {shape_text(tensor.shape)}\n")
         text.append(f"{tensor.numel:,} elements · {human_bytes(tensor.nbytes)}\n")
