@@ -100,7 +100,7 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
             if not record_globals(ckpt, refs, index):
                 ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, too large to list (scanned, not decoded)")
             return ckpt
-        data = f.read(MAX_METADATA_BYTES)
+        data = f.read(meta_size)  # read(n) allocates n bytes up front: ask for what is there
     scans = scan_stream(data, limit=1)
     if not scans:
         ckpt.add("CORRUPT", f"{index} is empty")

@@ -25,8 +25,10 @@ def _names(refs: list[GlobalRef], mark_dangerous: bool) -> str:
 
 def record_globals(ckpt: Checkpoint, refs: list[GlobalRef], where: str) -> bool:
     """Add every global to ckpt.globals and raise UNSAFE_PICKLE / ALLOWLIST_NEEDED. True if unsafe."""
+    known = set(ckpt.globals)  # a hostile pickle can name tens of thousands: no list scan per name
     for g in refs:
-        if g.qualname not in ckpt.globals:
+        if g.qualname not in known:
+            known.add(g.qualname)
             ckpt.globals.append(g.qualname)
     unsafe = [g for g in refs if g.kind == "unsafe"]
     benign = [g for g in refs if g.kind == "benign"]

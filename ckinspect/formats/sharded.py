@@ -98,7 +98,7 @@ def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
     kind = sniff(shard_path)
     if kind == "safetensors":
         return read_safetensors(shard_path, member=shard)
-    if kind in ("torch-zip", "torch-legacy"):
+    if kind in ("torch-zip", "torch-legacy", "pickle"):  # a .bin shard is torch.load-ed: a plain pickle runs too
         return read_as(shard_path, kind)
     part = Checkpoint(path=shard_path, format="unknown", file_bytes=shard_path.stat().st_size)
     part.add("CORRUPT", f"not a checkpoint: looks like {describe(shard_path)}")

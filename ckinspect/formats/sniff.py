@@ -89,7 +89,8 @@ def _zip_has_data_pkl(head: bytes, path: Path | None) -> bool:
         try:
             with open(path, "rb") as handle:
                 members, _ = read_directory(FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size))
-            return any(m.name == "data.pkl" or m.name.endswith("/data.pkl") for m in members)
+            # miniz matches names without regard to case; a zip with pickles but no data.pkl is judged too
+            return any(m.name.lower() == "data.pkl" or m.name.lower().endswith((".pkl", "/data.pkl")) for m in members)
         except (ZipError, OSError):
             pass  # no readable directory: look for the member's name in the first bytes
     return b"/data.pkl" in head
@@ -187,7 +188,8 @@ def _names_code(path: Path, size: int) -> bool:
             scans = scan_file(FileReader(handle.fileno(), size), 0, size, limit=1)
     except OSError:
         return False
-    return bool(scans) and any(g.dangerous for g in scans[0].globals)
+    # dangerous, or a name the scan could not even resolve (a 3 MiB GLOBAL line, a computed STACK_GLOBAL)
+    return bool(scans) and any(g.dangerous or g.module.startswith("<") for g in scans[0].globals)
 
 
 # --- describe -------------------------------------------------------------------------------

@@ -70,6 +70,7 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
     pkl = _find_data_pkl(members)
     if pkl is None:
         ckpt.add("CORRUPT", f"{file.name}: a zip, but no <archive>/data.pkl in it: not a torch.save checkpoint")
+        _scan_other_pickles(ckpt, reader, members, None, cd_start, file)
         return None
     archive = pkl.name[: -len("data.pkl")]
     where = f"{file.name}:{pkl.name}"
@@ -94,11 +95,11 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
     return tree
 
 
-def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipMember], pkl: ZipMember,
+def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipMember], pkl: ZipMember | None,
                         cd_start: int, file: Path) -> None:  # fmt: skip
     """torch.load reads only data.pkl, but TorchScript archives (constants.pkl, code/) are handed to
     torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive."""
-    pickles = [m for m in members if m.name.endswith(".pkl")]
+    pickles = [m for m in members if m.name.lower().endswith(".pkl")]  # any case: other readers match so too
     for member in pickles:
         if member is not pkl:
             _scan_in_place(ckpt, reader, member, cd_start, f"{file.name}:{member.name}")
@@ -108,9 +109,16 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipM
 
 
 def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
-    """`<archive>/data.pkl` (torch.save names the folder after the file), or a bare `data.pkl`."""
-    candidates = [m for m in members if m.name.endswith("/data.pkl") and m.name.count("/") == 1]
-    candidates += [m for m in members if m.name == "data.pkl"]
+    """The member torch.load reads as data.pkl: `<archive>/data.pkl` where the archive is the folder of
+    the directory's first entry, matched without regard to case (miniz's lookup); else any
+    `<folder>/data.pkl` or a bare `data.pkl`. Every other pickle member is scanned too (duplicates included)."""
+    if members and "/" in members[0].name:
+        wanted = members[0].name.split("/", 1)[0].lower() + "/data.pkl"
+        for m in members:
+            if m.name.lower() == wanted:
+                return m
+    candidates = [m for m in members if m.name.lower().endswith("/data.pkl") and m.name.count("/") == 1]
+    candidates += [m for m in members if m.name.lower() == "data.pkl"]
     return candidates[0] if candidates else None
 
 
