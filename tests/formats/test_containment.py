@@ -42,3 +42,17 @@ def test_dcp_metadata_naming_a_file_outside_or_through_a_symlink_is_corrupt(tmp_
     codes = {f.code for f in ckpt.findings}
     assert codes == {"CORRUPT"}
     assert any("is a symlink; not followed" in f.message for f in ckpt.findings)
+
+
+def test_a_stand_in_shows_a_billion_shared_lists_in_a_few_characters():
+    import argparse
+    import pickle
+
+    from ckinspect.formats.unpickler import restricted_load
+
+    laughs: list = ["x"]
+    for _ in range(60):
+        laughs = [laughs, laughs]
+    record = restricted_load(pickle.dumps(argparse.Namespace(x=laughs, y=argparse.Namespace(z=laughs)), protocol=2))
+    shown = repr(record)
+    assert shown.startswith("Opaque(argparse.Namespace") and len(shown) < 400

@@ -339,8 +339,9 @@ def build(root: Path) -> list[Case]:  # noqa: C901 - one long list of cases, rea
     (d / "r.pt.tmp").write_bytes((d / "r.pt").read_bytes()[:100])
     (d / ".ckinspect-quarantine").symlink_to(root)
     add(Case(n, "containment", "r.pt", "LEFTOVER_TMP", exit=0, extra={"apply_exit": 2}))
-    for i, doc in enumerate([b"{", b"[]", b'{"status": "applied", "entries": [{"moves": [{"op": "rm"}]}]}',
-                             b'{"status": "applied", "entries": [{"moves": [{"op": "rename", "from": 1, "to": 2}]}]}']):  # fmt: skip
+    bad_moves = ('{"status": "applied", "entries": [{"moves": [{"op": "rm"}]}]}',
+                 '{"status": "applied", "entries": [{"moves": [{"op": "rename", "from": 1, "to": 2}]}]}')  # fmt: skip
+    for i, doc in enumerate([b"{", b"[]", *(m.encode() for m in bad_moves)]):
         n = f"contain_malformed_manifest_{i}"
         d = folder(n)
         torch.save({"w": torch.ones(2)}, d / "a.pt")
