@@ -201,3 +201,58 @@ def test_a_cut_pickle_still_names_what_came_before_the_cut():
     data = b"\x80\x04\x8c\x02os\x8c\x06system\x93\x8c\x02ls\x85R"  # no STOP: CPython still ran os.system
     scan = scan_pickle(data)
     assert scan.truncated and [(g.module, g.name) for g in scan.globals] == [("os", "system")]
+
+
+def random_stream(rng) -> bytes:
+    """The same opcode alphabet as `streams()`, drawn with `random` (for runs of 100,000 and more by hand,
+    where hypothesis's own bookkeeping would cost more than the comparison)."""
+    parts = []
+    if rng.random() < 6 / 7:
+        parts.append(b"\x80" + bytes([rng.randrange(6)]))
+    for _ in range(rng.randrange(41)):
+        kind = rng.randrange(13)
+        name, other, index = rng.choice(NAMES), rng.choice(NAMES), rng.randrange(7)
+        if kind == 0:
+            parts.append(rng.choice(_SIMPLE))
+        elif kind == 1:
+            parts.append(rng.choice(_SIMPLE[:4] + [b"\x93", b"\x94"]))
+        elif kind in (2, 3):
+            parts.append(_string(rng.randrange(7), name))
+        elif kind == 4:
+            parts.append(rng.choice([b"c", b"i"]) + _line(name) + _line(other))
+        elif kind == 5:
+            parts.append(rng.choice([b"q" + bytes([index]), b"r" + struct.pack("<I", index), b"p" + _line(str(index))]))
+        elif kind == 6:
+            parts.append(rng.choice([b"h" + bytes([index]), b"j" + struct.pack("<I", index), b"g" + _line(str(index))]))
+        elif kind == 7:
+            code = rng.choice(EXT_CODES)
+            parts.append(b"\x82" + bytes([code & 0xFF]) if code < 256 else b"\x83" + struct.pack("<H", code)
+                         if code < 65536 else b"\x84" + struct.pack("<i", code))  # fmt: skip
+        elif kind == 8:
+            parts.append(b"P" + _line(rng.choice(["x", "1"])))
+        else:
+            parts.append(rng.choice(_SIMPLE))
+    data = b"".join(parts) + rng.choice([b".", b".", b".", b"", b".c\nos\nsystem\n"])
+    cut = rng.choice([0, 0, 0, 0, 1, 2, 5])
+    return data[:-cut] if cut else data
+
+
+def run_by_hand(count: int, seed: int = 0) -> int:
+    """`count` random streams through check(); prints progress; returns how many were compared."""
+    import random
+
+    rng = random.Random(seed)
+    setup_module()
+    try:
+        for n in range(1, count + 1):
+            data = random_stream(rng)
+            try:
+                check(data)
+            except AssertionError:
+                print(f"MISMATCH after {n} streams: {data!r}")
+                raise
+            if n % 10_000 == 0:
+                print(f"{n} streams: scan == CPython", flush=True)
+    finally:
+        teardown_module()
+    return count
