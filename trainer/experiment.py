@@ -29,7 +29,7 @@ DRIFT_BATCH = 8  # sequences in the fixed logit-drift batch
 EVAL_BATCH = 16
 
 
-def _model_from(state: dict[str, torch.Tensor], config: ModelConfig | dict[str, Any]) -> torch.nn.Module:
+def model_from(state: dict[str, torch.Tensor], config: ModelConfig | dict[str, Any]) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):  # building initialises weights; leave the caller's RNG alone
         model = build_model(config)
     prefixes = ("module.", "_orig_mod.", "model.")
@@ -62,8 +62,8 @@ def logit_drift(
     if other_state is None:
         other_state = checkpoint.half_weights(model_state, dtype)
     inputs, _ = fixed_batch(seed, DRIFT_BATCH, cfg.max_seq_len)
-    ref = _model_from(model_state, cfg)(inputs)
-    got = _model_from(other_state, cfg)(inputs)
+    ref = model_from(model_state, cfg)(inputs)
+    got = model_from(other_state, cfg)(inputs)
     delta = (ref - got).abs()
     agree = (ref.argmax(-1) == got.argmax(-1)).float()
     return {
@@ -79,7 +79,7 @@ def eval_loss(model_state: dict[str, torch.Tensor], config: ModelConfig | dict[s
     """Cross-entropy on a fixed held-out batch: the 'final loss' the ablation rows compare."""
     cfg = config if isinstance(config, ModelConfig) else ModelConfig.from_dict(config)
     inputs, targets = fixed_batch(seed, EVAL_BATCH, cfg.max_seq_len)
-    return lm_loss(_model_from(model_state, cfg)(inputs), targets).item()
+    return lm_loss(model_from(model_state, cfg)(inputs), targets).item()
 
 
 def max_abs_diff(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float]:

@@ -3,10 +3,11 @@
 weight_drift(ckpt)  -> [TensorDrift]: per floating model tensor, the error of x -> fp16 -> x and
                        x -> bf16 -> x (max abs, max rel, values that overflow to inf, values that
                        underflow to zero). Streams bounded blocks; numpy only, no torch.
-logit_drift(ckpt)   -> dict | None: for a bundled-trainer checkpoint (format "ckinspect-trainer/1",
-                       with its model config), rebuild the model with torch and compare logits of the
-                       fp32 weights against their fp16 and bf16 roundings on a fixed, seeded batch:
-                       the same figure `python -m trainer verify` prints. None when not applicable;
+logit_drift(ckpt)   -> dict | None: where a registered model plugin can build the model (see
+                       logit_models: the bundled trainer registers one, a Hugging Face folder is
+                       built in), compare logits of the fp32 weights against their fp16 and bf16
+                       roundings on the plugin's fixed, seeded batch; for the trainer's files the
+                       same figure `python -m trainer verify` prints. None when not applicable;
                        `logit_drift_reason(ckpt)` says why.
 """
 
@@ -16,13 +17,14 @@ import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.vocab import TRAINER_FORMAT
+
+if TYPE_CHECKING:
+    from ckinspect.analysis.logit_models import LogitModel
 
 DRIFT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _BLOCK_ELEMENTS = 1 << 18
@@ -218,60 +220,14 @@ def drift_summary(drifts: list[TensorDrift]) -> dict[str, Any]:
 # ---------------------------------------------------------------- logit drift (torch, lazily)
 
 
-def trainer_config(ckpt: Checkpoint) -> dict[str, Any] | None:
-    """The bundled trainer's model config, when the checkpoint is one of its resume files."""
-    tree = ckpt.tree if isinstance(ckpt.tree, dict) else {}
-    tag = tree.get("format") or ckpt.metadata.get("format")
-    config = ckpt.metadata.get("config") if isinstance(ckpt.metadata.get("config"), dict) else tree.get("config")
-    if not isinstance(config, dict):
-        return None
-    if tag != TRAINER_FORMAT and ckpt.layout != "trainer":
-        return None
-    return config
-
-
-def _looks_like_trainer_weights(ckpt: Checkpoint) -> bool:
-    """A weights-only file named like the bundled trainer's model (its tiny.pth): no config inside."""
-    names = {t.name.removeprefix("model.") for t in ckpt.tensors}
-    return "tok_embeddings.weight" in names and "layers.0.attn.wq.weight" in names
-
-
-def _inferred_config(ckpt: Checkpoint) -> Any:
-    """The trainer's default ModelConfig when a weights-only file has exactly its names and shapes (imports torch)."""
-    from trainer.model import infer_config
-
-    shapes = {t.name.removeprefix("model."): t for t in model_tensors(ckpt, tied_once=False)}  # TensorInfo has .shape
-    return infer_config(shapes)
-
-
 def logit_drift_reason(ckpt: Checkpoint) -> str | None:
     """Why logit drift cannot be measured for this checkpoint (None: it can)."""
-    if trainer_config(ckpt) is not None:
-        try:
-            import trainer.experiment  # noqa: F401
-        except ImportError as exc:
-            return f"the bundled trainer cannot be imported ({exc})"
-        return None
-    if _looks_like_trainer_weights(ckpt):
-        try:
-            import trainer.experiment  # noqa: F401
-            from trainer.model import infer_config  # noqa: F401
-        except ImportError as exc:
-            return f"weights of the bundled trainer's model, but the trainer cannot be imported ({exc})"
-        if _inferred_config(ckpt) is None:
-            return "named like the bundled trainer's model, but not its default shapes, and the file carries no config"
-        return None
-    folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
-    if (folder / "config.json").is_file():
-        try:
-            import transformers  # noqa: F401
-        except ImportError:
-            return "a Hugging Face folder, but transformers is not installed"
-        return None
-    return f"the model is unknown: no {TRAINER_FORMAT} config in the checkpoint and no config.json beside it"
+    from ckinspect.analysis.logit_models import find_model
+
+    return find_model(ckpt)[1]
 
 
-def _torch_state(ckpt: Checkpoint, tensors: list[TensorInfo]) -> dict[str, Any]:
+def torch_state(ckpt: Checkpoint, tensors: list[TensorInfo]) -> dict[str, Any]:
     """torch tensors (CPU, as stored) of these tensors, read from the raw bytes: works for every format."""
     import numpy as np
     import torch
@@ -297,14 +253,16 @@ def logit_drift_or_why(
     """(the logit drift, None), or (None, why it was skipped): the model is unknown, some weights
     cannot be read (`drifts`: weight_drift's results, whose errors say which), or the model refuses
     the weights (a damaged state dict). The weight drift stands on its own either way."""
-    reason = logit_drift_reason(ckpt)
+    from ckinspect.analysis.logit_models import find_model
+
+    model, reason = find_model(ckpt)
     unreadable = [d for d in drifts or [] if d.error]
     if reason is None and unreadable:
         reason = f"{len(unreadable)} weight tensor(s) cannot be read ({unreadable[0].error})"
-    if reason is not None:
+    if model is None or reason is not None:
         return None, reason
     try:
-        return _measure_logit_drift(ckpt), None
+        return _measure_logit_drift(ckpt, model), None
     except UnreadableStorage as exc:
         return None, f"the weights cannot be read ({exc})"
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # load_state_dict and friends
@@ -315,62 +273,44 @@ def logit_drift_or_why(
 def logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | None:
     """fp16-vs-fp32 and bf16-vs-fp32 logits (max and mean |Δlogit|, top-1 agreement) on a fixed batch.
 
-    None when the model is unknown or its code is not importable (see logit_drift_reason).
+    None when no registered model plugin can build the model (see logit_drift_reason).
     """
-    if logit_drift_reason(ckpt) is not None:
-        return None
-    return _measure_logit_drift(ckpt, seed)
+    from ckinspect.analysis.logit_models import find_model
+
+    model, _ = find_model(ckpt)
+    return None if model is None else _measure_logit_drift(ckpt, model, seed)
 
 
-def _measure_logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | None:
-    """logit_drift, once logit_drift_reason has said the model is known and importable."""
-    config = trainer_config(ckpt)
-    if config is None and _looks_like_trainer_weights(ckpt):
-        config = _inferred_config(ckpt)
-    if config is None:
-        return _transformers_logit_drift(ckpt, seed)
+def _measure_logit_drift(ckpt: Checkpoint, model: LogitModel, seed: int = 0) -> dict[str, Any]:
+    """The model's logits with its float32 weights against the same weights rounded to fp16 and bf16."""
     import torch
 
-    from trainer.experiment import logit_drift as trainer_logit_drift
-
-    tensors = model_tensors(ckpt, tied_once=False)  # every name: load_state_dict wants tied ones twice
-    stored = sorted({t.dtype for t in tensors})
-    state = {t_name.removeprefix("model."): tensor.float() for t_name, tensor in _torch_state(ckpt, tensors).items()}
-    out: dict[str, Any] = {"model": "ckinspect-trainer", "seed": seed, "reference": "float32", "stored_as": stored}
-    if stored != ["float32"]:
+    weights = model.reference_weights()
+    batch = model.batch(seed)
+    out: dict[str, Any] = {"model": model.label, "seed": seed, "reference": "float32"}
+    stored = sorted({t.dtype for t in model_tensors(ckpt, tied_once=False)})
+    if stored:
+        out["stored_as"] = stored
+    if stored and stored != ["float32"]:
         out["note"] = (
             f"weights are stored as {', '.join(stored)}: the reference is those values in float32, "
             f"so rounding to a format they already fit in changes nothing"
         )
-    for label, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
-        out[label] = trainer_logit_drift(state, config, dtype, seed)
-    return out
-
-
-def _transformers_logit_drift(ckpt: Checkpoint, seed: int) -> dict[str, Any] | None:
-    """The same measurement for a Hugging Face causal LM folder (optional: needs transformers)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    folder: Path = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
-    model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
-    vocab = int(getattr(model.config, "vocab_size", 256))
-    gen = torch.Generator().manual_seed(seed)
-    inputs = torch.randint(0, vocab, (4, 64), generator=gen)
-    reference_state = {k: v.clone() for k, v in model.state_dict().items()}
-    out: dict[str, Any] = {"model": type(model).__name__, "seed": seed, "reference": "float32"}
     with torch.no_grad():
-        ref = model(inputs).logits.float()
+        reference = model.logits(weights, batch).float()
         for label, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
-            rounded = {k: v.to(dtype).float() if v.is_floating_point() else v for k, v in reference_state.items()}
-            model.load_state_dict(rounded)
-            got = model(inputs).logits.float()
-            delta = (ref - got).abs()
-            out[label] = {
-                "max_abs": delta.max().item(),
-                "mean_abs": delta.mean().item(),
-                "top1_agreement": (ref.argmax(-1) == got.argmax(-1)).float().mean().item(),
-                "positions": int(ref.shape[0] * ref.shape[1]),
-            }
-        model.load_state_dict(reference_state)
+            rounded = {k: v.to(dtype).float() if v.is_floating_point() else v for k, v in weights.items()}
+            out[label] = _compare_logits(reference, model.logits(rounded, batch).float())
     return out
+
+
+def _compare_logits(reference: Any, got: Any) -> dict[str, Any]:
+    """max and mean |Δlogit|, the share of positions whose argmax agrees, and how many were compared."""
+    delta = (reference - got).abs()
+    agree = (reference.argmax(-1) == got.argmax(-1)).float()
+    return {
+        "max_abs": delta.max().item(),
+        "mean_abs": delta.mean().item(),
+        "top1_agreement": agree.mean().item(),
+        "positions": agree.numel(),
+    }

@@ -280,8 +280,9 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
                 findings.append(
                     Finding(
                         "CORRUPT",
-                        f"CRC mismatch in {member} (expected {storage.crc32:08x}, read {crc:08x}): the stored bytes of "
-                        f"{', '.join(names) or 'an unused storage'} changed on disk; torch.load would load them silently",
+                        f"CRC mismatch in {member} (expected {storage.crc32:08x}, read {crc:08x}): the stored bytes "
+                        f"of {', '.join(names) or 'an unused storage'} changed on disk; "
+                        "torch.load would load them silently",
                         names[0] if names else None,
                     )
                 )

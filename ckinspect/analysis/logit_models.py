@@ -1,0 +1,125 @@
+"""How logit drift learns to build a model: registered plugins, never an import of their package.
+
+A package that knows a model family registers a plugin in the entry-point group `ckinspect.models`
+(in its pyproject: `[project.entry-points."ckinspect.models"] name = "package.module"`). The bundled
+trainer registers `trainer.ckinspect_plugin`; ckinspect itself never imports `trainer`. Plugins are
+discovered with importlib.metadata only when logit drift runs, so opening and reporting never load
+them (nor torch). Registered plugins are asked in the order of their names; the built-in Hugging Face
+plugin (a folder with `config.json`) is asked last.
+
+A plugin is any object (a module will do) with
+    looks_for: str                 what it recognises, completing "the model is unknown: no ..."
+    build(ckpt) -> LogitModel | str | None
+                                   None: not this plugin's model; a str: its model, but it cannot be
+                                   built here (why, in one line); else the model, built lazily.
+A LogitModel has
+    label: str                     the report's "model"
+    reference_weights() -> dict    the float32 weights the logits are measured from
+    batch(seed) -> Tensor          the fixed, seeded token batch
+    logits(weights, batch)         the logits of the model carrying these weights (under no_grad)
+drift.py rounds the weights to each narrow format, runs both, and compares: one measurement for
+every model.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from ckinspect.model import Checkpoint
+
+ENTRY_POINT_GROUP = "ckinspect.models"
+
+
+class LogitModel(Protocol):
+    label: str
+
+    def reference_weights(self) -> dict[str, Any]: ...
+
+    def batch(self, seed: int) -> Any: ...
+
+    def logits(self, weights: dict[str, Any], batch: Any) -> Any: ...
+
+
+class ModelPlugin(Protocol):
+    looks_for: str
+
+    def build(self, ckpt: Checkpoint) -> LogitModel | str | None: ...
+
+
+def stored_config(ckpt: Checkpoint) -> tuple[Any, dict[str, Any] | None]:
+    """(the `format` tag, the model `config` dict) a checkpoint carries at its top level, each None if absent."""
+    tree = ckpt.tree if isinstance(ckpt.tree, dict) else {}
+    tag = tree.get("format") or ckpt.metadata.get("format")
+    config = ckpt.metadata.get("config") if isinstance(ckpt.metadata.get("config"), dict) else tree.get("config")
+    return tag, config if isinstance(config, dict) else None
+
+
+@lru_cache(maxsize=1)
+def registered_plugins() -> tuple[tuple[tuple[str, ModelPlugin], ...], tuple[str, ...]]:
+    """((name, plugin) for every loadable entry point of the group, by name), (why each other one failed)."""
+    from importlib.metadata import entry_points
+
+    plugins, failures = [], []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
+        try:
+            plugins.append((ep.name, ep.load()))
+        except Exception as exc:  # a broken plugin must not break the weight drift: say why instead
+            failures.append(f"model plugin {ep.name!r} cannot be loaded ({type(exc).__name__}: {exc})")
+    return tuple(plugins), tuple(failures)
+
+
+def find_model(ckpt: Checkpoint) -> tuple[LogitModel | None, str | None]:
+    """(the model that can give this checkpoint's logits, None), or (None, why there is none)."""
+    plugins, failures = registered_plugins()
+    asked = [plugin for _, plugin in plugins] + [HuggingFaceFolder()]
+    for plugin in asked:
+        found = plugin.build(ckpt)
+        if isinstance(found, str):
+            return None, found
+        if found is not None:
+            return found, None
+    reason = "the model is unknown: no " + " and no ".join(plugin.looks_for for plugin in asked)
+    return None, "; ".join((reason, *failures))
+
+
+class HuggingFaceFolder:
+    """A Hugging Face causal LM folder (`config.json` beside the weights); needs transformers."""
+
+    looks_for = "config.json beside it"
+
+    def build(self, ckpt: Checkpoint) -> LogitModel | str | None:
+        folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
+        if not (folder / "config.json").is_file():
+            return None
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            return "a Hugging Face folder, but transformers is not installed"
+        return HuggingFaceModel(folder)
+
+
+class HuggingFaceModel:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.model: Any = None
+        self.label = "AutoModelForCausalLM"
+
+    def reference_weights(self) -> dict[str, Any]:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(self.folder, torch_dtype=torch.float32).eval()
+        self.label = type(self.model).__name__
+        return {k: v.clone() for k, v in self.model.state_dict().items()}
+
+    def batch(self, seed: int) -> Any:
+        import torch
+
+        vocab = int(getattr(self.model.config, "vocab_size", 256))
+        return torch.randint(0, vocab, (4, 64), generator=torch.Generator().manual_seed(seed))
+
+    def logits(self, weights: dict[str, Any], batch: Any) -> Any:
+        self.model.load_state_dict(weights)
+        return self.model(batch).logits

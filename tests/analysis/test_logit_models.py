@@ -1,0 +1,110 @@
+"""Model plugins: how logit drift finds a model to run, and what it says when there is none."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ckinspect.analysis import logit_models
+from ckinspect.analysis.drift import logit_drift, logit_drift_or_why, weight_drift
+from tests.scan.helpers import simple_checkpoint
+
+
+class _EntryPoint:
+    def __init__(self, name: str, load):
+        self.name, self.load = name, load
+
+
+@pytest.fixture
+def plugins(monkeypatch):
+    """Replace the installed entry points of the group with the given (name, loader) pairs."""
+
+    def install(*eps: _EntryPoint) -> None:
+        import importlib.metadata
+
+        monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: list(eps))
+        logit_models.registered_plugins.cache_clear()
+
+    yield install
+    logit_models.registered_plugins.cache_clear()
+
+
+def test_unknown_model_names_what_every_plugin_looks_for(tmp_path):
+    ckpt = simple_checkpoint(tmp_path / "w.pt", {"w": np.ones(3, np.float32)})
+    model, reason = logit_models.find_model(ckpt)
+    assert model is None
+    assert (
+        reason == "the model is unknown: no ckinspect-trainer/1 config in the checkpoint and no config.json beside it"
+    )
+
+
+def test_a_plugin_that_cannot_load_is_named_and_the_weight_drift_still_runs(tmp_path, plugins):
+    def broken():
+        raise ImportError("No module named 'gone'")
+
+    plugins(_EntryPoint("broken", broken))
+    ckpt = simple_checkpoint(tmp_path / "w.pt", {"w": np.ones(3, np.float32)})
+    drifts = weight_drift(ckpt)
+    assert logit_drift_or_why(ckpt, drifts) == (
+        None,
+        "the model is unknown: no config.json beside it; "
+        "model plugin 'broken' cannot be loaded (ImportError: No module named 'gone')",
+    )
+    assert [d.name for d in drifts] == ["w"] and drifts[0].fp16.max_abs == 0.0
+
+
+class _Doubling:
+    """A model whose logits are twice its one weight vector, per batch row: rounding shows up exactly."""
+
+    label = "doubling"
+
+    def __init__(self, weights):
+        self.weights = weights
+
+    def reference_weights(self):
+        return dict(self.weights)
+
+    def batch(self, seed):
+        import torch
+
+        return torch.zeros(2, 1)
+
+    def logits(self, weights, batch):
+        return (weights["w"] * 2).expand(batch.shape[0], 1, -1)
+
+
+def test_a_registered_plugin_is_asked_and_its_logits_compared(tmp_path, plugins):
+    import torch
+
+    class Plugin:
+        looks_for = "a doubling model"
+
+        def build(self, ckpt):
+            return _Doubling({"w": torch.tensor([1.0, 1.0 + 2**-12, 3.0])}) if ckpt.path.name == "d.pt" else None
+
+    plugins(_EntryPoint("doubling", Plugin))
+    other = simple_checkpoint(tmp_path / "o.pt", {"w": np.ones(3, np.float32)})
+    assert logit_models.find_model(other)[1].startswith("the model is unknown: no a doubling model and no config.json")
+    out = logit_drift(simple_checkpoint(tmp_path / "d.pt", {"w": np.ones(3, np.float32)}))
+    assert out["model"] == "doubling" and out["stored_as"] == ["float32"]
+    # 1 + 2**-12 rounds to 1 in fp16 (10 mantissa bits) and bf16 (7): one |Δlogit| of 2**-11 in three, float32 mean
+    assert out["fp16"] == {
+        "max_abs": 2**-11,
+        "mean_abs": float(np.float32(2**-11 / 3)),
+        "top1_agreement": 1.0,
+        "positions": 2,
+    }
+    assert out["bf16"]["max_abs"] == 2**-11 and out["bf16"]["positions"] == 2
+
+
+def test_a_plugin_that_claims_but_cannot_build_gives_its_reason(tmp_path, plugins):
+    class Plugin:
+        looks_for = "anything"
+
+        def build(self, ckpt):
+            return "its model, but the weights are encrypted"
+
+    plugins(_EntryPoint("claims", Plugin))
+    ckpt = simple_checkpoint(tmp_path / "w.pt", {"w": np.ones(3, np.float32)})
+    assert logit_drift_or_why(ckpt) == (None, "its model, but the weights are encrypted")
+    assert logit_drift(ckpt) is None
