@@ -174,11 +174,11 @@ def _read_tar(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
             if info.name in LEGACY_TAR_MEMBERS:
                 members[info.name] = info  # a later member of the same name wins
     for name in LEGACY_TAR_MEMBERS:
-        info = members.get(name)
-        if info is None or not info.isfile():
+        member = members.get(name)
+        if member is None or not member.isfile():
             continue
         where = f"{path.name}:{name}"
-        start, end = info.offset_data, min(info.offset_data + info.size, reader.size)
+        start, end = member.offset_data, min(member.offset_data + member.size, reader.size)
         scans = scan_file(reader, start, end)
         record_globals(ckpt, [g for scan in scans for g in scan.globals], where)
         walked = scans[-1].end if scans else start
