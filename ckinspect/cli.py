@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ckinspect.vocab import EXIT_ERROR, EXIT_OK, VERSION, CkinspectError
+from ckinspect.vocab import EXIT_ERROR, EXIT_OK, FAIL_ON_CHOICES, REPORT_FORMATS, VERSION, CkinspectError
 
 
 def _columns() -> int:
@@ -54,13 +54,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"ckinspect: error: {message}\n(try: {self.prog} --help)\n")
 
 
-def _add_output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--format", choices=("text", "json", "markdown"), default="text", help="report format (default: text)"
-    )
+def _add_output_options(parser: argparse.ArgumentParser, formats: tuple[str, ...] = REPORT_FORMATS) -> None:
+    """--format (sarif and junit only for commands that report findings), --fail-on, --output, --quick."""
+    parser.add_argument("--format", choices=formats, default="text", help="report format (default: text)")
     parser.add_argument(
         "--fail-on",
-        choices=("error", "warning", "never"),
+        choices=FAIL_ON_CHOICES,
         default="error",
         help="exit 1 when a finding is at or above this severity (default: error)",
     )
@@ -69,6 +68,9 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="structure only: skip the value scan")
     parser.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+
+
+_PLAIN_FORMATS = ("text", "json", "markdown")  # commands whose output is not a list of findings
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
@@ -81,6 +83,12 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
         main.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint file(s) or folder(s)")
         main.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
+        main.add_argument(
+            "--checkpoints-only",
+            action="store_true",
+            help="skip, silently, named files that are not checkpoints by content or suffix (for hooks over "
+            "staged files); exit 0 when none is left",
+        )
         main.add_argument("--version", action="version", version=f"ckinspect {VERSION}")
         _add_output_options(main)
         return main
@@ -130,7 +138,7 @@ def _salvage_parser() -> argparse.ArgumentParser:
     )
     salvage.add_argument("broken", metavar="BROKEN")
     salvage.add_argument("out", metavar="OUT")
-    _add_output_options(salvage)
+    _add_output_options(salvage, _PLAIN_FORMATS)
     return salvage
 
 
@@ -144,7 +152,7 @@ def _convert_parser() -> argparse.ArgumentParser:
     convert.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), help="cast floating tensors")
     convert.add_argument("--only", action="append", metavar="GROUP", help="keep only this group; repeatable")
     convert.add_argument("--trust", action="store_true", help="allow a file whose pickle names code-running globals")
-    _add_output_options(convert)
+    _add_output_options(convert, _PLAIN_FORMATS)
     return convert
 
 

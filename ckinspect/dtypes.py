@@ -6,15 +6,15 @@ from ckinspect.record import Record
 
 
 class DType(Record):
-    __slots__ = ("name", "itemsize", "kind", "numpy", "bits")
+    name: str  # torch's name without "torch.": float32, bfloat16 ...
+    itemsize: int  # bytes to read one element (1 for the sub-byte types: raw byte views)
+    kind: str  # "float", "int", "uint", "bool", "complex"
+    numpy: str | None  # numpy dtype string to view raw little-endian bytes; None where numpy has none (bf16, fp8)
+    # bits per element: what sizes are counted in. 4 and 6 for safetensors' F4 and F6 (packed); 0: itemsize * 8
+    bits: int = 0
 
-    def __init__(self, name: str, itemsize: int, kind: str, numpy: str | None, bits: int | None = None) -> None:
-        self.name = name  # torch's name without "torch.": float32, bfloat16 ...
-        self.itemsize = itemsize  # bytes to read one element (1 for the sub-byte types: raw byte views)
-        self.kind = kind  # "float", "int", "uint", "bool", "complex"
-        self.numpy = numpy  # numpy dtype string to view raw little-endian bytes; None where numpy has none (bf16, fp8)
-        # bits per element: what sizes are counted in. 4 and 6 for safetensors' F4 and F6 (packed)
-        self.bits = itemsize * 8 if bits is None else bits
+    def __post_init__(self) -> None:
+        self.bits = self.bits or self.itemsize * 8
 
     @property
     def is_floating(self) -> bool:
@@ -116,3 +116,7 @@ def dtype_info(name: str) -> DType:
     if found is None:
         return DType(name, 1, "opaque", None)
     return found
+
+
+# numpy's type codes without the byte order ("f4", "i8", "b1" ...) -> our names: .npy headers, joblib arrays
+NUMPY_CODES: dict[str, str] = {d.numpy[1:]: d.name for d in _ALL if d.numpy}

@@ -1,55 +1,95 @@
-"""Sizes for people: binary units (KiB, MiB, GiB), as `ls -h` and the TUI show them. JSON keeps exact bytes."""
+"""How numbers and names are written for people: the one home of the formatters that the reports,
+the commands and the TUI share. JSON keeps exact values; these are for text, Markdown and the screen.
+"""
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-def human_bytes(nbytes: int) -> str:
-    import humanize  # deferred: ~3 ms at start-up that a JSON report of a clean file never needs
 
-    text = humanize.naturalsize(nbytes, binary=True, format="%.1f")
-    return text.replace(" Bytes", " B").replace(" Byte", " B")  # narrower columns at 80 wide
+# ---------------------------------------------------------------- numbers
+
+
+_BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB", "RiB", "QiB")
+_BINARY_STEPS = tuple(1024.0**k for k in range(1, len(_BINARY_UNITS) + 1))
+
+
+def human_bytes(nbytes: int | float) -> str:
+    """Binary units (KiB, MiB, GiB), as `ls -h` shows them, one decimal: 12 B, 1.5 KiB, 1.2 MiB.
+
+    The same text as humanize.naturalsize(binary=True, format="%.1f"), with "B" for "Bytes" (narrower
+    at 80 columns); written out here because the TUI formats 50,000 sizes at once."""
+    size = float(nbytes)
+    magnitude = abs(size)
+    if magnitude < 1024:
+        return f"{int(size)} B"
+    exp, last = 1, len(_BINARY_UNITS)
+    while exp < last and magnitude >= _BINARY_STEPS[exp]:
+        exp += 1
+    if (
+        exp < last
+        and magnitude / _BINARY_STEPS[exp - 1] >= 1023.9
+        and float(f"{magnitude / _BINARY_STEPS[exp - 1]:.1f}") >= 1024
+    ):
+        exp += 1  # 1023.96 KiB would read "1024.0 KiB": say "1.0 MiB"
+    return f"{size / _BINARY_STEPS[exp - 1]:.1f} {_BINARY_UNITS[exp - 1]}"
 
 
 def percent(fraction: float) -> str:
-    if fraction and fraction < 0.001:
+    """One decimal; "<0.1%" for a share that is not nothing, ">99.9%" for one that is not everything."""
+    if 0 < fraction < 0.001:
         return "<0.1%"
-    return f"{fraction * 100:.1f}%"
+    return ">99.9%" if 0.999 < fraction < 1 else f"{fraction * 100:.1f}%"  # "100.0%" only when it is all
 
 
-# --- Names from a file, made safe to show -----------------------------------------------------------
+def shape_text(shape: Sequence[int]) -> str:
+    """3×4, 10, or "scalar" for a 0-d tensor."""
+    return "×".join(map(str, shape)) or "scalar"
+
+
+# ---------------------------------------------------------------- names from a file, made safe to show
 # A tensor, file or member name is chosen by whoever made the file. On a terminal a raw ESC starts a
 # control sequence (cursor moves, window title, OSC 52 clipboard writes), C1 bytes do the same, and
 # bidi overrides reorder what is shown; in Markdown a backtick or `</details>` breaks out of the block.
 
 _BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _TERMINAL_TABLE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-_TERMINAL_TABLE.update({c: f"\\u{c:04x}" for c in _BIDI})
+_TERMINAL_TABLE.update({c: f"\\u{c:04x}" for c in (*_BIDI, *range(0xD800, 0xE000))})
+_DOCUMENT_TABLE = {c: v for c, v in _TERMINAL_TABLE.items() if c not in (0x09, 0x0A)}
 
 
-def terminal_safe(text: object) -> str:
-    """`text` with every control character (C0, DEL, C1 incl. the 8-bit CSI) and bidi override shown as an
-    escape (`\\x1b`, `\\u202e`): nothing in it can move the cursor, set a title or reach the clipboard."""
-    return str(text).translate(_TERMINAL_TABLE)
+def terminal_safe(text: object, *, keep_lines: bool = False) -> str:
+    """`text` with every control character (C0, DEL, C1 incl. the 8-bit CSI), bidi override and lone
+    surrogate (an undecodable byte of a file name) shown as an escape (`\\x1b`, `\\u202e`): nothing in it
+    can move the cursor, set a title or reach the clipboard, nor fail to encode. `keep_lines` lets tabs
+    and newlines through, for documents (SARIF, JUnit) whose reader shows them as layout."""
+    return str(text).translate(_DOCUMENT_TABLE if keep_lines else _TERMINAL_TABLE)
 
 
-_MD_SPECIAL = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;"}
+# ---------------------------------------------------------------- Markdown
+
+_MD_SPECIAL = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;", "\n": " "}
 _MD_TEXT_TABLE = {**_TERMINAL_TABLE, **{ord(k): v for k, v in _MD_SPECIAL.items()}}
 
 
 def md_text(text: object) -> str:
-    """`text` for Markdown prose or a table cell: what could break out escaped (a backtick opening code,
-    a pipe splitting a cell, `[` making a link or image, `<` opening or closing a tag such as `</details>`)."""
+    """`text` for Markdown prose or a table cell, on one line: what could break out escaped (a backtick
+    opening code, a pipe splitting a cell, `[` making a link or image, `<` opening or closing a tag such
+    as `</details>`), controls made visible as in `terminal_safe`."""
     return str(text).translate(_MD_TEXT_TABLE)
 
 
 def md_code(text: object) -> str:
-    """`text` as an inline code span no content can end early: fenced by more backticks than it holds,
-    padded when it starts or ends with one, pipes escaped (a table cell splits on them even in code)."""
-    body = terminal_safe(text).replace("|", "\\|")
+    """`text` as an inline code span no content can end early: fenced by more backticks than it holds
+    (padded then, so a backtick at either end stays inside), pipes escaped (a table cell splits on them
+    even in code), on one line. Backslashes stay as they are: a code span shows them literally."""
+    body = terminal_safe(str(text).replace("\n", " ")).replace("|", "\\|")
     longest = run = 0
     for ch in body:
         run = run + 1 if ch == "`" else 0
         longest = max(longest, run)
     fence = "`" * (longest + 1)
-    pad = " " if body.startswith("`") or body.endswith("`") or not body.strip() else ""
+    pad = " " if longest or not body.strip() else ""
     return f"{fence}{pad}{body}{pad}{fence}"

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from ckinspect.dtypes import dtype_info
-from ckinspect.record import Record
+from ckinspect.record import Record, field
 from ckinspect.vocab import SEVERITY, SEVERITY_RANK
 
 TYPE_CHECKING = False
@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 
 
 class Finding(Record):
-    __slots__ = ("code", "message", "tensor", "severity")
+    code: str
+    message: str
+    tensor: str | None = None
+    severity: str = ""  # "" -> the code's severity in vocab.SEVERITY
 
-    def __init__(self, code: str, message: str, tensor: str | None = None, severity: str = "") -> None:
-        self.code = code
-        self.message = message
-        self.tensor = tensor
-        self.severity = severity or SEVERITY.get(code, "info")
+    def __post_init__(self) -> None:
+        self.severity = self.severity or SEVERITY.get(self.code, "info")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"code": self.code, "severity": self.severity, "message": self.message}
@@ -41,49 +41,24 @@ class StorageInfo(Record):
     safetensors buffers are raw); None when they cannot be addressed directly.
     """
 
-    __slots__ = ("key", "dtype", "nbytes", "file", "offset", "crc32", "member", "location")
-
-    def __init__(
-        self,
-        key: str,
-        dtype: str,
-        nbytes: int,
-        file: Path,
-        offset: int | None,
-        crc32: int | None = None,  # expected CRC-32 from the zip directory, where there is one
-        member: str | None = None,  # zip member or shard name, for messages
-        location: str = "cpu",
-    ) -> None:
-        self.key = key
-        self.dtype = dtype
-        self.nbytes = nbytes
-        self.file = file
-        self.offset = offset
-        self.crc32 = crc32
-        self.member = member
-        self.location = location
+    key: str
+    dtype: str
+    nbytes: int
+    file: Path
+    offset: int | None
+    crc32: int | None = None  # expected CRC-32 from the zip directory, where there is one
+    member: str | None = None  # zip member or shard name, for messages
+    location: str = "cpu"
 
 
 class TensorInfo(Record):
-    __slots__ = ("name", "dtype", "shape", "stride", "storage_key", "storage_offset", "group")
-
-    def __init__(
-        self,
-        name: str,  # dotted path in the checkpoint: model.layers.0.attn.wq.weight ("" until a reader names it)
-        dtype: str,  # torch-style name without the prefix: float32, bfloat16, int64 ...
-        shape: tuple[int, ...],
-        stride: tuple[int, ...],
-        storage_key: str,
-        storage_offset: int = 0,  # in elements, as torch counts it
-        group: str = "other",
-    ) -> None:
-        self.name = name
-        self.dtype = dtype
-        self.shape = shape
-        self.stride = stride
-        self.storage_key = storage_key
-        self.storage_offset = storage_offset
-        self.group = group
+    name: str  # dotted path in the checkpoint: model.layers.0.attn.wq.weight ("" until a reader names it)
+    dtype: str  # torch-style name without the prefix: float32, bfloat16, int64 ...
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_key: str
+    storage_offset: int = 0  # in elements, as torch counts it
+    group: str = "other"
 
     # The restricted unpickler hands these to the checkpoint's pickle, whose BUILD opcode would call
     # __setstate__ to overwrite the fields: refuse. copy and pickle go through __init__ instead.
@@ -137,48 +112,20 @@ class TensorInfo(Record):
 class Checkpoint(Record):
     """What a reader found in one checkpoint; the layout recogniser and the checks add to it."""
 
-    __slots__ = (
-        "path",
-        "format",
-        "file_bytes",
-        "tensors",
-        "storages",
-        "metadata",
-        "findings",
-        "globals",
-        "layout",
-        "tree",
-        "files",
-        "_anatomy",
-    )
     __hash__ = None  # type: ignore[assignment]  # filled in step by step
 
-    def __init__(
-        self,
-        path: Path,
-        format: str,
-        file_bytes: int,
-        tensors: list[TensorInfo] | None = None,
-        storages: dict[str, StorageInfo] | None = None,
-        metadata: dict[str, Any] | None = None,  # step, epoch, world_size, config ...
-        findings: list[Finding] | None = None,
-        globals: list[str] | None = None,  # every "module.name" any pickle names
-        layout: str = "unknown",  # which recogniser mapped the roles: trainer, minimind, nanogpt ...
-        tree: Any = None,  # the decoded object, TensorInfo in place of tensors; None when unread
-        files: list[Path] | None = None,  # every file it is made of (shards, .distcp)
-    ) -> None:
-        self.path = path
-        self.format = format
-        self.file_bytes = file_bytes
-        self.tensors = [] if tensors is None else tensors
-        self.storages = {} if storages is None else storages
-        self.metadata = {} if metadata is None else metadata
-        self.findings = [] if findings is None else findings
-        self.globals = [] if globals is None else globals
-        self.layout = layout
-        self.tree = tree
-        self.files = [] if files is None else files
-        self._anatomy: Any = None  # anatomy.summarize's memo of its last answer
+    path: Path
+    format: str
+    file_bytes: int
+    tensors: list[TensorInfo] = field(default_factory=list)
+    storages: dict[str, StorageInfo] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)  # step, epoch, world_size, config ...
+    findings: list[Finding] = field(default_factory=list)
+    globals: list[str] = field(default_factory=list)  # every "module.name" any pickle names
+    layout: str = "unknown"  # which recogniser mapped the roles: trainer, minimind, nanogpt ...
+    tree: Any = None  # the decoded object, TensorInfo in place of tensors; None when unread
+    files: list[Path] = field(default_factory=list)  # every file it is made of (shards, .distcp)
+    _anatomy: Any = field(default=None, init=False)  # anatomy.summarize's memo of its last answer
 
     def tensor(self, name: str) -> TensorInfo | None:
         return next((t for t in self.tensors if t.name == name), None)

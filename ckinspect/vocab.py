@@ -14,14 +14,14 @@ class CkinspectError(Exception):
     """A usage or environment problem the user can act on: the CLI prints it as one line and exits 2."""
 
 
-# Exit statuses of every command (design.md, CLI contract).
+# Exit statuses of every command (the CLI contract; README, "Using it").
 EXIT_OK = 0  # nothing at or above --fail-on; diff: identical
 EXIT_FINDINGS = 1  # findings at or above --fail-on; diff: different
 EXIT_ERROR = 2  # usage or internal error; diff: no honest verdict possible
 
 GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
 
-# Finding codes are a stable contract (design.md); the severity is fixed per code.
+# Finding codes are a stable contract (README's findings table); the severity is fixed per code.
 SEVERITY: dict[str, str] = {
     "UNSAFE_PICKLE": "error",
     "ALLOWLIST_NEEDED": "warning",
@@ -33,13 +33,35 @@ SEVERITY: dict[str, str] = {
     "HALF_PRECISION_RESUME": "warning",
     "OPTIMIZER_MISMATCH": "error",
     "STORAGE_BLOAT": "warning",
+    "EMBEDDED_CODE": "warning",
+}
+# What `ckinspect diff` finds, named like finding codes so SARIF and JUnit can carry it. Not findings about one
+# checkpoint (so not in SEVERITY or the JSON report's findings): a difference fails a diff as its exit 1 does.
+DIFF_CODES: dict[str, str] = {
+    "TENSOR_CHANGED": "error",
+    "TENSOR_ONLY_IN_A": "error",
+    "TENSOR_ONLY_IN_B": "error",
+    "METADATA_CHANGED": "error",
+    "TENSOR_UNREADABLE": "error",
 }
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 FAIL_ON_CHOICES = ("error", "warning", "never")
+# --format of the commands that report findings; sarif and junit are for CI (code scanning, test dashboards)
+REPORT_FORMATS = ("text", "json", "markdown", "sarif", "junit")
 
 # Format tags of the JSON report's `format` field.
-FORMAT_TAGS = ("torch-zip", "torch-legacy", "safetensors", "sharded", "dcp", "pickle", "unknown")
-SINGLE_FILE_FORMATS = ("torch-zip", "torch-legacy", "safetensors", "pickle")
+FORMAT_TAGS = (
+    "torch-zip",
+    "torch-legacy",
+    "torchscript",
+    "safetensors",
+    "sharded",
+    "dcp",
+    "pickle",
+    "numpy",
+    "unknown",
+)
+SINGLE_FILE_FORMATS = ("torch-zip", "torch-legacy", "torchscript", "safetensors", "pickle", "numpy")
 
 # The bundled trainer writes this tag into every file it saves (`format` key).
 TRAINER_FORMAT = "ckinspect-trainer/1"

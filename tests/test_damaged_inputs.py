@@ -4,8 +4,6 @@ through the commands a user would point at it; the input file's bytes stay as th
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
@@ -13,8 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckinspect.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 
 RESUME = REPO / "samples" / "straight-60" / "tiny_resume.pth"
 
@@ -28,16 +25,6 @@ def originals(tmp_path_factory) -> dict[str, Path]:
     torch.save(state, folder / "legacy.pt", _use_new_zipfile_serialization=False)
     save_file({"w": torch.randn(8, 4), "h": torch.randn(3).half()}, folder / "weights.safetensors")
     return {"zip": RESUME, "legacy": folder / "legacy.pt", "safetensors": folder / "weights.safetensors"}
-
-
-def run(*args: str | Path) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as exc:  # argparse
-            code = exc.code
-    return code, err.getvalue()
 
 
 damage = st.one_of(
@@ -66,6 +53,6 @@ def test_no_command_ends_in_an_internal_error(originals, tmp_path, kind, how):
         ("convert", damaged, tmp_path / "converted.safetensors"),
     ]
     for command in commands:
-        code, err = run(*command)
-        assert code in (0, 1, 2) and "internal error" not in err, (command[0], err)
+        result = run_cli(*command)
+        assert result.returncode in (0, 1, 2) and "internal error" not in result.stderr, (command[0], result.stderr)
     assert damaged.read_bytes() == bytes(data)

@@ -1,10 +1,11 @@
 """The house's one-way flow, read from the source: a lower layer never imports a higher one.
 
 bytes -> io -> formats -> analysis -> ops -> report -> commands -> tui -> cli, with the root base
-modules (record, vocab, dtypes, model, fmt) under everything. Every module under ckinspect/ is parsed
+modules (record, vocab, dtypes, model, fmt, optional) under everything. Every module under ckinspect/ is parsed
 with `ast` (nothing is imported, so the test is fast and cannot be fooled by lazy imports); every
-import statement counts wherever it stands: at module level, inside a function (the lazy imports
-that keep torch and textual off the report path), and under `if TYPE_CHECKING:`. Type-only imports
+import counts wherever it stands: at module level, inside a function (the lazy imports that keep
+torch and textual off the report path), under `if TYPE_CHECKING:`, and as a string naming a ckinspect
+module (`importlib.import_module("ckinspect.x")`, the lazy tables of package `__init__`s). Type-only imports
 are held to the same rule on purpose: a lower layer that names a higher layer's types depends on
 that layer's design even when nothing is imported at run time, and the fix is the same (move the
 shared type down to its one home). Imports within one layer are free.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ckinspect"
 
-ROOT_BASE = ("record", "vocab", "dtypes", "model", "fmt")
+ROOT_BASE = ("record", "vocab", "dtypes", "model", "fmt", "optional")
 ORDER = ("io", "formats", "analysis", "ops", "report", "commands", "tui")
 TOP = ("cli", "__main__", "__init__")
 
@@ -71,6 +72,13 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             for alias in node.names:  # `from ckinspect import fmt` imports the module ckinspect.fmt
                 sub = f"{module}.{alias.name}"
                 found.append((node.lineno, sub if module.startswith("ckinspect") and _is_module(sub) else module))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("ckinspect.")
+            and _is_module(node.value)
+        ):  # a lazy import by name: importlib.import_module("ckinspect.x") or a table of module names
+            found.append((node.lineno, node.value))
     return found
 
 
@@ -125,6 +133,7 @@ def test_the_checker_sees_every_kind_of_import(tmp_path, monkeypatch):
         "if TYPE_CHECKING:\n"
         "    from ckinspect.tui.app import App\n"
         "def lazy():\n"
+        "    importlib.import_module('ckinspect.report')\n"
         "    import ckinspect.commands.emit\n"
         "    from ..analysis import scan\n"
         "    from ckinspect import report\n"
@@ -134,6 +143,7 @@ def test_the_checker_sees_every_kind_of_import(tmp_path, monkeypatch):
     assert sorted(t for _, t in _imports(fake / "io" / "probe.py")) == [
         "ckinspect.analysis",
         "ckinspect.commands.emit",
+        "ckinspect.report",
         "ckinspect.report",
         "ckinspect.tui.app",
         "textual.widgets",

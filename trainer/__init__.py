@@ -1,4 +1,4 @@
-"""A small, real trainer whose resume files continue a run bit for bit (see design.md, "Trainer contract")."""
+"""A small, real trainer whose resume files continue a run bit for bit (README, "The trainer")."""
 
 from ckinspect.vocab import TRAINER_FORMAT as FORMAT
 

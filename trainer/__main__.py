@@ -1,4 +1,4 @@
-"""python -m trainer train|verify|samples (see design.md, "Trainer contract")."""
+"""python -m trainer train|verify|samples (README, "The trainer")."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     samples.add_argument("--out", metavar="DIR", help="default: samples/ beside the trainer package")
 
     args = parser.parse_args(argv)
+    from ckinspect.optional import has_torch, needs_torch_message
+
+    if not has_torch():  # torch is the `ckinspect[torch]` extra; a reporting-only install has none
+        print(f"trainer: error: {needs_torch_message('the trainer')}", file=sys.stderr)
+        return 2
     from trainer.train import TrainerError
 
     try:

@@ -119,6 +119,37 @@ def _restore_rng(state: dict[str, torch.Tensor], batches: Batches, d: Dist, rewi
         batches.generator.set_state(state["batch"])
 
 
+@dataclass(frozen=True)
+class Ablations:
+    """What a verify ablation leaves out on resume, to measure what that piece of state is worth."""
+
+    fresh_optimizer: bool = False  # AdamW's moments start from zero
+    rewind_data: bool = False  # the batch order starts from the beginning
+    weights_from: str | os.PathLike[str] | None = None  # weights from this file (the fp16 one) instead
+
+    def names(self) -> tuple[str, ...]:
+        on = (
+            ("fresh-optimizer", self.fresh_optimizer),
+            ("rewound-data", self.rewind_data),
+            ("from-fp16", self.weights_from is not None),
+        )
+        return tuple(name for name, enabled in on if enabled)
+
+
+@dataclass
+class TrainState:
+    """What the loop works on and a save writes: built once, then handed around whole."""
+
+    d: Dist
+    run: RunConfig
+    cfg: ModelConfig
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    batches: Batches
+    say: Callable[[str], None]
+    step: int = 0  # optimizer steps done
+
+
 def train(
     out: str | os.PathLike[str],
     steps: int,
@@ -141,38 +172,51 @@ def train(
     """
     d = setup()
     say = log if (log and d.is_main) else (lambda _msg: None)
+    ablate = Ablations(fresh_optimizer, rewind_data, weights_from)
     try:
-        return _train(
-            d,
-            say,
-            Path(out),
-            steps,
-            stop_after,
-            resume,
-            seed,
-            save_every,
-            order,
-            name,
-            fresh_optimizer,
-            rewind_data,
-            weights_from,
-        )
+        if steps < 1:
+            raise TrainerError("--steps must be at least 1")
+        ck = _load_resume(resume) if resume is not None else None
+        run, cfg = _settings(ck, steps=steps, seed=seed, order=order, name=name, save_every=save_every, ablate=ablate)
+        stop = min(stop_after, steps) if stop_after else steps
+        with deterministic(run.threads):
+            torch.manual_seed(run.seed)
+            model = build_model(cfg).to(d.device)
+            batches = Batches(run.order, run.seed, run.batch_size, run.seq_len, d.rank, d.world_size)
+            optimizer = torch.optim.AdamW(
+                model.parameters(), lr=get_lr(0, steps, run.lr), betas=run.betas, weight_decay=run.weight_decay
+            )
+            state = TrainState(d, run, cfg, model, optimizer, batches, say)
+            if ck is not None:
+                _resume(state, ck, ablate)
+            if state.step >= stop:
+                raise TrainerError(f"the resume file is at step {state.step}; nothing to do up to step {stop}")
+            return _train_until(state, stop, Path(out))
     finally:
         teardown(d)
 
 
-def _train(
-    d, say, out, steps, stop_after, resume, seed, save_every, order, name, fresh_optimizer, rewind_data, weights_from
-) -> Result:
-    if steps < 1:
-        raise TrainerError("--steps must be at least 1")
-    ck: dict[str, Any] | None = None
-    if resume is not None:
-        if not Path(resume).is_file():
-            raise TrainerError(f"no resume file at {resume}")
-        ck = checkpoint.load(resume)
-        if not isinstance(ck, dict) or ck.get("format") != FORMAT:
-            raise TrainerError(f"{resume} is not a {FORMAT} resume file")
+def _load_resume(resume: str | os.PathLike[str]) -> dict[str, Any]:
+    if not Path(resume).is_file():
+        raise TrainerError(f"no resume file at {resume}")
+    ck = checkpoint.load(resume)
+    if not isinstance(ck, dict) or ck.get("format") != FORMAT:
+        raise TrainerError(f"{resume} is not a {FORMAT} resume file")
+    return ck
+
+
+def _settings(
+    ck: dict[str, Any] | None,
+    *,
+    steps: int,
+    seed: int | None,
+    order: str | None,
+    name: str,
+    save_every: int | None,
+    ablate: Ablations,
+) -> tuple[RunConfig, ModelConfig]:
+    """The run and model settings: a resume file's own (seed and order must agree), else the defaults."""
+    if ck is not None:
         run = RunConfig.from_dict(ck["run"])
         for flag, given, saved in (("--seed", seed, run.seed), ("--order", order, run.order)):
             if given is not None and given != saved:
@@ -181,75 +225,59 @@ def _train(
     else:
         run, cfg = RunConfig(), ModelConfig()
         run = replace(run, seed=run.seed if seed is None else seed, order=order or run.order)
-    ablations = tuple(run.ablations) + tuple(
-        a
-        for a, on in (
-            ("fresh-optimizer", fresh_optimizer),
-            ("rewound-data", rewind_data),
-            ("from-fp16", weights_from is not None),
-        )
-        if on
-    )
     run = replace(
         run,
         steps=steps,
         name=name,
-        ablations=ablations,
+        ablations=tuple(run.ablations) + ablate.names(),
         save_every=run.save_every if save_every is None else save_every,
     )
-    stop = min(stop_after, steps) if stop_after else steps
-
-    with deterministic(run.threads):
-        torch.manual_seed(run.seed)
-        model = build_model(cfg).to(d.device)
-        batches = Batches(run.order, run.seed, run.batch_size, run.seq_len, d.rank, d.world_size)
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=get_lr(0, steps, run.lr), betas=run.betas, weight_decay=run.weight_decay
-        )
-        start = 0
-        if ck is not None:
-            start = _resume(ck, d, say, model, optimizer, batches, fresh_optimizer, rewind_data, weights_from)
-        if start >= stop:
-            raise TrainerError(f"the resume file is at step {start}; nothing to do up to step {stop}")
-        net = torch.nn.parallel.DistributedDataParallel(model) if d.enabled else model
-        say(
-            f"train: steps {start}->{stop} of {steps}, order {run.order}, seed {run.seed}, world size {d.world_size}"
-            + (f", ablations {', '.join(ablations)}" if ablations else "")
-        )
-
-        losses: list[float] = []
-        paths: tuple[Path | None, Path | None] = (None, None)
-        for step in range(start, stop):
-            lr = get_lr(step, steps, run.lr)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            inputs, targets = (t.to(d.device) for t in batches.next())
-            loss = lm_loss(net(inputs), targets)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), run.grad_clip)
-            optimizer.step()
-            losses.append(loss.item())
-            done = step + 1
-            if done % 10 == 0 or done == stop:
-                say(f"step {done:4d}/{steps}  loss {losses[-1]:.4f}  lr {lr:.2e}")
-            if (run.save_every and done % run.save_every == 0) or done == stop:
-                paths = _save(out, run, cfg, d, model, optimizer, batches, done, losses[-1], say)
-        return Result(stop, losses[-1], losses, paths[0], paths[1], d.world_size)
+    return run, cfg
 
 
-def _resume(ck, d, say, model, optimizer, batches, fresh_optimizer, rewind_data, weights_from) -> int:
+def _train_until(state: TrainState, stop: int, out: Path) -> Result:
+    """The loop: one batch, one AdamW step, the learning rate a function of the step; save when due."""
+    d, run, model, optimizer, say = state.d, state.run, state.model, state.optimizer, state.say
+    net = torch.nn.parallel.DistributedDataParallel(model) if d.enabled else model
+    say(
+        f"train: steps {state.step}->{stop} of {run.steps}, order {run.order}, seed {run.seed}, "
+        f"world size {d.world_size}" + (f", ablations {', '.join(run.ablations)}" if run.ablations else "")
+    )
+    losses: list[float] = []
+    paths: tuple[Path | None, Path | None] = (None, None)
+    while state.step < stop:
+        lr = get_lr(state.step, run.steps, run.lr)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = (t.to(d.device) for t in state.batches.next())
+        loss = lm_loss(net(inputs), targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), run.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+        state.step += 1
+        if state.step % 10 == 0 or state.step == stop:
+            say(f"step {state.step:4d}/{run.steps}  loss {losses[-1]:.4f}  lr {lr:.2e}")
+        if (run.save_every and state.step % run.save_every == 0) or state.step == stop:
+            paths = _save(state, out, losses[-1])
+    return Result(stop, losses[-1], losses, paths[0], paths[1], d.world_size)
+
+
+def _resume(state: TrainState, ck: dict[str, Any], ablate: Ablations) -> None:
+    """Load weights, optimizer moments, RNG streams and data position; set the step to continue from."""
+    d, say = state.d, state.say
     weights = ck["model"]
-    if weights_from is not None:
-        weights = checkpoint.load(weights_from)
+    if ablate.weights_from is not None:
+        weights = checkpoint.load(ablate.weights_from)
         if isinstance(weights, dict) and weights.get("format") == FORMAT:
             weights = weights["model"]  # a resume file: take its weights only
-        say(f"resume: weights from {weights_from} ({next(iter(weights.values())).dtype}), cast to float32")
-    model.load_state_dict({k: v.float() for k, v in weights.items()})
-    if fresh_optimizer:
+        say(f"resume: weights from {ablate.weights_from} ({next(iter(weights.values())).dtype}), cast to float32")
+    state.model.load_state_dict({k: v.float() for k, v in weights.items()})
+    if ablate.fresh_optimizer:
         say("resume: optimizer state left out (fresh AdamW moments)")
     else:
-        optimizer.load_state_dict(ck["optimizer"])
+        state.optimizer.load_state_dict(ck["optimizer"])
     saved_ws, step = int(ck["world_size"]), int(ck["step"])
     position = Position(int(ck["epoch"]), int(ck["epoch_step"]))
     if saved_ws != d.world_size:
@@ -262,42 +290,45 @@ def _resume(ck, d, say, model, optimizer, batches, fresh_optimizer, rewind_data,
         position.epoch_step = convert_step(position.epoch_step, saved_ws, d.world_size)
     rng = ck["rng"]
     if d.rank < len(rng):
-        _restore_rng(rng[d.rank], batches, d, rewind_data)
+        _restore_rng(rng[d.rank], state.batches, d, ablate.rewind_data)
     else:
         say(f"resume: the file holds RNG states for {len(rng)} ranks; the others start fresh streams")
-    if rewind_data:
+    if ablate.rewind_data:
         say("resume: batch order rewound to the start")
     else:
-        batches.position = position
-    say(f"resume: step {step}, epoch {batches.position.epoch} (+{batches.position.epoch_step} batches already seen)")
-    return step
+        state.batches.position = position
+    position = state.batches.position
+    say(f"resume: step {step}, epoch {position.epoch} (+{position.epoch_step} batches already seen)")
+    state.step = step
 
 
-def _save(out, run, cfg, d, model, optimizer, batches, step, loss, say) -> tuple[Path | None, Path | None]:
-    rng = gather(_rng_state(batches, d), d)  # every rank's streams, so each resumes its own
+def _save(state: TrainState, out: Path, loss: float) -> tuple[Path | None, Path | None]:
+    """Write `<name>_resume.pth` then `<name>.pth`, each atomically (rank 0; every rank's RNG gathered)."""
+    d, run = state.d, state.run
+    rng = gather(_rng_state(state.batches, d), d)  # every rank's streams, so each resumes its own
     paths: tuple[Path | None, Path | None] = (None, None)
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
         resume_path, weights_path = out / f"{run.name}_resume.pth", out / f"{run.name}.pth"
-        weights = checkpoint.fp32_weights(model.state_dict())
-        state = {
+        weights = checkpoint.fp32_weights(state.model.state_dict())
+        saved = {
             "format": FORMAT,
             "model": weights,
-            "optimizer": optimizer.state_dict(),
-            "epoch": batches.position.epoch,
-            "epoch_step": batches.position.epoch_step,
-            "step": step,
+            "optimizer": state.optimizer.state_dict(),
+            "epoch": state.batches.position.epoch,
+            "epoch_step": state.batches.position.epoch_step,
+            "step": state.step,
             "world_size": d.world_size,
             "rng": rng,
-            "config": cfg.to_dict(),
+            "config": state.cfg.to_dict(),
             "run": run.to_dict(),
             "loss": loss,
         }
         # The resume file first: a crash between the two leaves a matching older pair, never a
         # weights file newer than the state it would resume from.
-        checkpoint.save(state, resume_path)
+        checkpoint.save(saved, resume_path)
         checkpoint.save(checkpoint.half_weights(weights), weights_path)
-        say(f"saved {resume_path} and {weights_path.name} at step {step}")
+        state.say(f"saved {resume_path} and {weights_path.name} at step {state.step}")
         paths = (resume_path, weights_path)
     barrier(d)
     return paths

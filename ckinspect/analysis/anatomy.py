@@ -26,7 +26,7 @@ from ckinspect.analysis.layouts import Layout, recognise
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.record import Record
+from ckinspect.record import Record, field
 from ckinspect.vocab import GROUPS
 
 TYPE_CHECKING = False
@@ -50,23 +50,17 @@ _STRUCT = {
 
 
 class GroupStats(Record):
-    __slots__ = ("tensor_count", "bytes")
-
-    def __init__(self, tensor_count: int = 0, bytes: int = 0) -> None:
-        self.tensor_count = tensor_count
-        self.bytes = bytes
+    tensor_count: int = 0
+    bytes: int = 0
 
 
 class StorageUse(Record):
     """How much of one storage its views reach."""
 
-    __slots__ = ("key", "nbytes", "used_bytes", "largest_view")
-
-    def __init__(self, key: str, nbytes: int, used_bytes: int, largest_view: str | None) -> None:
-        self.key = key
-        self.nbytes = nbytes
-        self.used_bytes = used_bytes
-        self.largest_view = largest_view  # name of the biggest tensor viewing it, for messages
+    key: str
+    nbytes: int
+    used_bytes: int
+    largest_view: str | None  # name of the biggest tensor viewing it, for messages
 
     @property
     def unused_bytes(self) -> int:
@@ -74,23 +68,12 @@ class StorageUse(Record):
 
 
 class Anatomy(Record):
-    __slots__ = ("file_bytes", "tensor_count", "tensor_bytes", "storage_bytes", "groups", "partly_used")
-
-    def __init__(
-        self,
-        file_bytes: int,
-        tensor_count: int,
-        tensor_bytes: int,
-        storage_bytes: int,
-        groups: dict[str, GroupStats],
-        partly_used: list[StorageUse] | None = None,  # storages some of whose bytes no tensor reaches
-    ) -> None:
-        self.file_bytes = file_bytes
-        self.tensor_count = tensor_count
-        self.tensor_bytes = tensor_bytes
-        self.storage_bytes = storage_bytes
-        self.groups = groups
-        self.partly_used = [] if partly_used is None else partly_used
+    file_bytes: int
+    tensor_count: int
+    tensor_bytes: int
+    storage_bytes: int
+    groups: dict[str, GroupStats]
+    partly_used: list[StorageUse] = field(default_factory=list)  # storages some of whose bytes no tensor reaches
 
     @property
     def unused_bytes(self) -> int:
@@ -247,21 +230,11 @@ def _extent(tensor: TensorInfo, bits: int) -> tuple[int, int]:
 class _Memo(Record):
     """summarize's last answer, kept on the Checkpoint with what it was computed from."""
 
-    __slots__ = ("tensors", "storages", "storage_count", "file_bytes", "anatomy")
-
-    def __init__(
-        self,
-        tensors: tuple[TensorInfo, ...],
-        storages: dict[str, Any],
-        storage_count: int,
-        file_bytes: int,
-        anatomy: Anatomy,
-    ) -> None:
-        self.tensors = tensors  # the very objects (a TensorInfo is never changed: any change is a new one)
-        self.storages = storages
-        self.storage_count = storage_count
-        self.file_bytes = file_bytes
-        self.anatomy = anatomy
+    tensors: tuple[TensorInfo, ...]  # the very objects (a TensorInfo is never changed: any change is a new one)
+    storages: dict[str, Any]
+    storage_count: int
+    file_bytes: int
+    anatomy: Anatomy
 
     def still_fits(self, ckpt: Checkpoint, tensors: tuple[TensorInfo, ...]) -> bool:
         return (

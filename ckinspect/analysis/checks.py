@@ -30,7 +30,7 @@ from ckinspect.analysis.layouts import (
 from ckinspect.dtypes import dtype_info
 from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint, Finding, TensorInfo
-from ckinspect.record import Record
+from ckinspect.record import Record, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,7 +54,28 @@ SHAPED_LEAVES = (
     "ax",
     "prev",
 )
-SCHEDULER_KEYS = ("lr_scheduler", "lr_schedulers", "scheduler", "schedulers")
+SCHEDULER_KEYS = (
+    "lr_scheduler",
+    "lr_schedulers",
+    "scheduler",
+    "schedulers",
+    "scheduler_state_dict",
+    "scheduler_state",
+    "lr_scheduler_state_dict",
+    "lr_scheduler_state",
+    "sched",
+    "lr_sched",
+)
+# Config switches by which a saved file says it holds no optimizer state (value that means "none saved").
+NO_OPTIMIZER_SWITCHES = {
+    "save_optimizer": False,
+    "save_optimizer_state": False,
+    "save_optim": False,
+    "with_optimizer": False,
+    "include_optimizer": False,
+    "save_weights_only": True,
+    "weights_only": True,
+}
 
 
 def structural_findings(ckpt: Checkpoint, layout: Layout | None = None) -> list[Finding]:
@@ -81,10 +102,15 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     has_optimizer = layout.resume_parts.get("optimizer")
     if has_optimizer is None:
         has_optimizer = bool(layout.optimizers) or "optimizer" in groups
+    if not has_optimizer and top is not None and states_no_optimizer(top):
+        return []  # a weights file that says it saved no optimizer: a step count there is provenance, not resume state
     has_step = layout.resume_parts.get("step")
     if has_step is None:
-        has_step = ckpt.metadata.get("step") is not None or (
-            top is not None and any(k in top for k in SCHEDULER_KEYS)  # a scheduler's state carries the step
+        has_step = (
+            ckpt.metadata.get("step") is not None
+            # an unknown trainer's epoch counter: epoch-wise schedules resume from it (known layouts name their step)
+            or (layout.is_resume is None and ckpt.metadata.get("epoch") is not None)
+            or (top is not None and any(k in top for k in SCHEDULER_KEYS))  # a scheduler's state carries the step
         )
     has_rng = layout.resume_parts.get("rng")
     if has_rng is None:
@@ -140,6 +166,23 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     return findings
 
 
+def states_no_optimizer(top: Mapping[str, Any], depth: int = 2) -> bool:
+    """The file says it holds no optimizer: an optimizer entry that is None or empty, or a config
+    switch (save_optimizer=False, save_weights_only=True ...) at the top or in a config one or two levels down."""
+    for key, value in top.items():
+        if not isinstance(key, str):
+            continue
+        lowered = key.lower()
+        if lowered in NO_OPTIMIZER_SWITCHES and value is NO_OPTIMIZER_SWITCHES[lowered]:
+            return True
+        if lowered in ("optimizer", "optimizer_state_dict", "optimizer_states", "optim") and value in (None, {}, []):
+            return True
+        fields = value if isinstance(value, Mapping) else getattr(value, "fields", None)
+        if depth > 1 and isinstance(fields, Mapping) and states_no_optimizer(fields, depth - 1):
+            return True
+    return False
+
+
 def _has_training_keys(top: Mapping[str, Any]) -> bool:
     keys = {k.lower() for k in top if isinstance(k, str)}
     return bool(keys & {"epoch", "global_step", "iter_num", "scaler", *SCHEDULER_KEYS}) or has_data_position(top)
@@ -151,15 +194,11 @@ def _has_training_keys(top: Mapping[str, Any]) -> bool:
 class OptimizerState(Record):
     """One torch optimizer's per-parameter state, keyed by param index (int) or by param name (DCP/FSDP)."""
 
-    __slots__ = ("prefix", "entries", "param_ids")
     __hash__ = None  # type: ignore[assignment]  # filled in as its state dict is read
 
-    def __init__(
-        self, prefix: str, entries: dict[Any, dict[str, TensorInfo]] | None = None, param_ids: list[Any] | None = None
-    ) -> None:
-        self.prefix = prefix  # dotted prefix of its tensors: "optimizer.", "optimizer_states.0.", ""
-        self.entries = {} if entries is None else entries
-        self.param_ids = param_ids  # param_groups' `params`, in order; None when not saved
+    prefix: str  # dotted prefix of its tensors: "optimizer.", "optimizer_states.0.", ""
+    entries: dict[Any, dict[str, TensorInfo]] = field(default_factory=dict)
+    param_ids: list[Any] | None = None  # param_groups' `params`, in order; None when not saved
 
     def shape_of(self, key: Any) -> tuple[tuple[int, ...], str] | None:
         """The parameter's shape as its state says, and the name of the tensor that says it."""

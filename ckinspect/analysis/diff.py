@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import math
 import mmap
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckinspect.analysis.scan import worker_count
 from ckinspect.dtypes import dtype_info
-from ckinspect.io.blobs import Blobs, UnreadableStorage
+from ckinspect.io.blobs import Blobs, UnreadableStorage, files_differ
 from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.record import Record, field
 from ckinspect.vocab import GROUPS
 
 COMPARE_CHUNK = 16 << 20  # bytes per memcmp window
@@ -51,8 +51,9 @@ WRAPPERS = ("_orig_mod", "module")  # torch.compile and DDP/DataParallel wrap th
 # ---------------------------------------------------------------- results
 
 
-@dataclass
-class TensorChange:
+class TensorChange(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     name: str
     reason: str  # "values" | "shape" | "dtype"
     max_abs_diff: float | None = None
@@ -87,8 +88,9 @@ class TensorChange:
         return out
 
 
-@dataclass
-class DiffResult:
+class DiffResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     a: Path
     b: Path
     only_a: list[str] = field(default_factory=list)
@@ -97,6 +99,7 @@ class DiffResult:
     changed: list[TensorChange] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (name, why): no verdict possible
     within_atol: list[str] = field(default_factory=list)  # bytes differ but every value is within atol
+    relaid: list[str] = field(default_factory=list)  # equal values stored in another memory layout (strides)
     only_a_groups: dict[str, int] = field(default_factory=dict)  # how many only-in-A tensors per group
     only_b_groups: dict[str, int] = field(default_factory=dict)
     metadata_changed: dict[str, list[Any]] = field(default_factory=dict)  # step/epoch/world_size: [a, b]
@@ -104,11 +107,25 @@ class DiffResult:
     only: list[str] | None = None
     atol: float = 0.0
     bytes_compared: int = 0  # bytes of both files compared
-    seconds: float = 0.0
+    not_compared: str | None = None  # why the tensors could not be compared at all (a refused or unreadable side)
+    raw_bytes_differ: bool | None = None  # the files' own bytes, when the tensors gave no verdict; None: not compared
 
     @property
     def identical(self) -> bool:
+        if self.not_compared is not None:
+            return self.raw_bytes_differ is False  # byte for byte the same file: nothing inside can differ
+        if self.unreadable and self.raw_bytes_differ is False:
+            return not (self.only_a or self.only_b or self.changed or self.metadata_changed)
         return not (self.only_a or self.only_b or self.changed or self.unreadable or self.metadata_changed)
+
+    @property
+    def verdict(self) -> str:
+        """ "identical", "different" or "unknown" (the exit status follows: 0, 1, 2)."""
+        if self.identical:
+            return "identical"
+        if self.only_a or self.only_b or self.changed or self.metadata_changed or self.raw_bytes_differ:
+            return "different"
+        return "unknown"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,10 +142,48 @@ class DiffResult:
             "only_a_groups": dict(self.only_a_groups),
             "only_b_groups": dict(self.only_b_groups),
             "within_atol": list(self.within_atol),
+            "relaid": list(self.relaid),
             "metadata_changed": dict(self.metadata_changed),
             "unreadable": [{"name": n, "message": m} for n, m in self.unreadable],
             "bytes_compared": self.bytes_compared,
+            "verdict": self.verdict,
+            "not_compared": self.not_compared,
+            "raw_bytes_differ": self.raw_bytes_differ,
         }
+
+
+# ---------------------------------------------------------------- when tensors give no verdict
+
+REFUSALS = ("UNSAFE_PICKLE", "CORRUPT")
+
+
+def why_not_comparable(a: Checkpoint, b: Checkpoint) -> str | None:
+    """Why comparing tensors says nothing about these two, or None when it does.
+
+    A side whose pickle was refused (UNSAFE_PICKLE) or could not be read (CORRUPT) lists no tensors:
+    "no tensor differs" would be a false "identical". So would two files that hold no tensors at all.
+    """
+    for side, ckpt in (("A", a), ("B", b)):
+        if ckpt.tensors or ckpt.format == "unknown" and not ckpt.findings:
+            continue
+        refusal = next((f for f in ckpt.findings if f.code in REFUSALS), None)
+        if refusal is not None:
+            return f"{side}'s tensors cannot be read ({refusal.code})"
+    if a.format == "unknown" or b.format == "unknown":
+        return "not a checkpoint: " + ("A" if a.format == "unknown" else "B") + " holds nothing this tool reads"
+    if not a.tensors and not b.tensors:
+        return "neither file holds tensors"
+    return None
+
+
+def raw_bytes_differ(a: Path, b: Path, chunk: int = COMPARE_CHUNK) -> bool | None:
+    """Do two files differ byte for byte? None when either is no regular file (folders, sharded sets)."""
+    try:
+        if not (a.is_file() and b.is_file()) or a.name.endswith(".index.json") or b.name.endswith(".index.json"):
+            return None
+    except OSError:
+        return None
+    return files_differ(a, b, chunk)
 
 
 # ---------------------------------------------------------------- roles and name matching
@@ -157,8 +212,9 @@ def roles(ckpt: Checkpoint) -> dict[str, str]:
     return out
 
 
-@dataclass
-class _Naming:
+class _Naming(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     describe: str  # for the match statement, "" when names are used as stored
     key: Callable[[str], str]
 
@@ -257,13 +313,15 @@ def _equal_windows(va: memoryview, vb: memoryview) -> bool:
         del xa, xb
 
 
-@dataclass
-class _Pair:
+class _Pair(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     name: str
     ta: TensorInfo
     tb: TensorInfo
     equal: bool = True
     error: str | None = None
+    relaid: bool = False  # same dtype and shape, another memory layout (strides): bytes cannot decide
 
 
 def _byte_ranges(ckpt: Checkpoint, blobs: Blobs, t: TensorInfo) -> tuple[Path, int, int]:
@@ -297,8 +355,9 @@ def _aligned(xs: Iterator[Any], ys: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
         xbuf, ybuf = xbuf[n:], ybuf[n:]
 
 
-@dataclass
-class _ValueDiff:
+class _ValueDiff(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     n_diff: int = 0
     max_abs: float = 0.0
     max_rel: float = 0.0
@@ -387,13 +446,48 @@ def diff_checkpoints(
 
     `progress(done_bytes, total_bytes)` is called on this thread as byte windows are compared.
     """
-    started = time.perf_counter()
-    if only:
-        unknown = [g for g in only if g not in GROUPS]
-        if unknown:
-            from ckinspect.vocab import CkinspectError
+    _check_groups(only)
+    result, pairs = _pair_up(a, b, only, atol)
+    with Blobs() as blobs_a, Blobs() as blobs_b:
+        workers = worker_count()
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="ckinspect-diff") if workers > 1 else None
+        run = _Run(a, b, blobs_a, blobs_b, pool)
+        try:
+            result.bytes_compared = _compare_bytes(run, pairs, progress)
+            verdicts = _compare_values(run, pairs, atol)
+        finally:
+            if pool:
+                pool.shutdown()
+    for p, vd in verdicts:
+        _record_verdict(result, p, vd)
+    if not only:  # the counters that decide what a resume does next are part of "identical"
+        _record_counter_changes(result, a, b)
+    return result
 
-            raise CkinspectError(f"--only {unknown[0]!r} is not a group (choose from {', '.join(GROUPS)})")
+
+class _Run(Record):
+    """What the steps of one diff share: both checkpoints, their open files, the worker pool."""
+
+    a: Checkpoint
+    b: Checkpoint
+    blobs_a: Blobs
+    blobs_b: Blobs
+    pool: ThreadPoolExecutor | None
+
+    def map(self, fn: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
+        return self.pool.map(fn, items) if self.pool else map(fn, items)
+
+
+def _check_groups(only: list[str] | None) -> None:
+    unknown = [g for g in only or [] if g not in GROUPS]
+    if unknown:
+        from ckinspect.vocab import CkinspectError
+
+        raise CkinspectError(f"--only {unknown[0]!r} is not a group (choose from {', '.join(GROUPS)})")
+
+
+def _pair_up(a: Checkpoint, b: Checkpoint, only: list[str] | None, atol: float) -> tuple[DiffResult, list[_Pair]]:
+    """Match A's tensors to B's (within the groups asked for); what only one side has goes in the result."""
     ra, rb = roles(a), roles(b)
     ta = [t for t in a.tensors if not only or ra[t.name] in only]
     tb = [t for t in b.tensors if not only or rb[t.name] in only]
@@ -407,112 +501,129 @@ def diff_checkpoints(
         for k, t in keys.items():
             if k not in other:
                 counts[role[t.name]] = counts.get(role[t.name], 0) + 1
+    pairs = [_Pair(x.name, x, kb[key]) for key, x in ka.items() if key in kb]  # under A's name; B's is in "b"
+    return result, pairs
 
-    pairs: list[_Pair] = []
-    for key, x in ka.items():
-        y = kb.get(key)
-        if y is None:
-            continue
-        pairs.append(_Pair(x.name, x, y))  # reported under A's name; B's is in the change's "b"
 
-    with Blobs() as blobs_a, Blobs() as blobs_b:
-        # 1. bytes: the same dtype, shape and layout can be settled by memcmp of the storage windows
-        tasks: dict[tuple, list[_Pair]] = {}
-        for p in pairs:
-            if p.ta.shape != p.tb.shape or p.ta.dtype != p.tb.dtype:
+_Range = tuple[Path, int, int]  # file, offset, length
+_Chunk = tuple[Path, int, Path, int, int, list[_Pair]]  # file A, offset A, file B, offset B, length, pairs it settles
+
+
+def _compare_bytes(run: _Run, pairs: list[_Pair], progress: Callable[[int, int], None] | None) -> int:
+    """Step 1, bytes: pairs of the same dtype, shape and layout are settled by comparing their storage
+    windows chunk by chunk; a chunk that differs marks its pairs unequal. Returns the bytes compared."""
+    chunks = _byte_chunks(run, pairs)
+    total = 2 * sum(c[4] for c in chunks)
+    done = 0
+    for chunk, (ok, ps) in zip(chunks, run.map(functools.partial(_chunk_equal, run), chunks), strict=True):
+        if not ok:
+            for p in ps:
                 p.equal = False
-                continue
-            if p.ta.numel == 0:
-                continue
-            try:
-                bytes_a = _byte_ranges(a, blobs_a, p.ta)
-                bytes_b = _byte_ranges(b, blobs_b, p.tb)
-            except UnreadableStorage as exc:
-                p.error = str(exc)
-                continue
-            if p.ta.stride != p.tb.stride and not (p.ta.is_contiguous and p.tb.is_contiguous):
-                p.equal = False  # different layouts of the same values: decide on values
-                continue
-            tasks.setdefault((bytes_a, bytes_b), []).append(p)
+        done += 2 * chunk[4]
+        if progress:
+            progress(done, total)
+    return total
 
-        chunks = []
-        for (bytes_a, bytes_b), ps in tasks.items():
-            for start in range(0, bytes_a[2], COMPARE_CHUNK):
-                n = min(COMPARE_CHUNK, bytes_a[2] - start)
-                chunks.append((bytes_a[0], bytes_a[1] + start, bytes_b[0], bytes_b[1] + start, n, ps))
 
-        def compare(chunk: tuple) -> tuple[bool, list[_Pair]]:
-            fa, oa, fb, ob, n, ps = chunk
-            if _MEMCMP is not None and n >= (256 << 10) and hasattr(mmap, "MAP_PRIVATE"):
-                # no numpy on the all-identical path: importing it would cost more than comparing a GiB
-                with blobs_a.address(fa, oa, n) as xa, blobs_b.address(fb, ob, n) as xb:
-                    return _MEMCMP(xa, xb, n) == 0, ps
-            with blobs_a.window(fa, oa, n) as va, blobs_b.window(fb, ob, n) as vb:
-                return _equal_windows(va, vb), ps
+def _byte_chunks(run: _Run, pairs: list[_Pair]) -> list[_Chunk]:
+    """Every chunk worth a memcmp; pairs viewing the same bytes share theirs."""
+    tasks: dict[tuple[_Range, _Range], list[_Pair]] = {}
+    for p in pairs:
+        ranges = _byte_task(run, p)
+        if ranges is not None:
+            tasks.setdefault(ranges, []).append(p)
+    chunks = []
+    for (bytes_a, bytes_b), ps in tasks.items():
+        for start in range(0, bytes_a[2], COMPARE_CHUNK):
+            n = min(COMPARE_CHUNK, bytes_a[2] - start)
+            chunks.append((bytes_a[0], bytes_a[1] + start, bytes_b[0], bytes_b[1] + start, n, ps))
+    return chunks
 
-        workers = worker_count()
-        pool = ThreadPoolExecutor(workers, thread_name_prefix="ckinspect-diff") if workers > 1 else None
+
+def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
+    """The byte ranges whose equality settles this pair; None when bytes cannot (p says why)."""
+    if p.ta.shape != p.tb.shape or p.ta.dtype != p.tb.dtype:
+        p.equal = False
+        return None
+    if p.ta.numel == 0:
+        return None
+    try:
+        bytes_a = _byte_ranges(run.a, run.blobs_a, p.ta)
+        bytes_b = _byte_ranges(run.b, run.blobs_b, p.tb)
+    except UnreadableStorage as exc:
+        p.error = str(exc)
+        return None
+    if p.ta.stride != p.tb.stride and not (p.ta.is_contiguous and p.tb.is_contiguous):
+        p.equal = False  # different layouts of the same values: decide on values
+        p.relaid = True
+        return None
+    return bytes_a, bytes_b
+
+
+def _chunk_equal(run: _Run, chunk: _Chunk) -> tuple[bool, list[_Pair]]:
+    fa, oa, fb, ob, n, ps = chunk
+    if _MEMCMP is not None and n >= (256 << 10) and hasattr(mmap, "MAP_PRIVATE"):
+        # no numpy on the all-identical path: importing it would cost more than comparing a GiB
+        with run.blobs_a.address(fa, oa, n) as xa, run.blobs_b.address(fb, ob, n) as xb:
+            return _MEMCMP(xa, xb, n) == 0, ps
+    with run.blobs_a.window(fa, oa, n) as va, run.blobs_b.window(fb, ob, n) as vb:
+        return _equal_windows(va, vb), ps
+
+
+def _compare_values(run: _Run, pairs: list[_Pair], atol: float) -> list[tuple[_Pair, Any]]:
+    """Step 2, values: only where the bytes (or the dtype) differ; (pair, its value diff or None)."""
+
+    def judge(p: _Pair) -> tuple[_Pair, Any]:
+        if p.error or p.equal or p.ta.shape != p.tb.shape:
+            return p, None
         try:
-            results = pool.map(compare, chunks) if pool else map(compare, chunks)
-            total = 2 * sum(c[4] for c in chunks)
-            done = 0
-            for chunk, (ok, ps) in zip(chunks, results, strict=True):
-                if not ok:
-                    for p in ps:
-                        p.equal = False
-                done += 2 * chunk[4]
-                if progress:
-                    progress(done, total)
-            result.bytes_compared = total
+            if p.relaid and atol > 0:  # exactly equal in another layout, or only within atol?
+                exact = compare_values(run.blobs_a, run.a, p.ta, run.blobs_b, run.b, p.tb, 0.0)
+                if exact.n_diff == 0:
+                    return p, exact
+                p.relaid = False
+            return p, compare_values(run.blobs_a, run.a, p.ta, run.blobs_b, run.b, p.tb, atol)
+        except UnreadableStorage as exc:
+            p.error = str(exc)
+            return p, None
 
-            # 2. values: only where the bytes (or dtype/shape) differ
-            def judge(p: _Pair) -> tuple[_Pair, Any]:
-                if p.error or p.equal or p.ta.shape != p.tb.shape:
-                    return p, None
-                try:
-                    return p, compare_values(blobs_a, a, p.ta, blobs_b, b, p.tb, atol)
-                except UnreadableStorage as exc:
-                    p.error = str(exc)
-                    return p, None
+    return list(run.map(judge, pairs))
 
-            verdicts = list(pool.map(judge, pairs) if pool else map(judge, pairs))
-        finally:
-            if pool:
-                pool.shutdown()
 
-    for p, vd in verdicts:
-        x, y = p.ta, p.tb
-        if p.error:
-            result.unreadable.append((p.name, p.error))
-            continue
-        common: dict[str, Any] = dict(
-            a_name=x.name,
-            b_name=y.name,
-            a_dtype=x.dtype,
-            b_dtype=y.dtype,
-            a_shape=x.shape,
-            b_shape=y.shape,
-            numel=x.numel,
+def _record_verdict(result: DiffResult, p: _Pair, vd: Any) -> None:
+    """One pair's outcome: unreadable, changed (shape, dtype or values), same, or same within atol."""
+    x, y = p.ta, p.tb
+    if p.error:
+        result.unreadable.append((p.name, p.error))
+        return
+    common: dict[str, Any] = dict(
+        a_name=x.name,
+        b_name=y.name,
+        a_dtype=x.dtype,
+        b_dtype=y.dtype,
+        a_shape=x.shape,
+        b_shape=y.shape,
+        numel=x.numel,
+    )
+    if x.shape != y.shape:
+        result.changed.append(TensorChange(p.name, "shape", **common))
+    elif x.dtype != y.dtype:
+        result.changed.append(
+            TensorChange(p.name, "dtype", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common)
         )
-        if x.shape != y.shape:
-            result.changed.append(TensorChange(p.name, "shape", **common))
-        elif x.dtype != y.dtype:
-            result.changed.append(
-                TensorChange(p.name, "dtype", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common)
-            )
-        elif p.equal:
-            result.same.append(p.name)
-        elif vd.n_diff == 0:
-            result.same.append(p.name)
-            result.within_atol.append(p.name)
-        else:
-            result.changed.append(
-                TensorChange(p.name, "values", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common)
-            )
-    if not only:  # the counters that decide what a resume does next are part of "identical"
-        for key in RESUME_COUNTERS:
-            va, vb = a.metadata.get(key), b.metadata.get(key)
-            if va is not None and vb is not None and va != vb:
-                result.metadata_changed[key] = [va, vb]
-    result.seconds = time.perf_counter() - started
-    return result
+    elif p.equal:
+        result.same.append(p.name)
+    elif vd.n_diff == 0:
+        result.same.append(p.name)
+        (result.relaid if p.relaid else result.within_atol).append(p.name)
+    else:
+        result.changed.append(
+            TensorChange(p.name, "values", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common)
+        )
+
+
+def _record_counter_changes(result: DiffResult, a: Checkpoint, b: Checkpoint) -> None:
+    for key in RESUME_COUNTERS:
+        va, vb = a.metadata.get(key), b.metadata.get(key)
+        if va is not None and vb is not None and va != vb:
+            result.metadata_changed[key] = [va, vb]

@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.record import Record, field
 
 if TYPE_CHECKING:
     from ckinspect.analysis.logit_models import LogitModel
@@ -30,9 +30,10 @@ DRIFT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _BLOCK_ELEMENTS = 1 << 18
 
 
-@dataclass
-class RoundTrip:
+class RoundTrip(Record):
     """Error of storing a tensor in a narrower float type and reading it back."""
+
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
     max_abs: float = 0.0
     max_rel: float = 0.0  # over non-zero values
@@ -47,18 +48,10 @@ class RoundTrip:
         self.underflow += other.underflow
         self.changed += other.changed
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "max_abs": finite_or_none(self.max_abs),
-            "max_rel": finite_or_none(self.max_rel),
-            "overflow": self.overflow,
-            "underflow": self.underflow,
-            "changed": self.changed,
-        }
 
+class TensorDrift(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
-@dataclass
-class TensorDrift:
     name: str
     dtype: str
     numel: int

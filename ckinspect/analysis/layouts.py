@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ckinspect.dtypes import dtype_info
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.record import Record
+from ckinspect.record import Record, field
 from ckinspect.vocab import EPOCH_KEYS, STEP_KEYS, TRAINER_FORMAT_PREFIX, WORLD_SIZE_KEYS
 
 TYPE_CHECKING = False
@@ -123,46 +123,21 @@ HF_RNG_FILE = re.compile(r"^rng_state(_\d+)?\.pth$")
 class Layout(Record):
     """What a recogniser found: which keys hold which role, and the training state it could read."""
 
-    __slots__ = (
-        "name",
-        "roles",
-        "default_group",
-        "model_prefix",
-        "optimizers",
-        "metadata",
-        "resume_parts",
-        "is_resume",
-        "companion",
-        "model_file",
-    )
     __hash__ = None  # type: ignore[assignment]  # filled in by its recogniser
 
-    def __init__(
-        self,
-        name: str,
-        roles: dict[str, str] | None = None,  # top-level key -> group
-        default_group: str | None = None,  # group of tensors under no role key (None: guess by name)
-        model_prefix: str | None = None,  # dotted prefix of the model's state dict ("model.", "state_dict.", "")
-        # Torch optimizer state dicts: (dotted prefix of their tensors, the decoded dict) in save order.
-        optimizers: list[tuple[str, Mapping[str, Any]]] | None = None,
-        metadata: dict[str, Any] | None = None,
-        # What a resume needs, where the recogniser can tell: "optimizer", "step", "rng" -> present or not.
-        # Missing keys are worked out from the tensors by the checks.
-        resume_parts: dict[str, bool] | None = None,
-        is_resume: bool | None = None,  # None: decide from what the checkpoint holds
-        companion: bool = False,  # one file of a multi-file checkpoint: resume checks run on its main file only
-        model_file: Path | None = None,  # where the model of a separate optimizer file is (HF folders)
-    ) -> None:
-        self.name = name
-        self.roles = {} if roles is None else roles
-        self.default_group = default_group
-        self.model_prefix = model_prefix
-        self.optimizers = [] if optimizers is None else optimizers
-        self.metadata = {} if metadata is None else metadata
-        self.resume_parts = {} if resume_parts is None else resume_parts
-        self.is_resume = is_resume
-        self.companion = companion
-        self.model_file = model_file
+    name: str
+    roles: dict[str, str] = field(default_factory=dict)  # top-level key -> group
+    default_group: str | None = None  # group of tensors under no role key (None: guess by name)
+    model_prefix: str | None = None  # dotted prefix of the model's state dict ("model.", "state_dict.", "")
+    # Torch optimizer state dicts: (dotted prefix of their tensors, the decoded dict) in save order.
+    optimizers: list[tuple[str, Mapping[str, Any]]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # What a resume needs, where the recogniser can tell: "optimizer", "step", "rng" -> present or not.
+    # Missing keys are worked out from the tensors by the checks.
+    resume_parts: dict[str, bool] = field(default_factory=dict)
+    is_resume: bool | None = None  # None: decide from what the checkpoint holds
+    companion: bool = False  # one file of a multi-file checkpoint: resume checks run on its main file only
+    model_file: Path | None = None  # where the model of a separate optimizer file is (HF folders)
 
     def group_of(self, tensor: TensorInfo) -> str:
         if self.roles:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
+from ckinspect.io.blobs import files_differ
 from ckinspect.io.zipdir import LOCAL_SIG, STORED, FileReader, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, SINGLE_FILE_FORMATS, STEP_KEYS, TMP_SUFFIX
@@ -33,12 +34,9 @@ SMALL_MEMBER = 1 << 20  # members up to this size get their CRC checked even in 
 
 
 class Leftover(Record):
-    __slots__ = ("tmp", "main", "guessed")
-
-    def __init__(self, tmp: Path, main: Path, guessed: bool = False) -> None:
-        self.tmp = tmp
-        self.main = main
-        self.guessed = guessed  # the main's name is a guess: no sibling told us its extension
+    tmp: Path
+    main: Path
+    guessed: bool = False  # the main's name is a guess: no sibling told us its extension
 
     @property
     def folder(self) -> Path:
@@ -48,13 +46,10 @@ class Leftover(Record):
 class Integrity(Record):
     """What reading a file's structure says: whole or not, and why not."""
 
-    __slots__ = ("ok", "format", "problem", "_checkpoint")
-
-    def __init__(self, ok: bool, format: str, problem: str = "", checkpoint: Any = None) -> None:
-        self.ok = ok
-        self.format = format
-        self.problem = problem  # one phrase when not ok: "no readable zip directory at its end: cut short?"
-        self._checkpoint = checkpoint  # the reader's view, when it was opened (not part of the verdict)
+    ok: bool
+    format: str
+    problem: str = ""  # one phrase when not ok: "no readable zip directory at its end: cut short?"
+    _checkpoint: Any = None  # the reader's view, when it was opened (not part of the verdict)
 
     @property
     def checkpoint(self) -> Any:
@@ -62,45 +57,17 @@ class Integrity(Record):
 
 
 class TmpStatus(Record):
-    __slots__ = (
-        "leftover",
-        "main_exists",
-        "main_intact",
-        "tmp_complete",
-        "main_step",
-        "tmp_step",
-        "newer",
-        "main_problem",
-        "tmp_problem",
-        "identical",
-        "tmp_danger",
-    )
-
-    def __init__(
-        self,
-        leftover: Leftover,
-        main_exists: bool,
-        main_intact: bool,
-        tmp_complete: bool,
-        main_step: int | None,
-        tmp_step: int | None,
-        newer: str,  # "tmp" | "main" | "same" | "unknown"
-        main_problem: str = "",
-        tmp_problem: str = "",
-        identical: bool = False,  # tmp and main hold the same bytes
-        tmp_danger: str = "",  # the tmp's UNSAFE_PICKLE message: it must never be promoted
-    ) -> None:
-        self.leftover = leftover
-        self.main_exists = main_exists
-        self.main_intact = main_intact
-        self.tmp_complete = tmp_complete
-        self.main_step = main_step
-        self.tmp_step = tmp_step
-        self.newer = newer
-        self.main_problem = main_problem
-        self.tmp_problem = tmp_problem
-        self.identical = identical
-        self.tmp_danger = tmp_danger
+    leftover: Leftover
+    main_exists: bool
+    main_intact: bool
+    tmp_complete: bool
+    main_step: int | None
+    tmp_step: int | None
+    newer: str  # "tmp" | "main" | "same" | "unknown"
+    main_problem: str = ""
+    tmp_problem: str = ""
+    identical: bool = False  # tmp and main hold the same bytes
+    tmp_danger: str = ""  # the tmp's UNSAFE_PICKLE message: it must never be promoted
 
     def explain(self) -> str:
         tmp, main = self.leftover.tmp.name, self.leftover.main.name
@@ -237,7 +204,9 @@ def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
     main_step = read_step(leftover.main, main_check.checkpoint) if main_check.ok else None
     steps_differ = tmp_step is not None and main_step is not None and tmp_step != main_step
     # reading both files whole is only worth it when their steps do not already tell them apart
-    identical = tmp_check.ok and main_check.ok and not steps_differ and same_bytes(leftover.tmp, leftover.main)
+    identical = (
+        tmp_check.ok and main_check.ok and not steps_differ and files_differ(leftover.tmp, leftover.main) is False
+    )
     if identical:
         newer = "same"
     elif tmp_step is not None and main_step is not None:
@@ -386,7 +355,7 @@ def _verdict(ckpt, fmt: str) -> Integrity:
     corrupt = [f.message for f in ckpt.findings if f.code == "CORRUPT"]
     if corrupt or ckpt.format == "unknown":
         return Integrity(False, ckpt.format, corrupt[0] if corrupt else "not a checkpoint", ckpt)
-    return Integrity(True, ckpt.format, checkpoint=ckpt)
+    return Integrity(True, ckpt.format, "", ckpt)
 
 
 def _check_with_reader(path: Path, fallback_format: str = "unknown") -> Integrity:
@@ -420,18 +389,3 @@ def _step_in_tree(tree, depth: int = 0) -> int | None:
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def same_bytes(a: Path, b: Path, chunk: int = 1 << 22) -> bool:
-    try:
-        if a.stat().st_size != b.stat().st_size:
-            return False
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            while True:
-                x, y = fa.read(chunk), fb.read(chunk)
-                if x != y:
-                    return False
-                if not x:
-                    return True
-    except OSError:
-        return False

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ckinspect.model import Checkpoint
+from ckinspect.optional import has_torch, needs_torch_message
 
 ENTRY_POINT_GROUP = "ckinspect.models"
 
@@ -72,6 +73,8 @@ def registered_plugins() -> tuple[tuple[tuple[str, ModelPlugin], ...], tuple[str
 
 def find_model(ckpt: Checkpoint) -> tuple[LogitModel | None, str | None]:
     """(the model that can give this checkpoint's logits, None), or (None, why there is none)."""
+    if not has_torch():  # every model runs in torch, an extra: say so rather than "unknown model"
+        return None, needs_torch_message("logit drift")
     plugins, failures = registered_plugins()
     asked = [plugin for _, plugin in plugins] + [HuggingFaceFolder()]
     for plugin in asked:

@@ -15,7 +15,6 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any
 
 from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, TensorStats, moments_of_array, moments_of_bytes
@@ -23,6 +22,7 @@ from ckinspect.formats.tree import no_gc
 from ckinspect.io.blobs import DEFAULT_CHUNK, Blobs, UnreadableStorage, crc32_combine
 from ckinspect.io.values import WIDEN_BLOCK, iter_view_blocks
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
+from ckinspect.record import Record, field
 
 Progress = Callable[[int, int], None]
 
@@ -38,8 +38,9 @@ def worker_count() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-@dataclass
-class ScanResult:
+class ScanResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     findings: list[Finding]
     stats: dict[str, TensorStats]
     bytes_scanned: int
@@ -47,17 +48,14 @@ class ScanResult:
     crc_checked: int = 0  # storages whose CRC was known and checked
     skipped: list[str] = field(default_factory=list)  # storages that could not be read directly, and why
 
-    @property
-    def gb_per_s(self) -> float:
-        return self.bytes_scanned / self.seconds / 1e9 if self.seconds > 0 else 0.0
-
 
 # ---------------------------------------------------------------- planning and running the scan
 
 
-@dataclass
-class _View:
+class _View(Record):
     """One distinct contiguous float view of a storage; tied names share it."""
+
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
     storage: StorageInfo
     start: int  # byte offset within the storage
@@ -67,8 +65,9 @@ class _View:
     moments: Moments = field(default_factory=Moments)
 
 
-@dataclass
-class _Piece:
+class _Piece(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     storage_index: int
     chunk_index: int
     start: int  # within the storage
@@ -202,108 +201,156 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
     started = time.perf_counter()
     findings: list[Finding] = []
     skipped: list[str] = []
-    stats: dict[str, TensorStats] = {}
     with Blobs() as blobs:
         with no_gc():  # ~150k small objects without cycles for a 50,000-tensor file
             storages, pieces, strided, views = _plan(ckpt, blobs, findings, skipped)
         total = sum(p.length for p in pieces) + sum(t.span_bytes for _, t, _ in strided)
-        done = 0
-        crc_parts: dict[int, dict[int, tuple[int, int]]] = {}
-        strided_moments: dict[str, Moments] = {}
+        scan = _Scan(ckpt, blobs, storages, findings, progress, total)
         if progress:
             progress(0, total)
-
-        def collect(kind: str, payload: Any, result: Any) -> None:
-            nonlocal done
-            if kind == "pieces":
-                for p, crc, partial in result:
-                    if p.crc:
-                        crc_parts.setdefault(p.storage_index, {})[p.chunk_index] = (crc, p.length)
-                    for v, m in partial:
-                        v.moments.merge(m)
-                    done += p.length
-            else:
-                storage, tensor, _ = payload
-                strided_moments[tensor.name] = result
-                done += tensor.span_bytes
-            if progress:
-                progress(done, total)
-
-        jobs: list[tuple[str, Any]] = [("pieces", u) for u in _units(pieces)] + [("strided", s) for s in strided]
-        workers = worker_count()
-
-        def run(kind: str, payload: Any) -> Any:
-            if kind == "pieces":
-                try:
-                    return _run_pieces(blobs, storages, payload)
-                except (UnreadableStorage, OSError) as exc:  # the file changed under us since planning
-                    findings.append(Finding("CORRUPT", f"{ckpt.path.name}: {exc}"))
-                    return []
-            try:
-                return _run_strided(blobs, payload[0], payload[1])
-            except UnreadableStorage as exc:
-                findings.append(Finding("CORRUPT", f"{payload[1].name}: {exc}", payload[1].name))
-                return Moments()
-
-        if workers == 1:
-            for kind, payload in jobs:
-                collect(kind, payload, run(kind, payload))
-        else:
-            with ThreadPoolExecutor(workers, thread_name_prefix="ckinspect-scan") as pool:
-                pending: dict[Future[Any], tuple[str, Any]] = {}
-                queue = iter(jobs)
-                for kind, payload in queue:
-                    pending[pool.submit(run, kind, payload)] = (kind, payload)
-                    if len(pending) >= workers * 2:
-                        finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                        for fut in finished:
-                            collect(*pending.pop(fut), fut.result())
-                for fut in list(pending):
-                    collect(*pending.pop(fut), fut.result())
-
-        crc_checked = 0
-        users: dict[str, list[str]] = {}
-        for t in ckpt.tensors:
-            users.setdefault(t.storage_key, []).append(t.name)
-        for index, storage in enumerate(storages):
-            if storage.crc32 is None:
-                continue
-            crc = None
-            for c in sorted(crc_parts.get(index, {})):
-                part, length = crc_parts[index][c]
-                crc = part if crc is None else crc32_combine(crc, part, length)
-            crc = crc or 0
-            crc_checked += 1
-            if crc != storage.crc32:
-                names = users.get(storage.key, [])
-                member = storage.member or storage.key
-                findings.append(
-                    Finding(
-                        "CORRUPT",
-                        f"CRC mismatch in {member} (expected {storage.crc32:08x}, read {crc:08x}): the stored bytes "
-                        f"of {', '.join(names) or 'an unused storage'} changed on disk; "
-                        "torch.load would load them silently",
-                        names[0] if names else None,
-                    )
-                )
-
+        jobs: list[_Job] = [_PiecesJob(unit) for unit in _units(pieces)]
+        jobs += [_StridedJob(storage, tensor) for storage, tensor, _ in strided]
+        _run_jobs(scan, jobs)
+        crc_checked = _check_crcs(scan)
+    stats: dict[str, TensorStats] = {}
     for v in views:
         s = v.moments.stats()
         for name in v.names:
             stats[name] = s
-    for name, m in strided_moments.items():
+    for name, m in scan.strided_moments.items():
         stats[name] = m.stats()
+    findings += _value_findings(ckpt, stats)
+    return ScanResult(findings, stats, scan.done, time.perf_counter() - started, crc_checked, skipped)
 
+
+class _Scan(Record):
+    """What the jobs of one scan share: the open files, the planned storages, and what they gathered."""
+
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
+    ckpt: Checkpoint
+    blobs: Blobs
+    storages: list[StorageInfo]
+    findings: list[Finding]
+    progress: Progress | None
+    total: int
+    done: int = 0
+    crc_parts: dict[int, dict[int, tuple[int, int]]] = field(default_factory=dict)  # storage -> chunk -> crc, length
+    strided_moments: dict[str, Moments] = field(default_factory=dict)
+
+    def advanced(self, nbytes: int) -> None:
+        self.done += nbytes
+        if self.progress:
+            self.progress(self.done, self.total)
+
+
+class _PiecesJob(Record):
+    """Chunks of contiguous storage: partial moments of the views in them, and each chunk's CRC."""
+
+    unit: list[_Piece]
+
+    def run(self, scan: _Scan) -> Any:
+        try:
+            return _run_pieces(scan.blobs, scan.storages, self.unit)
+        except (UnreadableStorage, OSError) as exc:  # the file changed under us since planning
+            scan.findings.append(Finding("CORRUPT", f"{scan.ckpt.path.name}: {exc}"))
+            return []
+
+    def collect(self, scan: _Scan, result: Any) -> None:
+        for p, crc, partial in result:
+            if p.crc:
+                scan.crc_parts.setdefault(p.storage_index, {})[p.chunk_index] = (crc, p.length)
+            for v, m in partial:
+                v.moments.merge(m)
+        scan.advanced(sum(p.length for p, _, _ in result))
+
+
+class _StridedJob(Record):
+    """One non-contiguous float view, walked in element blocks."""
+
+    storage: StorageInfo
+    tensor: TensorInfo
+
+    def run(self, scan: _Scan) -> Any:
+        try:
+            return _run_strided(scan.blobs, self.storage, self.tensor)
+        except UnreadableStorage as exc:
+            scan.findings.append(Finding("CORRUPT", f"{self.tensor.name}: {exc}", self.tensor.name))
+            return Moments()
+
+    def collect(self, scan: _Scan, result: Any) -> None:
+        scan.strided_moments[self.tensor.name] = result
+        scan.advanced(self.tensor.span_bytes)
+
+
+_Job = _PiecesJob | _StridedJob
+
+
+def _run_jobs(scan: _Scan, jobs: list[_Job]) -> None:
+    """Run every job (on worker threads, at most two per worker queued) and collect each on this thread."""
+    workers = worker_count()
+    if workers == 1:
+        for job in jobs:
+            job.collect(scan, job.run(scan))
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="ckinspect-scan") as pool:
+        pending: dict[Future[Any], _Job] = {}
+        for job in jobs:
+            pending[pool.submit(job.run, scan)] = job
+            if len(pending) >= workers * 2:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    pending.pop(fut).collect(scan, fut.result())
+        for fut in list(pending):
+            pending.pop(fut).collect(scan, fut.result())
+
+
+def _check_crcs(scan: _Scan) -> int:
+    """Combine each storage's chunk CRCs and compare with the zip directory's; how many were checked."""
+    crc_checked = 0
+    users: dict[str, list[str]] = {}
+    for t in scan.ckpt.tensors:
+        users.setdefault(t.storage_key, []).append(t.name)
+    for index, storage in enumerate(scan.storages):
+        if storage.crc32 is None:
+            continue
+        crc = None
+        parts = scan.crc_parts.get(index, {})
+        for c in sorted(parts):
+            part, length = parts[c]
+            crc = part if crc is None else crc32_combine(crc, part, length)
+        crc = crc or 0
+        crc_checked += 1
+        if crc != storage.crc32:
+            names = users.get(storage.key, [])
+            member = storage.member or storage.key
+            scan.findings.append(
+                Finding(
+                    "CORRUPT",
+                    f"CRC mismatch in {member} (expected {storage.crc32:08x}, read {crc:08x}): the stored bytes "
+                    f"of {', '.join(names) or 'an unused storage'} changed on disk; "
+                    "torch.load would load them silently",
+                    names[0] if names else None,
+                )
+            )
+    return crc_checked
+
+
+def _value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Finding]:
+    """NONFINITE and FP16_OVERFLOW, in checkpoint order (a family of like findings grouped into one)."""
     order = {t.name: i for i, t in enumerate(ckpt.tensors)}
     dtypes = {t.name: t.dtype for t in ckpt.tensors}
+    counters = {t.name for t in ckpt.tensors if is_step_counter(t)}
+    value_findings: list[Finding] = []
     for name in sorted(stats, key=lambda n: order.get(n, 0)):
         s = stats[name]
         if s.nonfinite:
             inf = s.nonfinite - s.nan
             message = f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values"
-            findings.append(Finding("NONFINITE", message, name))
-        if s.fp16_overflow and dtypes.get(name) in OVERFLOW_DTYPES:
-            findings.append(
+            value_findings.append(Finding("NONFINITE", message, name))
+        # a step counter is a count, not a weight: no half-precision save ever casts it, so 65,504 is no limit
+        if s.fp16_overflow and dtypes.get(name) in OVERFLOW_DTYPES and name not in counters:
+            value_findings.append(
                 Finding(
                     "FP16_OVERFLOW",
                     f"{name}: {s.fp16_overflow:,} of {s.count:,} values beyond float16's range "
@@ -311,7 +358,40 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
                     name,
                 )
             )
-    return ScanResult(findings, stats, done, time.perf_counter() - started, crc_checked, skipped)
+    return group_by_family(value_findings)
+
+
+STEP_COUNTER_NAMES = ("step", "steps", "num_steps", "iteration")
+
+
+def is_step_counter(t: TensorInfo) -> bool:
+    """An optimizer's per-parameter step (Adam's `optimizer.state.3.step`): one number that counts updates."""
+    parts = t.name.split(".")
+    return t.numel == 1 and parts[-1] in STEP_COUNTER_NAMES and (t.group == "optimizer" or "state" in parts[:-1])
+
+
+_MAX_EXAMPLES = 3
+
+
+def family(name: str) -> str:
+    """The name with its indices as `*`: `layers.3.attn.wq.weight` -> `layers.*.attn.wq.weight`."""
+    return ".".join("*" if part.isdigit() else part for part in name.split("."))
+
+
+def group_by_family(findings: list[Finding]) -> list[Finding]:
+    """Findings of one code over tensors of one family become one finding with a count and examples."""
+    groups: dict[tuple[str, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.code, family(f.tensor or "")), []).append(f)
+    out: list[Finding] = []
+    for (code, fam), members in groups.items():
+        if len(members) == 1 or "*" not in fam:
+            out.extend(members)
+            continue
+        shown = "; ".join(f.message for f in members[:_MAX_EXAMPLES])
+        more = f"; and {len(members) - _MAX_EXAMPLES} more" if len(members) > _MAX_EXAMPLES else ""
+        out.append(Finding(code, f"{len(members)} tensors named {fam}: {shown}{more}", members[0].tensor))
+    return out
 
 
 @contextlib.contextmanager

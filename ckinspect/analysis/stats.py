@@ -15,19 +15,20 @@ where E[x^2] - E[x]^2 would cancel to noise. No torch; numpy inside the function
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from ckinspect.io.values import WIDEN_BLOCK, raw_numpy_dtype, widen_block
+from ckinspect.record import Record
 from ckinspect.vocab import FP16_MAX
 
 # fp16 weights cannot overflow fp16; the warning is about saving wider values in half precision.
 OVERFLOW_DTYPES = ("float32", "bfloat16", "float64")
 
 
-@dataclass
-class TensorStats:
+class TensorStats(Record):
     """What the scan learnt about one floating tensor's values (std with Bessel's correction, as torch.std)."""
+
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
     min: float | None
     max: float | None
@@ -56,20 +57,19 @@ class TensorStats:
         }
 
 
-class Moments:
+class Moments(Record):
     """Running min/max/count/mean/M2 that merge in any order (Chan et al.), plus the non-finite tallies."""
 
-    __slots__ = ("n", "mean", "m2", "mn", "mx", "nan", "inf", "over")
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
-    def __init__(self) -> None:
-        self.n = 0
-        self.mean = 0.0
-        self.m2 = 0.0
-        self.mn = math.inf
-        self.mx = -math.inf
-        self.nan = 0
-        self.inf = 0
-        self.over = 0
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    mn: float = math.inf
+    mx: float = -math.inf
+    nan: int = 0
+    inf: int = 0
+    over: int = 0
 
     def merge(self, other: Moments) -> None:
         self.nan += other.nan

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ckinspect.commands.emit import emit, envelope, md_escape
+from ckinspect.commands.emit import emit, envelope
+from ckinspect.fmt import md_text
 from ckinspect.ops.convert import ConvertResult, convert
 from ckinspect.vocab import EXIT_OK
 
@@ -35,5 +36,5 @@ def render(r: ConvertResult, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(envelope("convert", **r.to_json()), indent=2)
     if fmt == "markdown":
-        return "\n".join([f"## {md_escape(head)}", ""] + [f"- {md_escape(n)}" for n in r.notes])
+        return "\n".join([f"## {md_text(head)}", ""] + [f"- {md_text(n)}" for n in r.notes])
     return "\n".join([head] + [f"  note  {n}" for n in r.notes])

@@ -13,7 +13,7 @@ def run(args: argparse.Namespace) -> int:
     from ckinspect.analysis import drift
     from ckinspect.analysis.scan import terminal_progress
     from ckinspect.commands.diff import _unreadable, open_for_command
-    from ckinspect.commands.emit import emit, text_layout
+    from ckinspect.commands.emit import emit, render_ci, text_layout
     from ckinspect.report import drift_report
 
     ckpt = open_for_command(args.path)
@@ -31,7 +31,12 @@ def run(args: argparse.Namespace) -> int:
     data = drift_report.drift_json(ckpt, drifts, logits, reason)
     data["findings"] = [f.to_json() for f in findings]
     fmt = getattr(args, "format", "text")
-    if fmt == "json":
+    if fmt in ("sarif", "junit"):
+        from ckinspect.report.subjects import Subject
+
+        subject = Subject(str(ckpt.path), ckpt.path, findings)
+        text = render_ci(fmt, [subject], args, f"ckinspect drift {ckpt.path}")
+    elif fmt == "json":
         text = drift_report.render_json(drift_report.build_document(ckpt, data))
     elif fmt == "markdown":
         text = drift_report.render_markdown(data, ckpt)

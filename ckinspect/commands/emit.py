@@ -34,15 +34,19 @@ def text_layout(args: Any) -> tuple[int, bool]:
     return text_width(terminal), terminal
 
 
+def render_ci(fmt: str, subjects: Any, args: Any, suite: str, fail_on: str | None = None) -> str:
+    """SARIF or JUnit of these report.subjects; `fail_on` overrides --fail-on for JUnit's failures."""
+    if fmt == "sarif":
+        from ckinspect.report import sarif
+
+        return sarif.render(subjects)
+    from ckinspect.report import junit
+
+    return junit.render(subjects, str(fail_on or getattr(args, "fail_on", "error")), suite)
+
+
 def envelope(command: str, **body) -> dict:
     return {"schema": 1, "tool": "ckinspect", "version": VERSION, "command": command, **body}
-
-
-def md_escape(text: str) -> str:
-    """Markdown for a name or message from a file (fmt.md_text)."""
-    from ckinspect.fmt import md_text
-
-    return md_text(text)
 
 
 def exit_for(needs_attention: bool, fail_on: str | None) -> int:

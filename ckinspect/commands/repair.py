@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ckinspect.commands.emit import emit, envelope, exit_for, md_escape
-from ckinspect.fmt import terminal_safe
+from ckinspect.commands.emit import emit, envelope, exit_for, render_ci
+from ckinspect.fmt import md_code, md_text, terminal_safe
 from ckinspect.ops.repair import RepairPlan, apply_plan, plan_repairs, undo
 from ckinspect.vocab import CkinspectError
 
@@ -33,6 +33,8 @@ def run(args) -> int:
     fmt = getattr(args, "format", "text")
     fail_on = getattr(args, "fail_on", "error")
     if getattr(args, "undo", False):
+        if fmt in ("sarif", "junit"):
+            raise CkinspectError(f"--undo reports what it restored as text, json or markdown, not {fmt}")
         if not path.exists() and not path.parent.is_dir():
             raise CkinspectError(f"{path}: no such file or folder")
         result = undo(path)
@@ -43,7 +45,15 @@ def run(args) -> int:
     quarantines: list[Path] = []
     if mode == "apply" and plan.pending:
         quarantines = apply_plan(plan).quarantines
-    emit(_render_plan(plan, mode, quarantines, fmt), getattr(args, "output", None))
+    if fmt in ("sarif", "junit"):
+        from ckinspect.report.subjects import from_repair
+
+        # every leftover still lying there fails the testcase, as it makes the exit status 1
+        fail_on = "never" if fail_on == "never" else "warning"
+        text = render_ci(fmt, from_repair(plan, _VERB), args, f"ckinspect repair {plan.path}", fail_on=fail_on)
+    else:
+        text = _render_plan(plan, mode, quarantines, fmt)
+    emit(text, getattr(args, "output", None))
     attention = bool(plan.undecided) or any(a.state in ("failed", "skipped") for a in plan.actions)
     if mode == "dry-run":
         attention = attention or bool(plan.pending)
@@ -78,22 +88,20 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
     if not plan.actions:
         if fmt == "text":
             return terminal_safe(title) + "\nno leftover temporaries: nothing to repair"
-        return f"## {md_escape(title)}\n\nNo leftover temporaries: nothing to repair."
+        return f"## {md_text(title)}\n\nNo leftover temporaries: nothing to repair."
     lines = []
     if fmt == "markdown":
-        lines += [f"## {md_escape(title)}", ""]
+        lines += [f"## {md_text(title)}", ""]
         lines += ["| action | tmp | main | found | why | state |", "|---|---|---|---|---|---|"]
         for a in plan.actions:
             found = a.status.explain() if a.status else ""
             why = a.reason + (f" ({a.note})" if a.note else "")
-            tmp, main = md_escape(_short(plan, a.leftover.tmp)), md_escape(_short(plan, a.leftover.main))
-            found, why = md_escape(found), md_escape(why)
-            lines.append(f"| {_VERB[a.action]} | `{tmp}` | `{main}` | {found} | {why} | {a.state} |")
+            tmp, main = md_code(_short(plan, a.leftover.tmp)), md_code(_short(plan, a.leftover.main))
+            found, why = md_text(found), md_text(why)
+            lines.append(f"| {_VERB[a.action]} | {tmp} | {main} | {found} | {why} | {a.state} |")
         lines.append("")
         for q in quarantines:
-            lines.append(
-                f"Quarantine: `{md_escape(str(q))}` (undo with `ckinspect repair {md_escape(str(plan.path))} --undo`)"
-            )
+            lines.append(f"Quarantine: {md_code(q)} (undo with {md_code(f'ckinspect repair {plan.path} --undo')})")
     else:
         lines.append(title)
         for a in plan.actions:
@@ -131,11 +139,12 @@ def _render_undo(path: Path, result, fmt: str) -> str:
         return json.dumps(doc, indent=2)
     if result.run_id is None:
         text = f"undo {path}: no applied repair to undo"
-        return terminal_safe(text) if fmt == "text" else f"## {md_escape(text)}"
+        return terminal_safe(text) if fmt == "text" else f"## {md_text(text)}"
     head = f"undo {path}: run {result.run_id}, {len(result.restored)} move(s) put back"
     head += f", {len(result.problems)} problem(s)"
+    shown = md_text if fmt == "markdown" else terminal_safe  # paths and messages come from the folder
     bullet = "  " if fmt == "text" else "- "
-    lines = [f"## {md_escape(head)}", ""] if fmt == "markdown" else [head]
-    lines += [f"{bullet}restored {r}" for r in result.restored]
-    lines += [f"{bullet}NOT restored: {p}" for p in result.problems]
-    return "\n".join(terminal_safe(line) if fmt == "text" else line for line in lines)
+    lines = [f"## {shown(head)}", ""] if fmt == "markdown" else [shown(head)]
+    lines += [f"{bullet}restored {shown(r)}" for r in result.restored]
+    lines += [f"{bullet}NOT restored: {shown(p)}" for p in result.problems]
+    return "\n".join(lines)

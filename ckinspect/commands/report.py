@@ -10,10 +10,10 @@ import argparse
 from pathlib import Path
 
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.commands.emit import emit, text_layout
+from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
 from ckinspect.model import Checkpoint, fails
-from ckinspect.vocab import CkinspectError
+from ckinspect.vocab import CHECKPOINT_SUFFIXES, EXIT_OK, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,8 +22,12 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     targets = find_checkpoints(args.paths)
+    if getattr(args, "checkpoints_only", False):
+        targets = [t for t in targets if t.kind != "file" or is_checkpoint(t.path)]
     orphans = unfinished_saves(args.paths, known={Path(t.path) for t in targets})
     if not targets and not orphans:
+        if getattr(args, "checkpoints_only", False):
+            return EXIT_OK  # a commit of source files and pictures: nothing for us to say
         raise CkinspectError(f"no checkpoint found in {', '.join(map(str, args.paths))}")
     checkpoints = [_inspect(target, args, index, len(targets)) for index, target in enumerate(targets)]
     for orphan in orphans:
@@ -31,6 +35,18 @@ def run(args: argparse.Namespace) -> int:
     emit(render(checkpoints, args), args.output)
     findings = [f for ckpt in checkpoints for f in ckpt.findings]
     return 1 if fails(findings, args.fail_on) else 0
+
+
+def is_checkpoint(path: Path) -> bool:
+    """A file to judge: a checkpoint's suffix (then whatever it holds is judged: a damaged `.pt` is CORRUPT), or
+    content that sniffs as a checkpoint under any name (a pickle named `notes.txt` is still scanned). Anything
+    else (a picture, a wheel, source) is not ours to judge."""
+    from ckinspect.formats.sniff import sniff
+
+    return path.suffix.lower() in _SUFFIX_SAYS_CHECKPOINT or sniff(path) != "unknown"
+
+
+_SUFFIX_SAYS_CHECKPOINT = frozenset(CHECKPOINT_SUFFIXES) - {".tar"}  # a .tar is mostly just an archive: content decides
 
 
 def _inspect(target: Any, args: argparse.Namespace, index: int, count: int) -> Checkpoint:
@@ -87,9 +103,11 @@ def _repair_would(action: Any) -> str:
 
 
 def render(checkpoints: list[Checkpoint], args: argparse.Namespace) -> str:
-    from ckinspect.report import json_report
+    from ckinspect.report import json_report, subjects
 
     fmt = args.format
+    if fmt in ("sarif", "junit"):
+        return render_ci(fmt, subjects.from_checkpoints(checkpoints), args, "ckinspect report")
     report = json_report.build(checkpoints)
     if fmt == "json":
         return json_report.render(report)

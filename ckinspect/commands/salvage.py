@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from ckinspect.commands.emit import emit, envelope, exit_for, md_escape
+from ckinspect.commands.emit import emit, envelope, exit_for
+from ckinspect.fmt import md_code, md_text
 from ckinspect.ops.salvage import SalvageResult, salvage
 
 TEXT_LIMIT = 25
@@ -29,12 +30,12 @@ def render(r: SalvageResult, fmt: str) -> str:
         summary = {"tensors": total, "recovered": len(r.recovered), "missing": len(r.missing)}
         return json.dumps(envelope("salvage", **r.to_json(), summary=summary), indent=2)
     if fmt == "markdown":
-        lines = [f"## {md_escape(head)}", ""]
+        lines = [f"## {md_text(head)}", ""]
         if r.missing:
             lines += ["| missing tensor | why |", "|---|---|"]
-            lines += [f"| `{md_escape(n)}` | {md_escape(w)} |" for n, w in r.missing] + [""]
-        lines += [f"- dropped `{md_escape(p)}`: {md_escape(w)}" for p, w in r.dropped]
-        lines += [f"- {md_escape(n)}" for n in r.notes]
+            lines += [f"| {md_code(n)} | {md_text(w)} |" for n, w in r.missing] + [""]
+        lines += [f"- dropped {md_code(p)}: {md_text(w)}" for p, w in r.dropped]
+        lines += [f"- {md_text(n)}" for n in r.notes]
         return "\n".join(lines)
     lines = [head]
     lines += [f"  missing  {n}: {w}" for n, w in r.missing[:TEXT_LIMIT]]

@@ -15,6 +15,7 @@ READERS: dict[str, tuple[str, str]] = {
     "torch-zip": ("ckinspect.formats.torch_zip", "read_torch_zip"),
     "torch-legacy": ("ckinspect.formats.torch_legacy", "read_torch_legacy"),
     "pickle": ("ckinspect.formats.pickle_file", "read_pickle"),
+    "numpy": ("ckinspect.formats.numpy_file", "read_numpy"),
     "dcp": ("ckinspect.formats.dcp", "read_dcp"),
     "safetensors": ("ckinspect.formats.safetensors", "read_safetensors"),
     "sharded": ("ckinspect.formats.sharded", "read_sharded"),

@@ -90,21 +90,46 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
             folder / ".metadata.tmp").exists() else ""  # fmt: skip
         ckpt.add("CORRUPT", f"DCP folder without {metadata_name}: {len(data_files)} .distcp file(s) but no index{tmp}")
         return ckpt
-    meta_size = meta_path.stat().st_size
-    ckpt.file_bytes += meta_size
+    ckpt.file_bytes += meta_path.stat().st_size
     ckpt.files.insert(0, meta_path)
+    fields = _metadata_fields(ckpt, meta_path, index)
+    if fields is None:
+        return ckpt
+    if isinstance(fields.get("version"), str):
+        ckpt.metadata["dcp_version"] = fields["version"]
+    ranks = {p.name.split("_")[2] for p in data_files if p.name.startswith("__") and p.name.count("_") >= 3}
+    if ranks:
+        ckpt.metadata["dcp_ranks"] = len(ranks)
+    if _declared_entries(fields) > MAX_DCP_ENTRIES:
+        ckpt.add("CORRUPT", f"{index} declares more than {MAX_DCP_ENTRIES:,} entries and chunks; not listed")
+        return ckpt
+    items = _storage_items(ckpt, fields["storage_data"], index)
+    tree = _entries_tree(ckpt, folder, index, fields, items)
+    try:
+        ckpt.tree = _lists(tree)
+    except RecursionError:  # planner paths thousands of levels deep: keep the dicts as they are
+        ckpt.tree = tree
+        ckpt.add("CORRUPT", f"{index}: key paths nest too deeply to rebuild")
+    check_views(ckpt)
+    return ckpt
+
+
+def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str) -> dict[str, Any] | None:
+    """The fields of the `.metadata` pickle's Metadata, decoded without importing anything; None (with the
+    findings that say why) when it names unsafe globals, is cut short, or is not DCP Metadata."""
     with open(meta_path, "rb") as f:
+        meta_size = os.fstat(f.fileno()).st_size
         if meta_size > MAX_METADATA_BYTES:  # scanned a window at a time, never decoded
             scans = scan_file(FileReader(f.fileno(), meta_size), 0, meta_size, limit=1)
             refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g)]
             if not record_globals(ckpt, refs, index):
                 ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, too large to list (scanned, not decoded)")
-            return ckpt
+            return None
         data = f.read(meta_size)  # read(n) allocates n bytes up front: ask for what is there
     scans = scan_stream(data, limit=1)
     if not scans:
         ckpt.add("CORRUPT", f"{index} is empty")
-        return ckpt
+        return None
     scan = scans[0]
     # Python 3.11.0-3.11.x pickled enum members (DCP's _MEM_FORMAT_ENCODING) as getattr(EnumClass, "NAME"):
     # accepted here only because the unpickler checks every such call (see unpickler.GUARDED)
@@ -114,50 +139,58 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
         if (_expected_dcp_global(g) or g.qualname in guarded) and g.qualname not in ckpt.globals:
             ckpt.globals.append(g.qualname)
     if record_globals(ckpt, refs, index):
-        return ckpt
+        return None
     if scan.error is not None:
         ckpt.add("CORRUPT", f"{index}: {scan.error}")
-        return ckpt
+        return None
     meta = decode(ckpt, data[: scan.end], scan, index, guarded=guarded)
     fields = _fields(meta)
-    state_md = fields.get("state_dict_metadata")
-    storage_data = fields.get("storage_data")
-    if not isinstance(state_md, dict) or not isinstance(storage_data, dict):
+    if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):
         if meta is not None:
             ckpt.add("CORRUPT", f"{index} is a pickle but not DCP Metadata (no state_dict_metadata)")
-        return ckpt
-    if isinstance(fields.get("version"), str):
-        ckpt.metadata["dcp_version"] = fields["version"]
-    ranks = {p.name.split("_")[2] for p in data_files if p.name.startswith("__") and p.name.count("_") >= 3}
-    if ranks:
-        ckpt.metadata["dcp_ranks"] = len(ranks)
+        return None
+    return fields
 
-    declared = len(storage_data) + len(state_md)
-    for md in state_md.values():
+
+def _declared_entries(fields: dict[str, Any]) -> int:
+    """Entries plus chunks the metadata declares, counted up to just past MAX_DCP_ENTRIES."""
+    declared = len(fields["storage_data"]) + len(fields["state_dict_metadata"])
+    for md in fields["state_dict_metadata"].values():
         chunks = _fields(md).get("chunks")
         declared += len(chunks) if isinstance(chunks, (list, tuple)) else 0
         if declared > MAX_DCP_ENTRIES:
             break
-    if declared > MAX_DCP_ENTRIES:
-        ckpt.add("CORRUPT", f"{index} declares more than {MAX_DCP_ENTRIES:,} entries and chunks; not listed")
-        return ckpt
-    items: dict[tuple[str, tuple[int, ...] | None], dict[str, Any]] = {}
-    for index, info in storage_data.items():
-        idx, where = _fields(index), _fields(info)
+    return declared
+
+
+if TYPE_CHECKING:
+    _Items = dict[tuple[str, tuple[int, ...] | None], dict[str, Any]]  # (fqn, chunk offsets) -> where its bytes are
+
+
+def _storage_items(ckpt: Checkpoint, storage_data: dict[Any, Any], index: str) -> _Items:
+    """storage_data as (fqn, chunk offsets) -> {relative_path, offset, length}."""
+    items: _Items = {}
+    for key, info in storage_data.items():
+        idx, where = _fields(key), _fields(info)
         offset = idx.get("offset")
         try:
             items[(str(idx.get("fqn")), tuple(offset) if isinstance(offset, (tuple, list)) else None)] = where
         except TypeError:
             ckpt.add("CORRUPT", f"{index}: a storage index entry is malformed")
+    return items
+
+
+def _entries_tree(ckpt: Checkpoint, folder: Path, index: str, fields: dict[str, Any], items: _Items) -> dict[str, Any]:
+    """Every state_dict_metadata entry read (tensors as TensorInfo, small values decoded) and placed at its
+    planner path (or its dotted name)."""
     planner = fields.get("planner_data")
     if not isinstance(planner, dict):
         planner = {}
-
     readers: dict[str, FileReader | None] = {}
     handles: list[BinaryIO] = []
     tree: dict[str, Any] = {}
     try:
-        for fqn, md in state_md.items():
+        for fqn, md in fields["state_dict_metadata"].items():
             fqn = str(fqn)
             try:
                 kind = md.qualname.rsplit(".", 1)[-1] if isinstance(md, Opaque) else type(md).__name__
@@ -167,26 +200,21 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
                     value = _bytes_entry(ckpt, folder, fqn, items, readers, handles)
                 else:
                     value = md
-                path = planner.get(fqn)
-                keys = (
-                    [p if type(p) is int else str(p) for p in path]
-                    if isinstance(path, (tuple, list)) and path
-                    else None
-                )
-                _place(tree, keys or fqn.split("."), value)
+                _place(tree, _planner_keys(planner.get(fqn)) or fqn.split("."), value)
             except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
                 # a .metadata that decodes but whose fields are not what DCP writes
                 ckpt.add("CORRUPT", f"{index}: entry {fqn} is malformed ({type(exc).__name__})", fqn)
     finally:
         for h in handles:
             h.close()
-    try:
-        ckpt.tree = _lists(tree)
-    except RecursionError:  # planner paths thousands of levels deep: keep the dicts as they are
-        ckpt.tree = tree
-        ckpt.add("CORRUPT", f"{index}: key paths nest too deeply to rebuild")
-    check_views(ckpt)
-    return ckpt
+    return tree
+
+
+def _planner_keys(path: Any) -> list[Any] | None:
+    """A planner path as tree keys: ints stay list positions, anything else becomes a str key."""
+    if isinstance(path, (tuple, list)) and path:
+        return [p if type(p) is int else str(p) for p in path]
+    return None
 
 
 def _place(tree: dict[Any, Any], path: list[Any], value: Any) -> None:

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
     TargetKind = Literal["file", "dcp", "sharded"]
 
-CHECKPOINT_SUFFIXES = frozenset({".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle"})
+# .jit: TorchScript archives; .p / .joblib: pickles; .npy / .npz: NumPy (each judged alone as well)
+CHECKPOINT_SUFFIXES = frozenset(
+    {".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle", ".jit", ".p", ".joblib", ".npy", ".npz"}
+)
 INDEX_SUFFIX = ".index.json"
 
 
@@ -44,11 +47,8 @@ def is_temporary(path: str | os.PathLike[str]) -> bool:
 
 
 class Target(Record):
-    __slots__ = ("path", "kind")
-
-    def __init__(self, path: Path, kind: TargetKind) -> None:
-        self.path = path
-        self.kind = kind  # "file", "dcp" or "sharded"
+    path: Path
+    kind: TargetKind  # "file", "dcp" or "sharded"
 
 
 def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:

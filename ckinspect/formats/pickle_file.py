@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ckinspect.formats.pickle_findings import decode, record_globals, set_tree
+from ckinspect.formats.joblib_walk import JoblibError, JoblibStream, names_joblib, walk_joblib
+from ckinspect.formats.pickle_findings import PLAIN_PICKLE_LOAD, check_views, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import scan_file, scan_stream
 from ckinspect.formats.tree import no_gc
 from ckinspect.io.zipdir import FileReader
-from ckinspect.model import Checkpoint
+from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 MAX_DECODE_BYTES = 256 << 20  # larger plain pickles are scanned only: decoding holds the whole object tree
 
@@ -38,7 +39,18 @@ def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
 
 def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int, scans) -> Checkpoint:
     where = path.name
-    unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where)
+    if scans[0].error is not None and size <= MAX_DECODE_BYTES and names_joblib(data, scans[0].end):
+        try:
+            stream = walk_joblib(data)
+        except JoblibError as exc:
+            ckpt.add(
+                "CORRUPT", f"{where}: a joblib pickle, but its array blocks do not read as joblib writes them: {exc}"
+            )
+            record_globals(ckpt, [g for s in scans for g in s.globals], where)
+            return ckpt
+        _adopt_joblib(ckpt, stream, path)
+        return ckpt
+    unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where, data, PLAIN_PICKLE_LOAD)
     first = scans[0]
     if first.error is not None:
         ckpt.add("CORRUPT", f"{where}: not a readable pickle: {first.error}")
@@ -49,3 +61,30 @@ def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int, scans) -> Ch
     tree = decode(ckpt, data[first.start : first.end], first, where)
     set_tree(ckpt, tree)
     return ckpt
+
+
+def _adopt_joblib(ckpt: Checkpoint, stream: JoblibStream, path: Path) -> None:
+    """A joblib stream: its globals judged like any pickle's, its plain arrays listed as tensors in place."""
+    ckpt.metadata["joblib_arrays"] = len(stream.blocks)
+    record_globals(ckpt, stream.globals, path.name)
+    for index, block in enumerate(stream.blocks):
+        dtype = block.tensor_dtype
+        if dtype is None:
+            continue
+        key = f"joblib/{index}"
+        shape = block.shape
+        stride = _contiguous_strides(shape[::-1])[::-1] if block.fortran else _contiguous_strides(shape)
+        ckpt.storages[key] = StorageInfo(key, dtype, block.nbytes, path, block.offset)
+        ckpt.tensors.append(TensorInfo(f"joblib_arrays.{index}", dtype, shape, stride, key, 0, "other"))
+    if stream.end < ckpt.file_bytes:
+        ckpt.metadata["trailing_bytes"] = ckpt.file_bytes - stream.end
+    check_views(ckpt)
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import GlobalRef, PickleScan
 from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten
@@ -23,8 +25,137 @@ def _names(refs: list[GlobalRef], mark_dangerous: bool) -> str:
     return ", ".join(shown)
 
 
-def record_globals(ckpt: Checkpoint, refs: list[GlobalRef], where: str) -> bool:
-    """Add every global to ckpt.globals and raise UNSAFE_PICKLE / ALLOWLIST_NEEDED. True if unsafe."""
+# numpy type codes (without byte order) -> the numpy 2 DType class torch's weights_only BUILD needs allowed
+_NUMPY_DTYPE_CLASSES = {
+    "f2": "Float16DType", "f4": "Float32DType", "f8": "Float64DType", "f16": "LongDoubleDType",
+    "i1": "Int8DType", "i2": "Int16DType", "i4": "Int32DType", "i8": "Int64DType",
+    "u1": "UInt8DType", "u2": "UInt16DType", "u4": "UInt32DType", "u8": "UInt64DType",
+    "b1": "BoolDType", "c8": "Complex64DType", "c16": "Complex128DType", "c32": "CLongDoubleDType",
+    "O": "ObjectDType", "U": "StrDType", "S": "BytesDType", "V": "VoidDType",
+    "M": "DateTime64DType", "m": "TimeDelta64DType",
+}  # fmt: skip
+_ARGS_TAIL = rb"(?:q.|r.{4}|\x94|p\d+\n)?(?:\x89|\x88|K[\x00\x01]|I0[01]\n)(?:\x89|\x88|K[\x00\x01]|I0[01]\n)"
+# numpy.dtype(code, False, True) as pickles spell its arguments: a short string, two flags, a tuple
+_DTYPE_ARGS = re.compile(
+    rb"(?:(?:[U\x8c][\x01-\x05]|X[\x01-\x05]\x00\x00\x00)([<>|=]?[A-Za-z]\d{0,2})|S'([<>|=]?[A-Za-z]\d{0,2})'\n)"
+    + _ARGS_TAIL
+    + rb"(?:\x87|t)",
+    re.DOTALL,
+)
+
+
+def numpy_dtype_classes(data: Any) -> list[str]:
+    """`numpy.dtypes.*DType` classes of the numpy dtypes a pickle builds (numpy.dtype(code, False, True))."""
+    found: list[str] = []
+    for match in _DTYPE_ARGS.finditer(data):
+        code = (match.group(1) or match.group(2)).decode("ascii").lstrip("<>|=")
+        name = _NUMPY_DTYPE_CLASSES.get(code) or _NUMPY_DTYPE_CLASSES.get(code[:1] if code[:1] in "OUSVMm" else "")
+        if name and name not in found:
+            found.append(name)
+    return found
+
+
+def allowlist_hint(benign: list[GlobalRef], data: Any = None) -> str:
+    """The exact Python that lets torch.load(weights_only=True) read a pickle naming these globals, on numpy 2.
+
+    numpy 1.x pickles name `numpy.core.*`, which numpy 2 keeps in `numpy._core`: torch matches the
+    name the pickle uses, so such entries are (object, "name in the pickle") pairs. Each numpy dtype
+    also needs its DType class (torch checks the type of the object BUILD fills).
+    """
+    entries: list[str] = []
+    modules: list[str] = []
+    for g in benign:
+        expr = g.qualname
+        if expr.startswith("numpy.core."):
+            expr = "numpy._core." + expr[len("numpy.core.") :]
+            entries.append(f'({expr}, "{g.qualname}")')
+        else:
+            entries.append(expr)
+        module = expr.rsplit(".", 1)[0]
+        if module not in modules:
+            modules.append(module)
+    if any(g.qualname == "numpy.dtype" for g in benign) and data is not None:
+        classes = numpy_dtype_classes(data)
+        entries += [f"numpy.dtypes.{c}" for c in classes]
+        if classes and "numpy.dtypes" not in modules:
+            modules.append("numpy.dtypes")
+    imports = ", ".join([*modules, "torch"])
+    return f"import {imports}; torch.serialization.add_safe_globals([{', '.join(entries)}])"
+
+
+# Opcodes torch/_weights_only_unpickler.py implements (protocol 2 as torch.save writes it, plus a few).
+TORCH_UNPICKLER_OPCODES = frozenset(
+    (
+        "GLOBAL",
+        "NEWOBJ",
+        "REDUCE",
+        "BUILD",
+        "APPEND",
+        "APPENDS",
+        "SETITEM",
+        "SETITEMS",
+        "MARK",
+        "TUPLE",
+        "TUPLE1",
+        "TUPLE2",
+        "TUPLE3",
+        "NONE",
+        "NEWFALSE",
+        "NEWTRUE",
+        "EMPTY_TUPLE",
+        "EMPTY_LIST",
+        "EMPTY_DICT",
+        "EMPTY_SET",
+        "BININT",
+        "BININT1",
+        "BININT2",
+        "BINFLOAT",
+        "BINUNICODE",
+        "SHORT_BINSTRING",
+        "BINPERSID",
+        "BINGET",
+        "LONG_BINGET",
+        "BINPUT",
+        "LONG_BINPUT",
+        "LONG1",
+        "PROTO",
+        "STOP",
+    )
+)
+_MAX_OPCODE_CHECK = 64 << 20
+
+
+def torch_unreadable_opcodes(data: Any) -> list[str]:
+    """Opcodes of the first pickle in `data` that torch's weights_only unpickler does not implement."""
+    if data is None or len(data) > _MAX_OPCODE_CHECK:
+        return []
+    import io
+    import pickletools
+
+    seen: list[str] = []
+    try:
+        for op, _arg, _pos in pickletools.genops(io.BytesIO(bytes(data))):
+            if op.name not in TORCH_UNPICKLER_OPCODES and op.name not in seen:
+                seen.append(op.name)
+            if op.name == "STOP":
+                break
+    except Exception:  # noqa: BLE001 - genops decodes STRING arguments as ASCII: a Python 2 string stops it
+        if not seen:
+            seen.append("STRING")
+    return seen
+
+
+TORCH_LOAD = "torch.load(PATH, weights_only=True)"
+# torch.load reads only torch.save files; a plain pickle goes through the unpickler torch.load itself uses
+PLAIN_PICKLE_LOAD = "torch._weights_only_unpickler.load(open(PATH, 'rb'), encoding='latin1')"
+
+
+def record_globals(ckpt: Checkpoint, refs: list[GlobalRef], where: str, data: Any = None,
+                   loader: str = TORCH_LOAD) -> bool:  # fmt: skip
+    """Add every global to ckpt.globals and raise UNSAFE_PICKLE / ALLOWLIST_NEEDED. True if unsafe.
+
+    `data`, the pickle's bytes where the caller has them, lets the ALLOWLIST_NEEDED hint name the numpy
+    DType classes it needs."""
     known = set(ckpt.globals)  # a hostile pickle can name tens of thousands: no list scan per name
     for g in refs:
         if g.qualname not in known:
@@ -45,18 +176,20 @@ def record_globals(ckpt: Checkpoint, refs: list[GlobalRef], where: str) -> bool:
             f"{where} names globals {what}. Nothing was executed or imported here; pickle.load or "
             "torch.load(weights_only=False) would import and call them.",
         )
-    if benign:
-        listed = _names(benign, False)
-        numpy_hint = (
-            " (numpy dtypes also need their class, e.g. numpy.dtypes.UInt32DType)"
-            if any(g.qualname == "numpy.dtype" for g in benign) else ""
-        )  # fmt: skip
+    lacking = torch_unreadable_opcodes(data) if benign and not unsafe and loader == PLAIN_PICKLE_LOAD else []
+    if benign and not unsafe and lacking:
         ckpt.add(
             "ALLOWLIST_NEEDED",
-            f"{where} needs globals outside torch's default weights_only allowlist: {listed}. "
-            f"torch.load(weights_only=True) refuses it until they are allowed: "
-            f"torch.serialization.add_safe_globals([{listed}]){numpy_hint}, "
-            "or the same list in `with torch.serialization.safe_globals([...]):`.",
+            f"{where} needs globals outside torch's default weights_only allowlist: {_names(benign, False)}; "
+            f"they only build data, but no allowlist makes torch's weights_only unpickler read it: the pickle uses "
+            f"opcodes it does not implement ({', '.join(lacking)}). Re-save it with pickle protocol 2 to load it so.",
+        )
+    elif benign and not unsafe:  # with unsafe globals too, allowing these would not make torch load it
+        ckpt.add(
+            "ALLOWLIST_NEEDED",
+            f"{where} needs globals outside torch's default weights_only allowlist: {_names(benign, False)}. "
+            f"torch's weights_only unpickler refuses it until they are allowed (numpy 2, torch >= 2.4): "
+            f"`{allowlist_hint(benign, data)}`, then `{loader}`.",
         )
     return bool(unsafe)
 
@@ -102,10 +235,11 @@ def decode(
     where: str,
     persistent_load: Callable[[Any], Any] | None = None,
     guarded: frozenset[str] = frozenset(),
+    torchscript: bool = False,
 ) -> Any:
     """Restricted-load a scanned pickle; CORRUPT/UNSAFE_PICKLE findings instead of exceptions. None on failure."""
     try:
-        return restricted_load(data, persistent_load, scan=scan, guarded=guarded)
+        return restricted_load(data, persistent_load, scan=scan, guarded=guarded, torchscript=torchscript)
     except UnsafePickle as exc:  # the scan missed it: still refused, still reported
         if not any(f.code == "UNSAFE_PICKLE" for f in ckpt.findings):
             ckpt.add(

@@ -22,7 +22,7 @@ import re
 import struct
 import zlib
 
-from ckinspect.record import Record
+from ckinspect.record import Record, field
 
 # ----------------------------------------------------------------------------------------------
 # Classification
@@ -158,6 +158,7 @@ BENIGN: frozenset[str] = frozenset(
         "pathlib.PureWindowsPath",
         "builtins.frozenset",
         "builtins.slice",
+        "builtins.range",
         "builtins.list",
         "builtins.dict",
         "builtins.tuple",
@@ -183,6 +184,32 @@ _BENIGN_MODULES: tuple[str, ...] = (
     "torch.distributed.checkpoint.metadata",  # DCP .metadata dataclasses and enums
     "numpy.dtypes",  # numpy 2 DType classes (Float64DType ...)
 )
+
+# What torch.jit.load's own unpickler resolves in a TorchScript archive (one holding `constants.pkl`,
+# torch/serialization.py _is_torchscript_zip): `__torch__.*` classes are compiled from the archive's
+# `code/` (EMBEDDED_CODE says so), the `torch.jit._pickle` helpers only rebuild lists and type tags.
+TORCHSCRIPT_HELPERS: frozenset[str] = frozenset(
+    f"torch.jit._pickle.{name}"
+    for name in ("build_intlist", "build_tensorlist", "build_doublelist", "build_boollist", "build_tensor_from_id",
+                 "restore_type_tag")
+)  # fmt: skip
+TORCHSCRIPT_MODULE = "__torch__"
+
+
+def is_torchscript_global(module: str, name: str) -> bool:
+    """Resolved by torch.jit.load inside a TorchScript archive, never imported from Python."""
+    if module == TORCHSCRIPT_MODULE or module.startswith(TORCHSCRIPT_MODULE + "."):
+        return bool(name)
+    return f"{module}.{name}" in TORCHSCRIPT_HELPERS
+
+
+def mark_torchscript(scans: list[PickleScan]) -> None:
+    """Inside a TorchScript archive, the globals torch.jit.load itself resolves are no longer unsafe."""
+    for scan in scans:
+        for g in scan.globals:
+            if g.kind == "unsafe" and is_torchscript_global(g.module, g.name):
+                g.kind = "torchscript"
+
 
 # Globals that give a pickle code execution, file or network access; named so messages can say so.
 _DANGEROUS_MODULES: frozenset[str] = frozenset(
@@ -302,15 +329,13 @@ _DANGEROUS_NAMES: frozenset[str] = frozenset(
 
 
 class GlobalRef(Record):
-    """One global a pickle names. `kind`: "allowed" (torch's default set), "benign", "unsafe"."""
+    """One global a pickle names. `kind`: "allowed" (torch's default set), "benign", "unsafe", or
+    "torchscript" (resolved by torch.jit.load inside a TorchScript archive, see mark_torchscript)."""
 
-    __slots__ = ("module", "name", "kind", "opcode")
-
-    def __init__(self, module: str, name: str, kind: str, opcode: str = "GLOBAL") -> None:
-        self.module = module
-        self.name = name
-        self.kind = kind
-        self.opcode = opcode
+    module: str
+    name: str
+    kind: str
+    opcode: str = "GLOBAL"
 
     @property
     def qualname(self) -> str:
@@ -1017,19 +1042,17 @@ def _stack_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> None:
 class PickleScan(Record):
     """What one pickle names, where it ends, and why it could not be walked to its STOP (if so)."""
 
-    __slots__ = ("globals", "start", "end", "error", "protocol", "stack_globals", "truncated", "needed", "memo_error")
     __hash__ = None  # type: ignore[assignment]  # filled in by the walk
 
-    def __init__(self, start: int = 0) -> None:
-        self.globals: list[GlobalRef] = []
-        self.start = start
-        self.end = 0  # offset just past STOP (or where the walk gave up)
-        self.error: str | None = None
-        self.protocol = 0
-        self.stack_globals = 0  # how many STACK_GLOBAL opcodes were resolved through the stack
-        self.truncated = False  # the data ended inside the pickle: more bytes might complete it
-        self.needed = 0  # when truncated: the data must reach at least this offset to get further
-        self.memo_error: str | None = None  # a memo index no pickler writes: walked on, never decoded
+    globals: list[GlobalRef] = field(default_factory=list, init=False)
+    start: int = 0
+    end: int = field(default=0, init=False)  # offset just past STOP (or where the walk gave up)
+    error: str | None = field(default=None, init=False)
+    protocol: int = field(default=0, init=False)
+    stack_globals: int = field(default=0, init=False)  # STACK_GLOBAL opcodes resolved through the stack
+    truncated: bool = field(default=False, init=False)  # the data ended inside the pickle: more might complete it
+    needed: int = field(default=0, init=False)  # when truncated: the data must reach at least this offset
+    memo_error: str | None = field(default=None, init=False)  # a memo index no pickler writes: walked on, not decoded
 
     @property
     def unsafe(self) -> list[GlobalRef]:

@@ -20,10 +20,10 @@ _LEGACY_LONG1 = b"\x8a\x0a" + LEGACY_MAGIC.to_bytes(10, "little")
 _LEGACY_TEXT = b"L" + str(LEGACY_MAGIC).encode() + b"L\n"  # protocols 0 and 1
 
 ZIP_MAGIC = (LOCAL_SIG, EOCD_SIG)
+NPY_MAGIC = b"\x93NUMPY"
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 # Opcodes a protocol 0/1 pickle may start with: MARK, EMPTY_DICT/LIST/TUPLE, GLOBAL, NONE, INT, LONG, STRING ...
 _OLD_PICKLE_OPENERS = frozenset(b"(}])cNILSVFGJKM")
-_OLD_PICKLE_FULL_PARSE = 1 << 20  # protocol 0/1 pickles up to this size are parsed through to STOP
 
 
 def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
@@ -68,9 +68,13 @@ def sniff(path: str | os.PathLike[str]) -> str:
 
 def sniff_bytes(head: bytes, size: int, path: Path | None = None) -> str:
     if head.startswith(ZIP_MAGIC):
-        return "torch-zip" if _zip_has_data_pkl(head, path) else "unknown"
+        if _zip_has_data_pkl(head, path):
+            return "torch-zip"
+        return "numpy" if _is_npz(path) else "unknown"
     if is_legacy_tar(head, path):  # torch's legacy loader tries tar before the stacked pickles
         return "torch-legacy"
+    if head.startswith(NPY_MAGIC):
+        return "numpy"
     if _is_legacy(head):
         return "torch-legacy"
     if _looks_like_safetensors(head, size):
@@ -130,6 +134,18 @@ def is_legacy_tar(head: bytes, path: Path | None) -> bool:
     return False
 
 
+def _is_npz(path: Path | None) -> bool:
+    """np.savez: a zip whose members are all `.npy` arrays."""
+    if path is None:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            members, _ = read_directory(FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size))
+    except (ZipError, OSError):
+        return False
+    return bool(members) and all(m.name.endswith(".npy") for m in members)
+
+
 def _is_legacy(head: bytes) -> bool:
     if head.startswith(_LEGACY_TEXT):
         return True
@@ -158,23 +174,25 @@ def _looks_like_pickle(head: bytes, size: int, path: Path | None) -> bool:
         return True
     if not head or head[0] not in _OLD_PICKLE_OPENERS:
         return False
-    # Protocol 0/1 opcodes are printable: only a stream that parses through to STOP counts.
-    data = head
-    if size > len(head):
-        if path is None or size > _OLD_PICKLE_FULL_PARSE:
-            return False
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return False
-    import io
-    import pickletools  # deferred: ~3 ms that listing a safetensors file never needs
+    # Protocol 0/1 opcodes are printable: only a stream the pickle scanner walks through to its end
+    # counts, whatever its size and whatever bytes its Python 2 strings hold. Text fails at once.
+    from ckinspect.formats.pickle_scan import scan_stream  # deferred: listing a safetensors file never needs it
+
+    if size <= len(head):
+        return _scans_to_end(scan_stream(head), size)
+    if path is None:
+        return False
+    import mmap
 
     try:
-        ops = list(pickletools.genops(io.BytesIO(data)))
-    except Exception:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _scans_to_end(scan_stream(data), len(data))
+    except (OSError, ValueError):
         return False
-    return bool(ops) and ops[-1][0].name == "STOP" and ops[-1][2] == len(data) - 1
+
+
+def _scans_to_end(scans: list, size: int) -> bool:
+    return bool(scans) and all(s.error is None for s in scans) and scans[-1].end == size
 
 
 def _names_code(path: Path, size: int) -> bool:
@@ -200,7 +218,6 @@ _COMPRESSED = (
     (b"\xfd7zXZ\x00", "an xz archive"),
     (b"\x28\xb5\x2f\xfd", "a zstd archive"),
     (b"7z\xbc\xaf\x27\x1c", "a 7z archive"),
-    (b"\x93NUMPY", "a NumPy .npy array"),
     (b"\x89HDF\r\n\x1a\n", "an HDF5 file"),
     (b"GGUF", "a GGUF model file"),
     (b"\x7fELF", "an ELF executable"),

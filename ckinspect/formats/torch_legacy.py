@@ -64,7 +64,7 @@ def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
         return
     data, scans = read_pickle_prefix(reader, 5)
     where = path.name
-    unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where)
+    unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where, data)
     for index, scan in enumerate(scans):
         if scan.error is not None:
             ckpt.add("CORRUPT", f"{where}: the {_NAMES[index]} pickle is unreadable: {scan.error}")

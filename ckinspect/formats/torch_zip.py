@@ -11,9 +11,9 @@ import os
 import zlib
 from pathlib import Path
 
-from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
-from ckinspect.formats.pickle_scan import PickleScan, scan_member, scan_stream
-from ckinspect.formats.tree import no_gc
+from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals, set_tree
+from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
+from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import StorageRef
 from ckinspect.io.zipdir import (
     DEFLATED,
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 MAX_PICKLE_BYTES = 1 << 30  # a data.pkl beyond this is not a checkpoint we should hold in memory
 MAX_INFLATED_PICKLE_BYTES = 64 << 20  # a deflated data.pkl is inflated into memory up to this; beyond, only scanned
+MAX_OTHER_PICKLE_BYTES = (
+    64 << 20
+)  # other pickles up to this are read whole (the allowlist hint reads them); beyond, scanned
 MAX_UNINDEXED_PICKLE_BYTES = 256 << 20  # without a directory the pickle's size is unknown: read at most this
 
 
@@ -74,19 +77,27 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         return None
     archive = pkl.name[: -len("data.pkl")]
     where = f"{file.name}:{pkl.name}"
+    # torch.load hands a zip holding <archive>/constants.pkl to torch.jit.load (_is_torchscript_zip)
+    torchscript = base == 0 and archive + "constants.pkl" in by_name
+    if torchscript:
+        ckpt.format = "torchscript"
+        ckpt.metadata["torchscript"] = True
     try:
         data = read_member(reader, pkl, cd_start, _pickle_cap(pkl))
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{where}: {exc}")
-        _scan_in_place(ckpt, reader, pkl, cd_start, where)
+        _scan_in_place(ckpt, reader, pkl, cd_start, where, torchscript)
         return None
     if zlib.crc32(data) != pkl.crc32:
         ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
-    _scan_other_pickles(ckpt, reader, members, pkl, cd_start, file)
+    _scan_other_pickles(ckpt, reader, members, pkl, cd_start, file, torchscript)
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
-        ckpt, collector, by_name, archive, reader, file, cd_start), key_prefix)  # fmt: skip
+        ckpt, collector, by_name, archive, reader, file, cd_start), key_prefix, torchscript)  # fmt: skip
     if base == 0:
         set_tree(ckpt, tree)
+        if torchscript:
+            _add_torchscript_constants(ckpt, reader, by_name, archive, cd_start, file)
+            _report_code(ckpt, members, archive, file)
         byteorder = by_name.get(archive + "byteorder")
         if byteorder is not None and byteorder.file_size <= 16:
             with contextlib.suppress(ZipError):  # informational: a damaged record leaves it unset
@@ -96,16 +107,74 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
 
 
 def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipMember], pkl: ZipMember | None,
-                        cd_start: int, file: Path) -> None:  # fmt: skip
-    """torch.load reads only data.pkl, but TorchScript archives (constants.pkl, code/) are handed to
-    torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive."""
-    pickles = [m for m in members if m.name.lower().endswith(".pkl")]  # any case: other readers match so too
-    for member in pickles:
-        if member is not pkl:
-            _scan_in_place(ckpt, reader, member, cd_start, f"{file.name}:{member.name}")
-    # "/code/" cannot straddle the line break between two names: one search instead of one per member
-    if any(m.name.endswith("/constants.pkl") for m in pickles) or "/code/" in "\n".join(m.name for m in members):
-        ckpt.metadata["torchscript"] = True  # torch.load would hand it to torch.jit.load
+                        cd_start: int, file: Path, torchscript: bool = False) -> None:  # fmt: skip
+    """torch.load reads only data.pkl, but TorchScript archives (constants.pkl) are handed to
+    torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive, in
+    any case and at any size (duplicates included). constants.pkl of a TorchScript archive is decoded
+    later, with its tensors."""
+    constants = pkl.name[: -len("data.pkl")] + "constants.pkl" if torchscript and pkl is not None else None
+    for member in members:
+        if member is pkl or member.name == constants or not member.name.lower().endswith(".pkl"):
+            continue
+        where = f"{file.name}:{member.name}"
+        if member.file_size > MAX_OTHER_PICKLE_BYTES:
+            _scan_in_place(ckpt, reader, member, cd_start, where, torchscript)
+            continue
+        try:
+            data = read_member(reader, member, cd_start, MAX_OTHER_PICKLE_BYTES)
+        except ZipError as exc:
+            ckpt.add("CORRUPT", f"{where}: {exc}")
+            _scan_in_place(ckpt, reader, member, cd_start, where, torchscript)
+            continue
+        scans = scan_stream(data)
+        if torchscript:
+            mark_torchscript(scans)
+        record_globals(ckpt, [g for s in scans for g in s.globals], where, data)
+
+
+# constants.pkl names TorchScript's constants; torch.jit shows them to code as CONSTANTS.c0, c1, ...
+TORCHSCRIPT_CONSTANTS = "CONSTANTS"
+
+
+def _add_torchscript_constants(ckpt: Checkpoint, reader: FileReader, by_name: dict[str, ZipMember], archive: str,
+                               cd_start: int, file: Path) -> None:  # fmt: skip
+    """The tensors of <archive>/constants.pkl (a tuple), whose storages live in <archive>/constants/."""
+    member = by_name[archive + "constants.pkl"]
+    where = f"{file.name}:{member.name}"
+    try:
+        data = read_member(reader, member, cd_start, _pickle_cap(member))
+    except ZipError as exc:
+        ckpt.add("CORRUPT", f"{where}: {exc}")
+        _scan_in_place(ckpt, reader, member, cd_start, where, torchscript=True)
+        return
+    folder = f"{archive}constants/"
+    tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
+        ckpt, collector, by_name, archive, reader, file, cd_start, folder), "constants/", True)  # fmt: skip
+    if not isinstance(tree, (tuple, list)):
+        return
+    named = {f"c{i}": value for i, value in enumerate(tree)}
+    ckpt.tensors = ckpt.tensors + flatten(named, TORCHSCRIPT_CONSTANTS)
+    check_views(ckpt)
+    ckpt.metadata["torchscript_constants"] = len(named)
+
+
+_MAX_CODE_NAMED = 8
+
+
+def _report_code(ckpt: Checkpoint, members: list[ZipMember], archive: str, file: Path) -> None:
+    """EMBEDDED_CODE: the TorchScript source torch.jit.load compiles, and runs when the model is used."""
+    code = [m.name for m in members if m.name.startswith(archive + "code/") and m.name.endswith(".py")]
+    if not code:
+        return
+    shown = ", ".join(code[:_MAX_CODE_NAMED]) + (
+        f" and {len(code) - _MAX_CODE_NAMED} more" if len(code) > _MAX_CODE_NAMED else ""
+    )
+    ckpt.metadata["torchscript_code_files"] = len(code)
+    ckpt.add(
+        "EMBEDDED_CODE",
+        f"{file.name} is a TorchScript archive with {len(code)} code file(s) that torch.jit.load compiles and that "
+        f"run when the model is loaded and called: {shown}. Listing it ran none of them.",
+    )
 
 
 def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
@@ -122,7 +191,8 @@ def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
     return candidates[0] if candidates else None
 
 
-def _scan_in_place(ckpt: Checkpoint, reader: FileReader, member: ZipMember, limit: int, where: str) -> None:
+def _scan_in_place(ckpt: Checkpoint, reader: FileReader, member: ZipMember, limit: int, where: str,
+                   torchscript: bool = False) -> None:  # fmt: skip
     """Scan a member's pickle(s) a window at a time, whatever its size (deflated: up to its declared size)."""
     try:
         start = data_offset(reader, member)
@@ -131,6 +201,8 @@ def _scan_in_place(ckpt: Checkpoint, reader: FileReader, member: ZipMember, limi
         return
     compressed = max(0, min(member.compressed_size, limit - start))
     scans = scan_member(reader, start, compressed, member.file_size, member.compress_type)
+    if torchscript:
+        mark_torchscript(scans)
     record_globals(ckpt, [g for s in scans for g in s.globals], where)
 
 
@@ -140,27 +212,30 @@ def _pickle_cap(member: ZipMember) -> int:
     return min(member.file_size, MAX_PICKLE_BYTES if member.compress_type == 0 else MAX_INFLATED_PICKLE_BYTES)
 
 
-def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key_prefix: str = "") -> Any:
+def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key_prefix: str = "",
+                   torchscript: bool = False) -> Any:  # fmt: skip
     scans = scan_stream(data)
+    if torchscript:
+        mark_torchscript(scans)
     first: PickleScan = scans[0]
     refs = [g for s in scans for g in s.globals]
-    unsafe = record_globals(ckpt, refs, where)
+    unsafe = record_globals(ckpt, refs, where, data)
     if first.error is not None:
         ckpt.add("CORRUPT", f"{where}: {first.error}")
         return None
     if unsafe:
         return None
     collector = StorageCollector(key_prefix)
-    tree = decode(ckpt, data, first, where, collector)
+    tree = decode(ckpt, data, first, where, collector, torchscript=torchscript)
     fill_storages(collector)
     return tree
 
 
 def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
-                           reader: FileReader, file: Path, cd_start: int) -> None:  # fmt: skip
+                           reader: FileReader, file: Path, cd_start: int, folder: str = "") -> None:  # fmt: skip
     missing = []
     found: list[tuple[StorageRef, ZipMember]] = []
-    folder = f"{archive}data/"
+    folder = folder or f"{archive}data/"
     for key, ref in collector.storages.items():
         member = by_name.get(folder + key)
         if member is None:
@@ -187,7 +262,7 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         key = ref.key
         storages[key] = StorageInfo(key, ref.dtype, file_size, file, offset, crc32, name, ref.location)
     if missing:
-        shown = ", ".join(f"{archive}data/{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        shown = ", ".join(f"{folder}{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
         ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")
 
 

@@ -17,7 +17,7 @@ import struct
 
 from ckinspect.dtypes import TORCH_DTYPE_ATTRS, TORCH_STORAGE_CLASSES, dtype_info
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
-from ckinspect.formats.pickle_scan import PickleScan, classify_global, normalize, scan_pickle
+from ckinspect.formats.pickle_scan import PickleScan, classify_global, is_torchscript_global, normalize, scan_pickle
 from ckinspect.model import TensorInfo
 
 TYPE_CHECKING = False
@@ -226,10 +226,20 @@ class _StorageType:
 
 
 class _DictWithState(dict, metaclass=_FrozenMeta):
-    """OrderedDict / Counter as a dict (instance state such as state_dict._metadata is dropped)."""
+    """OrderedDict / Counter as a dict. Instance attributes (a state dict's `_metadata`, which
+    load_state_dict reads for module versions) are kept aside in `pickled_attributes`, never set."""
+
+    ordered = False
 
     def __setstate__(self, state: Any) -> None:
-        pass
+        if isinstance(state, dict):
+            object.__setattr__(self, "pickled_attributes", state)
+
+
+class _OrderedDictStandIn(_DictWithState):
+    """collections.OrderedDict: written back as one by convert."""
+
+    ordered = True
 
 
 class _DefaultDict(_DictWithState):
@@ -398,7 +408,7 @@ def _opaque_class(qualname: str) -> type:
 
 
 _STANDINS: dict[str, Any] = {
-    "collections.OrderedDict": _DictWithState,
+    "collections.OrderedDict": _OrderedDictStandIn,
     "collections.Counter": _DictWithState,
     "collections.defaultdict": _DefaultDict,
     "collections.deque": _Call(_deque),
@@ -517,19 +527,47 @@ def _enum_member_getattr(cls: Any, name: Any) -> Any:
     raise UnsafePickle([f"builtins.getattr (applied to {cls!r:.60}, {name!r:.40})"])
 
 
+def _restore_type_tag(value: Any, type_str: Any = None) -> Any:
+    return value
+
+
+def _build_list(data: Any = ()) -> list:
+    return list(data) if isinstance(data, (list, tuple)) else [data]
+
+
+# torch.jit._pickle helpers (TorchScript archives only): they rebuild lists and drop type tags.
+_TORCHSCRIPT_STANDINS: dict[str, Any] = {
+    "torch.jit._pickle.restore_type_tag": _Call(_restore_type_tag),
+    "torch.jit._pickle.build_tensor_from_id": _Call(_restore_type_tag),
+    **{f"torch.jit._pickle.build_{k}list": _Call(_build_list) for k in ("int", "tensor", "double", "bool")},
+}
+
+
+def torchscript_standin(module: str, name: str) -> Any:
+    """What a TorchScript archive's `__torch__.*` class or `torch.jit._pickle` helper decodes to: a
+    record of the module's attributes (its tensors are walked like a state dict), or the plain list."""
+    if not is_torchscript_global(module, name):
+        raise UnsafePickle([f"{module}.{name}"])
+    qualname = f"{module}.{name}"
+    return _TORCHSCRIPT_STANDINS.get(qualname) or _opaque_class(qualname)
+
+
 # Globals that run code in general but are safe with arguments the unpickler checks at each call.
 GUARDED: dict[str, Any] = {"builtins.getattr": _enum_member_getattr}
 
 
 class RestrictedUnpickler(pickle.Unpickler):
     def __init__(self, file: Any, persistent_load: Callable[[Any], Any] | None = None,
-                 guarded: frozenset[str] = frozenset()) -> None:  # fmt: skip
+                 guarded: frozenset[str] = frozenset(), torchscript: bool = False) -> None:  # fmt: skip
         super().__init__(file, fix_imports=False, encoding="latin1")
         # set on the instance, the C unpickler calls it directly: no forwarding frame per tensor
         self.persistent_load = persistent_load or storage_persistent_load  # type: ignore[method-assign]
         self.guarded = guarded
+        self.torchscript = torchscript  # inside a TorchScript archive: __torch__.* classes are records
 
     def find_class(self, module: str, name: str) -> Any:
+        if self.torchscript and is_torchscript_global(module, name):
+            return torchscript_standin(module, name)
         if self.guarded:
             qualname = ".".join(normalize(module, name))  # protocol 2 writes __builtin__ for builtins
             if qualname in self.guarded:
@@ -538,13 +576,13 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 def load_from(file: Any, persistent_load: Callable[[Any], Any] | None = None,
-              guarded: frozenset[str] = frozenset()) -> Any:  # fmt: skip
+              guarded: frozenset[str] = frozenset(), torchscript: bool = False) -> Any:  # fmt: skip
     """Decode the next pickle from an open binary file (positioned at its start). Callers scan first.
 
     `guarded`: names from GUARDED that this caller accepts with their arguments checked per call.
     """
     try:
-        return RestrictedUnpickler(file, persistent_load, guarded).load()
+        return RestrictedUnpickler(file, persistent_load, guarded, torchscript).load()
     except (UnsafePickle, CorruptPickle):
         raise
     except RecursionError:
@@ -554,7 +592,8 @@ def load_from(file: Any, persistent_load: Callable[[Any], Any] | None = None,
 
 
 def restricted_load(data: bytes, persistent_load: Callable[[Any], Any] | None = None, *,
-                    scan: PickleScan | None = None, guarded: frozenset[str] = frozenset()) -> Any:  # fmt: skip
+                    scan: PickleScan | None = None, guarded: frozenset[str] = frozenset(),
+                    torchscript: bool = False) -> Any:  # fmt: skip
     """Decode one pickle into plain data with TensorInfo (name "") in place of tensors.
 
     Raises UnsafePickle (listing every global outside the allowlist, found by the static scan
@@ -567,4 +606,4 @@ def restricted_load(data: bytes, persistent_load: Callable[[Any], Any] | None = 
         raise UnsafePickle([g.qualname for g in unsafe])
     if scan.error is not None:
         raise CorruptPickle(scan.error)
-    return load_from(io.BytesIO(data), persistent_load, guarded)
+    return load_from(io.BytesIO(data), persistent_load, guarded, torchscript)

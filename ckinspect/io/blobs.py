@@ -238,3 +238,19 @@ def _x2nmodp(n: int, k: int) -> int:
         n >>= 1
         k += 1
     return p
+
+
+def files_differ(a: Path, b: Path, chunk: int = 1 << 22) -> bool | None:
+    """Do two files differ byte for byte? Sizes first, then bounded chunks; None when either cannot be read."""
+    try:
+        if a.stat().st_size != b.stat().st_size:
+            return True
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            while True:
+                xa, xb = fa.read(chunk), fb.read(chunk)
+                if xa != xb:
+                    return True
+                if not xa:
+                    return False
+    except OSError:
+        return None

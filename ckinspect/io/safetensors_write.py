@@ -9,16 +9,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
 from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
 from ckinspect.io.atomic import atomic_write
+from ckinspect.record import Record
 
 TO_SAFETENSORS = {v: k for k, v in SAFETENSORS_DTYPES.items()}
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Record):
     name: str
     dtype: str  # torch-style name: float32, bfloat16 ...
     shape: tuple[int, ...]

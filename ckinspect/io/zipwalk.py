@@ -12,7 +12,6 @@ from __future__ import annotations
 import mmap
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from ckinspect.io.zipdir import (
@@ -25,12 +24,12 @@ from ckinspect.io.zipdir import (
     LOCAL_SIG,
     zip64_extra,
 )
+from ckinspect.record import Record
 
 _CRC_CHUNK = 1 << 22
 
 
-@dataclass(frozen=True)
-class LocalMember:
+class LocalMember(Record):
     """One member as its local header and data descriptor describe it."""
 
     name: str

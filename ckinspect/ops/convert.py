@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, read_directory, read_member
-from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
+from ckinspect.ops.rawtensors import SKIP, Built, count_values
+from ckinspect.optional import require_torch
+from ckinspect.record import Record, field
 from ckinspect.vocab import CkinspectError
 
 DTYPE_FLAGS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# Formats whose tree is no state dict (TorchScript module records, NumPy archives): converted by tensor name.
+FLAT_STATE_FORMATS = ("torchscript", "numpy")
 
 
-@dataclass
-class ConvertResult:
+class ConvertResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     source: Path
     out: Path
     source_format: str
@@ -34,20 +39,6 @@ class ConvertResult:
     cast: int = 0
     notes: list[str] = field(default_factory=list)
     trusted_load: str = ""  # the torch.load call that was run under --trust
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": str(self.source),
-            "out": str(self.out),
-            "source_format": self.source_format,
-            "out_format": self.out_format,
-            "tensors": self.tensors,
-            "out_bytes": self.out_bytes,
-            "subtree": self.subtree,
-            "cast": self.cast,
-            "notes": self.notes,
-            "trusted_load": self.trusted_load,
-        }
 
 
 def convert(
@@ -61,13 +52,47 @@ def convert(
     from ckinspect.formats import open_checkpoint
 
     source, out = Path(source), Path(out)
+    _check_paths(source, out)
+    ckpt = open_checkpoint(source)
+    result = ConvertResult(source, out, ckpt.format, "safetensors" if out.suffix == ".safetensors" else "torch-zip")
+    unsafe = _unsafe_unless_trusted(ckpt, source, trust)
+    groups = _groups(ckpt)
+    if only:
+        unknown = sorted(set(only) - {"model", "optimizer", "rng", "other"})
+        if unknown:
+            raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
+    tools = _Tools.choose(result, unsafe, dtype)  # torch only now: a refused file never pays for it
+    select = _Selection(result, groups, only, tools.target)
+    built = _trusted_build(ckpt, unsafe, select, announce) if unsafe else _safe_build(ckpt, select, tools)
+    for path, why in built.dropped:
+        result.notes.append(f"{path}: {why}; left out")
+    tree, names = _narrowed(built, result) if only else (built.tree, built.tensors)
+    if not names:
+        raise CkinspectError(f"nothing to write: no tensors in group(s) {', '.join(only or [])}")
+    if dtype and result.cast:
+        result.notes.append(
+            f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)"
+        )
+    if result.out_format == "safetensors":
+        result.out_bytes = _write_safetensors(result, tree, names, tools)
+    else:
+        from ckinspect.ops.torchio import save_torch
+
+        result.out_bytes = save_torch(out, tree)
+    result.tensors = len(names)
+    return result
+
+
+def _check_paths(source: Path, out: Path) -> None:
     if out.exists() and out.resolve() == source.resolve():
         raise CkinspectError("OUT must differ from IN")
     if out.is_dir():
         raise CkinspectError(f"{out} is a folder; name the output file (.pth or .safetensors)")
-    out_format = "safetensors" if out.suffix == ".safetensors" else "torch-zip"
-    ckpt = open_checkpoint(source)
-    result = ConvertResult(source, out, ckpt.format, out_format)
+
+
+def _unsafe_unless_trusted(ckpt: Checkpoint, source: Path, trust: bool) -> list[Finding]:
+    """The UNSAFE_PICKLE findings (empty for a safe file); refuses a damaged or tensor-less file, and an
+    unsafe one unless trusted."""
     unsafe = [f for f in ckpt.findings if f.code == "UNSAFE_PICKLE"]
     corrupt = [f for f in ckpt.findings if f.code == "CORRUPT"]
     if corrupt and not unsafe:
@@ -80,80 +105,110 @@ def convert(
             f"refused: {source} names globals that run code when loaded ({called}); "
             "nothing was executed. Pass --trust only if you know where this file comes from"
         )
-    groups = _groups(ckpt)
-    if only:
-        unknown = sorted(set(only) - {"model", "optimizer", "rng", "other"})
-        if unknown:
-            raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
+    return unsafe
 
-    import torch  # only now: a refused file never pays for it
 
-    from ckinspect.ops.torchio import rebuild_tree, save_torch, tensors_to_safetensors, torch_dtype
+class _Tools(Record):
+    """How tensors are built and written: as RawTensors (safetensors from a file our readers opened needs
+    no torch) or as torch tensors (a torch output file, or a trusted torch.load). Same calls on both."""
 
-    target = torch_dtype(DTYPE_FLAGS[dtype]) if dtype else None
+    tensor_type: Any
+    build: Any  # (tree, read, keep=, cast=) -> Built
+    write_safetensors: Any  # (out, names, metadata) -> (bytes written, notes)
+    target: Any  # the dtype floating tensors are cast to, in the tensor type's own terms; None keeps them
 
-    def cast(name: str, t):
-        if target is None or not t.is_floating_point() or t.dtype == target:
+    @staticmethod
+    def choose(result: ConvertResult, unsafe: list[Finding], dtype: str | None) -> _Tools:
+        if result.out_format == "safetensors" and not unsafe:
+            from ckinspect.ops.rawtensors import RawTensor, raw_tensors, raw_to_safetensors
+
+            return _Tools(RawTensor, raw_tensors, raw_to_safetensors, DTYPE_FLAGS[dtype] if dtype else None)
+        torch = require_torch("loading a trusted file (--trust)" if unsafe else "writing a torch file")
+        from ckinspect.ops.torchio import rebuild_tree, tensors_to_safetensors, torch_dtype
+
+        target = torch_dtype(DTYPE_FLAGS[dtype]) if dtype else None
+        return _Tools(torch.Tensor, rebuild_tree, tensors_to_safetensors, target)
+
+
+class _Selection(Record):
+    """Which tensors go into the output (--only groups) and what floating ones become (--dtype)."""
+
+    result: ConvertResult
+    groups: dict[str, str]
+    only: list[str] | None
+    target: Any  # the dtype to cast to, or None
+
+    def keep(self, name: str, info: TensorInfo) -> bool:
+        return not self.only or self.groups.get(name, info.group) in self.only
+
+    def cast(self, name: str, t: Any) -> Any:
+        if self.target is None or not t.is_floating_point() or t.dtype == self.target:
             return t
         if t.dim() == 0:
             return t  # step counters and scalars keep their dtype
-        result.cast += 1
-        return t.to(target)
+        self.result.cast += 1
+        return t.to(self.target)
 
-    def keep(name: str, info: TensorInfo) -> bool:
-        return not only or groups.get(name, info.group) in only
 
-    if unsafe:  # and trusted: say exactly what is about to run, then run it
-        call = f"torch.load({str(source)!r}, map_location='cpu', weights_only=False)"
-        called = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
-        announce(f"--trust: about to run {call}; its pickle will call: {called}")
-        result.trusted_load = call
-        try:
-            loaded = torch.load(source, map_location="cpu", weights_only=False)
-        except Exception as exc:  # noqa: BLE001 - whatever the trusted pickle raised, say it in one line
-            raise CkinspectError(f"torch.load of {source} failed: {type(exc).__name__}: {exc}") from exc
-        built = _built_from_objects(loaded, keep, cast)
-    else:
-        tree = ckpt.tree if ckpt.tree is not None else {t.name: t for t in ckpt.tensors}
-        with _StorageReader(ckpt) as reader:
-            built = rebuild_tree(tree, reader.read, keep=keep, cast=cast)
-        if built.missing:
-            shown = ", ".join(n for n, _ in built.missing[:5])
-            count = len(built.missing)
-            raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({shown}); try ckinspect salvage")
-    for path, why in built.dropped:
-        result.notes.append(f"{path}: {why}; left out")
+def _trusted_build(ckpt: Checkpoint, unsafe: list[Finding], select: _Selection, announce: Callable[[str], None]):
+    """--trust: say exactly what is about to run, then run torch.load on it."""
+    import torch
+
+    source = select.result.source
+    call = f"torch.load({str(source)!r}, map_location='cpu', weights_only=False)"
+    called = ", ".join(sorted(set(_globals_in(unsafe[0], ckpt)))) or "see UNSAFE_PICKLE"
+    announce(f"--trust: about to run {call}; its pickle will call: {called}")
+    select.result.trusted_load = call
+    try:
+        loaded = torch.load(source, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - whatever the trusted pickle raised, say it in one line
+        raise CkinspectError(f"torch.load of {source} failed: {type(exc).__name__}: {exc}") from exc
+    return _built_from_objects(loaded, select.keep, select.cast)
+
+
+def _safe_build(ckpt: Checkpoint, select: _Selection, tools: _Tools) -> Built:
+    """The tree rebuilt from our own reading of the file, tensors from their raw bytes."""
+    tree = ckpt.tree if ckpt.tree is not None else {t.name: t for t in ckpt.tensors}
+    if ckpt.format in FLAT_STATE_FORMATS:  # module records / arrays: their tensors as one flat state dict
+        tree = {t.name: t for t in ckpt.tensors}
+        select.result.notes.append(f"{ckpt.format} tensors written as a flat state dict by name; nothing else kept")
+    with _StorageReader(ckpt) as reader:
+        built = tools.build(tree, reader.read, keep=select.keep, cast=select.cast)
+    if built.missing:
+        shown = ", ".join(n for n, _ in built.missing[:5])
+        count = len(built.missing)
+        source = select.result.source
+        raise CkinspectError(f"{source}: {count} tensor(s) have no readable bytes ({shown}); try ckinspect salvage")
+    return built
+
+
+def _narrowed(built: Built, result: ConvertResult) -> tuple[Any, list[tuple[str, Any]]]:
+    """With --only, the one subtree every kept tensor lies under (if any), names relative to it."""
     tree, names = built.tree, built.tensors
-    if only:
-        prefix = _common_subtree(tree, [n for n, _ in names])
-        if prefix:
-            tree = _get(tree, prefix)
-            names = [(n[len(prefix) + 1 :], t) for n, t in names]
-            result.subtree = prefix
-            result.notes.append(f"wrote the `{prefix}` subtree only (tensor names without the `{prefix}.` prefix)")
-    if not names:
-        raise CkinspectError(f"nothing to write: no tensors in group(s) {', '.join(only or [])}")
-    if dtype and result.cast:  # dtype set: target is its torch dtype
+    prefix = _common_subtree(tree, [n for n, _ in names])
+    if prefix:
+        tree = _get(tree, prefix)
+        names = [(n[len(prefix) + 1 :], t) for n, t in names]
+        result.subtree = prefix
+        result.notes.append(f"wrote the `{prefix}` subtree only (tensor names without the `{prefix}.` prefix)")
+    return tree, names
+
+
+def _write_safetensors(result: ConvertResult, tree: Any, names: list[tuple[str, Any]], tools: _Tools) -> int:
+    """Tensors to safetensors; top-level scalars become its metadata, other values are left out (noted)."""
+    scalars = _scalars(tree)
+    reserved = {"format": "pt", "converted_from": result.source.name}
+    metadata = {**{(f"checkpoint_{k}" if k in reserved else k): v for k, v in scalars.items()}, **reserved}
+    skipped = count_values(tree, lambda o: isinstance(o, tools.tensor_type)) - len(scalars)
+    if skipped > 0:
         result.notes.append(
-            f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)"
+            f"safetensors holds tensors only: {skipped} other value(s) (hyperparameters, config ...) left out"
         )
-    if out_format == "safetensors":
-        scalars = _scalars(tree)
-        reserved = {"format": "pt", "converted_from": source.name}
-        metadata = {**{(f"checkpoint_{k}" if k in reserved else k): v for k, v in scalars.items()}, **reserved}
-        skipped = _count_non_tensors(tree) - len(scalars)
-        if skipped > 0:
-            result.notes.append(
-                f"safetensors holds tensors only: {skipped} other value(s) (hyperparameters, config ...) left out"
-            )
-        if scalars:
-            result.notes.append(f"top-level scalars kept as metadata: {', '.join(sorted(scalars))}")
-        result.out_bytes, shared = tensors_to_safetensors(out, names, metadata)
-        result.notes += shared
-    else:
-        result.out_bytes = save_torch(out, tree)
-    result.tensors = len(names)
-    return result
+    if scalars:
+        result.notes.append(f"top-level scalars kept as metadata: {', '.join(sorted(scalars))}")
+    out_bytes, shared = tools.write_safetensors(result.out, names, metadata)
+    result.notes += shared
+    return int(out_bytes)
 
 
 def _groups(ckpt: Checkpoint) -> dict[str, str]:
@@ -229,15 +284,13 @@ def _built_from_objects(obj: Any, keep, cast):
     """--trust path: the object torch.load returned, walked like the reader's tree."""
     import torch
 
-    from ckinspect.ops.torchio import Built
-
     built = Built(None)
 
     def walk(o, path):
         if isinstance(o, torch.Tensor):
             info = TensorInfo(path, str(o.dtype).removeprefix("torch."), tuple(o.shape), tuple(o.stride()), "")
             if not keep(path, info):
-                return _SKIP
+                return SKIP
             t = cast(path, o)
             built.tensors.append((path, t))
             return t
@@ -245,20 +298,17 @@ def _built_from_objects(obj: Any, keep, cast):
             out = type(o)() if type(o) is not dict and hasattr(type(o), "__setitem__") else {}
             for k, v in o.items():
                 c = walk(v, f"{path}.{k}" if path else str(k))
-                if c is not _SKIP:
+                if c is not SKIP:
                     out[k] = c
             return out
         if isinstance(o, (list, tuple)):
             items = [walk(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(o)]
-            kept = [None if c is _SKIP else c for c in items]
+            kept = [None if c is SKIP else c for c in items]
             return type(o)(kept) if type(o) in (list, tuple) else kept
         return o
 
     built.tree = walk(obj, "")
     return built
-
-
-_SKIP = object()
 
 
 def _common_subtree(tree: Any, names: list[str]) -> str:
@@ -293,15 +343,3 @@ def _scalars(tree: Any) -> dict[str, str]:
     if not isinstance(tree, dict):
         return {}
     return {str(k): str(v) for k, v in tree.items() if isinstance(v, (int, float, str, bool))}
-
-
-def _count_non_tensors(tree: Any) -> int:
-    import torch
-
-    if isinstance(tree, torch.Tensor):
-        return 0
-    if isinstance(tree, dict):
-        return sum(_count_non_tensors(v) for v in tree.values())
-    if isinstance(tree, (list, tuple)):
-        return sum(_count_non_tensors(v) for v in tree)
-    return 0 if tree is None else 1

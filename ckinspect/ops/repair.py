@@ -20,13 +20,13 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckinspect.analysis.leftovers import Leftover, TmpStatus, check_integrity, classify, find_leftovers
 from ckinspect.io.atomic import atomic_write_text, fsync_dir
 from ckinspect.io.contain import OutsideTarget, inside, refuse_symlink
+from ckinspect.record import Record, field
 from ckinspect.vocab import QUARANTINE_DIR, CkinspectError
 
 MANIFEST = "manifest.json"
@@ -36,8 +36,9 @@ DELAY_ENV = "CKINSPECT_REPAIR_STEP_DELAY"
 CRASH_ENV = "CKINSPECT_REPAIR_CRASH_AFTER"
 
 
-@dataclass
-class RepairAction:
+class RepairAction(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     action: str  # one of ACTIONS
     leftover: Leftover
     status: TmpStatus | None
@@ -80,8 +81,9 @@ class RepairAction:
         return out
 
 
-@dataclass
-class RepairPlan:
+class RepairPlan(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     path: Path
     actions: list[RepairAction] = field(default_factory=list)
 
@@ -97,8 +99,9 @@ class RepairPlan:
         return {"path": str(self.path), "actions": [a.to_json() for a in self.actions]}
 
 
-@dataclass
-class ApplyResult:
+class ApplyResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     plan: RepairPlan
     run_id: str
     quarantines: list[Path] = field(default_factory=list)
@@ -112,8 +115,9 @@ class ApplyResult:
         return [a for a in self.plan.actions if a.state in ("failed", "skipped")]
 
 
-@dataclass
-class UndoResult:
+class UndoResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     run_id: str | None
     restored: list[str] = field(default_factory=list)  # one line per move put back
     problems: list[str] = field(default_factory=list)

@@ -7,7 +7,8 @@ kept only when its storage member is complete and its CRC-32 holds. safetensors 
 torch files: every tensor whose bytes lie wholly inside the file is kept (neither has checksums).
 
 Torch is imported only to write a torch file (tensors built from the recovered bytes, then
-torch.save through ckinspect.io.atomic); nothing from the damaged file is ever executed.
+torch.save through ckinspect.io.atomic); a safetensors file is written from the raw bytes without it.
+Nothing from the damaged file is ever executed.
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ from __future__ import annotations
 import functools
 import json
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckinspect.io.zipdir import LOCAL_SIG
 from ckinspect.io.zipwalk import LocalMember, crc32_of, map_file, walk_local_headers
+from ckinspect.optional import require_torch
+from ckinspect.record import Record, field
 from ckinspect.vocab import CkinspectError
 
 
-@dataclass
-class SalvageResult:
+class SalvageResult(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     source: Path
     out: Path
     source_format: str
@@ -38,20 +41,13 @@ class SalvageResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "source": str(self.source),
-            "out": str(self.out),
-            "source_format": self.source_format,
-            "out_format": self.out_format,
-            "recovered": self.recovered,
+            **super().to_json(),
             "missing": [{"tensor": n, "why": w} for n, w in self.missing],
             "dropped": [{"path": n, "why": w} for n, w in self.dropped],
-            "notes": self.notes,
-            "out_bytes": self.out_bytes,
         }
 
 
-@dataclass(frozen=True)
-class StorageBytes:
+class StorageBytes(Record):
     """One storage member as found in the damaged file."""
 
     key: str
@@ -152,17 +148,26 @@ def _out_format(out: Path) -> str:
 
 
 def _write_tree(tree, result: SalvageResult, storage_bytes, why_missing) -> None:
-    """Rebuild the tree with real tensors for every recovered TensorInfo and write it."""
-    from ckinspect.ops.torchio import rebuild_tree, save_torch, tensors_to_safetensors
+    """Rebuild the tree with every recovered TensorInfo and write it: a torch file through torch, a
+    safetensors file from the raw bytes (no torch needed)."""
+    if result.out_format == "safetensors":
+        from ckinspect.ops.rawtensors import raw_tensors, raw_to_safetensors
 
-    built = rebuild_tree(tree, storage_bytes)
+        built = raw_tensors(tree, storage_bytes)
+    else:
+        require_torch("writing a torch file")
+        from ckinspect.ops.torchio import rebuild_tree
+
+        built = rebuild_tree(tree, storage_bytes)
     result.recovered = [name for name, _t in built.tensors]
     result.missing = [(name, why_missing(info)) for name, info in built.missing]
     result.dropped = built.dropped
     if result.out_format == "safetensors":
-        size, notes = tensors_to_safetensors(result.out, built.tensors, metadata={"salvaged_from": result.source.name})
+        size, notes = raw_to_safetensors(result.out, built.tensors, metadata={"salvaged_from": result.source.name})
         result.notes += notes
     else:
+        from ckinspect.ops.torchio import save_torch
+
         size = save_torch(result.out, built.tree)
     result.out_bytes = size
 
@@ -248,6 +253,7 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
         ]
         result.out_bytes = write_safetensors(out, entries, {**meta, "salvaged_from": broken.name})
     else:
+        require_torch("writing a torch file")
         from ckinspect.ops.torchio import save_torch, tensor_from_bytes
 
         tensors = {}

@@ -6,10 +6,8 @@ import it. Input files are never torch.load-ed here: bytes come from our readers
 
 from __future__ import annotations
 
-import collections
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +16,8 @@ import torch
 from ckinspect.io.atomic import atomic_write
 from ckinspect.io.safetensors_write import Entry, write_safetensors
 from ckinspect.model import TensorInfo
+from ckinspect.ops.rawtensors import MISSING, Built, map_tree
 from ckinspect.vocab import CkinspectError
-
-SCALARS = (str, int, float, bool, bytes, type(None), complex)
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -37,85 +34,31 @@ def tensor_from_bytes(data: bytes | bytearray, dtype: str, shape: tuple[int, ...
     return torch.frombuffer(writable, dtype=torch.uint8).view(torch_dtype(dtype)).reshape(shape)
 
 
-@dataclass
-class Built:
-    tree: Any
-    tensors: list[tuple[str, torch.Tensor]] = field(default_factory=list)
-    missing: list[tuple[str, TensorInfo]] = field(default_factory=list)
-    dropped: list[tuple[str, str]] = field(default_factory=list)
-
-
 def rebuild_tree(
     tree: Any,
     storage_bytes: Callable[[TensorInfo], bytes | bytearray | None],
     keep: Callable[[str, TensorInfo], bool] | None = None,
     cast: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
 ) -> Built:
-    """Copy the reader's tree with torch tensors in place of TensorInfo.
+    """Copy the reader's tree with torch tensors in place of TensorInfo (rawtensors.map_tree).
 
     One torch storage per storage key, so views and tied weights stay shared as in the original.
     A tensor whose bytes are unavailable is left out (dict entry dropped, list slot None).
     `keep(name, info)` filters tensors (convert --only); `cast` changes dtype (convert --dtype).
     """
-    built = Built(None)
     storages: dict[str, torch.UntypedStorage | None] = {}
 
-    def storage_for(info: TensorInfo):
+    def tensor_for(name: str, info: TensorInfo) -> Any:
         if info.storage_key not in storages:
             raw = storage_bytes(info)
             storages[info.storage_key] = None if raw is None else _untyped(raw)
-        return storages[info.storage_key]
-
-    def tensor_for(name: str, info: TensorInfo):
-        storage = storage_for(info)
+        storage = storages[info.storage_key]
         if storage is None or info.byte_offset + info.span_bytes > storage.nbytes():
-            built.missing.append((name, info))
-            return _MISSING
+            return MISSING
         t = torch.empty(0, dtype=torch_dtype(info.dtype)).set_(storage, info.storage_offset, info.shape, info.stride)
-        if cast is not None:
-            t = cast(name, t)
-        built.tensors.append((name, t))
-        return t
+        return cast(name, t) if cast is not None else t
 
-    def walk(obj: Any, path: str) -> Any:
-        if isinstance(obj, TensorInfo):
-            path = path or "tensor"  # a bare torch.save(tensor): the readers' name for it
-            if keep is not None and not keep(path, obj):
-                return _SKIP
-            return tensor_for(path, obj)
-        if isinstance(obj, dict):
-            out = collections.OrderedDict() if isinstance(obj, collections.OrderedDict) else {}
-            for k, v in obj.items():
-                child = walk(v, f"{path}.{k}" if path else str(k))
-                if child is not _MISSING and child is not _SKIP:
-                    out[k] = child
-            return out
-        if isinstance(obj, (list, tuple)):
-            items = []
-            for i, v in enumerate(obj):
-                child = walk(v, f"{path}.{i}" if path else str(i))
-                items.append(None if child is _MISSING or child is _SKIP else child)
-            return type(obj)(items) if type(obj) in (list, tuple) else list(items)
-        if isinstance(obj, SCALARS) or _is_plain_torch(obj):
-            return obj
-        if type(obj).__name__ == "ArrayInfo":  # a numpy array the reader decoded (RNG states)
-            array = _numpy_array(obj)
-            if array is not None:
-                return array
-            why = f"numpy array {obj.dtype}{list(obj.shape)} too large for the reader to keep"
-            built.dropped.append((path or "<root>", why))
-            return _SKIP
-        what = getattr(obj, "qualname", None) or f"{type(obj).__module__}.{type(obj).__qualname__}"
-        built.dropped.append((path or "<root>", f"a {what} object (not plain data) cannot be carried over"))
-        return _SKIP
-
-    result = walk(tree, "")
-    built.tree = {} if result is _SKIP or result is _MISSING else result
-    return built
-
-
-_MISSING = object()
-_SKIP = object()
+    return map_tree(tree, tensor_for, keep, is_plain=_is_plain_torch)
 
 
 def _untyped(raw: bytes | bytearray) -> torch.UntypedStorage:
@@ -127,18 +70,6 @@ def _untyped(raw: bytes | bytearray) -> torch.UntypedStorage:
 
 def _is_plain_torch(obj: Any) -> bool:
     return isinstance(obj, (torch.dtype, torch.Size, torch.device))
-
-
-def _numpy_array(info: Any):
-    import numpy as np
-
-    data = getattr(info, "data", None)
-    if data is None:
-        return None
-    try:
-        return np.frombuffer(bytearray(data), dtype=np.dtype(str(info.dtype))).reshape(info.shape)
-    except (TypeError, ValueError):
-        return None
 
 
 def save_torch(path: str | Path, obj: Any) -> int:

@@ -24,10 +24,6 @@ def largest(tensors: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
 
 
-def shape_text(shape: list[int]) -> str:
-    return "×".join(map(str, shape)) or "scalar"
-
-
 def metadata_line(metadata: Mapping[str, Any]) -> str:
     shown = []
     for key in ("step", "epoch", "world_size"):

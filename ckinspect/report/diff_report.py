@@ -9,10 +9,10 @@ import functools
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ckinspect.fmt import human_bytes
+from ckinspect.fmt import human_bytes, md_code, md_text, percent
 from ckinspect.model import Checkpoint
 
 _LIST_LIMIT = 12  # names listed before "... and N more" in text and Markdown (JSON lists all)
@@ -30,12 +30,6 @@ def number(x: Any) -> str:
     return f"{x:.3g}"
 
 
-def _percent(fraction: float) -> str:
-    if 0 < fraction < 0.001:
-        return "<0.1%"
-    return ">99.9%" if 0.999 < fraction < 1 else f"{fraction:.1%}"  # "100.0%" only when all of them
-
-
 def _group_note(diff: dict[str, Any], key: str) -> str:
     groups = diff.get(f"{key}_groups") or {}
     return ", ".join(f"{g} {n:,}" for g, n in sorted(groups.items(), key=lambda kv: -kv[1]))
@@ -51,11 +45,29 @@ def hint(diff: dict[str, Any]) -> str | None:
     return None
 
 
+def matched(diff: dict[str, Any]) -> str:
+    """How the matching tensors match: bit for bit, equal values in another memory layout, or within --atol."""
+    relaid, within = len(diff.get("relaid") or ()), len(diff.get("within_atol") or ())
+    if not relaid and not within:
+        return f"{diff['same']:,} tensors match bit for bit"
+    parts = [f"{diff['same'] - relaid - within:,} bit for bit"]
+    if relaid:
+        parts.append(f"{relaid:,} with equal values stored in another memory layout (strides)")
+    if within:
+        parts.append(f"{within:,} within --atol {diff['atol']:g}")
+    return f"{diff['same']:,} tensors match: " + ", ".join(parts)
+
+
 def summary_line(diff: dict[str, Any]) -> str:
-    if diff["identical"]:
-        return f"identical: {diff['same']:,} tensors match bit for bit" + (
-            f" ({len(diff['within_atol'])} within --atol {diff['atol']:g})" if diff.get("within_atol") else ""
-        )
+    verdict = diff.get("verdict") or ("identical" if diff["identical"] else "different")
+    if diff.get("not_compared") or diff.get("unreadable") and verdict == "identical":
+        if verdict == "identical":
+            return "identical: the two files are the same byte for byte (their tensors were not all compared)"
+        if verdict == "different":
+            return "different: the files' bytes differ (tensors not compared)"
+        return "no verdict: tensors not compared, and the files' bytes cannot be compared"
+    if verdict == "identical":
+        return "identical: " + matched(diff)
     reasons: dict[str, int] = {}
     for c in diff["changed"]:
         reasons[c["reason"]] = reasons.get(c["reason"], 0) + 1
@@ -69,7 +81,9 @@ def summary_line(diff: dict[str, Any]) -> str:
         parts.append(f"{len(diff['unreadable']):,} unreadable")
     for key, (va, vb) in (diff.get("metadata_changed") or {}).items():
         parts.append(f"{key} {va} -> {vb}")
-    return "different: " + ", ".join(parts)
+    if diff.get("unreadable") and diff.get("raw_bytes_differ"):
+        parts.append("the files' bytes differ")
+    return ("different: " if verdict == "different" else "no verdict: ") + ", ".join(parts)
 
 
 def _shape(shape: Sequence[int]) -> str:
@@ -79,7 +93,7 @@ def _shape(shape: Sequence[int]) -> str:
 def _differing(c: dict[str, Any]) -> str:
     if c["n_diff"] is None:
         return "-"
-    return f"{c['n_diff']:,}" + (f" ({_percent(c['n_diff'] / c['numel'])})" if c.get("numel") else "")
+    return f"{c['n_diff']:,}" + (f" ({percent(c['n_diff'] / c['numel'])})" if c.get("numel") else "")
 
 
 def _first_at(c: dict[str, Any]) -> str:
@@ -114,9 +128,8 @@ def _differing_short(c: dict[str, Any]) -> str:
 
 def _changed_table(diff: dict[str, Any]) -> Any:
     """Tensor name first; columns that would repeat one value on every row go to the title instead (80 columns)."""
-    from rich.markup import escape
 
-    from ckinspect.report.console import make_table
+    from ckinspect.report.console import Wrapped, make_table
 
     changes = [_change(c) for c in diff["changed"]]
     same_change = len(set(changes)) == 1
@@ -132,7 +145,7 @@ def _changed_table(diff: dict[str, Any]) -> Any:
     if pinpoint:
         table.add_column("first at", overflow="fold", max_width=16)
     for c, change in zip(diff["changed"], changes, strict=True):
-        row = [escape(c["a"]["name"])] + ([] if same_change else [change])
+        row = [Wrapped(c["a"]["name"])] + ([] if same_change else [change])
         row += [number(c["max_abs_diff"]), number(c.get("max_rel_diff")), _differing_short(c)]
         table.add_row(*row, *([_first_at(c)] if pinpoint else []))
     return table
@@ -144,6 +157,23 @@ _NUMERIC = ("max |Δ|", "max rel", "differing")
 
 def _head(names: Sequence[str]) -> tuple[list[str], int]:
     return list(names[:_LIST_LIMIT]), max(0, len(names) - _LIST_LIMIT)
+
+
+def _name_lists(diff: dict[str, Any]) -> Iterator[tuple[str, list[str], int]]:
+    """(heading, names shown, how many more) of each non-empty list of names: only in A, only in B,
+    within --atol; the same lists for the text and the Markdown renderer."""
+    lists = (
+        ("only_a", "only in A"),
+        ("only_b", "only in B"),
+        ("within_atol", f"within --atol {diff['atol']:g}"),
+        ("relaid", "equal values in another memory layout"),
+    )
+    for key, title in lists:
+        names = diff.get(key) or []
+        if names:
+            shown, more = _head(names)
+            note = _group_note(diff, key)
+            yield f"{title} ({len(names):,}{': ' + note if note else ''})", shown, more
 
 
 def render_text(
@@ -170,42 +200,39 @@ def render_text(
     if diff["changed"]:
         console.print(_changed_table(diff))
     say = functools.partial(console.print, markup=False, soft_wrap=True)  # names and messages are not markup
-    lists = (("only_a", "only in A"), ("only_b", "only in B"), ("within_atol", f"within --atol {diff['atol']:g}"))
-    for key, title in lists:
-        names = diff.get(key) or []
-        if names:
-            shown, more = _head(names)
-            note = _group_note(diff, key)
-            say(f"{title} ({len(names):,}{': ' + note if note else ''}):")
-            for n in shown:
-                say(f"  {n}")
-            if more:
-                say(f"  ... and {more:,} more")
+    for heading, shown, more in _name_lists(diff):
+        say(f"{heading}:")
+        for n in shown:
+            say(f"  {n}")
+        if more:
+            say(f"  ... and {more:,} more")
     unreadable = diff.get("unreadable") or []
     for item in unreadable[:_LIST_LIMIT]:
         say(f"cannot compare {item['name']}: {item['message']}")
     if len(unreadable) > _LIST_LIMIT:
         say(f"... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+    if diff.get("not_compared"):
+        say(f"tensors not compared: {diff['not_compared']}")
     for side, ckpt in (("A", a), ("B", b)):
-        for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
+        for f in _refusals(ckpt)[:3]:
             console.print(
-                Text.assemble((f"{side} is damaged", "bold red"), f": {terminal_safe(f.message)}"), soft_wrap=True
+                Text.assemble((f"{side} {_REFUSAL_WORD[f.code]}", "bold red"), f": {terminal_safe(f.message)}"),
+                soft_wrap=True,
             )
     if advice := hint(diff):
         console.print(Text(advice, style="dim"))
     return finish(out)
 
 
-def escape_pipes(text: str) -> str:
-    """A Markdown table cell (fmt.md_text: pipes, backticks, brackets and tags escaped)."""
-    from ckinspect.fmt import md_text
+_REFUSAL_WORD = {"CORRUPT": "is damaged", "UNSAFE_PICKLE": "is refused"}
 
-    return md_text(text)
+
+def _refusals(ckpt: Checkpoint | None) -> list[Any]:
+    """A side's CORRUPT and UNSAFE_PICKLE findings: why its tensors may be missing from the diff."""
+    return [f for f in (ckpt.findings if ckpt else []) if f.code in _REFUSAL_WORD]
 
 
 def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None) -> str:
-    from ckinspect.fmt import md_code, md_text
-
     lines = ["## ckinspect diff", ""]
     lines.append(f"- **A**: {md_code(diff['a'])}" + (f" ({a.format}, {len(a.tensors):,} tensors)" if a else ""))
     lines.append(f"- **B**: {md_code(diff['b'])}" + (f" ({b.format}, {len(b.tensors):,} tensors)" if b else ""))
@@ -214,35 +241,27 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
     lines.append(f"**{summary_line(diff)}**")
     lines.append("")
     if diff["changed"]:
-        lines.append("| " + " | ".join(escape_pipes(h) for h in _HEADERS) + " |")
+        lines.append("| " + " | ".join(md_text(h) for h in _HEADERS) + " |")
         lines.append("|" + "|".join("---:" if h in _NUMERIC else "---" for h in _HEADERS) + "|")
         for row in _changed_rows(diff):
-            lines.append(
-                "| " + " | ".join((md_code(c) if i == 0 else escape_pipes(c)) for i, c in enumerate(row)) + " |"
-            )
+            lines.append("| " + " | ".join(md_code(c) if i == 0 else md_text(c) for i, c in enumerate(row)) + " |")
         lines.append("")
-    lists = (("only_a", "Only in A"), ("only_b", "Only in B"), ("within_atol", f"Within --atol {diff['atol']:g}"))
-    for key, title in lists:
-        names = diff.get(key) or []
-        if names:
-            shown, more = _head(names)
-            note = _group_note(diff, key)
-            lines.append(f"<details><summary>{title} ({len(names):,}{': ' + note if note else ''})</summary>")
-            lines.append("")
-            lines.extend(f"- {md_code(n)}" for n in shown)
-            if more:
-                lines.append(f"- ... and {more:,} more")
-            lines.append("")
-            lines.append("</details>")
-            lines.append("")
+    for heading, shown, more in _name_lists(diff):
+        lines += [f"<details><summary>{heading[0].upper()}{heading[1:]}</summary>", ""]
+        lines.extend(f"- {md_code(n)}" for n in shown)
+        if more:
+            lines.append(f"- ... and {more:,} more")
+        lines += ["", "</details>", ""]
     unreadable = diff.get("unreadable") or []
     for item in unreadable[:_LIST_LIMIT]:
         lines.append(f"- cannot compare {md_code(item['name'])}: {md_text(item['message'])}")
     if len(unreadable) > _LIST_LIMIT:
         lines.append(f"- ... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+    if diff.get("not_compared"):
+        lines.append(f"- tensors not compared: {diff['not_compared']}")
     for side, ckpt in (("A", a), ("B", b)):
-        for f in [f for f in (ckpt.findings if ckpt else []) if f.code == "CORRUPT"][:3]:
-            lines.append(f"- **{side} is damaged**: {md_text(f.message)}")
+        for f in _refusals(ckpt)[:3]:
+            lines.append(f"- **{side} {_REFUSAL_WORD[f.code]}** ({f.code}): {md_text(f.message)}")
     if advice := hint(diff):
         lines.append("")
         lines.append(f"_{advice}_")

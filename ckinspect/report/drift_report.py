@@ -6,9 +6,9 @@ import io
 import json
 from typing import Any
 
-from ckinspect.fmt import human_bytes
+from ckinspect.fmt import human_bytes, md_text
 from ckinspect.model import Checkpoint
-from ckinspect.report.diff_report import escape_pipes, number
+from ckinspect.report.diff_report import number
 
 TOP = 25  # tensors shown in text/Markdown, worst first; JSON lists all
 
@@ -187,10 +187,10 @@ def _tensor_table(drift: dict[str, Any], wide: bool) -> Any:
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     lines = [
-        "| " + " | ".join(escape_pipes(h) for h in headers) + " |",
+        "| " + " | ".join(md_text(h) for h in headers) + " |",
         "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|",
     ]
-    lines += ["| " + " | ".join(escape_pipes(c) for c in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(md_text(c) for c in r) + " |" for r in rows]
     return lines + [""]
 
 

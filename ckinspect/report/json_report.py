@@ -1,4 +1,4 @@
-"""The JSON report, schema 1 (design.md): a stable contract for CI and scripts.
+"""The JSON report, schema 1 (report/schema.py): a stable contract for CI and scripts.
 
 Keys beyond the schema (`layout`, `unused_bytes`, `tensors`) are additions; none changes the
 meaning of a schema key. Sizes are exact bytes; `optimizer_share` is a fraction of `tensor_bytes`.

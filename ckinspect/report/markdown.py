@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ckinspect.fmt import human_bytes, md_code, md_text, percent
-from ckinspect.report.common import finding_counts, largest, metadata_line, shape_text, summary_line
+from ckinspect.fmt import human_bytes, md_code, md_text, percent, shape_text
+from ckinspect.report.common import finding_counts, largest, metadata_line, summary_line
 from ckinspect.vocab import GROUPS, SEVERITY_RANK
 
 TYPE_CHECKING = False
@@ -14,16 +14,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 ICON = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
-
-
-def cell(text: Any) -> str:
-    """Text safe inside a table cell or prose (fmt.md_text): nothing in it opens code, a link or a tag."""
-    return md_text(text)
-
-
-def code(text: str) -> str:
-    """A code span no name can end early (fmt.md_code)."""
-    return md_code(text)
 
 
 def render(report: Mapping[str, Any]) -> str:
@@ -40,7 +30,7 @@ def render(report: Mapping[str, Any]) -> str:
             share = percent(entry["optimizer_share"]) if entry["groups"]["optimizer"]["tensor_count"] else "–"
             status = _status(entry["findings"])
             out.append(
-                f"| {code(entry['path'])} | {entry['format']} | {human_bytes(entry['file_bytes'])} "
+                f"| {md_code(entry['path'])} | {entry['format']} | {human_bytes(entry['file_bytes'])} "
                 f"| {entry['tensor_count']:,} | {share} | {status} |"
             )
         out.append("")
@@ -58,16 +48,16 @@ def _status(findings: list[Mapping[str, Any]]) -> str:
 
 def file_section(entry: Mapping[str, Any]) -> list[str]:
     layout = f" · {entry['layout']} layout" if entry.get("layout") not in (None, "unknown") else ""
-    out = [f"### {code(entry['path'])}", "", f"{entry['format']}{layout} · {human_bytes(entry['file_bytes'])}"]
+    out = [f"### {md_code(entry['path'])}", "", f"{entry['format']}{layout} · {human_bytes(entry['file_bytes'])}"]
     meta = metadata_line(entry["metadata"])
     if meta:
-        out[-1] += f" · {cell(meta)}"
+        out[-1] += f" · {md_text(meta)}"
     out.append("")
     if entry["findings"]:
         for finding in entry["findings"]:
-            tensor = f" ({code(finding['tensor'])})" if finding.get("tensor") else ""
+            tensor = f" ({md_code(finding['tensor'])})" if finding.get("tensor") else ""
             out.append(
-                f"- {ICON.get(finding['severity'], '')} **{finding['code']}** {cell(finding['message'])}{tensor}"
+                f"- {ICON.get(finding['severity'], '')} **{finding['code']}** {md_text(finding['message'])}{tensor}"
             )
     else:
         out.append("✅ no findings")
@@ -110,7 +100,7 @@ def tensors_details(entry: Mapping[str, Any]) -> list[str]:
         share = percent(t["bytes"] / file_bytes) if file_bytes else "–"
         shape = shape_text(t["shape"])
         out.append(
-            f"| {code(t['name'])} | {t['group']} | {t['dtype']} | {shape} | {human_bytes(t['bytes'])} | {share} |"
+            f"| {md_code(t['name'])} | {t['group']} | {t['dtype']} | {shape} | {human_bytes(t['bytes'])} | {share} |"
         )
     out += ["", "</details>", ""]
     return out

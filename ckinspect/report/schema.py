@@ -1,12 +1,14 @@
-"""design.md's JSON report (schema 1) as a JSON Schema, for tests and for anyone validating reports.
+"""The JSON report (schema 1) as a JSON Schema, for tests and for anyone validating reports.
 
 Plain data: importing it costs nothing and needs no `jsonschema`. Additional keys are allowed
-(design.md: "Keys may be added"); the keys listed here must keep their meaning.
+(keys may be added); the keys listed here must keep their meaning.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ckinspect.vocab import FORMAT_TAGS
 
 _COUNT = {"type": "integer", "minimum": 0}
 _GROUP = {
@@ -53,7 +55,7 @@ _FILE = {
     ],
     "properties": {
         "path": {"type": "string"},
-        "format": {"enum": ["torch-zip", "torch-legacy", "safetensors", "sharded", "dcp", "pickle", "unknown"]},
+        "format": {"enum": list(FORMAT_TAGS)},
         "file_bytes": _COUNT,
         "tensor_count": _COUNT,
         "tensor_bytes": _COUNT,

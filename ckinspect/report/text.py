@@ -15,17 +15,16 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ckinspect.fmt import human_bytes, percent
+from ckinspect.fmt import human_bytes, percent, shape_text
 from ckinspect.report.common import (
     ALL_TENSORS_UP_TO,
     finding_counts,
     largest,
     metadata_line,
-    shape_text,
     summary_line,
     terminal_copy,
 )
-from ckinspect.report.console import finish, make_console, make_table, title_line
+from ckinspect.report.console import Wrapped, finish, make_console, make_table, title_line
 from ckinspect.vocab import GROUPS
 
 SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "cyan")}
@@ -111,7 +110,9 @@ def tensors_table(entry: Mapping[str, Any]) -> Table:
     table.add_column("of file", justify="right", no_wrap=True)
     for t in shown:
         share = percent(t["bytes"] / file_bytes) if file_bytes else "-"
-        table.add_row(escape(t["name"]), t["group"], t["dtype"], shape_text(t["shape"]), human_bytes(t["bytes"]), share)
+        table.add_row(
+            Wrapped(t["name"]), t["group"], t["dtype"], shape_text(t["shape"]), human_bytes(t["bytes"]), share
+        )
     return table
 
 
@@ -127,7 +128,7 @@ def findings_block(findings: list[Mapping[str, Any]]) -> RenderableType:
         message = finding["message"]
         if finding.get("tensor") and finding["tensor"] not in message:
             message += f" [{finding['tensor']}]"
-        table.add_row(head, Text(message))
+        table.add_row(head, Wrapped(message))
     return table
 
 

@@ -1,5 +1,6 @@
 """What the screens ask of the core, in one place: thin calls into ckinspect's own modules, plus the
-TUI's formatting helpers and its per-tensor value statistics (the scan's numbers plus a histogram).
+TUI's name matcher and its per-tensor value statistics (the scan's numbers plus a histogram). Sizes
+and shapes are written by ckinspect.fmt, as in the reports.
 
 Core modules are imported inside the functions that use them, so the app draws its first screen
 before numpy or the readers load. Nothing here imports textual; it runs inside thread workers.
@@ -10,11 +11,11 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckinspect.model import Checkpoint, Finding, TensorInfo, worst_severity
+from ckinspect.record import Record, field
 
 if TYPE_CHECKING:
     from ckinspect.analysis.anatomy import Anatomy
@@ -46,8 +47,9 @@ def load_checkpoint(target: str | Path) -> Checkpoint:
     return inspect_path(Path(target), quick=True)
 
 
-@dataclass
-class ScanOutcome:
+class ScanOutcome(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     findings: list[Finding]  # only those not already on the checkpoint
     stats: dict[str, ValueStats]  # per tensor, from the scan (no histogram)
 
@@ -101,29 +103,7 @@ def verdict_of(findings: list[Finding]) -> str:
     return worst_severity(findings) or "ok"
 
 
-# ---------------------------------------------------------------- sizes and names
-
-
-def human_bytes(n: int | float) -> str:
-    """Binary units, 3 significant figures: 1.50 KiB, 123 MiB, 12 B."""
-    n = float(n)
-    if n < 1024:
-        return f"{int(n)} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        n /= 1024.0
-        if n < 1024 or unit == "PiB":
-            if n >= 100:
-                return f"{n:.0f} {unit}"
-            if n >= 10:
-                return f"{n:.1f} {unit}"
-            return f"{n:.2f} {unit}"
-    return f"{n:.0f} PiB"  # unreachable
-
-
-def shape_text(shape: tuple[int, ...]) -> str:
-    if len(shape) == 1:
-        return f"({shape[0]},)"
-    return "(" + ", ".join(map(str, shape)) + ")" if shape else "()"
+# ---------------------------------------------------------------- names
 
 
 def name_matcher(pattern: str) -> Callable[[str], bool]:
@@ -141,8 +121,9 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
 # ---------------------------------------------------------------- value statistics
 
 
-@dataclass
-class ValueStats:
+class ValueStats(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     count: int
     minimum: float | None = None
     maximum: float | None = None

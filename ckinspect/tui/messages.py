@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
 from ckinspect.model import Checkpoint, Finding
+from ckinspect.record import Record
 from ckinspect.tui.core import ValueStats
 from ckinspect.tui.widgets.virtual_table import Row
 
@@ -19,37 +20,44 @@ if TYPE_CHECKING:
     from ckinspect.ops.repair import ApplyResult, RepairPlan, UndoResult
 
 
+# Messages are small dataclasses, Textual's own style: the generated __init__ sets the fields, then
+# calls Message.__post_init__, which is Message's real initialiser. (Plain data the TUI passes around
+# is a Record, like the core's.)
+
+
+@dataclass
 class Progress(Message):
     """How far a worker is (0..1); a newer one replaces an unprocessed older one."""
 
-    def __init__(self, task: str, fraction: float) -> None:
-        super().__init__()
-        self.task, self.fraction = task, fraction
+    task: str
+    fraction: float
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, Progress) and message.task == self.task
 
 
+@dataclass
 class CheckpointLoaded(Message):
-    def __init__(self, ckpt: Checkpoint, rows: list[Row], anatomy: Anatomy) -> None:
-        super().__init__()
-        self.ckpt, self.rows, self.anatomy = ckpt, rows, anatomy
-
-
-class ScanFinished(Message):
-    def __init__(self, findings: list[Finding], stats: dict[str, ValueStats]) -> None:
-        super().__init__()
-        self.findings, self.stats = findings, stats
-
-
-class StatsReady(Message):
-    def __init__(self, tensor: str, stats: ValueStats) -> None:
-        super().__init__()
-        self.tensor, self.stats = tensor, stats
+    ckpt: Checkpoint
+    rows: list[Row]
+    anatomy: Anatomy
 
 
 @dataclass
-class TargetSummary:
+class ScanFinished(Message):
+    findings: list[Finding]
+    stats: dict[str, ValueStats]
+
+
+@dataclass
+class StatsReady(Message):
+    tensor: str
+    stats: ValueStats
+
+
+class TargetSummary(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     path: Path
     format: str = ""
     file_bytes: int | None = None
@@ -58,50 +66,46 @@ class TargetSummary:
     error: str = ""
 
 
+@dataclass
 class TargetSummarized(Message):
-    def __init__(self, summary: TargetSummary) -> None:
-        super().__init__()
-        self.summary = summary
+    summary: TargetSummary
 
 
+@dataclass
 class TargetsFound(Message):
-    def __init__(self, paths: list[Path], unfinished: list[Path] | None = None) -> None:
-        super().__init__()
-        self.paths = paths
-        self.unfinished = unfinished or []  # checkpoints whose save died before its rename: only a .tmp exists
+    paths: list[Path]
+    unfinished: list[Path] = field(default_factory=list)  # checkpoints whose save died before its rename
 
 
+@dataclass
 class DiffLoaded(Message):
-    def __init__(self, a: Checkpoint, b: Checkpoint, matched: dict[str, str]) -> None:
-        super().__init__()
-        self.a, self.b, self.matched = a, b, matched
+    a: Checkpoint
+    b: Checkpoint
+    matched: dict[str, str]
 
 
+@dataclass
 class DiffComputed(Message):
-    def __init__(self, result: DiffResult) -> None:
-        super().__init__()
-        self.result = result
+    result: DiffResult
 
 
+@dataclass
 class DriftComputed(Message):
-    def __init__(self, weights: list[TensorDrift], logits: dict[str, Any] | None, logits_note: str) -> None:
-        super().__init__()
-        self.weights, self.logits, self.logits_note = weights, logits, logits_note
+    weights: list[TensorDrift]
+    logits: dict[str, Any] | None
+    logits_note: str
 
 
+@dataclass
 class RepairPlanned(Message):
-    def __init__(self, plan: RepairPlan) -> None:
-        super().__init__()
-        self.plan = plan
+    plan: RepairPlan
 
 
+@dataclass
 class RepairApplied(Message):
-    def __init__(self, result: ApplyResult) -> None:
-        super().__init__()
-        self.result = result
+    result: ApplyResult
 
 
+@dataclass
 class RepairUndone(Message):
-    def __init__(self, result: UndoResult) -> None:
-        super().__init__()
-        self.result = result
+    result: UndoResult

@@ -7,7 +7,7 @@ import pytest
 
 from ckinspect.analysis import logit_models
 from ckinspect.analysis.drift import logit_drift, logit_drift_or_why, weight_drift
-from tests.scan.helpers import simple_checkpoint
+from tests.helpers.raw_zip import simple_checkpoint
 
 
 class _EntryPoint:

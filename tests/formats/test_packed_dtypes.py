@@ -4,8 +4,6 @@ sizes counted in bits, diffs over the packed bytes, and a clean refusal where to
 import json
 import struct
 
-import pytest
-
 from ckinspect.formats import open_checkpoint
 from tests.conftest import run_cli
 
@@ -73,14 +71,27 @@ def test_diff_compares_packed_bytes_and_points_at_the_element(tmp_path):
     assert not diff["unreadable"]
 
 
-@pytest.mark.parametrize("out", ["out.pt", "out.safetensors"])
-def test_convert_refuses_what_torch_cannot_hold_in_one_line(tmp_path, out):
+def test_convert_to_torch_refuses_what_torch_cannot_hold_in_one_line(tmp_path):
     path = write(tmp_path / "packed.safetensors")
     before = path.read_bytes()
-    proc = run_cli("convert", path, tmp_path / out)
+    proc = run_cli("convert", path, tmp_path / "out.pt")
     assert proc.returncode == 2
     assert proc.stderr == "ckinspect: torch has no dtype float4_e2m1fn, and converting goes through torch\n"
-    assert not (tmp_path / out).exists() and path.read_bytes() == before
+    assert not (tmp_path / "out.pt").exists() and path.read_bytes() == before
+
+
+def test_convert_to_safetensors_keeps_packed_tensors_byte_for_byte(tmp_path):
+    """No torch on the way to safetensors: the packed bytes are copied as they are."""
+    path = write(tmp_path / "packed.safetensors")
+    proc = run_cli("convert", path, tmp_path / "out.safetensors")
+    assert proc.returncode == 0, proc.stderr
+    out = open_checkpoint(tmp_path / "out.safetensors")
+    assert out.findings == []
+    assert {t.name: (t.dtype, list(t.shape), t.nbytes) for t in out.tensors} == {
+        t.name: (t.dtype, list(t.shape), t.nbytes) for t in open_checkpoint(path).tensors
+    }
+    data_bytes = sum(nbytes for _, _, nbytes in TENSORS.values())
+    assert (tmp_path / "out.safetensors").read_bytes()[-data_bytes:] == path.read_bytes()[-data_bytes:]
 
 
 def test_salvage_to_torch_names_the_packed_tensors_it_cannot_keep(tmp_path):

@@ -1,4 +1,4 @@
-"""The static pickle scan, the restricted unpickler's stand-ins, and tree naming. No torch needed."""
+"""The static pickle scan: every global a pickle names, found without running anything. No torch needed."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import contextlib
 import io
 import pickle
 import struct
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,18 +13,12 @@ from hypothesis import strategies as st
 
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import classify_global, is_dangerous, scan_globals, scan_pickle, scan_stream
-from ckinspect.formats.tree import flatten, walk
-from ckinspect.formats.unpickler import ArrayInfo, Opaque, restricted_load
-from ckinspect.model import TensorInfo
+from ckinspect.formats.unpickler import restricted_load
+from tests.formats.pickle_bytes import sunicode
 
 
 def names(data: bytes) -> list[str]:
     return [g.qualname for g in scan_globals(data)]
-
-
-def sunicode(s: str) -> bytes:
-    raw = s.encode()
-    return b"\x8c" + bytes([len(raw)]) + raw
 
 
 def test_global_opcode_protocol_0_and_2():
@@ -190,93 +183,6 @@ def test_mutated_real_pickles_never_escape(noise, where):
         restricted_load(data)
 
 
-def test_restricted_load_refuses_unsafe_names_every_one():
-    data = b"\x80\x02cos\nsystem\nX\x01\x00\x00\x00x\x85Rcbuiltins\neval\nX\x01\x00\x00\x00y\x85R\x86."
-    with pytest.raises(UnsafePickle) as info:
-        restricted_load(data)
-    assert info.value.names == ["os.system", "builtins.eval"]
-
-
-def test_numpy_rng_state_decodes_to_array_info_without_numpy():
-    import numpy as np
-
-    state = np.random.RandomState(7).get_state()
-    data = pickle.dumps({"np": state, "f": np.float64(1.5), "i": np.int64(3)}, protocol=2)
-    kinds = {g.qualname: g.kind for g in scan_globals(data)}
-    assert "benign" in kinds.values() and "unsafe" not in kinds.values()
-    out = restricted_load(data)
-    name, array, pos, _has_gauss, _cached = out["np"]
-    assert name == "MT19937" and isinstance(array, ArrayInfo)
-    assert array.shape == (624,) and array.dtype == "<u4" and array.nbytes == 624 * 4
-    assert array.data == state[1].tobytes()
-    assert pos == state[2]
-    assert out["f"] == 1.5 and out["i"] == 3
-
-
-def test_benign_records_keep_their_fields():
-    import argparse
-    import collections
-    import pathlib
-
-    data = pickle.dumps(
-        {"args": argparse.Namespace(lr=0.1, name="x"), "dd": collections.defaultdict(list, a=[1]),
-         "p": pathlib.PurePosixPath("/a/b"), "od": collections.OrderedDict(b=2)},
-        protocol=2,
-    )  # fmt: skip
-    out = restricted_load(data)
-    assert isinstance(out["args"], Opaque) and out["args"].qualname == "argparse.Namespace"
-    assert out["args"].fields == {"lr": 0.1, "name": "x"}
-    assert out["dd"] == {"a": [1]}
-    assert out["p"] == "/a/b"
-    assert out["od"] == {"b": 2} and isinstance(out["od"], dict)
-
-
-def test_codecs_encode_only_for_byte_literals():
-    ok = b"\x80\x02c_codecs\nencode\nX\x02\x00\x00\x00abX\x06\x00\x00\x00latin1\x86R."
-    assert restricted_load(ok) == b"ab"
-    bad = b"\x80\x02c_codecs\nencode\nX\x02\x00\x00\x00abX\x0b\x00\x00\x00rot13_codec\x86R."
-    with pytest.raises(CorruptPickle):
-        restricted_load(bad)
-
-
-def _ti(key="0"):
-    return TensorInfo("", "float32", (2,), (1,), key, 0)
-
-
-def test_flatten_names_by_dotted_path_and_list_index():
-    t1, t2, t3 = _ti("0"), _ti("1"), _ti("2")
-    tree = {"model": {"layers": [{"w": t1}, {"w": t2}]}, "optimizer": {"state": {3: {"exp_avg": t3}}}, "step": 4}
-    assert [t.name for t in flatten(tree)] == ["model.layers.0.w", "model.layers.1.w", "optimizer.state.3.exp_avg"]
-    assert [t.storage_key for t in flatten(tree)] == ["0", "1", "2"]
-    assert t1.name == "model.layers.0.w" and flatten(tree)[0] is t1  # named in place: tree and list share it
-    assert [t.name for t in flatten(tree, prefix="ckpt")][0] == "ckpt.model.layers.0.w"
-    assert t1.name == "model.layers.0.w"  # a differently named flatten gets copies
-    assert flatten(_ti())[0].name == "tensor"
-
-
-def test_flatten_names_a_tensor_saved_twice_at_both_paths():
-    t = _ti()
-    names = [x.name for x in flatten({"embed": t, "head": t})]
-    assert names == ["embed", "head"] and t.name == "embed"
-
-
-def test_walk_survives_cycles_and_shared_subtrees():
-    shared = {"w": _ti()}
-    loop: list = []
-    loop.append(loop)
-    tree = {"a": shared, "b": shared, "loop": loop}
-    paths = [p for p, _ in walk(tree)]
-    assert paths[0] == "" and "a.w" in paths and "loop" in paths
-    assert len(paths) < 10
-    # an exponential DAG built through the memo stays linear
-    node: list = [_ti()]
-    for _ in range(60):
-        node = [node, node]
-    start = time.perf_counter()
-    assert len(flatten(node)) == 1
-    assert time.perf_counter() - start < 1
-
-
 def test_scan_of_real_pickle_stream_positions():
     buf = io.BytesIO()
     for obj in (1, "two", [3]):
@@ -336,32 +242,3 @@ def test_lean_walk_agrees_with_pickletools(value, protocol):
     assert scan.error is None and scan.end == len(data)
     assert {g.qualname for g in scan.globals} == _reference_globals(data)
     assert restricted_load(data)[2] == {1, 2}
-
-
-def test_large_plain_pickles_are_scanned_in_place_not_decoded(tmp_path, monkeypatch):
-    from ckinspect.formats import pickle_file
-
-    monkeypatch.setattr(pickle_file, "MAX_DECODE_BYTES", 16)
-    evil = tmp_path / "evil.pkl"
-    evil.write_bytes(b"\x80\x04" + sunicode("posix") + sunicode("system") + b"\x93" + sunicode("x") + b"\x85R.")
-    ckpt = pickle_file.read_pickle(evil)
-    assert [f.code for f in ckpt.findings] == ["UNSAFE_PICKLE"] and "posix.system" in ckpt.findings[0].message
-    fine = tmp_path / "fine.pkl"
-    fine.write_bytes(pickle.dumps({"a": list(range(100))}, protocol=4))
-    ckpt = pickle_file.read_pickle(fine)
-    assert ckpt.findings == [] and ckpt.tree is None and ckpt.metadata["pickles"] == 1
-
-
-def test_legacy_prefix_read_does_not_chase_garbage_lengths(tmp_path, monkeypatch):
-    from ckinspect.formats import torch_legacy
-    from ckinspect.io.zipdir import FileReader
-
-    # a BINUNICODE claiming 3 GB inside a 2 MB file: nothing more than the file is ever requested
-    path = tmp_path / "g.pt"
-    path.write_bytes(b"\x80\x02X" + struct.pack("<I", 3 << 30) + b"\x00" * (2 << 20))
-    asked = []
-    real = FileReader.read_at
-    monkeypatch.setattr(FileReader, "read_at", lambda self, o, n: asked.append(n) or real(self, o, n))
-    ckpt = torch_legacy.read_torch_legacy(path)
-    assert [f.code for f in ckpt.findings] == ["CORRUPT"]
-    assert max(asked) <= 1 << 20

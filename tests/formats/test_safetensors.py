@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import struct
-import time
 from pathlib import Path
 
 import pytest
@@ -190,11 +189,8 @@ def test_fifty_thousand_tensors_list_fast(tmp_path):
         }
         offset += 8
     path = write_raw(tmp_path / "many.safetensors", header, b"\0" * offset)
-    start = time.perf_counter()
-    ckpt = read_safetensors(path)
-    elapsed = time.perf_counter() - start
+    ckpt = read_safetensors(path)  # bench/safetensors_listing.py times this against safetensors' own reader
     assert ckpt.findings == [] and len(ckpt.tensors) == n and len(ckpt.storages) == n
-    assert elapsed < 3.0, f"listing {n} tensors took {elapsed:.2f}s"
 
 
 GOOD = {"a": torch.zeros(3), "b": torch.zeros(2, 2, dtype=torch.bfloat16), "c": torch.zeros(0, dtype=torch.int64)}

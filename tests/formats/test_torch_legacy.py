@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import struct
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,18 @@ def test_legacy_many_storages(tmp_path):
     assert ckpt.findings == [] and len(ckpt.tensors) == 300 and len(ckpt.storages) == 300
     t = ckpt.tensor("p299")
     assert raw_bytes(ckpt.storages[t.storage_key]) == bytes(state["p299"].untyped_storage())
+
+
+def test_legacy_prefix_read_does_not_chase_garbage_lengths(tmp_path, monkeypatch):
+    from ckinspect.formats import torch_legacy
+    from ckinspect.io.zipdir import FileReader
+
+    # a BINUNICODE claiming 3 GB inside a 2 MB file: nothing more than the file is ever requested
+    path = tmp_path / "g.pt"
+    path.write_bytes(b"\x80\x02X" + struct.pack("<I", 3 << 30) + b"\x00" * (2 << 20))
+    asked = []
+    real = FileReader.read_at
+    monkeypatch.setattr(FileReader, "read_at", lambda self, o, n: asked.append(n) or real(self, o, n))
+    ckpt = torch_legacy.read_torch_legacy(path)
+    assert [f.code for f in ckpt.findings] == ["CORRUPT"]
+    assert max(asked) <= 1 << 20

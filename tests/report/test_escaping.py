@@ -60,5 +60,5 @@ def test_markdown_report_keeps_every_name_inside_its_code_span(tmp_path, capsys)
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
     # the backtick-laden name sits in one double-backtick span, so its </details> and <img> stay text
-    assert "| ``tick`</details><img src=x onerror=alert(1)>`\\|cell\\|`` |" in out
+    assert "| `` tick`</details><img src=x onerror=alert(1)>`\\|cell\\| `` |" in out
     assert out.count("<img") == 1 and "`link[click](javascript:alert(1))`" in out

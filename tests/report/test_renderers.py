@@ -10,7 +10,7 @@ from ckinspect.analysis.checks import structural_findings
 from ckinspect.model import Finding
 from ckinspect.report import json_report, markdown, text
 from ckinspect.report.schema import SCHEMA_1
-from tests.report.builders import T, build, model_sd, trainer_resume
+from tests.helpers.checkpoints import T, build, model_sd, trainer_resume
 
 LONG = "transformer.h.11.attention.query_key_value_projection_with_a_really_long_name.weight"
 

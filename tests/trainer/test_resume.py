@@ -116,20 +116,17 @@ def test_logit_drift_of_fp16_weights_is_small_but_nonzero(runs):
 
 
 def test_cli_stop_and_resume_from_the_command_line(tmp_path, runs):
-    """The issue's 'done when', as a user types it (the straight run is the in-process one: same defaults)."""
-
-    def trainer(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "trainer", *map(str, args)],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=cli_env(),
-            timeout=120,
-        )
-
-    assert trainer("train", "--out", "B", "--steps", "60", "--stop-after", "30").returncode == 0
-    proc = trainer("train", "--out", "B", "--steps", "60", "--resume", "B/tiny_resume.pth")
+    """The issue's 'done when', as a user types it: the stop through the CLI's `main` in this process, the
+    resume in a real `python -m trainer` process (the straight run is the in-process one: same defaults)."""
+    assert main(["train", "--out", str(tmp_path / "B"), "--steps", "60", "--stop-after", "30"]) == 0
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "train", "--out", "B", "--steps", "60", "--resume", "B/tiny_resume.pth"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=cli_env(),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "resume: step 30" in proc.stdout
     _assert_identical(_resume(runs["random"] / "straight"), _resume(tmp_path / "B"))

@@ -242,7 +242,7 @@ async def test_folder_lists_checkpoints_with_badges_and_enter_opens_one(tmp_path
         assert isinstance(app.screen, FolderScreen)
         table = app.screen.query_one(VirtualTable)
         cells = {row.key: row.cells for row in table.rows}
-        assert cells[str(DEMO_PATH)][1:] == ("torch-zip", "1.25 MiB", "30", "1E 2W 1I")
+        assert cells[str(DEMO_PATH)][1:] == ("torch-zip", "1.2 MiB", "30", "1E 2W 1I")
         assert cells[str(DEMO_B_PATH)][3:] == ("60", "ok")
         await pilot.press("down", "enter")
         await settle(pilot)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -15,8 +14,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
+from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.core import human_bytes, name_matcher, shape_text
+from ckinspect.record import Record
+from ckinspect.tui.core import name_matcher
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.palette import STATUS_COLOURS
@@ -62,8 +63,9 @@ def names_agree(pairs: list[Pair]) -> bool:
     return all(agree(p.a.name, p.b.name) for p in pairs if p.a is not None and p.b is not None)
 
 
-@dataclass
-class Pair:
+class Pair(Record):
+    __hash__ = None  # type: ignore[assignment]  # changed after it is built
+
     name: str
     a: TensorInfo | None
     b: TensorInfo | None
@@ -241,7 +243,7 @@ class DiffScreen(Screen[None]):
         left, right = self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)
         left.columns = list(ONE_NAME_LEFT if self.one_name else LEFT_COLUMNS)
         if self.one_name and any(p.a is not None and p.b is not None and p.a.name != p.b.name for p in self.pairs):
-            left.columns[0] = replace(left.columns[0], label="A: name")
+            left.columns[0] = left.columns[0].replace(label="A: name")
         right.columns = list(ONE_NAME_RIGHT if self.one_name else RIGHT_COLUMNS)
         refreshed = self._fit_right()  # may drop the dtypes on a narrow screen, refreshing the rows
         self.query_one("#diff-loading").display = False

@@ -13,8 +13,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import human_bytes, severity_badges, verdict_of
+from ckinspect.tui.core import severity_badges, verdict_of
 from ckinspect.tui.messages import TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen, failure_text
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ckinspect.fmt import terminal_safe
+from ckinspect.fmt import human_bytes, terminal_safe
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import human_bytes, safe_load_verdict
+from ckinspect.tui.core import safe_load_verdict
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
 
 

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ckinspect.tui.core import human_bytes
+from ckinspect.fmt import human_bytes
 from ckinspect.tui.widgets.palette import GROUP_COLOURS
 from ckinspect.vocab import GROUPS
 

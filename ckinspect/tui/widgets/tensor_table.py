@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.core import human_bytes, shape_text
 from ckinspect.tui.widgets.palette import GROUP_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 

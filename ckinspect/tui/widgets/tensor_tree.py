@@ -9,9 +9,8 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from ckinspect.fmt import terminal_safe
+from ckinspect.fmt import human_bytes, shape_text, terminal_safe
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.core import human_bytes, shape_text
 
 
 class TensorTree(Tree[str]):

@@ -8,7 +8,6 @@ renders lines on demand with the Line API, as toolong does for big logs.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -24,10 +23,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ckinspect.fmt import terminal_safe
+from ckinspect.record import Record
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(Record):
     key: str
     label: str
     width: int | None = None  # None: takes the width the fixed columns leave (at least min_width)

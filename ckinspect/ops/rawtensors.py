@@ -1,0 +1,268 @@
+"""Tensors as raw bytes, without torch: what convert and salvage need to write a safetensors file.
+
+`map_tree` walks a reader's tree (TensorInfo in place of tensors) and builds a copy with whatever the
+caller makes of each tensor: torch tensors (ops.torchio, for torch files) or `RawTensor`s (here, for
+safetensors). A RawTensor is the storage's bytes plus the view; it is made contiguous and cast with
+numpy the way torch would (round to nearest even), so the file written is byte for byte what the
+torch route writes.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckinspect.dtypes import dtype_info
+from ckinspect.io.safetensors_write import Entry, write_safetensors
+from ckinspect.model import TensorInfo
+
+SCALARS = (str, int, float, bool, bytes, type(None), complex)
+MISSING = object()  # a tensor whose bytes are not available
+SKIP = object()  # a tensor or value left out on purpose
+
+# dtypes numpy can cast between exactly as torch does (bf16 by hand); other floats need torch to cast
+CASTABLE = ("float64", "float32", "float16", "bfloat16")
+
+
+@dataclass
+class Built:
+    tree: Any
+    tensors: list[tuple[str, Any]] = field(default_factory=list)
+    missing: list[tuple[str, TensorInfo]] = field(default_factory=list)
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def map_tree(
+    tree: Any,
+    make_tensor: Callable[[str, TensorInfo], Any],
+    keep: Callable[[str, TensorInfo], bool] | None = None,
+    is_plain: Callable[[Any], bool] | None = None,
+) -> Built:
+    """Copy the reader's tree with make_tensor(name, info) in place of each TensorInfo.
+
+    make_tensor returns MISSING when the bytes are unavailable (dict entry dropped, list slot None);
+    `keep(name, info)` filters tensors; `is_plain(obj)` admits further plain values (torch dtypes).
+    Objects that are not plain data are left out and listed in `dropped`.
+    """
+    built = Built(None)
+
+    def walk(obj: Any, path: str) -> Any:
+        if isinstance(obj, TensorInfo):
+            path = path or "tensor"  # a bare torch.save(tensor): the readers' name for it
+            if keep is not None and not keep(path, obj):
+                return SKIP
+            made = make_tensor(path, obj)
+            if made is MISSING:
+                built.missing.append((path, obj))
+            else:
+                built.tensors.append((path, made))
+            return made
+        if isinstance(obj, dict):
+            ordered = isinstance(obj, collections.OrderedDict) or getattr(type(obj), "ordered", False)
+            out = collections.OrderedDict() if ordered else {}
+            for k, v in obj.items():
+                child = walk(v, f"{path}.{k}" if path else str(k))
+                if child is not MISSING and child is not SKIP:
+                    out[k] = child
+            metadata = (getattr(obj, "pickled_attributes", None) or {}).get("_metadata")
+            if ordered and isinstance(metadata, dict):  # state_dict._metadata: module versions load_state_dict reads
+                out._metadata = walk(metadata, "")  # type: ignore[attr-defined]
+            return out
+        if isinstance(obj, (list, tuple)):
+            items = []
+            for i, v in enumerate(obj):
+                child = walk(v, f"{path}.{i}" if path else str(i))
+                items.append(None if child is MISSING or child is SKIP else child)
+            return type(obj)(items) if type(obj) in (list, tuple) else list(items)
+        if isinstance(obj, SCALARS) or (is_plain is not None and is_plain(obj)):
+            return obj
+        if type(obj).__name__ == "ArrayInfo":  # a numpy array the reader decoded (RNG states)
+            array = numpy_array(obj)
+            if array is not None:
+                return array
+            why = f"numpy array {obj.dtype}{list(obj.shape)} too large for the reader to keep"
+            built.dropped.append((path or "<root>", why))
+            return SKIP
+        what = getattr(obj, "qualname", None) or f"{type(obj).__module__}.{type(obj).__qualname__}"
+        built.dropped.append((path or "<root>", f"a {what} object (not plain data) cannot be carried over"))
+        return SKIP
+
+    result = walk(tree, "")
+    built.tree = {} if result is SKIP or result is MISSING else result
+    return built
+
+
+def numpy_array(info: Any) -> Any:
+    import numpy as np
+
+    data = getattr(info, "data", None)
+    if data is None:
+        return None
+    try:
+        return np.frombuffer(bytearray(data), dtype=np.dtype(str(info.dtype))).reshape(info.shape)
+    except (TypeError, ValueError):
+        return None
+
+
+class RawTensor:
+    """A tensor as its storage's raw little-endian bytes and its view; answers what convert asks of a torch tensor."""
+
+    __slots__ = ("info", "storage", "_cast")
+
+    def __init__(self, info: TensorInfo, storage: bytes | bytearray | memoryview, cast: tuple[str, Any] | None = None):
+        self.info = info
+        self.storage = storage  # shared by every view of the same storage key
+        self._cast = cast  # (dtype, contiguous array) once cast
+
+    @property
+    def dtype(self) -> str:
+        return self._cast[0] if self._cast else self.info.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.info.shape
+
+    def dim(self) -> int:
+        return len(self.info.shape)
+
+    def is_floating_point(self) -> bool:
+        return dtype_info(self.dtype).is_floating
+
+    def fits(self) -> bool:
+        """Whether the storage holds every byte the view reaches."""
+        return self.info.byte_offset + self.info.span_bytes <= len(self.storage)
+
+    def contiguous_bytes(self) -> memoryview:
+        """The elements in C order, as bytes."""
+        if self._cast:
+            return self._cast[1].data.cast("B")
+        import numpy as np
+        from numpy.lib.stride_tricks import as_strided
+
+        info = self.info
+        if info.nbytes == 0:
+            return memoryview(b"")
+        if info.bits % 8 or info.is_contiguous:  # packed sub-byte floats are only ever contiguous
+            start = info.byte_offset
+            return memoryview(self.storage)[start : start + info.nbytes]
+        item = info.itemsize
+        flat = np.frombuffer(self.storage, dtype=np.dtype(f"V{item}"))
+        view = as_strided(
+            flat[info.storage_offset :],
+            shape=info.shape,
+            strides=[s * item for s in info.stride],
+            writeable=False,
+        )
+        return np.ascontiguousarray(view).reshape(-1).data.cast("B")
+
+    def to(self, dtype: str) -> RawTensor:
+        """The same values in another floating dtype, rounded to nearest even as torch rounds."""
+        return RawTensor(self.info, self.storage, (dtype, cast_array(self.contiguous_bytes(), self.dtype, dtype)))
+
+
+def cast_array(raw: memoryview, source: str, target: str) -> Any:
+    """Raw little-endian elements of `source` as a contiguous array of `target` (float64/32/16, bfloat16)."""
+    import numpy as np
+
+    if source not in CASTABLE or target not in CASTABLE:
+        return _cast_with_torch(raw, source, target)
+    if source == "bfloat16":
+        wide = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << np.uint32(16)
+        values = wide.view(np.float32)
+    else:
+        values = np.frombuffer(raw, dtype=dtype_info(source).numpy)
+    with np.errstate(over="ignore"):
+        if source == "float64" and target != "float64":
+            values = values.astype(np.float32)  # torch goes through float32 too: the same double rounding
+        if target == "bfloat16":
+            return bf16_bits(values.astype(np.float32))
+        return values.astype(dtype_info(target).numpy)
+
+
+def bf16_bits(x32: Any) -> Any:
+    """float32 -> bfloat16 bits (uint16), nearest even; NaN becomes torch's quiet NaN 0x7FC0."""
+    import numpy as np
+
+    u = x32.view(np.uint32)
+    with np.errstate(over="ignore"):
+        rounded = (u + (np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
+    bits = rounded.astype(np.uint16)
+    nan = np.isnan(x32)
+    if nan.any():
+        bits[nan] = 0x7FC0
+    return bits
+
+
+def _cast_with_torch(raw: memoryview, source: str, target: str) -> Any:
+    """fp8 and friends: numpy has no rounding for them, torch does."""
+    from ckinspect.optional import require_torch
+
+    torch = require_torch(f"casting {source} to {target}")
+    from ckinspect.ops.torchio import tensor_from_bytes
+
+    out = tensor_from_bytes(bytearray(raw), source, (len(raw) * 8 // dtype_info(source).bits,))
+    return out.to(getattr(torch, target)).view(torch.uint8).numpy()
+
+
+def raw_tensors(
+    tree: Any,
+    storage_bytes: Callable[[TensorInfo], bytes | bytearray | memoryview | None],
+    keep: Callable[[str, TensorInfo], bool] | None = None,
+    cast: Callable[[str, RawTensor], RawTensor] | None = None,
+) -> Built:
+    """map_tree with RawTensors: one read per storage key, shared by every view of it (as torch shares)."""
+    storages: dict[str, bytes | bytearray | memoryview | None] = {}
+
+    def make(name: str, info: TensorInfo) -> Any:
+        if info.storage_key not in storages:
+            storages[info.storage_key] = storage_bytes(info)
+        storage = storages[info.storage_key]
+        if storage is None:
+            return MISSING
+        tensor = RawTensor(info, storage)
+        if not tensor.fits():
+            return MISSING
+        return cast(name, tensor) if cast is not None else tensor
+
+    return map_tree(tree, make, keep)
+
+
+def raw_to_safetensors(
+    path: str | Path, tensors: list[tuple[str, RawTensor]], metadata: dict[str, str] | None = None
+) -> tuple[int, list[str]]:
+    """Write named RawTensors as safetensors, each with its own bytes (the format forbids sharing).
+
+    Returns the size and notes naming every tensor that shared its storage and was copied.
+    """
+    seen: dict[int, str] = {}
+    notes = []
+    entries = []
+    for name, t in tensors:
+        ident = id(t.storage)
+        if t.info.numel and ident in seen:
+            notes.append(
+                f"{name} shared its storage with {seen[ident]}: written as a separate copy "
+                "(safetensors forbids shared memory)"
+            )
+        elif t.info.numel:
+            seen[ident] = name
+        entries.append(Entry(name, t.dtype, t.shape, _chunks(t)))
+    return write_safetensors(path, entries, metadata), notes
+
+
+def _chunks(t: RawTensor) -> Callable[[], list[memoryview]]:
+    return lambda: [t.contiguous_bytes()]
+
+
+def count_values(tree: Any, is_tensor: Callable[[Any], bool]) -> int:
+    """Leaves of a built tree that are neither tensors nor None (hyperparameters, config, RNG arrays)."""
+    if is_tensor(tree):
+        return 0
+    if isinstance(tree, dict):
+        return sum(count_values(v, is_tensor) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(count_values(v, is_tensor) for v in tree)
+    return 0 if tree is None else 1

@@ -1,0 +1,147 @@
+"""Anatomy: what each part of a checkpoint costs, with storages counted once."""
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckinspect.analysis.anatomy import analyze, read_scalar, summarize
+from ckinspect.model import StorageInfo, TensorInfo
+from tests.helpers.checkpoints import T, build, model_sd, trainer_resume
+
+F32 = 4
+
+
+def test_trainer_resume_groups_and_bytes_add_up():
+    ckpt = analyze(build(trainer_resume()))
+    anatomy = summarize(ckpt)
+    params = (16 * 8 + 32 * 8 + 8 * 32 + 8) * F32  # tied lm_head counted once
+    moments = 2 * params
+    steps = 4 * F32
+    rng = 5056
+    assert anatomy.groups["model"].bytes == params
+    assert anatomy.groups["optimizer"].bytes == moments + steps
+    assert anatomy.groups["rng"].bytes == rng
+    assert anatomy.groups["other"].bytes == 0
+    assert anatomy.tensor_bytes == params + moments + steps + rng == anatomy.storage_bytes
+    assert anatomy.unused_bytes == 0
+    assert anatomy.optimizer_share == pytest.approx((moments + steps) / anatomy.tensor_bytes)
+    # counts are views: the tied lm_head is a tensor of its own
+    assert anatomy.groups["model"].tensor_count == 5
+    assert anatomy.groups["optimizer"].tensor_count == 12
+    assert anatomy.tensor_count == 5 + 12 + 1
+
+
+def test_tied_weights_count_once_but_list_twice():
+    ckpt = analyze(build(model_sd()))
+    anatomy = summarize(ckpt)
+    assert ckpt.layout == "state_dict"
+    assert [t.name for t in ckpt.tensors][-1] == "lm_head.weight"
+    assert anatomy.tensor_bytes == (16 * 8 + 32 * 8 + 8 * 32 + 8) * F32
+    assert sum(t.nbytes for t in ckpt.tensors) == anatomy.tensor_bytes + 16 * 8 * F32
+
+
+def test_saved_slice_of_a_large_tensor_is_unused_storage():
+    # x[:10] of a 1000x1000 float32 tensor, saved as a view: the whole 4 MB storage goes to disk
+    ckpt = analyze(build({"head": T((10, 1000), storage_numel=1000 * 1000)}))
+    anatomy = summarize(ckpt)
+    assert anatomy.storage_bytes == 4_000_000
+    assert anatomy.tensor_bytes == 40_000
+    assert anatomy.unused_bytes == 3_960_000
+    assert anatomy.partly_used[0].largest_view == "head"
+
+
+def test_overlapping_views_count_each_byte_once():
+    ckpt = build({"a": T((100,), storage="s"), "b": T((100,), storage="s", offset=50)})
+    anatomy = summarize(analyze(ckpt))
+    assert anatomy.storage_bytes == 150 * F32
+    assert anatomy.tensor_bytes == 150 * F32 and anatomy.unused_bytes == 0
+
+
+def test_storage_shared_across_groups_goes_to_model_first():
+    # an optimizer entry that aliases a model weight (as a buggy save could): bytes once, to model
+    tree = {
+        "model": {"w": T((10,), storage="s")},
+        "optimizer": {"state": {0: {"exp_avg": T((10,), storage="s")}}, "param_groups": [{"params": [0]}]},
+    }
+    anatomy = summarize(analyze(build(tree)))
+    assert anatomy.groups["model"].bytes == 40 and anatomy.groups["optimizer"].bytes == 0
+    assert anatomy.groups["optimizer"].tensor_count == 1
+    assert anatomy.tensor_bytes == 40
+
+
+def test_strided_view_reaches_its_span():
+    ckpt = build({"w": T((4, 4))})
+    ckpt.tensors[0] = TensorInfo("w", "float32", (4, 2), (4, 1), ckpt.tensors[0].storage_key, 0)  # w[:, :2]
+    anatomy = summarize(analyze(ckpt))
+    assert anatomy.tensor_bytes == (3 * 4 + 1 + 1) * F32  # first element to last element
+
+
+def test_share_of_file_uses_file_bytes():
+    ckpt = analyze(build(model_sd(), file_bytes=10_000))
+    anatomy = summarize(ckpt)
+    assert anatomy.share_of_file(ckpt.tensor("layers.0.w1.weight")) == pytest.approx(1024 / 10_000)
+
+
+def test_empty_checkpoint_has_zero_share():
+    anatomy = summarize(analyze(build({})))
+    assert (anatomy.tensor_bytes, anatomy.optimizer_share) == (0, 0.0)
+
+
+def test_step_saved_as_a_tensor_is_read_from_disk(tmp_path):
+    blob = tmp_path / "ckpt.bin"
+    blob.write_bytes(b"HEADER" + struct.pack("<q", 1234) + b"tail")
+    ckpt = build({"model": model_sd(), "optimizer": {}, "step": T((), "int64")}, path=blob)
+    step = ckpt.tensor("step")
+    ckpt.storages[step.storage_key] = StorageInfo(step.storage_key, "int64", 8, blob, offset=6)
+    analyze(ckpt)
+    assert ckpt.metadata["step"] == 1234
+    assert read_scalar(ckpt, ckpt.tensor("model.norm.weight")) is None  # not a one-element tensor
+
+
+def test_summary_follows_changes_to_the_checkpoint():
+    ckpt = analyze(build(model_sd()))
+    first = summarize(ckpt)
+    assert summarize(ckpt) is first  # asked twice (checks, report): computed once
+    ckpt.tensors[1] = TensorInfo("extra", "float32", (1000,), (1,), "new")
+    assert summarize(ckpt).tensor_bytes == first.tensor_bytes - 32 * 8 * 4 + 4000
+
+
+GROUP_NAMES = ["model", "optimizer", "rng", "other"]
+
+
+@st.composite
+def views_over_storages(draw):
+    """Random 1-D views (offset, length, group) over a few float32 storages of random size."""
+    tree = {}
+    for s in range(draw(st.integers(1, 3))):
+        size = draw(st.integers(1, 64))
+        for v in range(draw(st.integers(0, 4))):
+            offset = draw(st.integers(0, size - 1))
+            length = draw(st.integers(0, size - offset))
+            group = draw(st.sampled_from(GROUP_NAMES))
+            tree[f"{group}.s{s}v{v}"] = T((length,), storage=f"s{s}", offset=offset, storage_numel=size)
+    return tree
+
+
+@settings(max_examples=60, deadline=None)
+@given(views_over_storages())
+def test_groups_add_up_to_tensor_bytes_and_never_exceed_storage(tree):
+    ckpt = build(tree)
+    # build() leaves every group "other", as a reader does: take the group from the name's first part
+    ckpt.tensors = [
+        TensorInfo(t.name, t.dtype, t.shape, t.stride, t.storage_key, t.storage_offset, t.name.split(".")[0])
+        for t in ckpt.tensors
+    ]
+    anatomy = summarize(ckpt)
+    assert sum(g.bytes for g in anatomy.groups.values()) == anatomy.tensor_bytes
+    assert 0 <= anatomy.tensor_bytes <= anatomy.storage_bytes
+    assert anatomy.unused_bytes == anatomy.storage_bytes - anatomy.tensor_bytes
+    # a byte reached by a model view always counts for model
+    model_only = summarize(
+        type(ckpt)(
+            ckpt.path, ckpt.format, ckpt.file_bytes, [t for t in ckpt.tensors if t.group == "model"], ckpt.storages
+        )
+    )
+    assert anatomy.groups["model"].bytes == model_only.tensor_bytes

@@ -1,0 +1,43 @@
+"""Naming the tensors of a decoded pickle tree: dotted paths, list indices, shared and cyclic subtrees."""
+
+from __future__ import annotations
+
+from ckinspect.formats.tree import flatten, walk
+from ckinspect.model import TensorInfo
+
+
+def _ti(key="0"):
+    return TensorInfo("", "float32", (2,), (1,), key, 0)
+
+
+def test_flatten_names_by_dotted_path_and_list_index():
+    t1, t2, t3 = _ti("0"), _ti("1"), _ti("2")
+    tree = {"model": {"layers": [{"w": t1}, {"w": t2}]}, "optimizer": {"state": {3: {"exp_avg": t3}}}, "step": 4}
+    assert [t.name for t in flatten(tree)] == ["model.layers.0.w", "model.layers.1.w", "optimizer.state.3.exp_avg"]
+    assert [t.storage_key for t in flatten(tree)] == ["0", "1", "2"]
+    assert t1.name == "model.layers.0.w" and flatten(tree)[0] is t1  # named in place: tree and list share it
+    assert [t.name for t in flatten(tree, prefix="ckpt")][0] == "ckpt.model.layers.0.w"
+    assert t1.name == "model.layers.0.w"  # a differently named flatten gets copies
+    assert flatten(_ti())[0].name == "tensor"
+
+
+def test_flatten_names_a_tensor_saved_twice_at_both_paths():
+    t = _ti()
+    names = [x.name for x in flatten({"embed": t, "head": t})]
+    assert names == ["embed", "head"] and t.name == "embed"
+
+
+def test_walk_survives_cycles_and_shared_subtrees():
+    shared = {"w": _ti()}
+    loop: list = []
+    loop.append(loop)
+    tree = {"a": shared, "b": shared, "loop": loop}
+    paths = [p for p, _ in walk(tree)]
+    assert paths[0] == "" and "a.w" in paths and "loop" in paths
+    assert len(paths) < 10
+    # an exponential DAG built through the memo stays linear: 2**60 paths, so only a walk that enters
+    # each container once ever returns here
+    node: list = [_ti()]
+    for _ in range(60):
+        node = [node, node]
+    assert len(flatten(node)) == 1

@@ -1,0 +1,45 @@
+"""ckinspect.fmt: the one writer of sizes, shapes, percents and Markdown escapes for reports, commands and TUI."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckinspect.fmt import human_bytes, md_code, md_text, percent, shape_text
+
+
+def test_sizes_are_binary_with_one_decimal():
+    assert [human_bytes(n) for n in (0, 1, 1023, 1024, 1536, 5 * 1024**4)] == [
+        "0 B", "1 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 TiB"
+    ]  # fmt: skip
+
+
+def test_percent_says_all_and_none_only_when_it_is():
+    assert [percent(f) for f in (0.0, 0.0004, 0.001, 0.123, 0.9995, 1.0)] == [
+        "0.0%", "<0.1%", "0.1%", "12.3%", ">99.9%", "100.0%"
+    ]  # fmt: skip
+
+
+def test_shapes():
+    assert [shape_text(s) for s in ((), (10,), (3, 4), [2, 1, 5])] == ["scalar", "10", "3×4", "2×1×5"]
+
+
+def test_markdown_text_and_code_spans_are_safe_in_a_table_cell():
+    assert md_text("a|b\\c\nd") == "a\\|b\\\\c d"
+    assert md_code("layers.0|x") == "`layers.0\\|x`"
+    assert md_code("C:\\runs\\a.pt") == "`C:\\runs\\a.pt`"  # a code span shows backslashes as they are
+    assert md_code("odd`name") == "`` odd`name ``"
+
+
+def test_sizes_read_as_humanize_writes_them_including_where_rounding_reaches_the_next_unit():
+    import random
+
+    humanize = pytest.importorskip("humanize")
+
+    def theirs(n: float) -> str:
+        return humanize.naturalsize(n, binary=True, format="%.1f").replace(" Bytes", " B").replace(" Byte", " B")
+
+    rng = random.Random(0)
+    edges = [1024**k + d for k in range(1, 11) for d in (-(1024 ** (k - 1)) // 20 - 1, -52, -51, -1, 0, 1)]
+    values = edges + [rng.randrange(1 << rng.randrange(1, 70)) for _ in range(20_000)]
+    assert [human_bytes(v) for v in values] == [theirs(v) for v in values]
+    assert human_bytes(1024**2 - 51) == "1.0 MiB"  # 1023.95 KiB rounds up: the unit steps up with it
