@@ -17,8 +17,7 @@ import pytest
 from tests.conftest import REPO, cli_env
 from tests.hostile.corpus import VICTIM, VICTIM_BYTES, build
 
-LIMIT = 1 << 30  # report, diff, repair: the threat model's bound
-TORCH_LIMIT = 2 << 30  # salvage and convert import torch and write files: under 1 GiB convert ran out (see the note)
+LIMIT = 1 << 30  # the threat model's bound, for every command (salvage imports torch and still fits)
 COMMANDS = ("report", "diff", "salvage", "convert", "repair")  # repair last: --apply moves files
 CONTROL = ("\x1b", "\x07", "\x9b", "\u202e")
 
@@ -34,8 +33,7 @@ def corpus(tmp_path_factory):
     torch.save({"w": torch.ones(4), "step": 1}, root / "benign.pt")
     results = {}
     for command in COMMANDS:
-        limit = TORCH_LIMIT if command in ("salvage", "convert") else LIMIT
-        subprocess.run([sys.executable, "-m", "tests.hostile.run_cases", str(root), command, str(limit)],
+        subprocess.run([sys.executable, "-m", "tests.hostile.run_cases", str(root), command, str(LIMIT)],
                        cwd=REPO, env=cli_env(), check=True, timeout=1500)  # fmt: skip
         results[command] = {r["case"]: r["runs"] for r in json.loads((root / f"results_{command}.json").read_text())}
     return root, cases, results

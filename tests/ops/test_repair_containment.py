@@ -12,7 +12,7 @@ import torch
 
 from ckinspect.cli import main
 from ckinspect.ops.repair import apply_plan, plan_repairs
-from tests.repair.helpers import cut, save_resume, sha
+from tests.helpers.torch_files import cut, save_resume, sha
 
 
 class _Payload:
