@@ -78,7 +78,7 @@ def map_tree(
                 return SKIP
         if isinstance(obj, dict):
             ordered = isinstance(obj, collections.OrderedDict) or getattr(type(obj), "ordered", False)
-            out = collections.OrderedDict() if ordered else {}
+            out: dict[Any, Any] = collections.OrderedDict() if ordered else {}
             copies[id(obj)] = out  # before the children: a dict that holds itself gets its own copy back
             for k, v in obj.items():
                 child = walk(v, f"{path}.{k}" if path else str(k), depth + 1)

@@ -53,7 +53,7 @@ class DetailsPane(VerticalScroll):
         text.append(f" · {tensor.dtype} · {shape_text(tensor.shape)}\n")
         text.append(f"{tensor.numel:,} elements · {human_bytes(tensor.nbytes)}\n")
         text.append(f"stride {tuple(tensor.stride)}{'' if tensor.is_contiguous else ' (not contiguous)'}\n")
-        text.append(f"storage {tensor.storage_key} @ {tensor.storage_offset}")
+        text.append(f"storage {terminal_safe(tensor.storage_key)} @ {tensor.storage_offset}")
         if storage is not None:
             text.append(f" of {human_bytes(storage.nbytes)}")
         if shared > 1:
