@@ -66,6 +66,12 @@ def summary_line(diff: dict[str, Any]) -> str:
         if verdict == "different":
             return "different: the files' bytes differ (tensors not compared)"
         return "no verdict: tensors not compared, and the files' bytes cannot be compared"
+    if diff.get("unsafe") and not (diff["changed"] or diff["only_a"] or diff["only_b"] or diff.get("unreadable")):
+        if verdict == "identical":
+            return "identical: the two files are the same byte for byte"
+        if verdict == "different":
+            return f"different: the files' bytes differ ({matched(diff)}, but {diff['unsafe']})"
+        return f"no verdict: {matched(diff)}, but {diff['unsafe']} and the files' bytes cannot be compared"
     if verdict == "identical":
         return "identical: " + matched(diff)
     reasons: dict[str, int] = {}
