@@ -70,6 +70,8 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
             return _read_without_directory(ckpt, reader, file, str(exc))
         raise
     by_name = {m.name: m for m in members}
+    if base == 0:
+        _scan_second_directory(ckpt, reader, cd_start, file)
     pkl = _find_data_pkl(members)
     if pkl is None:
         ckpt.add("CORRUPT", f"{file.name}: a zip, but no <archive>/data.pkl in it: not a torch.save checkpoint")
@@ -189,6 +191,20 @@ def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
     candidates = [m for m in members if m.name.lower().endswith("/data.pkl") and m.name.count("/") == 1]
     candidates += [m for m in members if m.name.lower() == "data.pkl"]
     return candidates[0] if candidates else None
+
+
+def _scan_second_directory(ckpt: Checkpoint, reader: FileReader, cd_start: int, file: Path) -> None:
+    """A zip whose end record names another directory than its zip64 record: torch (and zipfile) read
+    the zip64 one, other readers may not. The pickles the other directory lists are judged too."""
+    try:
+        members, other_start = read_directory(reader, classic=True)
+    except ZipError:
+        return
+    if other_start == cd_start:
+        return
+    for member in members:
+        if member.name.lower().endswith(".pkl"):
+            _scan_in_place(ckpt, reader, member, other_start, f"{file.name}:{member.name} (second zip directory)")
 
 
 def _scan_in_place(ckpt: Checkpoint, reader: FileReader, member: ZipMember, limit: int, where: str,

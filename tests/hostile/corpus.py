@@ -63,6 +63,20 @@ def _su(text: str) -> bytes:  # SHORT_BINUNICODE
     return b"\x8c" + bytes([len(raw)]) + raw
 
 
+def _arm(data: bytes, cmd: str) -> bytes:
+    """A hand-written stream with its argument ("x", or "touch MARKER") made the marker command, in
+    whichever string opcode carries it, so that running the stream leaves the case's marker."""
+    c = cmd.encode()
+    return (
+        data.replace(b"touch MARKER", c)
+        .replace(b"X\x01\x00\x00\x00x", b"X" + struct.pack("<I", len(c)) + c)
+        .replace(_su("x"), _su(cmd))
+        .replace(b"U\x01x", b"U" + bytes([len(c)]) + c)
+        .replace(b"Vx\n", b"V" + c + b"\n")
+        .replace(b"S'x'\n", b"S'" + c + b"'\n")
+    )
+
+
 def _torch_zip_members(obj) -> list[tuple[str, bytes]]:
     import torch
 
@@ -120,10 +134,10 @@ def build(root: Path) -> list[Case]:  # noqa: C901 - one long list of cases, rea
         add(Case(n, "pickle", "p.pkl", "UNSAFE_PICKLE"))
     forms = {
         "pickle_global_exec": _p0("builtins", "exec", "import os; os.system('touch MARKER')"),
-        "pickle_global_eval": _p0("__builtin__", "eval", "__import__('os').system('x')"),
-        "pickle_subprocess": _p0("subprocess", "getoutput", "x"),
+        "pickle_global_eval": _p0("__builtin__", "eval", "__import__('os').system('touch MARKER')"),
+        "pickle_subprocess": _p0("subprocess", "getoutput", "touch MARKER"),
         "pickle_runpy": _p0("runpy", "run_path", "/nonexistent"),
-        "pickle_inst": b"(S'touch x'\nios\nsystem\n.",
+        "pickle_inst": b"(S'touch MARKER'\nios\nsystem\n.",
         "pickle_obj": b"\x80\x02(cos\nsystem\nX\x01\x00\x00\x00xo.",
         "pickle_stack_global": b"\x80\x04" + _su("os") + _su("system") + b"\x93" + _su("x") + b"\x85R.",
         "pickle_getattr_chain": b"\x80\x02cbuiltins\ngetattr\ncos\nsystem\nX\x01\x00\x00\x00x\x86R.",
@@ -131,7 +145,7 @@ def build(root: Path) -> list[Case]:  # noqa: C901 - one long list of cases, rea
         "pickle_unknown_module": _p0("totally_unknown_mod", "run", "x"),
     }
     for n, data in forms.items():
-        (folder(n) / "p.pkl").write_bytes(data.replace(b"touch MARKER", _cmd(root, n).encode()))
+        (folder(n) / "p.pkl").write_bytes(_arm(data, _cmd(root, n)))
         add(Case(n, "pickle", "p.pkl", "UNSAFE_PICKLE"))
 
     # ---- family: semantics — streams where a scanner that is not CPython's unpickler sees something else
@@ -154,7 +168,7 @@ def build(root: Path) -> list[Case]:  # noqa: C901 - one long list of cases, rea
         + b"1\x93"
         + _su("x")
         + b"\x85R.",  # fmt: skip
-        # MEMOIZE writes slot len(memo): after PUT 5, MEMOIZE fills slot 1, not 6
+        # MEMOIZE writes slot len(memo): after MEMOIZE (slot 0) and PUT 5, it fills slot 2, not 6
         "sem_memoize_len": b"\x80\x04"
         + _su("os")
         + b"\x94"
@@ -163,7 +177,7 @@ def build(root: Path) -> list[Case]:  # noqa: C901 - one long list of cases, rea
         + _su("system")
         + b"\x94"
         + b"0" * 3
-        + b"h\x00h\x01\x93"
+        + b"h\x00h\x02\x93"
         + _su("x")
         + b"\x85R.",  # fmt: skip
         "sem_dup": b"\x80\x04" + _su("os") + _su("system") + b"2" + b"0" + b"\x93" + _su("x") + b"\x85R.",
@@ -182,7 +196,7 @@ def build(root: Path) -> list[Case]:  # noqa: C901 - one long list of cases, rea
         "sem_ext_unregistered": b"\x80\x02\x82\xf0X\x01\x00\x00\x00x\x85R.",
     }
     for n, data in sem.items():
-        (folder(n) / "p.pkl").write_bytes(data.replace(b"X\x01\x00\x00\x00x", b"X\x01\x00\x00\x00x"))
+        (folder(n) / "p.pkl").write_bytes(_arm(data, _cmd(root, n)))
         add(Case(n, "semantics", "p.pkl", "UNSAFE_PICKLE"))
     big = b"(" + b"N" * (2 << 20) + b"0" * (2 << 20) + b"1" + _p0("os", "system", _cmd(root, "sem_padded_proto0"))
     (folder("sem_padded_proto0") / "weights.dat").write_bytes(big)
@@ -230,6 +244,11 @@ def build(root: Path) -> list[Case]:  # noqa: C901 - one long list of cases, rea
     _write_zip(folder(n) / "m.pt", _swap_pkl(benign, _hostile_data_pkl(root, n)))
     _add_zip64_decoy(folder(n) / "m.pt", benign)
     add(Case(n, "container", "m.pt", "UNSAFE_PICKLE", note="a zip64 locator points at a second, benign directory"))
+    n = "zip64_hostile_directory"
+    _write_zip(folder(n) / "m.pt", benign)
+    _add_zip64_decoy(folder(n) / "m.pt", _swap_pkl(benign, _hostile_data_pkl(root, n)))
+    add(Case(n, "container", "m.pt", "UNSAFE_PICKLE", note="the end record names a benign directory, the zip64 "
+             "record (which torch follows) a hostile one"))  # fmt: skip
     n = "zip_big_other_pickle"
     big_pickle = b"\x80\x02" + b"N0" * (33 << 20) + payload(root, n)[2:]
     with zipfile.ZipFile(folder(n) / "m.pt", "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z:
@@ -243,7 +262,9 @@ def build(root: Path) -> list[Case]:  # noqa: C901 - one long list of cases, rea
         n = f"legacy_tar_{member}"
         with tarfile.open(folder(n) / "old.pt", "w", format=tarfile.PAX_FORMAT) as tar:
             for m in ("storages", "tensors", "pickle"):
-                data = payload(root, n) if m == member else pickle.dumps(0, protocol=2)
+                # what torch's tar loader reads: storages holds a count and the views, the others a count
+                filler = pickle.dumps(0, protocol=2) + (pickle.dumps([], protocol=2) if m == "storages" else b"")
+                data = payload(root, n) if m == member else filler
                 info = tarfile.TarInfo(m)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
@@ -463,8 +484,8 @@ def _patch_member(path: Path, name: str, raw: bytes, declared: int) -> None:
 
 
 def _add_zip64_decoy(path: Path, benign: list[tuple[str, bytes]]) -> None:
-    """Append a benign copy of the archive's members and a zip64 end record (with its locator) that
-    points at their directory, in front of the original end record, which still points at the hostile one."""
+    """Append a copy of the archive with these members and a zip64 end record (with its locator) that
+    points at their directory, in front of the original end record, which still points at the first one."""
     blob = path.read_bytes()
     eocd = blob.rindex(b"PK\x05\x06")
     head, tail = blob[:eocd], blob[eocd:]
@@ -502,16 +523,27 @@ def _dcp_many_chunks(count: int) -> bytes:
 
 
 def verify_torch(root: Path, cases: list[Case]) -> dict[str, bool]:
-    """Which cases torch.load(weights_only=False) runs (each in its own process): {name: marker appeared}."""
-    import subprocess
+    """Which cases torch.load(weights_only=False) runs: {name: marker appeared}. torch is imported once;
+    each load runs in a forked child of its own (killed after 300 s), so a payload cannot touch the next."""
+    import signal
+
+    import torch  # noqa: F401 - imported before the forks, so each child starts loading at once
 
     live = {}
     for case in cases:
         target = root / "cases" / case.name / case.target
         if not case.target or not target.is_file():
             continue
-        code = f"import torch; torch.load({str(target)!r}, weights_only=False)"
-        subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300)
+        pid = os.fork()
+        if pid == 0:  # the child: load, whatever happens exit without returning into the caller
+            code = 0
+            try:
+                signal.alarm(300)
+                torch.load(target, weights_only=False)
+            except BaseException:  # noqa: BLE001 - a refused or broken file is an answer too
+                code = 1
+            os._exit(code)
+        os.waitpid(pid, 0)
         live[case.name] = (root / f"MARKER_{case.name}").exists()
     return live
 
