@@ -18,6 +18,7 @@ import os
 import pickle
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -172,6 +173,7 @@ def check(data: bytes) -> None:
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
 
+@pytest.mark.slow  # 2,000 streams through the scan and CPython's unpickler: ~35 s on 2 busy cores
 @settings(max_examples=DIFFERENTIAL_EXAMPLES, deadline=None, derandomize=DIFFERENTIAL_EXAMPLES <= 2000,
           suppress_health_check=_SLOW_OK)  # fmt: skip
 @given(streams())
