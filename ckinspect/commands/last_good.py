@@ -14,7 +14,7 @@ import sys
 
 from ckinspect.analysis.runs import last_good
 from ckinspect.commands.emit import emit, envelope, render_ci
-from ckinspect.fmt import printable
+from ckinspect.fmt import terminal_safe
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
 
@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
 def why_none(result) -> str:
     judged = [c for c in result.checkpoints if c.verdict]
     if not result.checkpoints:
-        return f"no checkpoint found in {printable(str(result.path))}"
+        return f"no checkpoint found in {terminal_safe(str(result.path))}"
     newest = judged[-1] if judged else result.checkpoints[-1]
     reason = newest.reasons[0] if newest.reasons else newest.verdict
-    return (f"no good checkpoint in {printable(str(result.path))} ({len(result.checkpoints)} found; the newest, "
-            f"{printable(newest.path.name)}, is {newest.verdict}: {printable(reason)})")  # fmt: skip
+    return (f"no good checkpoint in {terminal_safe(str(result.path))} ({len(result.checkpoints)} found; the newest, "
+            f"{terminal_safe(newest.path.name)}, is {newest.verdict}: {terminal_safe(reason)})")  # fmt: skip

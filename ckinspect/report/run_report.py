@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ckinspect.fmt import human_bytes, md_code, md_text, printable
+from ckinspect.fmt import human_bytes, md_code, md_text, terminal_safe
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,8 +30,8 @@ def shown_path(path: str, run_path: str) -> str:
     try:
         relative = Path(path).relative_to(run_path)
     except ValueError:
-        return printable(path)
-    return printable(str(relative) if str(relative) != "." else Path(path).name)
+        return path
+    return str(relative) if str(relative) != "." else Path(path).name
 
 
 def verdict_line(run: Mapping[str, Any]) -> str:
@@ -57,39 +57,41 @@ def text_section(run: Mapping[str, Any]) -> RenderableType:
         style = VERDICT_STYLE.get(ckpt["verdict"], "red") if ckpt["verdict"] else "dim"
         table.add_row(
             Text(mark, style="bold green"),
-            Text(shown_path(ckpt["path"], run["path"])),
+            Text(terminal_safe(shown_path(ckpt["path"], run["path"]))),
             ckpt["framework"],
             "" if ckpt["step"] is None else str(ckpt["step"]),
             when(ckpt["time"]),
             human_bytes(ckpt["size"]),
             Text(ckpt["verdict"] or "not read", style=style),
         )
-    parts: list[RenderableType] = [title_line(printable(run["path"]), "run"), table]
+    parts: list[RenderableType] = [title_line(terminal_safe(run["path"]), "run"), table]
     for finding in run["findings"]:
-        parts.append(Text(f"✗ {finding['code']}: {printable(finding['message'])}", style="red"))
+        parts.append(Text(f"✗ {finding['code']}: {terminal_safe(finding['message'])}", style="red"))
     for ckpt in run["checkpoints"]:
         if ckpt["reasons"]:
-            parts.append(Text(f"{shown_path(ckpt['path'], run['path'])}: {ckpt['verdict']}", style="bold"))
-            parts.extend(Text(f"  {printable(reason)}") for reason in ckpt["reasons"])
-    parts.append(Text(verdict_line(run), style="bold"))
+            parts.append(
+                Text(terminal_safe(f"{shown_path(ckpt['path'], run['path'])}: {ckpt['verdict']}"), style="bold")
+            )
+            parts.extend(Text(f"  {terminal_safe(reason)}") for reason in ckpt["reasons"])
+    parts.append(Text(terminal_safe(verdict_line(run)), style="bold"))
     return Group(*parts)
 
 
 def markdown_section(run: Mapping[str, Any]) -> list[str]:
-    out = [f"### Run {md_code(printable(run['path']))}", "", f"**{md_text(verdict_line(run))}**", ""]
+    out = [f"### Run {md_code(run['path'])}", "", f"**{md_text(verdict_line(run))}**", ""]
     out += [
         "| | checkpoint | framework | step | time | size | verdict | reasons |",
         "|---|---|---|--:|---|--:|---|---|",
     ]
     for ckpt in run["checkpoints"]:
         mark = LAST_GOOD_MARK if ckpt["path"] == run.get("last_good") else ""
-        reasons = "<br>".join(md_text(printable(r)) for r in ckpt["reasons"]) or "–"
+        reasons = "<br>".join(md_text(r) for r in ckpt["reasons"]) or "–"
         step = "" if ckpt["step"] is None else ckpt["step"]
         out.append(
             f"| {mark} | {md_code(shown_path(ckpt['path'], run['path']))} | {ckpt['framework']} | {step} "
             f"| {when(ckpt['time'])} | {human_bytes(ckpt['size'])} | {ckpt['verdict'] or 'not read'} | {reasons} |"
         )
     for finding in run["findings"]:
-        out.append(f"\n❌ `{finding['code']}` {md_text(printable(finding['message']))}")
+        out.append(f"\n❌ `{finding['code']}` {md_text(finding['message'])}")
     out.append("")
     return out

@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from ckinspect.fmt import human_bytes
+from ckinspect.fmt import human_bytes, terminal_safe
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import severity_badges, verdict_of
 from ckinspect.tui.messages import RunJudged, TargetsFound, TargetSummarized, TargetSummary
@@ -135,7 +135,8 @@ class FolderScreen(Screen[None]):
         self.run: Any = None  # the run this folder holds, once judged (analysis.runs.Run)
 
     def compose(self) -> ComposeResult:
-        yield Label(Text.assemble(("checkpoints in ", "bold"), ", ".join(map(str, self.roots))), classes="title-line")
+        roots = ", ".join(map(terminal_safe, self.roots))
+        yield Label(Text.assemble(("checkpoints in ", "bold"), roots), classes="title-line")
         yield Static("looking for checkpoints…", classes="summary-line", id="folder-summary")
         yield VirtualTable(COLUMNS, id="targets", empty_text="looking…")
         yield Static("", classes="summary-line", id="run-reasons")
@@ -172,7 +173,8 @@ class FolderScreen(Screen[None]):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
-            self.query_one("#folder-summary", Static).update(f"finding checkpoints {failure_text(event.worker.error)}")
+            why = failure_text(event.worker.error)
+            self.query_one("#folder-summary", Static).update(Text(f"finding checkpoints {why}"))
 
     def on_targets_found(self, message: TargetsFound) -> None:
         self.unfinished = message.unfinished
@@ -200,9 +202,9 @@ class FolderScreen(Screen[None]):
         table.refresh()
         title = self.query_one(".title-line", Label)
         title.update(Text.assemble(("run ", "bold"), str(self.run.path), " · a timeline of its checkpoints"))
-        summary = Text(verdict_line(self.run.to_json()) + " · Enter opens one")
+        summary = Text(terminal_safe(verdict_line(self.run.to_json())) + " · Enter opens one")
         for finding in self.run.findings:
-            summary.append(f"\n{finding.code}: {finding.message}", style=SEVERITY_COLOURS["error"])
+            summary.append(f"\n{finding.code}: {terminal_safe(finding.message)}", style=SEVERITY_COLOURS["error"])
         self.query_one("#folder-summary", Static).update(summary)
         self._show_reasons(table.current_row)
 
@@ -212,17 +214,15 @@ class FolderScreen(Screen[None]):
             self._show_reasons(event.row)
 
     def _show_reasons(self, row: Row | None) -> None:
-        from ckinspect.fmt import printable
-
         ckpt = next((c for c in self.run.checkpoints if row is not None and str(ckpt_target(c)) == row.key), None)
         text = Text()
         if ckpt is not None:
             level = VERDICT_LEVEL.get(ckpt.verdict, "error")
-            text.append(f"{ckpt.path.name}: {ckpt.verdict}", style=f"bold {SEVERITY_COLOURS[level]}")
+            text.append(f"{terminal_safe(ckpt.path.name)}: {ckpt.verdict}", style=f"bold {SEVERITY_COLOURS[level]}")
             for reason in ckpt.reasons:
-                text.append(f"\n  {printable(reason)}")
+                text.append(f"\n  {terminal_safe(reason)}")
             for note in ckpt.notes:
-                text.append(f"\n  {printable(note)}", style="dim")
+                text.append(f"\n  {terminal_safe(note)}", style="dim")
         self.query_one("#run-reasons", Static).update(text)
 
     def on_target_summarized(self, message: TargetSummarized) -> None:
@@ -237,7 +237,7 @@ class FolderScreen(Screen[None]):
             text += f" · reading {len(done)}/{len(self.summaries)}…"
         summary = Text(text + " · Enter opens one")
         if self.unfinished:
-            names = ", ".join(shown_path(p, self.roots) for p in self.unfinished[:3])
+            names = terminal_safe(", ".join(shown_path(p, self.roots) for p in self.unfinished[:3]))
             more = f" and {len(self.unfinished) - 3} more" if len(self.unfinished) > 3 else ""
             summary.append(f"\nmissing (the save died before its rename): {names}{more} · R plans the repair",
                            style=SEVERITY_COLOURS["warning"])  # fmt: skip

@@ -9,6 +9,7 @@ fixture follows its checkpointing code's names and records (makers/megatron_layo
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.metadata
 import os
@@ -62,12 +63,22 @@ def maker_digest(name: str) -> str:
 
 def cached_run(name: str) -> Path:
     """The cached run, made once per set of versions."""
-    packages, ranks, command = RUNS[name]
+    packages = RUNS[name][0]
     key = f"{name}-{versions(packages)}-{maker_digest(name)}"
     done = CACHE / key
     if done.is_dir():
         return done
     CACHE.mkdir(parents=True, exist_ok=True)
+    # one maker per fixture, even with several pytest-xdist workers: the others wait, then find it made
+    with open(CACHE / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_dir():
+            _make(name, key, done)
+    return done
+
+
+def _make(name: str, key: str, done: Path) -> None:
+    _packages, ranks, command = RUNS[name]
     building = CACHE / f".{key}.{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
     if ranks:
@@ -84,7 +95,6 @@ def cached_run(name: str) -> Path:
         os.replace(building, done)
     except OSError:  # another process made it first
         shutil.rmtree(building, ignore_errors=True)
-    return done
 
 
 def framework_run(name: str, tmp_path: Path) -> Path:
