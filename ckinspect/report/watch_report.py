@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from ckinspect.fmt import printable
+from ckinspect.fmt import terminal_safe
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def text_line(event: Mapping[str, Any], run_dir: str) -> str:
         by_code.setdefault(finding["code"], []).append(finding)
     for code, findings in by_code.items():  # one line: each code once, its first message, how many more
         more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
-        words.append(f"| {code} ({findings[0]['severity']}): {printable(findings[0]['message'])}{more}")
+        words.append(f"| {code} ({findings[0]['severity']}): {terminal_safe(findings[0]['message'])}{more}")
     return "  ".join(words)
 
 
@@ -65,5 +65,5 @@ def shown(path: str, run_dir: str) -> str:
     try:
         relative = Path(path).relative_to(run_dir)
     except ValueError:
-        return printable(path)
-    return printable(str(relative) if str(relative) != "." else Path(path).name)
+        return terminal_safe(path)
+    return terminal_safe(str(relative) if str(relative) != "." else Path(path).name)

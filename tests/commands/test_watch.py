@@ -154,3 +154,11 @@ def test_watch_report_never_imports_torch_or_textual(tmp_path):
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                             cwd=REPO, env=cli_env(), timeout=120)  # fmt: skip
     assert result.stdout.splitlines()[-1] == "0 False False", result.stderr
+
+
+def test_names_from_the_run_reach_the_terminal_escaped(run_cli, tmp_path):
+    save(tmp_path / "ckpt\x1b]0;pwned\x07-0010.pt", 10)
+    result = run_cli("watch", tmp_path, "--report", "--once")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert result.stdout.startswith("[1] step 10 ckpt\\x1b]0;pwned\\x07-0010.pt file: good")

@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Footer, Label, Sparkline, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.analysis.updates import RATIO_GROUPS
-from ckinspect.fmt import printable
+from ckinspect.fmt import terminal_safe
 from ckinspect.report.watch_report import ratio_text, shown
 from ckinspect.tui.screens.inspect import failure_text
 
@@ -71,7 +71,7 @@ class WatchScreen(Screen[None]):
         self.mode = ""
 
     def compose(self) -> ComposeResult:
-        yield Label(Text.assemble(("watch ", "bold"), printable(str(self.run_dir))), classes="title-line")
+        yield Label(Text.assemble(("watch ", "bold"), terminal_safe(str(self.run_dir))), classes="title-line")
         yield Static("looking at the run…", id="watch-status", classes="summary-line")
         with Horizontal(id="watch-body"):
             yield DataTable(id="timeline", cursor_type="row", zebra_stripes=True)
@@ -187,7 +187,7 @@ def newest_text(event: dict[str, Any], run_dir: str) -> Text:
     for finding in event["findings"][:8]:
         style = "red" if finding["severity"] == "error" else "yellow"
         out.append(f"{finding['code']}", style=f"bold {style}")
-        out.append(f": {printable(finding['message'])}\n")
+        out.append(f": {terminal_safe(finding['message'])}\n")
     if len(event["findings"]) > 8:
         out.append(f"… and {len(event['findings']) - 8} more\n", style="dim")
     return out
