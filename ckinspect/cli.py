@@ -9,6 +9,7 @@
     ckinspect salvage BROKEN OUT       recover the whole tensors of a damaged file
     ckinspect convert IN OUT           resume file -> weights, torch -> safetensors, ...
     ckinspect last-good RUN_DIR        newest whole, intact, safe, resumable checkpoint of a run
+    ckinspect watch RUN_DIR [--report] follow a run live: judge each checkpoint as its save completes
 
 Exit status: 0 nothing at or above --fail-on (diff: identical); 1 findings at or above it
 (diff: different); 2 usage or internal error.
@@ -80,7 +81,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         main = _Parser(
             prog="ckinspect",
             description="Inspect, diff, check and repair training checkpoints without executing them.",
-            epilog="subcommands: diff, repair, drift, salvage, convert, last-good (ckinspect SUBCOMMAND --help)",
+            epilog="subcommands: diff, repair, drift, salvage, convert, last-good, watch (ckinspect SUBCOMMAND --help)",
         )
         main.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint file(s) or folder(s)")
         main.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
@@ -175,6 +176,40 @@ def _last_good_parser() -> argparse.ArgumentParser:
     return last_good
 
 
+def _watch_parser() -> argparse.ArgumentParser:
+    watch = _Parser(
+        prog="ckinspect watch",
+        description="Follow a run live: judge each checkpoint once, the moment its save has finished.",
+    )
+    watch.add_argument("run_dir", metavar="RUN_DIR")
+    watch.add_argument("--report", action="store_true", help="print one line per checkpoint instead of the TUI")
+    watch.add_argument("--once", action="store_true", help="judge what is there now and exit (with --report)")
+    watch.add_argument(
+        "--settle",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="an unfinished save unchanged this long has lost its writer: judge it (default: 30)",
+    )
+    watch.add_argument(
+        "--interval", type=float, default=1.0, metavar="SECONDS", help="look again at least this often (default: 1)"
+    )
+    watch.add_argument("--poll", action="store_true", help="poll instead of using file events (NFS, FUSE)")
+    watch.add_argument("--format", choices=("text", "json"), default="text", help="text lines or JSON lines")
+    watch.add_argument(
+        "--fail-on",
+        choices=("error", "warning", "never"),
+        default="error",
+        help="exit 1 at the first finding at or above this severity (default: error)",
+    )
+    watch.add_argument("--output", "-o", metavar="FILE", help="append the lines to FILE instead of stdout")
+    watch.add_argument("--quick", action="store_true", help="structure only: skip the CRC and value scan")
+    watch.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="read up to N waiting checkpoints at once (default: 1)"
+    )
+    return watch
+
+
 _SUBCOMMANDS = {
     "diff": _diff_parser,
     "repair": _repair_parser,
@@ -182,12 +217,13 @@ _SUBCOMMANDS = {
     "salvage": _salvage_parser,
     "convert": _convert_parser,
     "last-good": _last_good_parser,
+    "watch": _watch_parser,
 }
 
 
 def _dispatch(command: str, args: argparse.Namespace) -> int:
     """Route to the module that does the work; only that module's imports are paid for."""
-    interactive = command in ("main", "diff", "drift") and not getattr(args, "report", False)
+    interactive = command in ("main", "diff", "drift", "watch") and not getattr(args, "report", False)
     if interactive:
         module = importlib.import_module("ckinspect.tui.launch")
         return module.run(command, args)

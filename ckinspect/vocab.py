@@ -36,6 +36,10 @@ SEVERITY: dict[str, str] = {
     "MISSING_PARTS": "error",
     "PARTS_DISAGREE": "error",
     "EMBEDDED_CODE": "warning",
+    # `ckinspect watch`: anomalies between the saves of one run
+    "UPDATE_RATIO_OUTLIER": "warning",
+    "LAYER_FROZEN": "warning",
+    "NONFINITE_ONSET": "error",
 }
 # What `ckinspect diff` finds, named like finding codes so SARIF and JUnit can carry it. Not findings about one
 # checkpoint (so not in SEVERITY or the JSON report's findings): a difference fails a diff as its exit 1 does.

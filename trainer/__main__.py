@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
         default="file",
         help="file: <name>_resume.pth (default); dcp: a torch.distributed.checkpoint folder <name>_step<N>/ per save",
     )
+    play = train.add_argument_group("playing a run for `ckinspect watch`")
+    play.add_argument(
+        "--step-delay", type=float, default=0.0, metavar="S", help="sleep a random 0..S s after each step"
+    )
+    play.add_argument("--save-delay", type=float, default=0.0, metavar="S", help="stall each save S s half-way")
+    play.add_argument("--nan-at", type=int, metavar="K", help="put a NaN into a weight after step K (a divergence)")
     ablate = train.add_argument_group("ablations (resume without one piece of state)")
     ablate.add_argument("--fresh-optimizer", action="store_true", help="do not load the optimizer state")
     ablate.add_argument("--rewind-data", action="store_true", help="restart the batch order from the beginning")
@@ -52,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "train":
+            from trainer.train import Playing
             from trainer.train import train as run_train
 
             if args.resume is None and (args.fresh_optimizer or args.rewind_data or args.weights_from):
@@ -69,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 rewind_data=args.rewind_data,
                 weights_from=args.weights_from,
                 save_format=args.save_format,
+                play=Playing(args.step_delay, args.save_delay, args.nan_at),
             )
             return 0
         if args.command == "verify":

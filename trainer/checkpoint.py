@@ -7,10 +7,12 @@ previous checkpoint whole. Loading uses `weights_only=True` only: nothing in a c
 
 from __future__ import annotations
 
+import io
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import torch
 
@@ -18,14 +20,18 @@ from ckinspect.io.atomic import atomic_write
 from ckinspect.vocab import TMP_SUFFIX
 
 
-def save(obj: Any, path: str | os.PathLike[str], wrap: Callable[[BinaryIO], BinaryIO] | None = None) -> Path:
+def save(
+    obj: Any, path: str | os.PathLike[str], wrap: Callable[[BinaryIO], BinaryIO] | None = None, delay: float = 0.0
+) -> Path:
     """torch.save `obj` to `path` atomically via `<path>.tmp`.
 
-    `wrap` lets tests put a failing or stalling writer between torch.save and the file.
+    `wrap` lets tests put a failing or stalling writer between torch.save and the file; `delay` stalls the
+    write that many seconds half-way (slow storage, for watch demos).
     """
     path = Path(path)
     with atomic_write(path, tmp_name=path.name + TMP_SUFFIX) as handle:
-        torch.save(obj, wrap(handle) if wrap else handle)
+        target = wrap(handle) if wrap else handle
+        torch.save(obj, cast(BinaryIO, SlowDisk(target, delay)) if delay > 0 else target)
     return path
 
 
@@ -36,20 +42,57 @@ def load(path: str | os.PathLike[str]) -> Any:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def save_dcp(state: dict[str, Any], folder: str | os.PathLike[str]) -> Path:
+def save_dcp(state: dict[str, Any], folder: str | os.PathLike[str], delay: float = 0.0) -> Path:
     """A sharded save through torch.distributed.checkpoint: every rank calls it and writes its own
     `__<rank>_0.distcp`; the coordinator writes `.metadata` last (tmp, fsync, rename), so a folder
-    without `.metadata` is a save that never finished. The folder is fsynced after, for the rename."""
+    without `.metadata` is a save that never finished. The folder is fsynced after, for the rename.
+    `delay` waits that many seconds between the rank files and `.metadata` (slow storage, for watch demos)."""
     import torch.distributed.checkpoint as dcp
 
     folder = Path(folder)
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(folder, sync_files=True))
+    dcp.save(state, storage_writer=_writer(folder, delay))
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
     return folder
+
+
+def _writer(folder: Path, delay: float) -> Any:
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    if delay <= 0:
+        return FileSystemWriter(folder, sync_files=True)
+
+    class SlowFinish(FileSystemWriter):
+        def finish(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(delay)  # the rank files are written; `.metadata` is not yet
+            return super().finish(*args, **kwargs)
+
+    return SlowFinish(folder, sync_files=True)
+
+
+class SlowDisk(io.RawIOBase):
+    """A writer that stalls once for `delay` seconds after its first 64 KiB: a save caught half-written."""
+
+    def __init__(self, handle: BinaryIO, delay: float) -> None:
+        super().__init__()
+        self.handle, self.delay, self.written = handle, delay, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        count = self.handle.write(data)
+        before, self.written = self.written, self.written + count
+        if before < (64 << 10) <= self.written:
+            self.handle.flush()
+            time.sleep(self.delay)
+        return count
+
+    def flush(self) -> None:
+        self.handle.flush()
 
 
 def load_dcp(folder: str | os.PathLike[str]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -140,6 +142,15 @@ class Ablations:
         return tuple(name for name, enabled in on if enabled)
 
 
+@dataclass(frozen=True)
+class Playing:
+    """Switches that play a run for `ckinspect watch` to follow (none changes what is trained or saved)."""
+
+    step_delay: float = 0.0  # sleep a random 0..S seconds after each step: saves arrive unevenly
+    save_delay: float = 0.0  # stall each save S seconds half-way: slow storage, a save caught in the middle
+    nan_at: int | None = None  # put a NaN into the first weight after step K: a divergence
+
+
 @dataclass
 class TrainState:
     """What the loop works on and a save writes: built once, then handed around whole."""
@@ -152,6 +163,7 @@ class TrainState:
     batches: Batches
     say: Callable[[str], None]
     step: int = 0  # optimizer steps done
+    play: Playing = field(default_factory=Playing)
 
 
 def train(
@@ -169,12 +181,14 @@ def train(
     weights_from: str | os.PathLike[str] | None = None,
     log: Callable[[str], None] | None = print,
     save_format: str = "file",
+    play: Playing | None = None,
 ) -> Result:
     """Train to `steps` (or stop after `stop_after`), saving `<name>.pth` and `<name>_resume.pth` in `out`.
 
     The three ablation switches (fresh_optimizer, rewind_data, weights_from) resume deliberately
     without one piece of the state, to measure what that piece is worth. `save_format="dcp"` saves
     each checkpoint as a torch.distributed.checkpoint folder `<name>_step<N>/` instead (one file per rank).
+    `play` plays a run for `ckinspect watch` (uneven steps, slow saves, a NaN at a known step).
     """
     if save_format not in SAVE_FORMATS:
         raise TrainerError(f"--save-format must be one of {', '.join(SAVE_FORMATS)}")
@@ -194,7 +208,7 @@ def train(
             optimizer = torch.optim.AdamW(
                 model.parameters(), lr=get_lr(0, steps, run.lr), betas=run.betas, weight_decay=run.weight_decay
             )
-            state = TrainState(d, run, cfg, model, optimizer, batches, say)
+            state = TrainState(d, run, cfg, model, optimizer, batches, say, play=play or Playing())
             if ck is not None:
                 _resume(state, ck, ablate)
             if state.step >= stop:
@@ -257,6 +271,7 @@ def _train_until(state: TrainState, stop: int, out: Path, save: Save) -> Result:
     )
     losses: list[float] = []
     paths: tuple[Path | None, Path | None] = (None, None)
+    delays = random.Random(run.seed)  # its own stream: the run's RNG states stay what they would be
     while state.step < stop:
         lr = get_lr(state.step, run.steps, run.lr)
         for group in optimizer.param_groups:
@@ -269,11 +284,21 @@ def _train_until(state: TrainState, stop: int, out: Path, save: Save) -> Result:
         optimizer.step()
         losses.append(loss.item())
         state.step += 1
+        _play(state, delays)
         if state.step % 10 == 0 or state.step == stop:
             say(f"step {state.step:4d}/{run.steps}  loss {losses[-1]:.4f}  lr {lr:.2e}")
         if (run.save_every and state.step % run.save_every == 0) or state.step == stop:
             paths = save(state, out, losses[-1])
     return Result(stop, losses[-1], losses, paths[0], paths[1], d.world_size)
+
+
+def _play(state: TrainState, delays: random.Random) -> None:
+    if state.play.nan_at == state.step:
+        with torch.no_grad():
+            next(iter(state.model.parameters())).view(-1)[0] = float("nan")
+        state.say(f"step {state.step}: a NaN put into the first weight (--nan-at)")
+    if state.play.step_delay > 0:
+        time.sleep(delays.uniform(0.0, state.play.step_delay))
 
 
 def _resume(state: TrainState, ck: dict[str, Any], ablate: Ablations) -> None:
@@ -343,7 +368,7 @@ def _save(state: TrainState, out: Path, loss: float) -> tuple[Path | None, Path 
         resume_path, weights_path = out / f"{run.name}_resume.pth", out / f"{run.name}.pth"
         # The resume file first: a crash between the two leaves a matching older pair, never a
         # weights file newer than the state it would resume from.
-        checkpoint.save(saved, resume_path)
+        checkpoint.save(saved, resume_path, delay=state.play.save_delay)
         checkpoint.save(checkpoint.half_weights(saved["model"]), weights_path)
         state.say(f"saved {resume_path} and {weights_path.name} at step {state.step}")
         paths = (resume_path, weights_path)
@@ -359,6 +384,6 @@ def _save_dcp(state: TrainState, out: Path, loss: float) -> tuple[Path | None, P
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
     barrier(d)
-    checkpoint.save_dcp(saved, folder)
+    checkpoint.save_dcp(saved, folder, delay=state.play.save_delay)
     state.say(f"saved {folder} (DCP, {d.world_size} rank file(s)) at step {state.step}")
     return folder, None

@@ -86,6 +86,22 @@ RULE_TEXTS: dict[str, RuleText] = {
         "torch.jit.load and called. Listing it ran nothing; review the code before using the model.",
         ("security",),
     ),
+    "UPDATE_RATIO_OUTLIER": RuleText(
+        "An update between two saves far outside the run's own history",
+        "`ckinspect watch` measured ||Δw||/||w|| per step for the model or the optimizer state more than 10x "
+        "above or below the median of the run's latest saves: a loss spike, a learning-rate or scaling bug, or "
+        "a save of other weights. Compare this save with the one before (`ckinspect diff`).",
+    ),
+    "LAYER_FROZEN": RuleText(
+        "A layer stopped changing between two saves",
+        "Every fp32/fp64 tensor of the layer is bit-identical to the previous save, though it changed the save "
+        "before: it was frozen, dropped from the optimizer, or its gradients are zero. The finding names it.",
+    ),
+    "NONFINITE_ONSET": RuleText(
+        "The first checkpoint of the run holding NaN or Inf",
+        "Every earlier save `ckinspect watch` judged was finite: training diverged between that save and this "
+        "one, whose step the message names. Resume from the save before it, with a lower learning rate.",
+    ),
     "TENSOR_CHANGED": RuleText(
         "A tensor differs between the two checkpoints",
         "Values, shape or dtype differ (beyond --atol); the message gives the largest difference.",

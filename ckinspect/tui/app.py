@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
@@ -17,7 +17,7 @@ THEMES = ("textual-dark", "textual-light")
 
 class CkinspectApp(App[int]):
     TITLE = "ckinspect"
-    CSS_PATH = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss"]
+    CSS_PATH = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss", "watch.tcss"]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
@@ -82,14 +82,20 @@ def create_app(
     theme: str = "textual-dark",
     cursor_blink: bool = True,
     quick: bool = False,
+    watch: dict[str, Any] | None = None,
 ) -> CkinspectApp:
-    """`main` PATH... (a file, or folders to choose from), `diff` A B, or `drift` PATH."""
+    """`main` PATH... (a file, or folders to choose from), `diff` A B, `drift` PATH, or `watch` RUN_DIR
+    (`watch`: the WatchScreen's settle, interval and poll)."""
     targets = [Path(p) for p in paths]
     screen: Screen
     if command == "diff":
         from ckinspect.tui.screens.diff import DiffScreen
 
         screen = DiffScreen(targets[0], targets[1])
+    elif command == "watch":
+        from ckinspect.tui.screens.watch import WatchScreen
+
+        screen = WatchScreen(targets[0], **(watch or {}))
     elif command == "drift":
         from ckinspect.tui.screens.drift import DriftScreen
 

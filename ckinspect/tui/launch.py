@@ -13,6 +13,8 @@ def run(command: str, args: argparse.Namespace) -> int:
         paths = [args.a, args.b]
     elif command == "drift":
         paths = [args.path]
+    elif command == "watch":
+        paths = [args.run_dir]
     else:
         paths = list(args.paths)
     for path in paths:
@@ -21,6 +23,11 @@ def run(command: str, args: argparse.Namespace) -> int:
 
     from ckinspect.tui.app import create_app
 
-    app = create_app(command, paths, quick=bool(getattr(args, "quick", False)))
+    watch = None
+    if command == "watch":
+        if not Path(args.run_dir).is_dir():
+            raise CkinspectError(f"{args.run_dir}: not a folder")
+        watch = {"settle": args.settle, "interval": args.interval, "poll": args.poll, "jobs": args.jobs}
+    app = create_app(command, paths, quick=bool(getattr(args, "quick", False)), watch=watch)
     app.run()
     return app.return_code or 0  # 1 when the app stopped on an unhandled error (Textual printed it)

@@ -1,0 +1,423 @@
+"""Following a run live: each checkpoint judged once, the moment its save has finished.
+
+    follower = Follower(Path("runs/"), settle=30.0)
+    for event in follower.poll():          # call again whenever the folder may have changed
+        event.checkpoint.verdict, event.findings, event.updates
+
+A save is finished when its framework says so: the file exists under its own name (the trainer's and
+torch's atomic rename), its DCP folder has `.metadata` (written last, after every rank's data), its HF
+folder has `trainer_state.json` (written last), its DeepSpeed tag is named by `latest`, its Megatron
+iteration by the tracker file, its sharded set has its index. A save that is not finished is never judged
+while it is still being written: only when its files have not changed for `settle` seconds (its writer
+is gone) is it judged, and the run's own judge (analysis.runs.judge) names what it lacks: MISSING_PARTS,
+LEFTOVER_TMP.
+
+Each finished checkpoint is judged once (structure, CRC and value scan: the judge with `verify`), then
+compared with the previous save of the same series (analysis.updates): the relative update per group and
+layer, the step delta, the optimizer's moments. Three anomalies become findings: UPDATE_RATIO_OUTLIER (an
+update far outside the run's own history), LAYER_FROZEN (a layer that changed before and stopped), and
+NONFINITE_ONSET (the first checkpoint of the run holding NaN/Inf, naming its step). The follower keeps
+only the listing of the newest save per series and the history of ratios: memory does not grow with the
+checkpoints' size.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ckinspect.analysis.runs import collect
+from ckinspect.analysis.runs.deepspeed import LATEST
+from ckinspect.analysis.runs.hf import TRAINER_STATE
+from ckinspect.analysis.runs.judge import Reader, judge
+from ckinspect.analysis.runs.megatron import TRACKER
+from ckinspect.analysis.runs.model import GOOD, RunCheckpoint, read_text, step_in_name
+from ckinspect.analysis.updates import RATIO_GROUPS, Updates, compare_saves
+from ckinspect.io.blobs import Blobs, UnreadableStorage
+from ckinspect.model import Checkpoint, Finding
+from ckinspect.record import Record, field
+from ckinspect.vocab import DCP_METADATA, TMP_SUFFIX
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+DEFAULT_SETTLE = 30.0  # seconds a save must stay unchanged, and unfinished, before its writer counts as gone
+# An update this many times above or below the median of the series' earlier ones is far outside its history.
+OUTLIER_FACTOR = 10.0
+HISTORY_NEEDED = 3  # earlier comparisons needed before a ratio can be far outside them
+# Only the latest comparisons count: a schedule's warmup and decay move the ratio slowly, a blow-up at once.
+HISTORY_WINDOW = 8
+# Structural verdicts that a save still being written would also get: held back until its files are quiet.
+STRUCTURE_CODES = ("CORRUPT", "MISSING_PARTS", "LEFTOVER_TMP", "PARTS_DISAGREE")
+
+# Event kinds: a finished save judged; an unfinished one judged once its writer is gone; one still being written
+# (only `--once` reports that: it does not wait).
+JUDGED = "judged"
+ABANDONED = "abandoned"
+IN_PROGRESS = "in-progress"
+
+Signature = tuple[tuple[str, int, int, int], ...]  # (relative name, size, mtime_ns, inode) of every file
+
+
+class Event(Record):
+    """One checkpoint judged (or, with `--once`, seen still being written)."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    kind: str
+    checkpoint: RunCheckpoint
+    findings: list[Finding] = field(default_factory=list)  # its own, then the watch's anomalies
+    updates: Updates | None = None
+    previous: Path | None = None  # the save it was compared with
+    seconds_after_save: float = 0.0  # from its newest file's modification to the verdict
+    index: int = 0  # 1 for the first event of this follower
+
+    @property
+    def step(self) -> int | None:
+        return self.checkpoint.step
+
+    def to_json(self) -> dict[str, Any]:
+        ckpt = self.checkpoint
+        return {
+            "event": self.kind,
+            "index": self.index,
+            "path": str(ckpt.path),
+            "framework": ckpt.framework,
+            "step": ckpt.step,
+            "verdict": ckpt.verdict if self.kind != IN_PROGRESS else None,
+            "reasons": list(ckpt.reasons),
+            "findings": [f.to_json() for f in self.findings],
+            "previous": str(self.previous) if self.previous is not None else None,
+            "updates": self.updates.to_json() if self.updates is not None else None,
+            "seconds_after_save": round(self.seconds_after_save, 3),
+        }
+
+
+class _Series(Record):
+    """What the follower keeps of one series of saves (one file overwritten, or `name_step<N>/` folders)."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    path: Path | None = None  # the newest judged save
+    parts: dict[str, Checkpoint] = field(default_factory=dict)  # its parts' listings, by part key
+    files: Blobs | None = None  # its files, held open: a save written again under its name replaces them
+    ratios: dict[str, list[float]] = field(default_factory=dict)  # per group, per step, oldest first
+    changing: set[str] = field(default_factory=set)  # model layers that changed at the last comparison
+
+
+class Follower:
+    """Judges each new checkpoint of `run_dir` once; see the module docstring."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        settle: float = DEFAULT_SETTLE,
+        verify: bool = True,
+        clock: Callable[[], float] = time.time,
+        jobs: int = 1,
+    ) -> None:
+        self.run_dir = run_dir
+        self.jobs = max(1, jobs)
+        self.settle = settle
+        self.verify = verify
+        self.clock = clock
+        self.judged: dict[str, Signature] = {}  # checkpoint path -> the files it was judged on
+        self.waiting: dict[str, Signature] = {}  # unfinished saves -> their files when last seen
+        self.series: dict[tuple[str, str, str], _Series] = {}
+        self.nonfinite_seen: Path | None = None  # the first checkpoint holding NaN/Inf
+        self.events = 0
+
+    def close(self) -> None:
+        """Close the files held open for the next comparison."""
+        for series in self.series.values():
+            if series.files is not None:
+                series.files.close()
+                series.files = None
+
+    # ------------------------------------------------------------------------------------------ polling
+
+    def poll(self, once: bool = False) -> list[Event]:
+        """Judge what has finished since the last call, oldest first. With `once`, also report the saves
+        still being written (as IN_PROGRESS events, without findings) instead of waiting for them."""
+        run = collect(self.run_dir)
+        now = self.clock()
+        seen: set[str] = set()
+        plan: list[tuple[RunCheckpoint, Signature, str, bool]] = []  # (checkpoint, files, kind, quiet)
+        for ckpt in sorted(run.checkpoints, key=_order):
+            key = str(ckpt.path)
+            seen.add(key)
+            files = signature(ckpt)
+            if self.judged.get(key) == files:
+                continue  # judged already, and not written again since
+            finished = is_finished(ckpt)
+            quiet = now - newest_change(files) >= self.settle and (once or self.waiting.get(key) in (files, None))
+            if not finished and not quiet:
+                self.waiting[key] = files
+                if once:
+                    plan.append((ckpt, files, IN_PROGRESS, False))
+                continue
+            plan.append((ckpt, files, JUDGED if finished else ABANDONED, quiet))
+        self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
+        out: list[Event] = []
+        for ckpt, files, kind, quiet in plan:
+            key = str(ckpt.path)
+            if kind == IN_PROGRESS:
+                out.append(self._event(Event(IN_PROGRESS, ckpt)))
+                continue
+            event = self._judge(ckpt, files, kind)
+            if event.kind == JUDGED and not quiet and _structure_broken(event):
+                # finished by its marker, yet broken the way a save in flight looks: look again once quiet
+                self.waiting[key] = files
+                if once:
+                    out.append(self._event(Event(IN_PROGRESS, ckpt)))
+                continue
+            self.judged[key] = files
+            self.waiting.pop(key, None)
+            self._remember(ckpt, event, files)
+            out.append(self._event(event))
+        for key in list(self.waiting):
+            if key not in seen:
+                del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
+        return out
+
+    def _read_all(self, checkpoints: list[RunCheckpoint]) -> None:
+        """The run's judge on each (structure, CRC, value scan): `jobs` at a time, so a backlog of saves is
+        read in parallel; comparing and the anomalies follow in order, one by one."""
+
+        def read(ckpt: RunCheckpoint) -> None:
+            judge(ckpt, Reader(verify=self.verify))
+
+        if self.jobs > 1 and len(checkpoints) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(self.jobs, len(checkpoints)), thread_name_prefix="ckinspect-watch") as pool:
+                list(pool.map(read, checkpoints))
+        else:
+            for ckpt in checkpoints:
+                read(ckpt)
+
+    def _event(self, event: Event) -> Event:
+        self.events += 1
+        event.index = self.events
+        return event
+
+    # ------------------------------------------------------------------------------------------ judging
+
+    def _judge(self, ckpt: RunCheckpoint, files: Signature, kind: str) -> Event:
+        """The event of a checkpoint the judge has read: its findings, the comparison, the anomalies."""
+        # a tmp beside a whole part is the next save in flight: this watch reports that save on its own
+        own = ckpt.findings + [f for p in ckpt.parts for f in p.findings if f.code != "LEFTOVER_TMP"]
+        event = Event(kind, ckpt, findings=_unique(own))
+        event.seconds_after_save = max(0.0, self.clock() - newest_change(files)) if files else 0.0
+        if kind != JUDGED:
+            return event
+        series = self.series.get(series_key(ckpt))
+        if series is not None and series.parts:
+            event.previous = series.path
+            event.updates = self._compare(series, ckpt)
+            event.findings.extend(self._anomalies(series, ckpt, event.updates))
+        event.findings.extend(self._nonfinite_onset(ckpt, event))
+        return event
+
+    def _compare(self, series: _Series, ckpt: RunCheckpoint) -> Updates | None:
+        total: Updates | None = None
+        for key, opened in _parts(ckpt).items():
+            before = series.parts.get(key)
+            if before is None:
+                continue
+            updates = compare_saves(before, opened, series.files)
+            if total is None:
+                total = updates
+            else:
+                total.merge(updates)
+        if total is not None and total.step is None:
+            total.step = ckpt.step
+        if total is not None and total.previous_step is None and series.path is not None:
+            total.previous_step = step_in_name(series.path.name) if series.path.is_dir() else None
+        return total
+
+    def _remember(self, ckpt: RunCheckpoint, event: Event, files: Signature) -> None:
+        if event.kind != JUDGED:
+            return
+        series = self.series.setdefault(series_key(ckpt), _Series())
+        parts = _parts(ckpt)
+        if not parts:
+            return
+        if series.files is not None:
+            series.files.close()
+        series.path, series.parts, series.files = ckpt.path, parts, _hold_open(ckpt, parts, files)
+        if series.files is None:
+            series.parts = {}  # replaced before it could be held open: nothing to compare the next save with
+        updates = event.updates
+        if updates is None:
+            return
+        per = updates.step_delta if updates.step_delta and updates.step_delta > 0 else 1
+        for group in RATIO_GROUPS:
+            ratio = updates.ratio(group)
+            if ratio is not None and ratio != float("inf"):
+                series.ratios.setdefault(group, []).append(ratio / per)
+        series.changing = {name for name, norms in updates.layers.items() if norms.changed}
+
+    # ------------------------------------------------------------------------------------------ anomalies
+
+    def _anomalies(self, series: _Series, ckpt: RunCheckpoint, updates: Updates | None) -> list[Finding]:
+        if updates is None:
+            return []
+        out: list[Finding] = []
+        per = updates.step_delta if updates.step_delta and updates.step_delta > 0 else 1
+        at = _at(ckpt)
+        for group in RATIO_GROUPS:
+            ratio, history = updates.ratio(group), series.ratios.get(group, [])[-HISTORY_WINDOW:]
+            if ratio is None or len(history) < HISTORY_NEEDED:
+                continue
+            typical = statistics.median(history)
+            now = ratio / per
+            if typical > 0 and (now > typical * OUTLIER_FACTOR or now < typical / OUTLIER_FACTOR):
+                how = "above" if now > typical else "below"
+                message = (f"{group} update ||Δw||/||w|| {now:.3g} per step {at}, more than {OUTLIER_FACTOR:g}x "
+                           f"{how} the run's median of {typical:.3g} over its last {len(history)} saves")  # fmt: skip
+                out.append(Finding("UPDATE_RATIO_OUTLIER", message))
+        for layer, norms in sorted(updates.layers.items()):
+            if layer in series.changing and not norms.changed and norms.full_precision and not norms.nonfinite:
+                message = (f"{layer} stopped changing {at}: its {norms.tensors} tensor(s) are bit-identical to "
+                           f"{_at_series(series)}, though they changed the save before")  # fmt: skip
+                out.append(Finding("LAYER_FROZEN", message, layer))
+        return out
+
+    def _nonfinite_onset(self, ckpt: RunCheckpoint, event: Event) -> list[Finding]:
+        hits = [f for f in event.findings if f.code == "NONFINITE"]
+        if not hits or self.nonfinite_seen is not None:
+            return []
+        self.nonfinite_seen = ckpt.path
+        step = f"step {ckpt.step}" if ckpt.step is not None else "an unknown step"
+        tensors = list(dict.fromkeys(f.tensor for f in hits if f.tensor))
+        named = f": {', '.join(tensors[:4])}{' ...' if len(tensors) > 4 else ''}" if tensors else ""
+        message = (f"NaN/Inf first appears at {step} ({ckpt.path.name}); every earlier checkpoint of the run "
+                   f"this watch judged held none{named}")  # fmt: skip
+        return [Finding("NONFINITE_ONSET", message, tensors[0] if tensors else None)]
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def is_finished(ckpt: RunCheckpoint) -> bool:
+    """Has the framework's own "done" mark been written (see the module docstring)?"""
+    path = ckpt.path
+    if ckpt.framework == "dcp":
+        return (path / DCP_METADATA).is_file()
+    if ckpt.framework == "hf-trainer":
+        return (path / TRAINER_STATE).is_file()
+    if ckpt.framework == "deepspeed":
+        return _pointer_reached(path.parent / LATEST, path.name)
+    if ckpt.framework == "megatron":
+        return _pointer_reached(path.parent / TRACKER, path.name)
+    if any(f.code == "LEFTOVER_TMP" and not path.exists() for f in ckpt.findings):
+        return False  # only the tmp is there: the save died, or has not yet renamed it into place
+    if ckpt.framework == "accelerate":
+        return False  # Accelerate writes no "done" mark: its folder is judged once quiet
+    return path.exists()
+
+
+def _pointer_reached(pointer: Path, name: str) -> bool:
+    """`latest` (or Megatron's tracker) names this tag or a later one."""
+    text = read_text(pointer)
+    if not text:
+        return False
+    if text == name:
+        return True
+    mine, theirs = step_in_name(name), step_in_name(text)
+    return mine is not None and theirs is not None and theirs >= mine
+
+
+def signature(ckpt: RunCheckpoint) -> Signature:
+    """Every file of a checkpoint (its folder's, or the file and its tmp), with size, time and inode."""
+    out: list[tuple[str, int, int, int]] = []
+    path = ckpt.path
+    candidates: list[Path]
+    if path.is_dir():
+        candidates = sorted(p for p in path.rglob("*") if not p.is_dir())
+    else:
+        candidates = [path, path.with_name(path.name + TMP_SUFFIX)]
+    for file in candidates:
+        try:
+            st = file.stat()
+        except OSError:
+            continue
+        name = str(file.relative_to(path)) if path.is_dir() else file.name
+        out.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(out)
+
+
+def newest_change(files: Signature) -> float:
+    return max((mtime for _, _, mtime, _ in files), default=0) / 1e9
+
+
+STEP_DIGITS = re.compile(r"\d+")
+
+
+def series_key(ckpt: RunCheckpoint) -> tuple[str, str, str]:
+    """Saves of one series: the same file written again, or folders named alike but for their step."""
+    return (ckpt.framework, str(ckpt.path.parent), STEP_DIGITS.sub("#", ckpt.path.name))
+
+
+def _parts(ckpt: RunCheckpoint) -> dict[str, Checkpoint]:
+    """The opened parts that hold tensors, keyed alike across saves of a series (digits dropped)."""
+    out: dict[str, Checkpoint] = {}
+    for part in ckpt.parts:
+        if part.checkpoint is None or not part.checkpoint.tensors:
+            continue
+        rel = os.path.relpath(part.path, ckpt.path) if part.path != ckpt.path else "."
+        out[STEP_DIGITS.sub("#", rel)] = part.checkpoint
+    return out
+
+
+def _order(ckpt: RunCheckpoint) -> tuple[int, float, str]:
+    """Oldest first, by step; a save whose records are unread yet (a tmp alone) by the step in its name."""
+    step = ckpt.step if ckpt.step is not None else step_in_name(ckpt.path.name)
+    return (step if step is not None else -1, ckpt.time, str(ckpt.path))
+
+
+def _hold_open(ckpt: RunCheckpoint, parts: dict[str, Checkpoint], files: Signature) -> Blobs | None:
+    """Open every file the parts' tensors live in, and check a single file is still the one judged (its inode)."""
+    blobs = Blobs()
+    try:
+        for opened in parts.values():
+            for storage in opened.storages.values():
+                blobs.fd(storage.file)
+        if ckpt.path.is_file():
+            inode = next((ino for name, _, _, ino in files if name == ckpt.path.name), None)
+            if inode is None or os.fstat(blobs.fd(ckpt.path)).st_ino != inode:
+                blobs.close()
+                return None
+    except (OSError, UnreadableStorage):
+        blobs.close()
+        return None
+    return blobs
+
+
+def _structure_broken(event: Event) -> bool:
+    return event.checkpoint.verdict != GOOD and any(f.code in STRUCTURE_CODES for f in event.findings)
+
+
+def _unique(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple[str, str, str | None]] = set()
+    out = []
+    for f in findings:
+        key = (f.code, f.message, f.tensor)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
+def _at(ckpt: RunCheckpoint) -> str:
+    return f"at step {ckpt.step} ({ckpt.path.name})" if ckpt.step is not None else f"in {ckpt.path.name}"
+
+
+def _at_series(series: _Series) -> str:
+    return f"the previous save ({series.path.name})" if series.path is not None else "the previous save"

@@ -1,0 +1,193 @@
+"""`ckinspect watch RUN_DIR`: the live screen. A timeline of the run's checkpoints with their verdicts; the
+newest one's findings and what changed since the save before; a sparkline of the update ratio per group.
+
+The follower (analysis.runs.watch) runs in one thread worker: it waits for file events (or polls), judges
+each finished save once and posts a `CheckpointJudged` per event. Nothing here reads a checkpoint.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Label, Sparkline, Static
+from textual.worker import Worker, WorkerState
+
+from ckinspect.analysis.updates import RATIO_GROUPS
+from ckinspect.fmt import terminal_safe
+from ckinspect.report.watch_report import ratio_text, shown
+from ckinspect.tui.screens.inspect import failure_text
+
+if TYPE_CHECKING:
+    from ckinspect.tui.app import CkinspectApp
+
+VERDICT_STYLE = {"good": "green", "not-resumable": "yellow", "": "dim"}  # every other verdict is red
+# (title, width): fixed widths, so a row arriving later never re-lays out the rows drawn before it
+TIMELINE_COLUMNS = (
+    ("#", 2),
+    ("step", 6),
+    ("checkpoint", 15),
+    ("verdict", 13),
+    ("findings", 13),
+    ("Δstep", 5),
+    ("model upd", 9),  # ||Δw||/||w|| since the save before
+    ("optim upd", 9),
+)
+
+
+class WatchScreen(Screen[None]):
+    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.quit", "Quit", show=False)]
+
+    @dataclass
+    class CheckpointJudged(Message):
+        """One event of the follower, as its JSON (the data the headless report prints)."""
+
+        event: dict[str, Any]
+
+    @dataclass
+    class Following(Message):
+        """How the follower learns of changes: file events, or polling (and why)."""
+
+        mode: str
+
+    def __init__(
+        self, run_dir: Path, settle: float = 30.0, interval: float = 1.0, poll: bool = False, jobs: int = 1
+    ) -> None:
+        super().__init__()
+        self.run_dir, self.settle, self.interval, self.poll, self.jobs = Path(run_dir), settle, interval, poll, jobs
+        self.stop = threading.Event()
+        self.events: list[dict[str, Any]] = []
+        self.ratios: dict[str, list[float]] = {group: [] for group in RATIO_GROUPS}
+        self.mode = ""
+
+    def compose(self) -> ComposeResult:
+        yield Label(Text.assemble(("watch ", "bold"), terminal_safe(str(self.run_dir))), classes="title-line")
+        yield Static("looking at the run…", id="watch-status", classes="summary-line")
+        with Horizontal(id="watch-body"):
+            yield DataTable(id="timeline", cursor_type="row", zebra_stripes=True)
+            with Vertical(id="watch-side"):
+                yield Static("no checkpoint judged yet", id="newest")
+                for group in RATIO_GROUPS:
+                    yield Label(f"{group} update ratio ||Δw||/||w|| per step", classes="spark-label")
+                    yield Sparkline([], id=f"spark-{group}", classes="ratio-spark")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#timeline", DataTable)
+        for name, width in TIMELINE_COLUMNS:
+            table.add_column(name, key=name, width=width)
+        self.follow()
+
+    def on_unmount(self) -> None:
+        self.stop.set()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="watch", description="following the run")
+    def follow(self) -> None:
+        from ckinspect.analysis.runs.watch import Follower
+        from ckinspect.io.changes import Changes
+
+        follower = Follower(self.run_dir, settle=self.settle, verify=not self.app.quick, jobs=self.jobs)
+        changes = Changes(self.run_dir, interval=self.interval, poll=self.poll)
+        self.post_message(self.Following(changes.mode + (f" ({changes.why})" if changes.why else "")))
+        try:
+            for event in follower.poll():
+                self.post_message(self.CheckpointJudged(event.to_json()))
+            for _ in changes.wakeups(self.stop):
+                for event in follower.poll():
+                    if self.stop.is_set():
+                        return
+                    self.post_message(self.CheckpointJudged(event.to_json()))
+        finally:
+            follower.close()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            self.query_one("#watch-status", Static).update(f"following the run {failure_text(event.worker.error)}")
+
+    def on_watch_screen_following(self, message: Following) -> None:
+        self.mode = message.mode
+        self._status()
+
+    def on_watch_screen_checkpoint_judged(self, message: CheckpointJudged) -> None:
+        event = message.event
+        self.events.append(event)
+        self._add_row(event)
+        updates = event.get("updates") or {}
+        delta = updates.get("step_delta") or 1
+        for group in RATIO_GROUPS:
+            ratio = (updates.get("groups") or {}).get(group, {}).get("ratio")
+            if isinstance(ratio, (int, float)):
+                self.ratios[group].append(ratio / max(1, delta))
+                self.query_one(f"#spark-{group}", Sparkline).data = list(self.ratios[group])
+        if event["event"] != "in-progress":
+            self.query_one("#newest", Static).update(newest_text(event, str(self.run_dir)))
+        self._status()
+
+    def _add_row(self, event: dict[str, Any]) -> None:
+        updates = event.get("updates") or {}
+        groups = updates.get("groups") or {}
+        verdict = event["verdict"] or "writing…"
+        codes = sorted({f["code"] for f in event["findings"]})
+        table = self.query_one("#timeline", DataTable)
+        table.add_row(
+            str(event["index"]),
+            str(event["step"]) if event["step"] is not None else "?",
+            shown(event["path"], str(self.run_dir)),
+            Text(verdict, style=VERDICT_STYLE.get(event["verdict"] or "", "red")),
+            Text(", ".join(codes), style="red" if codes else ""),
+            str(updates.get("step_delta")) if updates.get("step_delta") is not None else "",
+            ratio_text(groups.get("model", {}).get("ratio")) if groups else "",
+            ratio_text(groups.get("optimizer", {}).get("ratio")) if groups else "",
+            key=str(event["index"]),
+        )
+        table.move_cursor(row=table.row_count - 1)
+
+    def _status(self) -> None:
+        judged = [e for e in self.events if e["event"] != "in-progress"]
+        bad = sum(1 for e in judged if e["verdict"] != "good")
+        text = f"{len(judged)} checkpoint(s) judged, {bad} not good"
+        if judged and judged[-1]["step"] is not None:
+            text += f"; newest at step {judged[-1]['step']}"
+        self.query_one("#watch-status", Static).update(f"{text} — following by {self.mode or '…'}")
+
+
+def newest_text(event: dict[str, Any], run_dir: str) -> Text:
+    """The newest checkpoint: verdict, reasons, findings, and what changed since the previous save."""
+    out = Text()
+    out.append(shown(event["path"], run_dir), style="bold")
+    out.append(f"  step {event['step']}\n" if event["step"] is not None else "\n")
+    out.append(event["verdict"] or "", style=VERDICT_STYLE.get(event["verdict"] or "", "red"))
+    if event["event"] == "abandoned":
+        out.append(" — the save never finished and its writer is gone")
+    out.append("\n")
+    updates = event.get("updates")
+    if updates:
+        previous = shown(event["previous"], run_dir) if event.get("previous") else "the previous save"
+        out.append(f"since {previous} (Δstep {updates.get('step_delta')}):\n")
+        for group, norms in updates["groups"].items():
+            out.append(f"  {group}: ||Δw||/||w|| {ratio_text(norms['ratio'])}, {norms['changed']}/{norms['tensors']}")
+            out.append(" tensors changed\n")
+        still = [name for name, norms in updates["layers"].items() if not norms["changed"]]
+        if still:
+            out.append(f"  unchanged layers: {', '.join(still[:4])}{' …' if len(still) > 4 else ''}\n")
+        for name, stats in updates["moments"].items():
+            out.append(f"  {name}: rms {ratio_text(stats['rms'])}, max |x| {ratio_text(stats['max_abs'])}\n")
+    if not event["findings"]:
+        out.append("no findings\n", style="green")
+    for finding in event["findings"][:8]:
+        style = "red" if finding["severity"] == "error" else "yellow"
+        out.append(f"{finding['code']}", style=f"bold {style}")
+        out.append(f": {terminal_safe(finding['message'])}\n")
+    if len(event["findings"]) > 8:
+        out.append(f"… and {len(event['findings']) - 8} more\n", style="dim")
+    return out
