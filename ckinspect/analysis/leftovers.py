@@ -21,7 +21,7 @@ from ckinspect.formats import open_checkpoint
 from ckinspect.io.blobs import files_differ
 from ckinspect.io.zipdir import LOCAL_SIG, STORED, FileReader, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
-from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, SINGLE_FILE_FORMATS, STEP_KEYS, TMP_SUFFIX
+from ckinspect.vocab import DCP_METADATA, NOT_WHOLE_CODES, QUARANTINE_DIR, SINGLE_FILE_FORMATS, STEP_KEYS, TMP_SUFFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -352,7 +352,7 @@ def _check_dcp_metadata(path: Path) -> Integrity:
 
 
 def _verdict(ckpt, fmt: str) -> Integrity:
-    corrupt = [f.message for f in ckpt.findings if f.code == "CORRUPT"]
+    corrupt = [f.message for f in ckpt.findings if f.code in NOT_WHOLE_CODES]
     if corrupt or ckpt.format == "unknown":
         return Integrity(False, ckpt.format, corrupt[0] if corrupt else "not a checkpoint", ckpt)
     return Integrity(True, ckpt.format, "", ckpt)

@@ -271,7 +271,7 @@ def _item(ckpt: Checkpoint, folder: Path, fqn: str, where: dict[str, Any] | None
         return None
     reader = _reader(folder, relative, readers, handles)
     if reader is None:
-        ckpt.add("CORRUPT", f"{folder.name}: {relative} is missing (named by .metadata for {fqn})", fqn)
+        ckpt.add("MISSING_PARTS", f"{folder.name}: {relative} is missing (named by .metadata for {fqn})", fqn)
         return None
     if offset + length > reader.size:
         ckpt.add("CORRUPT", f"{folder.name}/{relative} is truncated: {fqn} needs bytes {offset}..{offset + length} "

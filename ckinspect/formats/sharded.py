@@ -41,7 +41,7 @@ def read_sharded(index_json_path: str | os.PathLike[str]) -> Checkpoint:
             )
             continue
         if not shard_path.is_file():
-            ckpt.add("CORRUPT", f"shard {shard} is missing ({_names(expected)} have no data)")
+            ckpt.add("MISSING_PARTS", f"shard {shard} is missing ({_names(expected)} have no data)")
             continue
         part = _read_shard(shard_path, shard)
         ckpt.files.append(shard_path)

@@ -42,6 +42,12 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False) -> s
     if len(files) > 1:
         console.print()
         console.print(summary_table(files))
+    if report.get("runs"):
+        from ckinspect.report.run_report import text_section
+
+        for run in report["runs"]:
+            console.print()
+            console.print(text_section(run))
     if report.get("diff") is None:
         console.print(summary_line(report["summary"]))
     return finish(buffer)
