@@ -1,8 +1,8 @@
 """`ckinspect salvage BROKEN OUT`: recover every whole, CRC-valid tensor of a damaged checkpoint.
 
 OUT ending in `.safetensors` gets a safetensors file, anything else a torch zip (torch.save).
-Exit status: 0 every tensor recovered; 1 something is missing (listed); 2 nothing could be salvaged
-or usage error.
+Exit status: 0 every tensor recovered; 1 something is missing (listed), or the source names
+code-running globals (UNSAFE_PICKLE, said in a note; nothing ran); 2 nothing could be salvaged or usage error.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from ckinspect.commands.emit import emit, envelope, exit_for
-from ckinspect.fmt import md_code, md_text
+from ckinspect.fmt import md_code, md_text, terminal_safe
 from ckinspect.ops.salvage import SalvageResult, salvage
 
 TEXT_LIMIT = 25
@@ -19,7 +19,7 @@ TEXT_LIMIT = 25
 def run(args) -> int:
     result = salvage(args.broken, args.out)
     emit(render(result, getattr(args, "format", "text")), getattr(args, "output", None))
-    return exit_for(bool(result.missing), getattr(args, "fail_on", "error"))
+    return exit_for(bool(result.missing or result.unsafe), getattr(args, "fail_on", "error"))
 
 
 def render(r: SalvageResult, fmt: str) -> str:
@@ -47,4 +47,4 @@ def render(r: SalvageResult, fmt: str) -> str:
         lines.append(f"wrote {r.out_bytes} bytes; the missing tensors must come from another checkpoint")
     else:
         lines.append(f"wrote {r.out_bytes} bytes; nothing was lost")
-    return "\n".join(lines)
+    return "\n".join(terminal_safe(line) for line in lines)  # names come from the file: no control sequences

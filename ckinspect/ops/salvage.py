@@ -38,6 +38,7 @@ class SalvageResult(Record):
     dropped: list[tuple[str, str]] = field(default_factory=list)  # non-tensor values that could not be carried over
     notes: list[str] = field(default_factory=list)
     out_bytes: int = 0
+    unsafe: str = ""  # the source's UNSAFE_PICKLE message: it names code-running globals (none of them ran)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,12 +69,24 @@ def salvage(broken: str | Path, out: str | Path) -> SalvageResult:
     buf = map_file(broken)
     head = bytes(buf[:8])
     if head.startswith(LOCAL_SIG):
-        return _salvage_torch_zip(broken, out, buf)
+        return _judged(_salvage_torch_zip(broken, out, buf))
     if len(head) == 8 and 2 <= struct.unpack("<Q", head)[0] <= 100_000_000:
         return _salvage_safetensors(broken, out, buf)
     if head.startswith(b"\x80"):
         return _salvage_legacy(broken, out)
     raise CkinspectError(f"{broken}: neither a torch zip nor a safetensors file; nothing to salvage from")
+
+
+def _judged(result: SalvageResult) -> SalvageResult:
+    """The source judged as --report judges it: salvage reads one data.pkl by its local headers, but a
+    zip can hold other pickles (or another directory) that torch.load would run. Said, never run."""
+    from ckinspect.formats import open_checkpoint
+
+    unsafe = [f.message for f in open_checkpoint(result.source).findings if f.code == "UNSAFE_PICKLE"]
+    if unsafe:
+        result.unsafe = unsafe[0]
+        result.notes.append(f"UNSAFE_PICKLE in the source: {unsafe[0]} Only the recovered tensors were written.")
+    return result
 
 
 # ----------------------------------------------------------------------------------------- torch

@@ -56,3 +56,26 @@ def test_safetensors_header_entries_that_cannot_be_trusted_are_named_the_rest_re
         "c": "its header entry cannot be trusted: offsets [40, 60] hold 20 bytes but F32 [6] needs 24",
     }
     assert torch.equal(torch.load(tmp_path / "out.pt", weights_only=True)["a"], torch.arange(4.0))
+
+
+def test_a_source_that_names_code_running_globals_is_said_and_exits_1(tmp_path):
+    """Salvage reads one data.pkl; a second pickle in the zip that torch.load or another reader would run
+    is judged as --report judges it: the tensors are written, the danger is said, exit 1, nothing ran."""
+    import os
+    import pickle
+    import zipfile
+
+    class Call:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'MARKER'}",))
+
+    src = tmp_path / "w.pth"
+    torch.save({"w": torch.ones(3)}, src)
+    with zipfile.ZipFile(src, "a") as z:
+        z.writestr("w/extra/state.pkl", pickle.dumps(Call(), protocol=2))
+    proc = run_cli("salvage", src, tmp_path / "out.pth", "--format", "json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and doc["recovered"] == ["w"] and doc["missing"] == []
+    assert "posix.system" in doc["unsafe"] and any(n.startswith("UNSAFE_PICKLE in the source") for n in doc["notes"])
+    assert torch.equal(torch.load(tmp_path / "out.pth")["w"], torch.ones(3))
+    assert not (tmp_path / "MARKER").exists()

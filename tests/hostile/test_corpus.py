@@ -99,7 +99,7 @@ def test_a_hostile_file_never_passes_diff_salvage_or_convert_as_clean(corpus):
     for name, case in cases.items():
         if case.code != "UNSAFE_PICKLE":
             continue
-        for command in ("diff", "convert"):
+        for command in ("diff", "salvage", "convert"):
             for run in results[command].get(name, []):
                 assert run["exit"] != 0, (command, name, run["stdout"][-300:])
 
