@@ -126,10 +126,12 @@ class WeightSource:
             raise ValueError(f"the file has no weights for {len(missing):,} parameter(s): {_names(missing)}")
         if wrong:
             raise ValueError(wrong[0] + (f" (and {len(wrong) - 1:,} more)" if len(wrong) > 1 else ""))
-        self.used = {t.name for t in self.tensor_of.values()}
+        self.used = {t.name for name in self.tensor_of for t in self._candidates(stored, name, prefixes)}
         self._blobs = Blobs()
         self._cache: dict[str, Any] = {}
-        self.bytes_read = 0
+        self.bytes_read = 0  # bytes of stored weights read
+        self.held = 0  # bytes of float32 reference weights held now, and at most
+        self.peak_held = 0
 
     @staticmethod
     def _candidates(stored: dict[str, TensorInfo], name: str, prefixes: tuple[str, ...]) -> Iterator[TensorInfo]:
@@ -155,10 +157,13 @@ class WeightSource:
                 pos += block.size
             self._cache[t.name] = torch.from_numpy(out).reshape(t.shape)
             self.bytes_read += t.nbytes
+            self.held += out.nbytes
+            self.peak_held = max(self.peak_held, self.held)
         return self._cache[t.name]
 
     def drop_block(self) -> None:
         self._cache.clear()
+        self.held = 0
 
     def close(self) -> None:
         self._cache.clear()
@@ -256,6 +261,7 @@ class BlockRun:
         self.bytes_read = 0
         self.mode = ""
         self.used: set[str] = set()  # the checkpoint tensors the model's parameters came from
+        self.peak_held = 0  # bytes of float32 reference weights held at once, at most
 
 
 def run_formats(
@@ -286,7 +292,7 @@ def run_formats(
             else:
                 run.mode, run.blocks = "block by block", len(layers) + 2
                 _by_blocks(model, module, layers, loader, source, inputs, fmts, run)
-        run.bytes_read = source.bytes_read
+        run.bytes_read, run.peak_held = source.bytes_read, source.peak_held
     finally:
         loader.close()
         source.close()

@@ -296,6 +296,8 @@ def measure_logit_drift(
         "input": {"batch": list(batch.shape), "tokens": batch_how},
         "mode": run.mode,
         "blocks": run.blocks,
+        "weights_read_bytes": run.bytes_read,
+        "weights_held_peak_bytes": run.peak_held,  # float32 reference weights in memory at once, at most
     }
     ref = run.logits["batch"][REFERENCE_FORMAT]
     for fmt in formats:
