@@ -64,6 +64,7 @@ class TrainerModel:
 
     label = LABEL
     prefixes = ("model.", "module.", "_orig_mod.")
+    strict = True  # as load_state_dict: a tensor the model does not have means the file is not this model's
 
     def __init__(self, ckpt: Checkpoint, config: dict[str, Any]) -> None:
         self.ckpt = ckpt

@@ -97,10 +97,13 @@ class WeightSource:
 
     Names are matched as stored, or with one of `prefixes` added or removed (`model.`, `module.`, a
     Hugging Face base-model prefix); tied parameters (one object, several names) need one of their
-    names in the file. Raises ValueError (one line) when a parameter has no tensor or the wrong shape.
+    names in the file. Raises ValueError (one line) when a parameter has no tensor or the wrong shape,
+    or a tensor of `must_use` is no parameter's.
     """
 
-    def __init__(self, ckpt: Checkpoint, module: Any, prefixes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, ckpt: Checkpoint, module: Any, prefixes: tuple[str, ...] = (), must_use: tuple[str, ...] = ()
+    ) -> None:
         self.ckpt = ckpt
         stored = {t.name: t for t in ckpt.tensors}
         groups: dict[int, list[tuple[str, Any]]] = {}
@@ -127,6 +130,9 @@ class WeightSource:
         if wrong:
             raise ValueError(wrong[0] + (f" (and {len(wrong) - 1:,} more)" if len(wrong) > 1 else ""))
         self.used = {t.name for name in self.tensor_of for t in self._candidates(stored, name, prefixes)}
+        extra = [name for name in must_use if name not in self.used]
+        if extra:
+            raise ValueError(f"the file has {len(extra):,} weight(s) the model does not have: {_names(extra)}")
         self._blobs = Blobs()
         self._cache: dict[str, Any] = {}
         self.bytes_read = 0  # bytes of stored weights read
@@ -265,7 +271,12 @@ class BlockRun:
 
 
 def run_formats(
-    ckpt: Checkpoint, model: LogitModel, inputs: dict[str, Any], formats: tuple[str, ...], whole: bool = False
+    ckpt: Checkpoint,
+    model: LogitModel,
+    inputs: dict[str, Any],
+    formats: tuple[str, ...],
+    whole: bool = False,
+    must_use: tuple[str, ...] = (),
 ) -> BlockRun:
     """Logits of every input under the reference weights and each rounding, block by block (or with the
     whole model as one block)."""
@@ -274,7 +285,7 @@ def run_formats(
     with parameters_on_meta():
         module = model.skeleton()
     module.eval()
-    source = WeightSource(ckpt, module, model.prefixes)
+    source = WeightSource(ckpt, module, model.prefixes, must_use)
     loader = _Loader(module, source)
     fmts = (REFERENCE_FORMAT, *formats)
     layers = None if whole else model.layers(module)

@@ -287,7 +287,9 @@ def measure_logit_drift(
     batch, batch_how = model.batch(seed)
     text, text_how = model.text_tokens(bundled_text())
     inputs = {"batch": batch} if text is None else {"batch": batch, "text": text}
-    run = run_formats(ckpt, model, inputs, formats, whole)
+    weights = model_tensors(ckpt, tied_once=False)
+    strict = getattr(model, "strict", False)  # every model tensor of the file must be a weight of the model
+    run = run_formats(ckpt, model, inputs, formats, whole, tuple(t.name for t in weights) if strict else ())
     out: dict[str, Any] = {
         "model": model.label,
         "seed": seed,
@@ -312,7 +314,6 @@ def measure_logit_drift(
             ppl = perplexity(run.logits["text"][fmt], text)
             out[fmt]["perplexity"] = ppl
             out[fmt]["perplexity_change"] = (ppl - ref_ppl) / ref_ppl if ref_ppl else None
-    weights = model_tensors(ckpt, tied_once=False)
     stored = sorted({t.dtype for t in weights})
     unused = [t.name for t in weights if t.name not in run.used]
     if stored:

@@ -15,6 +15,8 @@ A plugin is any object (a module will do) with
 A LogitModel describes the model; ckinspect.analysis.blockwise runs it:
     label: str                     the report's "model"
     prefixes: tuple[str, ...]      prefixes the checkpoint's names may carry or lack (`model.`)
+    strict: bool (optional)        every floating model tensor of the file must be one of its weights
+                                   (else tensors it does not have are reported in a note)
     skeleton() -> nn.Module        the model, built as usual: blockwise builds it with its parameters
                                    on the meta device and streams the checkpoint's weights into it
     layers(module) -> ModuleList | None

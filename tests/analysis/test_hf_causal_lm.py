@@ -29,6 +29,15 @@ FIGURES = ("max_abs", "mean_abs", "top1_agreement", "kl_mean")
 ALL_FORMATS = ("fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Models this small gain nothing from threads, and on a busy machine spinning threads cost seconds."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """family -> form -> folder; the safetensors folder of each family also has a byte-level tokenizer."""
