@@ -247,8 +247,11 @@ def logit_drift_or_why(
         return measure_logit_drift(ckpt, model, formats, whole, seed), None
     except UnreadableStorage as exc:
         return None, f"the weights cannot be read ({exc})"
-    except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:  # the forward
+    except (MemoryError, RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, MemoryError) or "can't allocate memory" in first:  # numpy's, and torch's allocator
+            hint = "; without --whole-model it runs one block at a time" if whole else ""
+            return None, f"not enough memory to run the model ({first}){hint}"
         return None, f"the model cannot be built from these weights: {first}"
 
 
