@@ -61,10 +61,16 @@ def round_weight(ref: Any, fmt: str) -> Any:
     dtype = torch_dtype(fmt)
     if fmt not in FP8_FORMATS:
         return ref.to(dtype).float()
-    finite = ref[torch.isfinite(ref)]
-    amax = finite.abs().max().item() if finite.numel() else 0.0
+    if ref.numel() == 0:
+        return ref.clone()
+    low, high = torch.aminmax(ref)  # no temporary as large as the tensor: it may be an embedding
+    amax = max(-low.item(), high.item())
+    if not math.isfinite(amax):  # inf or NaN among the weights: scale by the finite ones
+        finite = ref[torch.isfinite(ref)]
+        amax = finite.abs().max().item() if finite.numel() else 0.0
     scale = amax / torch.finfo(dtype).max if amax > 0 else 1.0
-    return (ref / scale).to(dtype).float() * scale
+    narrow = ref.div(scale).to(dtype)
+    return narrow.float().mul_(scale)
 
 
 @contextmanager
@@ -387,9 +393,12 @@ def compare_logits(reference: Any, got: Any) -> dict[str, Any]:
 
     delta = (reference - got).abs()
     agree = (reference.argmax(-1) == got.argmax(-1)).float()
-    log_p = torch.log_softmax(reference.double(), -1)
-    log_q = torch.log_softmax(got.double(), -1)
-    kl = (log_p.exp() * (log_p - log_q)).sum(-1)
+    vocab = reference.shape[-1]
+    ref_rows, got_rows = reference.reshape(-1, vocab), got.reshape(-1, vocab)
+    rows = max(1, _KL_CHUNK // max(1, vocab))  # float64 copies of a few rows at a time, not of every logit
+    kl = torch.cat(
+        [_kl_rows(ref_rows[i : i + rows], got_rows[i : i + rows]) for i in range(0, ref_rows.shape[0], rows)]
+    )
     return {
         "max_abs": delta.max().item(),
         "mean_abs": delta.mean().item(),
@@ -398,6 +407,17 @@ def compare_logits(reference: Any, got: Any) -> dict[str, Any]:
         "kl_mean": kl.mean().item(),
         "kl_max": kl.max().item(),
     }
+
+
+_KL_CHUNK = 1 << 20  # logits widened to float64 at once for the KL divergence
+
+
+def _kl_rows(reference: Any, got: Any) -> Any:
+    import torch
+
+    log_p = torch.log_softmax(reference.double(), -1)
+    log_q = torch.log_softmax(got.double(), -1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1)
 
 
 def perplexity(logits: Any, tokens: Any) -> float:
