@@ -7,8 +7,9 @@ Writes a Llama-shaped model with random weights (config.json + one safetensors s
 written a tensor at a time by a child process, so nothing here holds the model), then runs, each in a
 fresh process:
 
-  1. `ckinspect drift DIR --report --format json` under an address-space limit (`prlimit --as`) below
-     the size of the weights: block by block, it must finish and give the drift;
+  1. `ckinspect drift DIR --report --format json` under a memory limit (`prlimit --as`, the address
+     space; `--limit data`: `prlimit --data`) below the size of the weights: block by block, it must
+     finish and give the drift;
   2. the same with `--whole-model` (every weight at once), under the same limit: it cannot;
   3. the same `--whole-model` without a limit: its figures must equal (1)'s exactly;
   4. what a transformers user would otherwise run, without a limit: `from_pretrained` in fp32 and a
@@ -92,11 +93,14 @@ json.dump(out, open(sys.argv[2], "w"))
 """
 
 
+LIMIT_KIND = "as"
+
+
 def drift_json(label: str, folder: Path, out: Path, limit: int | None, *flags: str, expect: int | None = 0) -> Run:
     cmd = [sys.executable, "-m", "ckinspect", "drift", str(folder), "--report", "--format", "json", "-o", str(out)]
     cmd += ["--no-progress", *flags]
     if limit is not None:
-        cmd = ["prlimit", f"--as={limit}", "--", *cmd]
+        cmd = ["prlimit", f"--{LIMIT_KIND}={limit}", "--", *cmd]
     return run(label, cmd, env=child_env(), expect=expect)
 
 
@@ -110,13 +114,22 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--intermediate", type=int, default=5632)
     parser.add_argument("--vocab", type=int, default=32000)
-    parser.add_argument("--limit-gb", type=float, default=1.5, help="address-space limit of the limited runs")
+    parser.add_argument("--limit-gb", type=float, default=1.5, help="memory limit of the limited runs")
+    parser.add_argument(
+        "--limit",
+        choices=("as", "data"),
+        default="as",
+        help="what is limited: the address space (RLIMIT_AS, default: everything mapped, libraries included) "
+        "or the data segment (RLIMIT_DATA: heap and private anonymous memory)",
+    )
     parser.add_argument("--dir", type=Path, help="where to write the model (default: a fresh temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the model (then --dir D --reuse runs again on it)")
     parser.add_argument("--reuse", action="store_true", help="the model in --dir is already written")
     parser.add_argument("--skip-transformers", action="store_true", help="leave out row 4")
     args = parser.parse_args()
 
+    global LIMIT_KIND
+    LIMIT_KIND = args.limit
     folder = args.dir or Path(tempfile.mkdtemp(prefix="ckinspect-drift-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     limit = int(args.limit_gb * 1e9)
@@ -135,7 +148,7 @@ def main() -> int:
             weights = int(written.stdout.split()[-1])
         print(
             f"model: {folder}  fp32 weights {weights / 1e9:.2f} GB ({weights / GIB:.2f} GiB), "
-            f"limit {limit / 1e9:.2f} GB"
+            f"limit {limit / 1e9:.2f} GB (RLIMIT_{args.limit.upper()})"
         )
         if weights <= limit:
             raise SystemExit("the weights fit under the limit: raise --layers or lower --limit-gb")
