@@ -126,10 +126,21 @@ def _repair_parser() -> argparse.ArgumentParser:
 def _drift_parser() -> argparse.ArgumentParser:
     drift = _Parser(
         prog="ckinspect drift",
-        description="What fp16/bf16 does to the weights and, where the model is known, the logits.",
+        description="What fp16/bf16 does to the weights and, where the model is known (the bundled trainer's, "
+        "a Hugging Face causal LM folder), the logits. PATH may be a Hugging Face model folder.",
     )
     drift.add_argument("path", metavar="PATH")
     drift.add_argument("--report", action="store_true", help="print instead of opening the TUI")
+    drift.add_argument(
+        "--fp8",
+        action="store_true",
+        help="also measure the logits under fp8 (float8_e4m3fn and float8_e5m2, simulated with per-tensor scaling)",
+    )
+    drift.add_argument(
+        "--whole-model",
+        action="store_true",
+        help="load every weight at once instead of block by block (faster on small models; same numbers)",
+    )
     _add_output_options(drift)
     return drift
 

@@ -100,3 +100,12 @@ EPOCH_KEYS = ("epoch", "epochs", "cur_epoch", "current_epoch")
 WORLD_SIZE_KEYS = ("world_size", "num_processes", "n_gpus", "ngpus")
 
 FP16_MAX = 65504.0  # the largest finite float16; beyond it a half-precision save stores inf
+
+# Logit drift: the reference the roundings are measured against, the formats measured by default, and
+# the fp8 formats measured when asked (`drift --fp8`; simulated with per-tensor scaling).
+REFERENCE_FORMAT = "fp32"
+LOGIT_FORMATS = ("fp16", "bf16")
+FP8_FORMATS = ("fp8_e4m3fn", "fp8_e5m2")
+# The files that hold a Hugging Face model's weights beside its config.json, in the order they are preferred.
+HF_CONFIG = "config.json"
+HF_WEIGHTS = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json", "pytorch_model.bin")

@@ -218,9 +218,12 @@ def _save_dcp(folder, model, optimizer, rng):
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`-n`, README's test command, `--dist loadgroup`), tests that share something
     built once per session go to one worker: the trainer's experiment (a 60-step training run) is made once,
-    not once per worker, and the corpus cache is filled by one process, never by two at once."""
+    not once per worker, the corpus cache is filled by one process, never by two at once, and the tiny
+    Hugging Face models are written once."""
     for item in items:
         if "experiment" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("trainer-experiment"))
         elif item.get_closest_marker("corpus"):
             item.add_marker(pytest.mark.xdist_group("corpus"))
+        elif item.get_closest_marker("frameworks"):  # transformers imported and the tiny models built once
+            item.add_marker(pytest.mark.xdist_group("frameworks"))

@@ -60,29 +60,42 @@ def _looks_like_trainer_weights(ckpt: Checkpoint) -> bool:
 
 
 class TrainerModel:
-    """The model a config describes; weights come from ckinspect's own readers, never torch.load."""
+    """The model a config describes; ckinspect streams its weights from the file, never torch.load."""
 
     label = LABEL
+    prefixes = ("model.", "module.", "_orig_mod.")
+    strict = True  # as load_state_dict: a tensor the model does not have means the file is not this model's
 
     def __init__(self, ckpt: Checkpoint, config: dict[str, Any]) -> None:
         self.ckpt = ckpt
         self.config = config
 
-    def reference_weights(self) -> dict[str, Any]:
-        from ckinspect.analysis.drift import model_tensors, torch_state
+    def skeleton(self) -> Any:
+        import torch
 
-        tensors = model_tensors(self.ckpt, tied_once=False)  # every name: load_state_dict wants tied ones twice
-        return {name.removeprefix("model."): tensor.float() for name, tensor in torch_state(self.ckpt, tensors).items()}
+        from trainer.model import build_model
 
-    def batch(self, seed: int) -> Any:
+        with torch.random.fork_rng(devices=[]):  # building initialises weights; leave the caller's RNG alone
+            return build_model(self.config)
+
+    def layers(self, module: Any) -> Any:
+        return module.layers
+
+    def batch(self, seed: int) -> tuple[Any, str]:
         from trainer.data import fixed_batch
         from trainer.experiment import DRIFT_BATCH
         from trainer.model import ModelConfig
 
-        inputs, _ = fixed_batch(seed, DRIFT_BATCH, ModelConfig.from_dict(self.config).max_seq_len)
-        return inputs
+        length = ModelConfig.from_dict(self.config).max_seq_len
+        inputs, _ = fixed_batch(seed, DRIFT_BATCH, length)
+        return inputs, f"{DRIFT_BATCH}x{length} windows of the trainer's held-out text, seed {seed}"
 
-    def logits(self, weights: dict[str, Any], batch: Any) -> Any:
-        from trainer.experiment import model_from
+    def text_tokens(self, text: str) -> tuple[Any, str]:
+        from ckinspect.analysis.blockwise import text_windows
+        from trainer.model import ModelConfig
 
-        return model_from(weights, self.config)(batch)
+        ids = list(text.encode("utf-8"))  # the model's vocabulary is the 256 byte values
+        return text_windows(ids, ModelConfig.from_dict(self.config).max_seq_len), "bytes (the model's vocabulary)"
+
+    def logits(self, module: Any, tokens: Any, embed: bool) -> Any:
+        return module(tokens)

@@ -6,9 +6,11 @@ weight_drift(ckpt)  -> [TensorDrift]: per floating model tensor, the error of x 
 logit_drift(ckpt)   -> dict | None: where a registered model plugin can build the model (see
                        logit_models: the bundled trainer registers one, a Hugging Face folder is
                        built in), compare logits of the fp32 weights against their fp16 and bf16
-                       roundings on the plugin's fixed, seeded batch; for the trainer's files the
-                       same figure `python -m trainer verify` prints. None when not applicable;
-                       `logit_drift_reason(ckpt)` says why.
+                       roundings (fp8 when asked) on the plugin's fixed, seeded batch, and the
+                       perplexity on a bundled text; block by block, so a model larger than memory
+                       runs (see blockwise). For the trainer's files the same figure `python -m
+                       trainer verify` prints. None when not applicable; `logit_drift_reason(ckpt)`
+                       says why.
 """
 
 from __future__ import annotations
@@ -16,18 +18,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record, field
+from ckinspect.vocab import FP8_FORMATS, LOGIT_FORMATS, REFERENCE_FORMAT
 
 if TYPE_CHECKING:
     from ckinspect.analysis.logit_models import LogitModel
 
 DRIFT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 _BLOCK_ELEMENTS = 1 << 18
+BUNDLED_TEXT = "drift_text.txt"  # beside this module; the perplexity is measured on it
 
 
 class RoundTrip(Record):
@@ -220,28 +225,12 @@ def logit_drift_reason(ckpt: Checkpoint) -> str | None:
     return find_model(ckpt)[1]
 
 
-def torch_state(ckpt: Checkpoint, tensors: list[TensorInfo]) -> dict[str, Any]:
-    """torch tensors (CPU, as stored) of these tensors, read from the raw bytes: works for every format."""
-    import numpy as np
-    import torch
-
-    from ckinspect.analysis.diff import value_blocks
-
-    torch_dtypes = {name: getattr(torch, name) for name in DRIFT_DTYPES}
-    state: dict[str, Any] = {}
-    with Blobs() as blobs:
-        for t in tensors:
-            blocks = list(value_blocks(blobs, ckpt, t))
-            raw = np.concatenate(blocks) if blocks else np.empty(0, dtype=np.uint8)
-            tensor = torch.from_numpy(np.ascontiguousarray(raw))
-            if t.dtype in torch_dtypes and tensor.dtype != torch_dtypes[t.dtype]:
-                tensor = tensor.view(torch_dtypes[t.dtype])
-            state[t.name] = tensor.reshape(t.shape)
-    return state
-
-
 def logit_drift_or_why(
-    ckpt: Checkpoint, drifts: list[TensorDrift] | None = None
+    ckpt: Checkpoint,
+    drifts: list[TensorDrift] | None = None,
+    formats: tuple[str, ...] = LOGIT_FORMATS,
+    whole: bool = False,
+    seed: int = 0,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(the logit drift, None), or (None, why it was skipped): the model is unknown, some weights
     cannot be read (`drifts`: weight_drift's results, whose errors say which), or the model refuses
@@ -255,55 +244,93 @@ def logit_drift_or_why(
     if model is None or reason is not None:
         return None, reason
     try:
-        return _measure_logit_drift(ckpt, model), None
+        return measure_logit_drift(ckpt, model, formats, whole, seed), None
     except UnreadableStorage as exc:
         return None, f"the weights cannot be read ({exc})"
-    except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # load_state_dict and friends
+    except (MemoryError, RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, MemoryError) or "can't allocate memory" in first:  # numpy's, and torch's allocator
+            hint = "; without --whole-model it runs one block at a time" if whole else ""
+            return None, f"not enough memory to run the model ({first}){hint}"
         return None, f"the model cannot be built from these weights: {first}"
 
 
-def logit_drift(ckpt: Checkpoint, seed: int = 0) -> dict[str, Any] | None:
-    """fp16-vs-fp32 and bf16-vs-fp32 logits (max and mean |Δlogit|, top-1 agreement) on a fixed batch.
-
-    None when no registered model plugin can build the model (see logit_drift_reason).
+def logit_drift(
+    ckpt: Checkpoint, seed: int = 0, formats: tuple[str, ...] = LOGIT_FORMATS, whole: bool = False
+) -> dict[str, Any] | None:
+    """Logits of the float32 weights against each rounding (fp16 and bf16 unless `formats` says; see
+    measure_logit_drift). None when no registered model plugin can build the model (see logit_drift_reason).
     """
     from ckinspect.analysis.logit_models import find_model
 
     model, _ = find_model(ckpt)
-    return None if model is None else _measure_logit_drift(ckpt, model, seed)
+    return None if model is None else measure_logit_drift(ckpt, model, formats, whole, seed)
 
 
-def _measure_logit_drift(ckpt: Checkpoint, model: LogitModel, seed: int = 0) -> dict[str, Any]:
-    """The model's logits with its float32 weights against the same weights rounded to fp16 and bf16."""
-    import torch
+def bundled_text() -> str:
+    """The short English text the perplexity is measured on (shipped with ckinspect)."""
+    return (Path(__file__).with_name(BUNDLED_TEXT)).read_text(encoding="utf-8")
 
-    weights = model.reference_weights()
-    batch = model.batch(seed)
-    out: dict[str, Any] = {"model": model.label, "seed": seed, "reference": "float32"}
-    stored = sorted({t.dtype for t in model_tensors(ckpt, tied_once=False)})
+
+def measure_logit_drift(
+    ckpt: Checkpoint,
+    model: LogitModel,
+    formats: tuple[str, ...] = LOGIT_FORMATS,
+    whole: bool = False,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The model's logits with its float32 weights against the same weights rounded to each format.
+
+    On the model's fixed, seeded batch: max and mean |Δlogit|, top-1 agreement, KL(reference || rounded).
+    On the bundled text, where the model's tokenizer (or byte vocabulary) can read it: the perplexity
+    of each. Runs block by block (blockwise.run_formats), or the whole model at once with `whole`.
+    """
+    from ckinspect.analysis.blockwise import compare_logits, perplexity, run_formats
+
+    batch, batch_how = model.batch(seed)
+    text, text_how = model.text_tokens(bundled_text())
+    inputs = {"batch": batch} if text is None else {"batch": batch, "text": text}
+    weights = model_tensors(ckpt, tied_once=False)
+    strict = getattr(model, "strict", False)  # every model tensor of the file must be a weight of the model
+    run = run_formats(ckpt, model, inputs, formats, whole, tuple(t.name for t in weights) if strict else ())
+    out: dict[str, Any] = {
+        "model": model.label,
+        "seed": seed,
+        "reference": "float32",
+        "formats": list(formats),
+        "input": {"batch": list(batch.shape), "tokens": batch_how},
+        "mode": run.mode,
+        "blocks": run.blocks,
+        "weights_read_bytes": run.bytes_read,
+        "weights_held_peak_bytes": run.peak_held,  # float32 reference weights in memory at once, at most
+    }
+    ref = run.logits["batch"][REFERENCE_FORMAT]
+    for fmt in formats:
+        out[fmt] = compare_logits(ref, run.logits["batch"][fmt])
+    if text is None:
+        out["text"] = {"source": BUNDLED_TEXT, "skipped": text_how}
+    else:
+        ref_ppl = perplexity(run.logits["text"][REFERENCE_FORMAT], text)
+        out["text"] = {"source": BUNDLED_TEXT, "tokenizer": text_how, "windows": list(text.shape)}
+        out["text"]["perplexity"] = ref_ppl
+        for fmt in formats:
+            ppl = perplexity(run.logits["text"][fmt], text)
+            out[fmt]["perplexity"] = ppl
+            out[fmt]["perplexity_change"] = (ppl - ref_ppl) / ref_ppl if ref_ppl else None
+    stored = sorted({t.dtype for t in weights})
+    unused = [t.name for t in weights if t.name not in run.used]
     if stored:
         out["stored_as"] = stored
+    notes = []
     if stored and stored != ["float32"]:
-        out["note"] = (
+        notes.append(
             f"weights are stored as {', '.join(stored)}: the reference is those values in float32, "
             f"so rounding to a format they already fit in changes nothing"
         )
-    with torch.no_grad():
-        reference = model.logits(weights, batch).float()
-        for label, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
-            rounded = {k: v.to(dtype).float() if v.is_floating_point() else v for k, v in weights.items()}
-            out[label] = _compare_logits(reference, model.logits(rounded, batch).float())
+    if any(fmt in FP8_FORMATS for fmt in formats):
+        notes.append("fp8 is simulated: each weight tensor scaled to the format's range, rounded, scaled back")
+    if unused:
+        notes.append(f"{len(unused):,} tensor(s) in the file are not weights of {model.label} and were not used")
+    if notes:
+        out["note"] = "; ".join(notes)
     return out
-
-
-def _compare_logits(reference: Any, got: Any) -> dict[str, Any]:
-    """max and mean |Δlogit|, the share of positions whose argmax agrees, and how many were compared."""
-    delta = (reference - got).abs()
-    agree = (reference.argmax(-1) == got.argmax(-1)).float()
-    return {
-        "max_abs": delta.max().item(),
-        "mean_abs": delta.mean().item(),
-        "top1_agreement": agree.mean().item(),
-        "positions": agree.numel(),
-    }

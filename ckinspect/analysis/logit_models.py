@@ -12,35 +12,52 @@ A plugin is any object (a module will do) with
     build(ckpt) -> LogitModel | str | None
                                    None: not this plugin's model; a str: its model, but it cannot be
                                    built here (why, in one line); else the model, built lazily.
-A LogitModel has
+A LogitModel describes the model; ckinspect.analysis.blockwise runs it:
     label: str                     the report's "model"
-    reference_weights() -> dict    the float32 weights the logits are measured from
-    batch(seed) -> Tensor          the fixed, seeded token batch
-    logits(weights, batch)         the logits of the model carrying these weights (under no_grad)
-drift.py rounds the weights to each narrow format, runs both, and compares: one measurement for
-every model.
+    prefixes: tuple[str, ...]      prefixes the checkpoint's names may carry or lack (`model.`)
+    strict: bool (optional)        every floating model tensor of the file must be one of its weights
+                                   (else tensors it does not have are reported in a note)
+    skeleton() -> nn.Module        the model, built as usual: blockwise builds it with its parameters
+                                   on the meta device and streams the checkpoint's weights into it
+    layers(module) -> ModuleList | None
+                                   the decoder layers the forward loops over (None: run it whole)
+    batch(seed) -> (Tensor, str)   the fixed, seeded token batch, and how it was drawn
+    text_tokens(text) -> (Tensor | None, str)
+                                   the bundled text as token windows and the tokenizer's name, or
+                                   (None, why it cannot be tokenized)
+    logits(module, tokens, embed) -> Tensor
+                                   the forward (under no_grad); with embed=False the token embeddings
+                                   may be skipped (zeros of the right shape): only what follows the
+                                   layers is used then
+drift.py rounds the weights to each narrow format, runs every rounding through each block, and compares:
+one measurement for every model.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Protocol
 
 from ckinspect.model import Checkpoint
 from ckinspect.optional import has_torch, needs_torch_message
+from ckinspect.vocab import HF_CONFIG
 
 ENTRY_POINT_GROUP = "ckinspect.models"
 
 
 class LogitModel(Protocol):
     label: str
+    prefixes: tuple[str, ...]
 
-    def reference_weights(self) -> dict[str, Any]: ...
+    def skeleton(self) -> Any: ...
 
-    def batch(self, seed: int) -> Any: ...
+    def layers(self, module: Any) -> Any: ...
 
-    def logits(self, weights: dict[str, Any], batch: Any) -> Any: ...
+    def batch(self, seed: int) -> tuple[Any, str]: ...
+
+    def text_tokens(self, text: str) -> tuple[Any, str]: ...
+
+    def logits(self, module: Any, tokens: Any, embed: bool) -> Any: ...
 
 
 class ModelPlugin(Protocol):
@@ -94,35 +111,12 @@ class HuggingFaceFolder:
 
     def build(self, ckpt: Checkpoint) -> LogitModel | str | None:
         folder = ckpt.path if ckpt.path.is_dir() else ckpt.path.parent
-        if not (folder / "config.json").is_file():
+        if not (folder / HF_CONFIG).is_file():
             return None
         try:
             import transformers  # noqa: F401
         except ImportError:
-            return "a Hugging Face folder, but transformers is not installed"
-        return HuggingFaceModel(folder)
+            return "a Hugging Face folder, but transformers is not installed: pip install 'ckinspect[hf]'"
+        from ckinspect.analysis.hf_causal_lm import HuggingFaceCausalLM
 
-
-class HuggingFaceModel:
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.model: Any = None
-        self.label = "AutoModelForCausalLM"
-
-    def reference_weights(self) -> dict[str, Any]:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        self.model = AutoModelForCausalLM.from_pretrained(self.folder, torch_dtype=torch.float32).eval()
-        self.label = type(self.model).__name__
-        return {k: v.clone() for k, v in self.model.state_dict().items()}
-
-    def batch(self, seed: int) -> Any:
-        import torch
-
-        vocab = int(getattr(self.model.config, "vocab_size", 256))
-        return torch.randint(0, vocab, (4, 64), generator=torch.Generator().manual_seed(seed))
-
-    def logits(self, weights: dict[str, Any], batch: Any) -> Any:
-        self.model.load_state_dict(weights)
-        return self.model(batch).logits
+        return HuggingFaceCausalLM.from_folder(folder)

@@ -14,15 +14,18 @@ def run(args: argparse.Namespace) -> int:
     from ckinspect.analysis.scan import terminal_progress
     from ckinspect.commands.diff import _unreadable, open_for_command
     from ckinspect.commands.emit import emit, render_ci, text_layout
+    from ckinspect.formats.discover import model_folder_weights
     from ckinspect.report import drift_report
+    from ckinspect.vocab import FP8_FORMATS, LOGIT_FORMATS
 
-    ckpt = open_for_command(args.path)
+    ckpt = open_for_command(model_folder_weights(args.path) or args.path)
     why = _unreadable(ckpt)
     if why:
         raise CkinspectError(f"cannot measure drift: {why}")
     with terminal_progress("rounding weights", enabled=not getattr(args, "no_progress", False)) as progress:
         drifts = drift.weight_drift(ckpt, progress)
-    logits, reason = drift.logit_drift_or_why(ckpt, drifts)
+    formats = LOGIT_FORMATS + (FP8_FORMATS if getattr(args, "fp8", False) else ())
+    logits, reason = drift.logit_drift_or_why(ckpt, drifts, formats, whole=getattr(args, "whole_model", False))
     findings = [
         Finding("FP16_OVERFLOW", f"{d.name}: {d.fp16.overflow:,} values become inf when stored as float16", d.name)
         for d in drifts

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from ckinspect.formats.sniff import is_dcp_folder, sniff
 from ckinspect.record import Record
-from ckinspect.vocab import SINGLE_FILE_FORMATS, CkinspectError
+from ckinspect.vocab import HF_CONFIG, HF_WEIGHTS, SINGLE_FILE_FORMATS, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,6 +49,15 @@ def is_temporary(path: str | os.PathLike[str]) -> bool:
 class Target(Record):
     path: Path
     kind: TargetKind  # "file", "dcp" or "sharded"
+
+
+def model_folder_weights(path: str | os.PathLike[str]) -> Path | None:
+    """The weights of a Hugging Face model folder (`config.json` beside `model.safetensors`, its sharded
+    index, or the `.bin` forms), the preferred form first; None when `path` is not such a folder."""
+    folder = Path(path)
+    if not folder.is_dir() or not (folder / HF_CONFIG).is_file():
+        return None
+    return next((folder / name for name in HF_WEIGHTS if (folder / name).is_file()), None)
 
 
 def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:

@@ -86,27 +86,62 @@ def _tensor_rows(drift: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _logit_formats(logits: dict[str, Any]) -> list[str]:
+    return [f for f in logits.get("formats", ["fp16", "bf16"]) if isinstance(logits.get(f), dict)]
+
+
 def _logit_rows(drift: dict[str, Any]) -> list[list[str]]:
     logits = drift["logits"] or {}
     rows = []
-    for fmt in ("fp16", "bf16"):
-        r = logits.get(fmt)
-        if r:
-            rows.append(
-                [
-                    f"{fmt} vs fp32",
-                    number(r["max_abs"]),
-                    number(r["mean_abs"]),
-                    f"{r['top1_agreement']:.2%}",
-                    f"{r.get('positions', 0):,}",
-                ]
-            )
+    for fmt in _logit_formats(logits):
+        r = logits[fmt]
+        change = r.get("perplexity_change")
+        rows.append(
+            [
+                fmt,
+                number(r["max_abs"]),
+                number(r["mean_abs"]),
+                "-" if r["top1_agreement"] is None else f"{r['top1_agreement']:.2%}",
+                number(r.get("kl_mean")),
+                "-" if change is None else f"{change * 100:+.3g}%",
+                f"{r.get('positions', 0):,}",
+            ]
+        )
     return rows
+
+
+def logit_title(logits: dict[str, Any]) -> str:
+    """What the logits came from: the model, how it ran, and the seed."""
+    mode = logits.get("mode")
+    return f"logit drift vs fp32 ({logits.get('model')}{', ' + mode if mode else ''}, seed {logits.get('seed')})"
+
+
+def logit_inputs(logits: dict[str, Any]) -> list[str]:
+    """One line per input the logits came from: the seeded batch, and the bundled text (or why not)."""
+    lines = []
+    batch = logits.get("input") or {}
+    if batch.get("tokens"):
+        lines.append(f"batch: {batch['tokens']}")
+    text = logits.get("text") or {}
+    if text.get("skipped"):
+        lines.append(f"perplexity: not measured ({text['skipped']})")
+    elif text:
+        windows = "x".join(str(n) for n in text.get("windows", []))
+        lines.append(
+            f"text: {text.get('source')}, {windows} tokens by {text.get('tokenizer')}; "
+            f"fp32 perplexity {number(text.get('perplexity'))} (ppl Δ: the relative change)"
+        )
+    if logits.get("weights_held_peak_bytes"):
+        lines.append(
+            f"weights: {human_bytes(logits.get('weights_read_bytes', 0))} read, at most "
+            f"{human_bytes(logits['weights_held_peak_bytes'])} held as float32 at once ({logits.get('blocks')} blocks)"
+        )
+    return lines
 
 
 _SUMMARY_HEAD = ["format", "max |Δ|", "max rel", "-> inf", "-> 0", "worst tensor"]
 _TENSOR_HEAD = ["tensor", "dtype", "values", "fp16 |Δ|", "fp16 rel", "fp16 inf/0", "bf16 |Δ|", "bf16 rel", "bf16 inf/0"]
-_LOGIT_HEAD = ["logits", "max |Δ|", "mean |Δ|", "top-1 agree", "positions"]
+_LOGIT_HEAD = ["logits", "max |Δ|", "mean |Δ|", "top-1", "KL", "ppl Δ", "positions"]
 
 
 WIDE = 110  # from this many columns the per-tensor table also shows absolute errors
@@ -139,12 +174,14 @@ def render_text(drift: dict[str, Any], ckpt: Checkpoint | None = None, width: in
         console.print(_tensor_table(drift, wide=width >= WIDE))
     if drift["logits"]:
         lg = drift["logits"]
-        logits = make_table(f"logit drift ({lg.get('model')}, fixed batch, seed {lg.get('seed')})")
+        logits = make_table(logit_title(lg))
         for h in _LOGIT_HEAD:
             logits.add_column(h, justify="left" if h == "logits" else "right", no_wrap=True)
         for row in _logit_rows(drift):
             logits.add_row(*row)
         console.print(logits)
+        for line in logit_inputs(lg):
+            console.print(line, markup=False)
         if lg.get("note"):
             console.print(f"note: {lg['note']}", markup=False)
     else:
@@ -206,8 +243,10 @@ def render_markdown(drift: dict[str, Any], ckpt: Checkpoint | None = None) -> st
         lines += _md_table(_TENSOR_HEAD, _tensor_rows(drift))
     if drift["logits"]:
         lg = drift["logits"]
-        lines += [f"### Logit drift ({lg.get('model')}, fixed batch, seed {lg.get('seed')})", ""]
+        title = md_text(logit_title(lg))
+        lines += [f"### {title[:1].upper()}{title[1:]}", ""]
         lines += _md_table(_LOGIT_HEAD, _logit_rows(drift))
+        lines += [f"- {md_text(line)}" for line in logit_inputs(lg)] + ([""] if logit_inputs(lg) else [])
         if drift["logits"].get("note"):
             lines += [f"_{drift['logits']['note']}_", ""]
     else:

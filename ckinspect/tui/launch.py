@@ -12,7 +12,9 @@ def run(command: str, args: argparse.Namespace) -> int:
     if command == "diff":
         paths = [args.a, args.b]
     elif command == "drift":
-        paths = [args.path]
+        from ckinspect.formats.discover import model_folder_weights
+
+        paths = [model_folder_weights(args.path) or args.path]  # a Hugging Face folder: its weights
     elif command == "watch":
         paths = [args.run_dir]
     else:

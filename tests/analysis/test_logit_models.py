@@ -57,43 +57,60 @@ class _Doubling:
     """A model whose logits are twice its one weight vector, per batch row: rounding shows up exactly."""
 
     label = "doubling"
+    prefixes = ()
 
-    def __init__(self, weights):
-        self.weights = weights
+    def skeleton(self):
+        import torch
 
-    def reference_weights(self):
-        return dict(self.weights)
+        class Doubling(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.zeros(3))
+
+            def forward(self, batch):
+                return (self.w * 2).expand(batch.shape[0], 1, -1)
+
+        return Doubling()
+
+    def layers(self, module):
+        return None
 
     def batch(self, seed):
         import torch
 
-        return torch.zeros(2, 1)
+        return torch.zeros(2, 1), "two rows of zeros"
 
-    def logits(self, weights, batch):
-        return (weights["w"] * 2).expand(batch.shape[0], 1, -1)
+    def text_tokens(self, text):
+        return None, "the doubling model reads no text"
+
+    def logits(self, module, tokens, embed):
+        return module(tokens)
 
 
 def test_a_registered_plugin_is_asked_and_its_logits_compared(tmp_path, plugins):
-    import torch
 
     class Plugin:
         looks_for = "a doubling model"
 
         def build(self, ckpt):
-            return _Doubling({"w": torch.tensor([1.0, 1.0 + 2**-12, 3.0])}) if ckpt.path.name == "d.pt" else None
+            return _Doubling() if ckpt.path.name == "d.pt" else None
 
     plugins(_EntryPoint("doubling", Plugin))
     other = simple_checkpoint(tmp_path / "o.pt", {"w": np.ones(3, np.float32)})
     assert logit_models.find_model(other)[1].startswith("the model is unknown: no a doubling model and no config.json")
-    out = logit_drift(simple_checkpoint(tmp_path / "d.pt", {"w": np.ones(3, np.float32)}))
-    assert out["model"] == "doubling" and out["stored_as"] == ["float32"]
+    out = logit_drift(simple_checkpoint(tmp_path / "d.pt", {"w": np.array([1.0, 1.0 + 2**-12, 3.0], np.float32)}))
+    assert out["model"] == "doubling" and out["stored_as"] == ["float32"] and out["mode"] == "whole model"
+    assert out["input"] == {"batch": [2, 1], "tokens": "two rows of zeros"}
+    assert out["text"] == {"source": "drift_text.txt", "skipped": "the doubling model reads no text"}
     # 1 + 2**-12 rounds to 1 in fp16 (10 mantissa bits) and bf16 (7): one |Δlogit| of 2**-11 in three, float32 mean
+    kl = out["fp16"].pop("kl_mean"), out["fp16"].pop("kl_max")
     assert out["fp16"] == {
         "max_abs": 2**-11,
         "mean_abs": float(np.float32(2**-11 / 3)),
         "top1_agreement": 1.0,
         "positions": 2,
     }
+    assert 0 < kl[0] == kl[1]  # both rows alike
     assert out["bf16"]["max_abs"] == 2**-11 and out["bf16"]["positions"] == 2
 
 

@@ -149,3 +149,17 @@ def test_a_folder_of_torchscript_pickle_and_numpy_files_lists_each(tmp_path, cap
         "vad.jit": ("torchscript", 2),
         "w.npy": ("numpy", 1),
     }
+
+
+def test_a_hugging_face_folder_names_its_weights_preferring_safetensors(tmp_path):
+    from ckinspect.formats.discover import model_folder_weights
+
+    (tmp_path / "pytorch_model.bin").write_bytes(b"x")
+    assert model_folder_weights(tmp_path) is None  # no config.json: not a model folder
+    (tmp_path / "config.json").write_text("{}")
+    assert model_folder_weights(tmp_path) == tmp_path / "pytorch_model.bin"
+    (tmp_path / "model.safetensors").write_bytes(b"x")
+    assert model_folder_weights(tmp_path) == tmp_path / "model.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
+    assert model_folder_weights(tmp_path) == tmp_path / "model.safetensors.index.json"
+    assert model_folder_weights(tmp_path / "model.safetensors") is None  # a file, not a folder

@@ -119,13 +119,12 @@ class DriftScreen(Screen[None]):
         table.focus()
 
     def _logit_text(self, logits: dict[str, Any] | None, note: str) -> Text:
+        from ckinspect.report.drift_report import logit_inputs, logit_title
+
         if logits is None:
             return Text(note, style="italic")
-        text = Text("logits vs fp32", style="bold")
-        model = logits.get("model")
-        if model:
-            text.append(f" ({model}, seed {logits.get('seed', '?')})", style="dim")
-        for label in ("fp16", "bf16"):
+        text = Text(logit_title(logits), style="bold")
+        for label in logits.get("formats", ("fp16", "bf16")):
             part = logits.get(label)
             if not isinstance(part, dict):
                 continue
@@ -134,6 +133,13 @@ class DriftScreen(Screen[None]):
             agreement = part.get("top1_agreement")
             if isinstance(agreement, (int, float)):
                 text.append(f"  top-1 agreement {agreement:.2%}")
+            if part.get("kl_mean") is not None:
+                text.append(f"  KL {format_value(part['kl_mean'])}")
+            change = part.get("perplexity_change")
+            if isinstance(change, (int, float)):
+                text.append(f"  perplexity {change * 100:+.3g}%")
+        for line in logit_inputs(logits):
+            text.append(f"\n{line}", style="dim")
         return text
 
     def action_sort_next(self) -> None:
