@@ -18,6 +18,8 @@ import zlib
 from collections import namedtuple
 from collections.abc import Iterator
 
+from ckinspect.io.crc import crc32
+
 # record signatures
 LOCAL_SIG = b"PK\x03\x04"
 CENTRAL_SIG = b"PK\x01\x02"
@@ -287,7 +289,7 @@ def member_chunks(reader: FileReader, member: ZipMember, start: int, verify: boo
         if max_bytes is not None and produced > max_bytes:
             raise ZipError(f"{member.name} inflates past {max_bytes} bytes")
         if verify:
-            crc = zlib.crc32(out, crc)
+            crc = crc32(out, crc)
         yield out
     if verify and crc != member.crc32:
         raise ZipError(f"Bad CRC-32 for {member.name}")

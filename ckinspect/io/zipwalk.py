@@ -10,10 +10,10 @@ imports torch.
 from __future__ import annotations
 
 import mmap
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from ckinspect.io.crc import crc32
 from ckinspect.io.zipdir import (
     CENTRAL_SIG,
     DESCRIPTOR32,
@@ -131,7 +131,7 @@ def crc32_of(buf, start: int, length: int) -> int:
     crc = 0
     view = memoryview(buf)
     for off in range(start, start + length, _CRC_CHUNK):
-        crc = zlib.crc32(view[off : min(off + _CRC_CHUNK, start + length)], crc)
+        crc = crc32(view[off : min(off + _CRC_CHUNK, start + length)], crc)
     return crc
 
 
