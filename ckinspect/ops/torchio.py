@@ -177,7 +177,8 @@ def _fill_archive(fd: int, sources: dict[str, Any]) -> None:
             continue
         source = sources.get(record[len("data/") :]) if record.startswith("data/") else None
         if source is None:
-            crcs.append(member.crc32)
+            if member.file_size:  # torch folds the CRC of every non-empty record into the id, in order
+                crcs.append(member.crc32)
             continue
         start = data_offset(reader, member)
         crc = written = 0
@@ -188,7 +189,8 @@ def _fill_archive(fd: int, sources: dict[str, Any]) -> None:
         if written != member.file_size:
             raise CkinspectError(f"{record}: {written} bytes written where torch.save left {member.file_size}")
         _patch_crc(fd, reader, member, entry, start, crc)
-        crcs.append(crc)
+        if written:
+            crcs.append(crc)
     if serialization_id is not None:
         member, entry = serialization_id
         start = data_offset(reader, member)
