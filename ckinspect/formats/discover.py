@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 from ckinspect.formats.sniff import is_dcp_folder, sniff
 from ckinspect.record import Record
@@ -56,8 +57,13 @@ def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
 
     Raises CkinspectError for a path that does not exist.
     """
+    from ckinspect.io.remote import RemotePath, is_url
+
     found: list[Target] = []
     for raw in paths:
+        if is_url(raw):  # a remote object: opened (and its absence reported) when it is read
+            found.append(Target(cast(Path, RemotePath(os.fspath(raw))), "file"))
+            continue
         path = Path(raw)
         if not path.exists():
             raise CkinspectError(f"{path}: no such file or folder")
