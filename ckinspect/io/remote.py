@@ -101,12 +101,14 @@ def _filesystem(url: str) -> tuple[Any, str]:
             "read_timeout": timeout,
             "retries": {"max_attempts": _retries() + 1, "mode": "standard"},
         }
-        options["retries"] = 1
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
             options["endpoint_url"] = endpoint
     try:
-        return url_to_fs(url, **options)
+        fs, key = url_to_fs(url, **options)
+        if hasattr(fs, "retries"):  # s3fs retries throttled calls on its own: bounded like ours
+            fs.retries = _retries() + 1
+        return fs, key
     except ImportError as exc:
         raise CkinspectError(f"{url}: no fsspec backend for {protocol}:// ({exc}); pip install 'ckinspect[remote]'") \
             from None  # fmt: skip

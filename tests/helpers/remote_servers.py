@@ -4,7 +4,6 @@ what it sends, and moto's S3 API server (a separate process, moto_server)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import socket
 import subprocess
@@ -127,7 +126,7 @@ def moto_s3() -> Iterator[dict[str, str]]:
     """moto's S3 API server in its own process on 127.0.0.1; yields the env a client needs (fake credentials)."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port), "s3"],
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
