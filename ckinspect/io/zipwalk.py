@@ -27,7 +27,7 @@ from ckinspect.io.zipdir import (
 from ckinspect.record import Record
 
 _CRC_CHUNK = 1 << 22
-_FIND_WINDOW = 64 << 20  # a signature search over a mapped file looks at this much at a time
+_FIND_WINDOW = 8 << 20  # a signature search over a mapped file looks at this much at a time (then lets it go)
 
 
 class LocalMember(Record):
