@@ -428,7 +428,10 @@ def leftover_findings(path: Path) -> list[Finding]:
 
     findings = []
     for leftover in leftovers.find_leftovers(Path(path)):
-        explained = leftovers.classify(leftover).explain()
+        status = leftovers.classify(leftover)
+        explained = status.explain()
         name = Path(leftover.tmp).name
         findings.append(Finding("LEFTOVER_TMP", explained if name in explained else f"{name}: {explained}"))
+        if status.tmp_danger:  # a tmp is one rename away from being loaded: its pickle is judged too
+            findings.append(Finding("UNSAFE_PICKLE", f"leftover {name}: {status.tmp_danger}"))
     return findings

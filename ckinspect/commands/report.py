@@ -78,6 +78,8 @@ def unfinished_saves(paths: list[str], known: set[Path]) -> list[Checkpoint]:
         for action in plan_repairs(leftovers[0].main).actions:
             explained = action.status.explain() if action.status else action.leftover.tmp.name
             entry.add("LEFTOVER_TMP", f"{explained}: {_repair_would(action)}")
+            if action.status is not None and action.status.tmp_danger:
+                entry.add("UNSAFE_PICKLE", f"leftover {action.leftover.tmp.name}: {action.status.tmp_danger}")
         entries.append(entry)
     return entries
 

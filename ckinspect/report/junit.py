@@ -10,24 +10,29 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
+from ckinspect.fmt import terminal_safe
 from ckinspect.model import fails
-from ckinspect.report.subjects import Subject, clean_text
+from ckinspect.report.subjects import Subject
 
 
 def render(subjects: Sequence[Subject], fail_on: str, suite: str) -> str:
     """`suite` names the command ("ckinspect report", "ckinspect diff A B", ...)."""
     suites = ET.Element("testsuites", name="ckinspect")
-    testsuite = ET.SubElement(suites, "testsuite", name=clean_text(suite))
+    testsuite = ET.SubElement(suites, "testsuite", name=terminal_safe(suite, keep_lines=True))
     failures = 0
     for subject in subjects:
-        name = clean_text(subject.name)
-        case = ET.SubElement(testsuite, "testcase", name=name, classname=clean_text(suite), file=name, time="0")
+        name = terminal_safe(subject.name, keep_lines=True)
+        case = ET.SubElement(
+            testsuite, "testcase", name=name, classname=terminal_safe(suite, keep_lines=True), file=name, time="0"
+        )
         below = []
         for finding in subject.findings:
-            line = f"{finding.code} ({finding.severity}): {clean_text(finding.message)}"
+            line = f"{finding.code} ({finding.severity}): {terminal_safe(finding.message, keep_lines=True)}"
             if fails([finding], fail_on):
                 failure = ET.SubElement(case, "failure", message=line, type=finding.code)
-                failure.text = line + (f"\ntensor: {clean_text(finding.tensor)}" if finding.tensor else "")
+                failure.text = line + (
+                    f"\ntensor: {terminal_safe(finding.tensor, keep_lines=True)}" if finding.tensor else ""
+                )
                 failures += 1
             else:
                 below.append(line)

@@ -6,7 +6,6 @@ Every command that reports findings turns its result into subjects here, so `sar
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,16 +17,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ckinspect.analysis.diff import DiffResult
     from ckinspect.ops.repair import RepairPlan
-
-# C0/C1 controls (XML 1.0 cannot even carry most of them), DEL, bidi overrides and isolates (they reorder
-# what a reader sees), and lone surrogates (undecodable bytes of a file name): shown as escapes, never raw.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def clean_text(text: object) -> str:
-    """Text from a file (names, messages) made safe to put in a document someone reads: every control,
-    bidi override or lone surrogate becomes a visible escape (\\x1b, \\u202e); tabs and newlines stay."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
 
 
 class Subject(Record):

@@ -16,7 +16,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ckinspect.fmt import human_bytes, percent, shape_text
-from ckinspect.report.common import ALL_TENSORS_UP_TO, finding_counts, largest, metadata_line, summary_line
+from ckinspect.report.common import (
+    ALL_TENSORS_UP_TO,
+    finding_counts,
+    largest,
+    metadata_line,
+    summary_line,
+    terminal_copy,
+)
 from ckinspect.report.console import Wrapped, finish, make_console, make_table, title_line
 from ckinspect.vocab import GROUPS
 
@@ -24,6 +31,7 @@ SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "inf
 
 
 def render(report: Mapping[str, Any], width: int = 80, color: bool = False) -> str:
+    report = terminal_copy(report)  # names and messages come from the file: no control sequence reaches the terminal
     buffer = io.StringIO()
     console = make_console(buffer, width, color)
     files = report["files"]

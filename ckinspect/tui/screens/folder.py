@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from ckinspect.fmt import human_bytes
+from ckinspect.fmt import human_bytes, terminal_safe
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import severity_badges, verdict_of
 from ckinspect.tui.messages import TargetsFound, TargetSummarized, TargetSummary
@@ -86,7 +86,8 @@ class FolderScreen(Screen[None]):
         self.unfinished: list[Path] = []
 
     def compose(self) -> ComposeResult:
-        yield Label(Text.assemble(("checkpoints in ", "bold"), ", ".join(map(str, self.roots))), classes="title-line")
+        roots = ", ".join(map(terminal_safe, self.roots))
+        yield Label(Text.assemble(("checkpoints in ", "bold"), roots), classes="title-line")
         yield Static("looking for checkpoints…", classes="summary-line", id="folder-summary")
         yield VirtualTable(COLUMNS, id="targets", empty_text="looking…")
         yield Footer()
@@ -118,7 +119,8 @@ class FolderScreen(Screen[None]):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
-            self.query_one("#folder-summary", Static).update(f"finding checkpoints {failure_text(event.worker.error)}")
+            why = failure_text(event.worker.error)
+            self.query_one("#folder-summary", Static).update(Text(f"finding checkpoints {why}"))
 
     def on_targets_found(self, message: TargetsFound) -> None:
         self.unfinished = message.unfinished

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -13,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
+from ckinspect.fmt import terminal_safe
 from ckinspect.io.blobs import UnreadableStorage
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ValueStats, name_matcher
@@ -34,8 +36,8 @@ if TYPE_CHECKING:
 def failure_text(error: BaseException | None) -> str:
     """One line for the UI: the message of an error the core raises on purpose, else its type too."""
     if isinstance(error, (CkinspectError, UnreadableStorage, OSError, ValueError)):
-        return f"failed: {error}"
-    return f"failed: {type(error).__name__}: {error}"
+        return terminal_safe(f"failed: {error}")  # messages name files: no control sequence reaches the screen
+    return terminal_safe(f"failed: {type(error).__name__}: {error}")
 
 
 class InspectScreen(Screen[None]):
@@ -65,7 +67,7 @@ class InspectScreen(Screen[None]):
         yield CheckpointHeader(id="ckpt-header")
         yield GroupBar(id="group-bar")
         with Vertical(id="loading"):
-            yield Label(f"reading {self.target} …", id="loading-label")
+            yield Label(Text(f"reading {terminal_safe(self.target)} …"), id="loading-label")
             yield ProgressBar(total=None, show_eta=False, id="loading-progress")
         with Horizontal(id="body"):
             with Vertical(id="main"):
@@ -111,7 +113,7 @@ class InspectScreen(Screen[None]):
             return
         worker, why = event.worker, failure_text(event.worker.error)
         if worker.group == "load":
-            self.query_one("#loading-label", Label).update(f"cannot open {self.target}: {why}")
+            self.query_one("#loading-label", Label).update(Text(f"cannot open {terminal_safe(self.target)}: {why}"))
             self.query_one("#loading-progress").display = False
         elif worker.group == "scan":
             self.scan_note = f"value scan {why}"
