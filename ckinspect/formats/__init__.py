@@ -6,7 +6,6 @@ import importlib
 import os
 import stat
 from pathlib import Path
-from typing import cast
 
 from ckinspect.model import Checkpoint
 from ckinspect.vocab import CkinspectError
@@ -75,7 +74,7 @@ def read_remote(url: str | os.PathLike[str]) -> Checkpoint:
     from ckinspect.io.remote import RemotePath, open_remote
 
     remote = RemotePath(os.fspath(url))
-    path = cast(Path, remote)  # a URL stands where the readers expect a Path (only pure operations are used)
+    path: Path = remote  # type: ignore[assignment]  # a URL stands where readers expect a Path (pure operations only)
     reader = open_remote(remote)
     head = reader.small_read(0, HEAD_BYTES)
     kind = sniff_bytes(head, reader.size)

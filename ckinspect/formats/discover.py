@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path, PurePosixPath
-from typing import cast
 
 from ckinspect.formats.sniff import is_dcp_folder, sniff
 from ckinspect.record import Record
@@ -62,7 +61,7 @@ def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
     found: list[Target] = []
     for raw in paths:
         if is_url(raw):  # a remote object: opened (and its absence reported) when it is read
-            found.append(Target(cast(Path, RemotePath(os.fspath(raw))), "file"))
+            found.append(Target(RemotePath(os.fspath(raw)), "file"))  # type: ignore[arg-type]  # a URL as a Path
             continue
         path = Path(raw)
         if not path.exists():

@@ -12,11 +12,14 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Any, cast
 
 from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses larger headers (HeaderTooLarge)
 MAX_FINDINGS = 10  # a broken 50,000-tensor header should not drown the report
@@ -39,8 +42,9 @@ def read_safetensors(path: str | os.PathLike[str], member: str | None = None, re
     `member` names the file in storage messages (the sharded reader passes the shard name); `reader`
     (a remote object's positioned reads, ckinspect.io.remote) replaces opening `path`.
     """
-    path = cast(Path, path) if reader is not None else Path(path)  # a remote file's path is a RemotePath
-    ckpt = Checkpoint(path=path, format="safetensors", file_bytes=0, files=[path])
+    if reader is None:
+        path = Path(path)  # else a RemotePath: a URL where a Path is expected
+    ckpt = Checkpoint(path=path, format="safetensors", file_bytes=0, files=[path])  # type: ignore[arg-type,list-item]
     try:
         with contextlib.ExitStack() as stack:
             if reader is None:

@@ -23,9 +23,12 @@ import os
 import re
 import time
 from pathlib import PurePosixPath
-from typing import Any
 
 from ckinspect.vocab import CkinspectError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # `typing` stays out of the report path's imports (tests/test_import_hygiene.py)
+    from typing import Any
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 # small reads (sniffing, local headers) come in 4 KiB blocks: one local header per block where storages
