@@ -14,6 +14,7 @@ from pathlib import Path
 from ckinspect.analysis.anatomy import analyze_layout
 from ckinspect.analysis.checks import structural_findings
 from ckinspect.formats import open_checkpoint
+from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint
 
 TYPE_CHECKING = False
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 
 
 def inspect_path(target: Any, quick: bool = False, progress: Any = None) -> Checkpoint:
-    path = Path(target.path if hasattr(target, "path") else os.fspath(target))
-    ckpt = open_checkpoint(path)
+    raw = target.path if hasattr(target, "path") else target
+    ckpt = open_checkpoint(raw if is_url(raw) else Path(os.fspath(raw)))
     layout = analyze_layout(ckpt)
     ckpt.findings.extend(structural_findings(ckpt, layout=layout))
     if not quick and ckpt.tensors:

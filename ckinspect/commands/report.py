@@ -12,6 +12,7 @@ from pathlib import Path
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
+from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint, fails
 from ckinspect.vocab import CHECKPOINT_SUFFIXES, EXIT_OK, CkinspectError
 
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 def run(args: argparse.Namespace) -> int:
     targets = find_checkpoints(args.paths)
     if getattr(args, "checkpoints_only", False):
-        targets = [t for t in targets if t.kind != "file" or is_checkpoint(t.path)]
-    orphans = unfinished_saves(args.paths, known={Path(t.path) for t in targets})
+        targets = [t for t in targets if t.kind != "file" or is_url(t.path) or is_checkpoint(t.path)]
+    local = [p for p in args.paths if not is_url(p)]  # an object store has no interrupted-save leftovers to find
+    orphans = unfinished_saves(local, known={Path(t.path) for t in targets}) if local else []
     if not targets and not orphans:
         if getattr(args, "checkpoints_only", False):
             return EXIT_OK  # a commit of source files and pictures: nothing for us to say

@@ -26,8 +26,13 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """Read any checkpoint file, DCP folder or `*.index.json` sharded set, without executing it.
 
     Raises CkinspectError only when the path does not exist or cannot be read; bad content always
-    comes back as a Checkpoint with a CORRUPT finding.
+    comes back as a Checkpoint with a CORRUPT finding. A URL (s3://, http(s)://, ...) is read by range
+    requests (`read_remote`).
     """
+    from ckinspect.io.remote import is_url
+
+    if is_url(path):
+        return read_remote(path)
     path = Path(path)
     _check_readable(path)
     from ckinspect.formats.sniff import describe, sniff
@@ -56,6 +61,46 @@ def read_as(path: Path, kind: str) -> Checkpoint:
         return ckpt
     if not ckpt.files and path.is_file():
         ckpt.files = [path]
+    return ckpt
+
+
+REMOTE_FORMATS = ("torch-zip", "safetensors")
+
+
+def read_remote(url: str | os.PathLike[str]) -> Checkpoint:
+    """A remote torch zip or safetensors file, listed from the few ranges it needs (ckinspect.io.remote).
+    A read that fails (not found, denied, timed out) raises CkinspectError; bad content is CORRUPT."""
+    from ckinspect.formats.sniff import HEAD_BYTES, describe_bytes, sniff_bytes
+    from ckinspect.io.remote import RemotePath, open_remote
+
+    remote = RemotePath(os.fspath(url))
+    path: Path = remote  # type: ignore[assignment]  # a URL stands where readers expect a Path (pure operations only)
+    reader = open_remote(remote)
+    head = reader.small_read(0, HEAD_BYTES)
+    kind = sniff_bytes(head, reader.size)
+    if kind == "torch-zip":
+        from ckinspect.formats.torch_zip import read_zip_into
+        from ckinspect.io.zipdir import ZipError
+
+        ckpt = Checkpoint(path=path, format="torch-zip", file_bytes=reader.size, files=[path])
+        try:
+            read_zip_into(ckpt, reader, path)  # type: ignore[arg-type]  # RemoteFile: FileReader's interface
+        except ZipError as exc:
+            ckpt.add("CORRUPT", f"{path.name}: {exc}")
+        return ckpt
+    if kind == "safetensors" or (
+        remote.suffix == ".safetensors" and describe_bytes(head, reader.size) == "binary data"
+    ):
+        from ckinspect.formats.safetensors import read_safetensors
+
+        return read_safetensors(path, reader=reader)
+    ckpt = Checkpoint(path=path, format="unknown", file_bytes=reader.size, files=[path])
+    if kind == "unknown":
+        ckpt.add("CORRUPT", f"not a checkpoint: looks like {describe_bytes(head, reader.size)}")
+    else:
+        ckpt.format = kind
+        ckpt.add("CORRUPT", f"a remote {kind} file: only {' and '.join(REMOTE_FORMATS)} are read remotely; "
+                            "download it first")  # fmt: skip
     return ckpt
 
 

@@ -65,8 +65,13 @@ def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
 
     Raises CkinspectError for a path that does not exist.
     """
+    from ckinspect.io.remote import RemotePath, is_url
+
     found: list[Target] = []
     for raw in paths:
+        if is_url(raw):  # a remote object: opened (and its absence reported) when it is read
+            found.append(Target(RemotePath(os.fspath(raw)), "file"))  # type: ignore[arg-type]  # a URL as a Path
+            continue
         path = Path(raw)
         if not path.exists():
             raise CkinspectError(f"{path}: no such file or folder")

@@ -7,6 +7,8 @@ finding instead of an exception. The checks mirror safetensors' own `validate`.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 from pathlib import Path
@@ -14,6 +16,10 @@ from pathlib import Path
 from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors refuses larger headers (HeaderTooLarge)
 MAX_FINDINGS = 10  # a broken 50,000-tensor header should not drown the report
@@ -30,18 +36,26 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def read_safetensors(path: str | os.PathLike[str], member: str | None = None) -> Checkpoint:
+def read_safetensors(path: str | os.PathLike[str], member: str | None = None, reader: Any = None) -> Checkpoint:
     """List a safetensors file from its header alone. Never raises for bad content.
 
-    `member` names the file in storage messages (the sharded reader passes the shard name).
+    `member` names the file in storage messages (the sharded reader passes the shard name); `reader`
+    (a remote object's positioned reads, ckinspect.io.remote) replaces opening `path`.
     """
-    path = Path(path)
-    ckpt = Checkpoint(path=path, format="safetensors", file_bytes=0, files=[path])
+    if reader is None:
+        path = Path(path)  # else a RemotePath: a URL where a Path is expected
+    ckpt = Checkpoint(path=path, format="safetensors", file_bytes=0, files=[path])  # type: ignore[arg-type,list-item]
     try:
-        file_bytes = os.stat(path).st_size
-        ckpt.file_bytes = file_bytes
-        with open(path, "rb") as handle:
-            prefix = handle.read(8)
+        with contextlib.ExitStack() as stack:
+            if reader is None:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+                stack.callback(os.close, fd)
+                file_bytes = os.fstat(fd).st_size
+                read = functools.partial(_pread, fd)
+            else:
+                file_bytes, read = reader.size, reader.read_at
+            ckpt.file_bytes = file_bytes
+            prefix = read(0, 8)
             if len(prefix) < 8:
                 ckpt.add("CORRUPT", f"safetensors file is {len(prefix)} bytes, shorter than the 8-byte header length")
                 return ckpt
@@ -56,13 +70,25 @@ def read_safetensors(path: str | os.PathLike[str], member: str | None = None) ->
                     f"{file_bytes:,}-byte file (truncated?)",
                 )
                 return ckpt
-            raw = handle.read(header_len)
+            raw = read(8, header_len)
     except OSError as exc:
         ckpt.add("CORRUPT", f"cannot read safetensors file: {exc.strerror or exc}")
         return ckpt
     with no_gc():  # 50,000 entries allocate ~1M objects and no cycles: collector passes would add ~30%
         _parse_header(ckpt, raw, header_len, file_bytes, member)
     return ckpt
+
+
+def _pread(fd: int, offset: int, length: int) -> bytes:
+    chunks = []
+    while length > 0:
+        chunk = os.pread(fd, length, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        length -= len(chunk)
+    return b"".join(chunks)
 
 
 def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int, member: str | None) -> None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import zlib
 from pathlib import Path
 
 from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import StorageRef
+from ckinspect.io.crc import crc32
 from ckinspect.io.zipdir import (
     DEFLATED,
     LOCAL_SIG,
@@ -90,7 +90,7 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         ckpt.add("CORRUPT", f"{where}: {exc}")
         _scan_in_place(ckpt, reader, pkl, cd_start, where, torchscript)
         return None
-    if zlib.crc32(data) != pkl.crc32:
+    if crc32(data) != pkl.crc32:
         ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
     _scan_other_pickles(ckpt, reader, members, pkl, cd_start, file, torchscript)
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(

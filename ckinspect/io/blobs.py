@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ckinspect.io.remote import RemoteFile, RemotePath
 from ckinspect.model import StorageInfo
 
 DEFAULT_CHUNK = 8 << 20  # 8 MiB: big enough to amortise syscalls, small enough to stay near the CPU caches
@@ -46,6 +47,7 @@ class Blobs:
     def __init__(self) -> None:
         self._fds: dict[str, int] = {}  # keyed by the path string: hashing a Path re-parses it every time
         self._sizes: dict[str, int] = {}
+        self._remote: dict[str, RemoteFile] = {}  # URLs: ranged reads (io.remote), never mapped
         self._lock = threading.Lock()
 
     def __enter__(self) -> Blobs:
@@ -81,9 +83,21 @@ class Blobs:
         key = os.fspath(path)
         size = self._sizes.get(key)
         if size is None:
+            if isinstance(path, RemotePath):
+                return self.remote(path).size
             self.fd(path)
             size = self._sizes[key]
         return size
+
+    def remote(self, path: RemotePath) -> RemoteFile:
+        key = str(path)
+        with self._lock:
+            handle = self._remote.get(key)
+            if handle is None:
+                from ckinspect.io.remote import open_remote
+
+                handle = self._remote[key] = open_remote(path)
+            return handle
 
     def check_within(self, storage: StorageInfo, start: int = 0, length: int | None = None) -> tuple[int, int]:
         """Absolute (offset, length) of the range, raising UnreadableStorage if the file ends before it does."""
@@ -97,6 +111,11 @@ class Blobs:
         return offset, length
 
     def pread(self, path: Path, offset: int, length: int) -> bytes:
+        if isinstance(path, RemotePath):
+            data = self.remote(path).read_at(offset, length)
+            if len(data) < length:
+                raise UnreadableStorage(f"{path.name} ends at {offset + len(data):,}, wanted {offset + length:,}")
+            return data
         fd = self.fd(path)
         data = os.pread(fd, length, offset)
         while len(data) < length:  # pread may return short on some filesystems; stop only at EOF
@@ -108,6 +127,8 @@ class Blobs:
 
     def pread_into(self, path: Path, offset: int, buffer: bytearray | memoryview) -> int:
         """Fill `buffer` from `offset` (releases the GIL while the kernel copies); returns bytes read."""
+        if isinstance(path, RemotePath):
+            return self.remote(path).read_into(offset, memoryview(buffer))
         fd = self.fd(path)
         view = memoryview(buffer)
         done = 0
@@ -125,7 +146,7 @@ class Blobs:
         The view is valid only inside the `with`; the mapping is removed on exit so resident memory
         stays bounded however much of the file is walked.
         """
-        if length < _SMALL:
+        if length < _SMALL or isinstance(path, RemotePath):  # a remote range is fetched, not mapped
             yield memoryview(self.pread(path, offset, length))
             return
         fd = self.fd(path)
@@ -152,6 +173,8 @@ class Blobs:
         """
         import ctypes
 
+        if isinstance(path, RemotePath):
+            raise UnreadableStorage(f"{path}: a remote file has no memory address; compare its values instead")
         fd = self.fd(path)
         if offset + length > self.size(path):
             raise UnreadableStorage(f"{Path(path).name} ends at {self.size(path):,}, wanted {offset + length:,}")

@@ -10,10 +10,10 @@ imports torch.
 from __future__ import annotations
 
 import mmap
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from ckinspect.io.crc import crc32
 from ckinspect.io.zipdir import (
     CENTRAL_SIG,
     DESCRIPTOR32,
@@ -27,6 +27,7 @@ from ckinspect.io.zipdir import (
 from ckinspect.record import Record
 
 _CRC_CHUNK = 1 << 22
+_FIND_WINDOW = 8 << 20  # a signature search over a mapped file looks at this much at a time (then lets it go)
 
 
 class LocalMember(Record):
@@ -93,9 +94,33 @@ def walk_local_headers(buf: bytes | mmap.mmap | memoryview) -> Iterator[LocalMem
 
 
 def _find(buf, needle: bytes, start: int) -> int:
-    if isinstance(buf, (bytes, mmap.mmap)):
+    if isinstance(buf, mmap.mmap):
+        # window by window, each dropped from the resident set once searched: a search across a 2 GiB
+        # storage would otherwise leave all of it mapped in, and salvage's memory would grow with the file
+        size = len(buf)
+        pos = start
+        while pos < size:
+            end = min(size, pos + _FIND_WINDOW)
+            hit = buf.find(needle, pos, min(size, end + len(needle) - 1))
+            release(buf, pos, end)
+            if hit >= 0:
+                return hit
+            pos = end
+        return -1
+    if isinstance(buf, bytes):
         return buf.find(needle, start)
     return bytes(buf).find(needle, start)
+
+
+def release(buf, start: int, end: int) -> None:
+    """Drop pages of a read-only file mapping from this process's resident set once read (the page cache
+    keeps them; a later read faults them back in). A no-op for bytes."""
+    if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start -= start % mmap.PAGESIZE
+    end = min(end, len(buf))
+    if end > start:
+        buf.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def _find_descriptor(buf, data_offset: int) -> tuple[int, int, int] | None:
@@ -131,7 +156,9 @@ def crc32_of(buf, start: int, length: int) -> int:
     crc = 0
     view = memoryview(buf)
     for off in range(start, start + length, _CRC_CHUNK):
-        crc = zlib.crc32(view[off : min(off + _CRC_CHUNK, start + length)], crc)
+        end = min(off + _CRC_CHUNK, start + length)
+        crc = crc32(view[off:end], crc)
+        release(buf, off, end)
     return crc
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, read_directory, read_member
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
-from ckinspect.ops.rawtensors import SKIP, Built, count_values
+from ckinspect.ops.rawtensors import SKIP, Built, StorageSource, count_values
 from ckinspect.optional import require_torch
 from ckinspect.record import Record, field
 from ckinspect.vocab import NOT_WHOLE_CODES, CkinspectError
@@ -78,7 +78,7 @@ def convert(
     else:
         from ckinspect.ops.torchio import save_torch
 
-        result.out_bytes = save_torch(out, tree)
+        result.out_bytes = save_torch(out, tree, built.fills)
     result.tensors = len(names)
     return result
 
@@ -239,24 +239,24 @@ class _StorageReader:
         for handle in self._files.values():
             handle.close()
 
-    def read(self, info: TensorInfo) -> bytes | bytearray | None:
+    def read(self, info: TensorInfo) -> StorageSource | None:
+        """Where the storage's bytes are (read only when the output is written, in bounded chunks), or
+        None when they are not all there. A compressed member is inflated (and CRC-checked) whole."""
         storage: StorageInfo | None = self.ckpt.storages.get(info.storage_key)
         if storage is None:
             return None
         path = Path(storage.file)
         if storage.offset is not None:
             handle = self._file(path)
-            data = bytearray(storage.nbytes)
-            handle.seek(storage.offset)
-            got = handle.readinto(data)
-            return data if got == storage.nbytes else None
+            whole = storage.offset + storage.nbytes <= os.fstat(handle.fileno()).st_size
+            return StorageSource(storage) if whole else None
         if storage.member:
             archive = self._archive(path)
             member = None if archive is None else archive[1].get(storage.member)
             if archive is None or member is None:
                 return None
             try:
-                return read_member(archive[0], member, verify=True)
+                return StorageSource(data=read_member(archive[0], member, verify=True))
             # a damaged member (bad CRC, unknown method, cut short, a mangled local name): the tensor is missing
             except ZipError:
                 return None

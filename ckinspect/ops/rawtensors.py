@@ -2,9 +2,10 @@
 
 `map_tree` walks a reader's tree (TensorInfo in place of tensors) and builds a copy with whatever the
 caller makes of each tensor: torch tensors (ops.torchio, for torch files) or `RawTensor`s (here, for
-safetensors). A RawTensor is the storage's bytes plus the view; it is made contiguous and cast with
-numpy the way torch would (round to nearest even), so the file written is byte for byte what the
-torch route writes.
+safetensors). A RawTensor is where its storage's bytes are (a `StorageSource`) plus the view; when the
+file is written its bytes stream from there in bounded chunks, made contiguous and cast with numpy the
+way torch would (round to nearest even), so the file written is byte for byte what the torch route
+writes and memory does not grow with the tensors' size.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from typing import Any
 
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import MAX_TREE_DEPTH
+from ckinspect.io.blobs import DEFAULT_CHUNK as CHUNK
+from ckinspect.io.blobs import Blobs, read_chunks
 from ckinspect.io.safetensors_write import Entry, write_safetensors
-from ckinspect.model import TensorInfo
+from ckinspect.io.values import raw_blocks, raw_numpy_dtype
+from ckinspect.model import StorageInfo, TensorInfo
 
 SCALARS = (str, int, float, bool, bytes, type(None), complex)
 MISSING = object()  # a tensor whose bytes are not available
@@ -36,6 +40,8 @@ class Built:
     tensors: list[tuple[str, Any]] = field(default_factory=list)
     missing: list[tuple[str, TensorInfo]] = field(default_factory=list)
     dropped: list[tuple[str, str]] = field(default_factory=list)
+    # torch route: placeholder storage (its _cdata) -> what fills it when the file is written (ops.torchio)
+    fills: dict[int, Any] = field(default_factory=dict)
 
 
 def map_tree(
@@ -140,19 +146,68 @@ def numpy_array(info: Any) -> Any:
         return None
 
 
+class StorageSource:
+    """Where one storage's bytes are, read in bounded pieces only when they are written: a byte range
+    of a file (a StorageInfo with an offset: read CHUNK bytes at a time, so memory does not grow with
+    the file), or bytes already in memory (a compressed zip member, inflated whole)."""
+
+    __slots__ = ("storage", "data", "nbytes")
+
+    def __init__(self, storage: StorageInfo | None = None, data: bytes | bytearray | memoryview | None = None):
+        if storage is None and data is None:
+            raise ValueError("a storage source needs a file range or bytes")
+        if storage is not None and data is None and storage.offset is None:
+            raise ValueError(f"storage {storage.key} has no raw byte offset")
+        self.storage = storage
+        self.data = data
+        self.nbytes = len(data) if data is not None else storage.nbytes  # type: ignore[union-attr]
+
+    def chunks(self, start: int = 0, length: int | None = None) -> Iterator[memoryview]:
+        """The bytes [start, start+length) in pieces of at most CHUNK; each valid until the next is asked for."""
+        if length is None:
+            length = self.nbytes - start
+        if self.data is not None:
+            view = memoryview(self.data)
+            for s in range(start, start + length, CHUNK):
+                yield view[s : min(s + CHUNK, start + length)]
+            return
+        assert self.storage is not None
+        yield from read_chunks(self.storage, start, length, CHUNK)
+
+    def c_order_blocks(self, info: TensorInfo, elements: int) -> Iterator[Any]:
+        """A view's raw elements in C order, as contiguous numpy blocks of at most `elements`."""
+        if self.data is None:
+            assert self.storage is not None
+            with Blobs() as blobs:
+                yield from raw_blocks(blobs, self.storage, info, elements, logical=True)
+            return
+        import numpy as np
+        from numpy.lib.stride_tricks import as_strided
+
+        item = info.itemsize
+        flat = np.frombuffer(self.data, dtype=raw_numpy_dtype(info.dtype), count=len(self.data) // item)
+        view = as_strided(flat[info.storage_offset :], info.shape, [s * item for s in info.stride], writeable=False)
+        yield np.ascontiguousarray(view).reshape(-1)
+
+
+def as_source(data: StorageSource | bytes | bytearray | memoryview | None) -> StorageSource | None:
+    return data if data is None or isinstance(data, StorageSource) else StorageSource(data=data)
+
+
 class RawTensor:
-    """A tensor as its storage's raw little-endian bytes and its view; answers what convert asks of a torch tensor."""
+    """A tensor as where its storage's raw little-endian bytes are plus its view; answers what convert asks
+    of a torch tensor. Its bytes are read only when written, in bounded chunks (`chunks()`)."""
 
-    __slots__ = ("info", "storage", "_cast")
+    __slots__ = ("info", "storage", "target")
 
-    def __init__(self, info: TensorInfo, storage: bytes | bytearray | memoryview, cast: tuple[str, Any] | None = None):
+    def __init__(self, info: TensorInfo, storage: StorageSource, target: str | None = None):
         self.info = info
         self.storage = storage  # shared by every view of the same storage key
-        self._cast = cast  # (dtype, contiguous array) once cast
+        self.target = target  # the dtype its values are cast to when written, if any
 
     @property
     def dtype(self) -> str:
-        return self._cast[0] if self._cast else self.info.dtype
+        return self.target or self.info.dtype
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -166,34 +221,27 @@ class RawTensor:
 
     def fits(self) -> bool:
         """Whether the storage holds every byte the view reaches."""
-        return self.info.byte_offset + self.info.span_bytes <= len(self.storage)
+        return self.info.byte_offset + self.info.span_bytes <= self.storage.nbytes
 
-    def contiguous_bytes(self) -> memoryview:
-        """The elements in C order, as bytes."""
-        if self._cast:
-            return self._cast[1].data.cast("B")
-        import numpy as np
-        from numpy.lib.stride_tricks import as_strided
-
+    def chunks(self) -> Iterator[memoryview]:
+        """The elements in C order (cast, if asked), as bytes in pieces of at most about CHUNK."""
         info = self.info
         if info.nbytes == 0:
-            return memoryview(b"")
-        if info.bits % 8 or info.is_contiguous:  # packed sub-byte floats are only ever contiguous
-            start = info.byte_offset
-            return memoryview(self.storage)[start : start + info.nbytes]
-        item = info.itemsize
-        flat = np.frombuffer(self.storage, dtype=np.dtype(f"V{item}"))
-        view = as_strided(
-            flat[info.storage_offset :],
-            shape=info.shape,
-            strides=[s * item for s in info.stride],
-            writeable=False,
-        )
-        return np.ascontiguousarray(view).reshape(-1).data.cast("B")
+            return
+        if self.target is None and (info.bits % 8 or info.is_contiguous):  # packed sub-byte floats: contiguous
+            yield from self.storage.chunks(info.byte_offset, info.nbytes)
+            return
+        for raw in self.storage.c_order_blocks(info, max(1, CHUNK // info.itemsize)):
+            if self.target is None:
+                yield raw.data.cast("B")
+            else:
+                yield cast_array(raw.data.cast("B"), info.dtype, self.target).data.cast("B")
 
     def to(self, dtype: str) -> RawTensor:
-        """The same values in another floating dtype, rounded to nearest even as torch rounds."""
-        return RawTensor(self.info, self.storage, (dtype, cast_array(self.contiguous_bytes(), self.dtype, dtype)))
+        """The same values in another floating dtype, rounded to nearest even as torch rounds (when written)."""
+        if self.target is not None:
+            raise ValueError(f"{self.info.name} is already cast to {self.target}")
+        return RawTensor(self.info, self.storage, dtype)
 
 
 def cast_array(raw: memoryview, source: str, target: str) -> Any:
@@ -242,16 +290,17 @@ def _cast_with_torch(raw: memoryview, source: str, target: str) -> Any:
 
 def raw_tensors(
     tree: Any,
-    storage_bytes: Callable[[TensorInfo], bytes | bytearray | memoryview | None],
+    source_of: Callable[[TensorInfo], StorageSource | bytes | bytearray | memoryview | None],
     keep: Callable[[str, TensorInfo], bool] | None = None,
     cast: Callable[[str, RawTensor], RawTensor] | None = None,
 ) -> Built:
-    """map_tree with RawTensors: one read per storage key, shared by every view of it (as torch shares)."""
-    storages: dict[str, bytes | bytearray | memoryview | None] = {}
+    """map_tree with RawTensors: one source per storage key, shared by every view of it (as torch shares).
+    Nothing is read here: the bytes stream from the source when the file is written."""
+    storages: dict[str, StorageSource | None] = {}
 
     def make(name: str, info: TensorInfo) -> Any:
         if info.storage_key not in storages:
-            storages[info.storage_key] = storage_bytes(info)
+            storages[info.storage_key] = as_source(source_of(info))
         storage = storages[info.storage_key]
         if storage is None:
             return MISSING
@@ -286,8 +335,8 @@ def raw_to_safetensors(
     return write_safetensors(path, entries, metadata), notes
 
 
-def _chunks(t: RawTensor) -> Callable[[], list[memoryview]]:
-    return lambda: [t.contiguous_bytes()]
+def _chunks(t: RawTensor) -> Callable[[], Iterator[memoryview]]:
+    return t.chunks
 
 
 def count_values(tree: Any, is_tensor: Callable[[Any], bool]) -> int:

@@ -6,14 +6,15 @@ is read with the restricted unpickler to learn which tensor lives in which stora
 kept only when its storage member is complete and its CRC-32 holds. safetensors and legacy (pre-1.6)
 torch files: every tensor whose bytes lie wholly inside the file is kept (neither has checksums).
 
-Torch is imported only to write a torch file (tensors built from the recovered bytes, then
-torch.save through ckinspect.io.atomic); a safetensors file is written from the raw bytes without it.
-Nothing from the damaged file is ever executed.
+Torch is imported only to write a torch file (placeholder tensors, torch.save through
+ckinspect.io.atomic, then the recovered bytes written in place: ops.torchio.save_torch); a
+safetensors file is written from the raw bytes without it. Either way the bytes stream from the
+damaged file in bounded chunks and the pages of its mapping are dropped once read, so memory does
+not grow with the file. Nothing from the damaged file is ever executed.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import struct
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 
 from ckinspect.io.zipdir import LOCAL_SIG
 from ckinspect.io.zipwalk import LocalMember, crc32_of, map_file, walk_local_headers
+from ckinspect.model import StorageInfo, TensorInfo
+from ckinspect.ops.rawtensors import StorageSource
 from ckinspect.optional import require_torch
 from ckinspect.record import Record, field
 from ckinspect.vocab import CkinspectError
@@ -134,11 +137,11 @@ def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
     except Exception as exc:  # UnsafePickle / CorruptPickle: say what it was, do not run it
         raise CkinspectError(f"{broken}: data.pkl cannot be read safely ({type(exc).__name__}: {exc})") from exc
 
-    def storage_bytes(info) -> bytearray | None:
+    def storage_bytes(info) -> StorageSource | None:
         st = storages.get(info.storage_key)
-        if st is None or not st.ok:
+        if st is None or not st.ok or st.member.size is None:
             return None
-        return bytearray(buf[st.member.data_offset : st.member.end])  # one copy: torch.frombuffer shares it
+        return _file_range(broken, st.key, st.member.data_offset, st.member.size)
 
     def why_missing(info) -> str:
         st = storages.get(info.storage_key)
@@ -152,8 +155,9 @@ def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
     return result
 
 
-def _window(buf: Any, start: int, end: int) -> list[memoryview]:
-    return [memoryview(buf)[start:end]]
+def _file_range(path: Path, key: str, offset: int, nbytes: int) -> StorageSource:
+    """A storage's bytes where they lie in the damaged file, read in bounded chunks when written."""
+    return StorageSource(StorageInfo(key, "uint8", nbytes, path, offset))
 
 
 def _out_format(out: Path) -> str:
@@ -181,7 +185,7 @@ def _write_tree(tree, result: SalvageResult, storage_bytes, why_missing) -> None
     else:
         from ckinspect.ops.torchio import save_torch
 
-        size = save_torch(result.out, built.tree)
+        size = save_torch(result.out, built.tree, built.fills)
     result.out_bytes = size
 
 
@@ -205,10 +209,7 @@ def _salvage_legacy(broken: Path, out: Path) -> SalvageResult:
         st = ckpt.storages.get(info.storage_key)
         if st is None or st.offset is None or st.offset + st.nbytes > size:
             return None
-        data = bytearray(st.nbytes)
-        with open(st.file, "rb") as handle:
-            handle.seek(st.offset)
-            return data if handle.readinto(data) == st.nbytes else None
+        return StorageSource(st)
 
     def why_missing(info):
         return f"storage {info.storage_key} cut short or not in the file"
@@ -259,18 +260,16 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
             have = max(0, size - base - begin)
             result.missing.append((name, f"cut short: {have} of {end - begin} bytes in the file"))
     result.recovered = [name for name, *_ in kept]
+    sources = {name: _file_range(broken, name, base + begin, end - begin) for name, _d, _s, begin, end in kept}
     if result.out_format == "safetensors":
-        entries = [
-            Entry(name, dtype, shape, functools.partial(_window, buf, base + begin, base + end))
-            for name, dtype, shape, begin, end in kept
-        ]
+        entries = [Entry(name, dtype, shape, sources[name].chunks) for name, dtype, shape, _b, _e in kept]
         result.out_bytes = write_safetensors(out, entries, {**meta, "salvaged_from": broken.name})
     else:
         require_torch("writing a torch file")
-        from ckinspect.ops.torchio import save_torch, tensor_from_bytes
+        from ckinspect.formats.safetensors import contiguous_strides
+        from ckinspect.ops.torchio import rebuild_tree, save_torch
 
-        tensors = {}
-        for name, dtype, shape, begin, end in kept:
-            tensors[name] = tensor_from_bytes(bytearray(buf[base + begin : base + end]), dtype, shape)
-        result.out_bytes = save_torch(out, tensors)
+        flat = {n: TensorInfo(n, dtype, shape, contiguous_strides(shape), n) for n, dtype, shape, *_ in kept}
+        built = rebuild_tree(flat, lambda info: sources[info.storage_key])
+        result.out_bytes = save_torch(out, built.tree, built.fills)
     return result

@@ -7,6 +7,10 @@ import it. Input files are never torch.load-ed here: bytes come from our readers
 from __future__ import annotations
 
 import functools
+import io
+import os
+import pickle
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,9 +18,21 @@ from typing import Any
 import torch
 
 from ckinspect.io.atomic import atomic_write
+from ckinspect.io.crc import crc32
 from ckinspect.io.safetensors_write import Entry, write_safetensors
+from ckinspect.io.zipdir import (
+    CENTRAL_CRC_AT,
+    DESCRIPTOR_SIG,
+    FLAG_DESCRIPTOR,
+    LOCAL_CRC_AT,
+    FileReader,
+    ZipMember,
+    data_offset,
+    directory_entry_offsets,
+    read_directory,
+)
 from ckinspect.model import TensorInfo
-from ckinspect.ops.rawtensors import MISSING, Built, map_tree
+from ckinspect.ops.rawtensors import MISSING, Built, RawTensor, StorageSource, as_source, map_tree
 from ckinspect.vocab import CkinspectError
 
 
@@ -36,7 +52,7 @@ def tensor_from_bytes(data: bytes | bytearray, dtype: str, shape: tuple[int, ...
 
 def rebuild_tree(
     tree: Any,
-    storage_bytes: Callable[[TensorInfo], bytes | bytearray | None],
+    source_of: Callable[[TensorInfo], StorageSource | bytes | bytearray | memoryview | None],
     keep: Callable[[str, TensorInfo], bool] | None = None,
     cast: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
 ) -> Built:
@@ -45,40 +61,160 @@ def rebuild_tree(
     One torch storage per storage key, so views and tied weights stay shared as in the original.
     A tensor whose bytes are unavailable is left out (dict entry dropped, list slot None).
     `keep(name, info)` filters tensors (convert --only); `cast` changes dtype (convert --dtype).
+
+    Nothing is read here: each storage is a placeholder (torch.empty, never touched, so it costs
+    address space, not memory) and `built.fills` says where its bytes come from; `save_torch` writes
+    them there in bounded chunks. A cast tensor gets a placeholder of its own, filled with its values
+    cast block by block. `cast` is asked on a meta tensor, so deciding costs nothing either.
     """
-    storages: dict[str, torch.UntypedStorage | None] = {}
+    storages: dict[str, tuple[torch.UntypedStorage, StorageSource] | None] = {}
+    built_fills: dict[int, Any] = {}
 
     def tensor_for(name: str, info: TensorInfo) -> Any:
         if info.storage_key not in storages:
-            raw = storage_bytes(info)
-            storages[info.storage_key] = None if raw is None else _untyped(raw)
-        storage = storages[info.storage_key]
-        if storage is None or info.byte_offset + info.span_bytes > storage.nbytes():
+            source = as_source(source_of(info))
+            if source is None:
+                storages[info.storage_key] = None
+            else:
+                placeholder = torch.empty(source.nbytes, dtype=torch.uint8).untyped_storage()
+                storages[info.storage_key] = (placeholder, source)
+                built_fills[placeholder._cdata] = source
+        entry = storages[info.storage_key]
+        if entry is None or info.byte_offset + info.span_bytes > entry[1].nbytes:
             return MISSING
-        t = torch.empty(0, dtype=torch_dtype(info.dtype)).set_(storage, info.storage_offset, info.shape, info.stride)
-        return cast(name, t) if cast is not None else t
+        placeholder, source = entry
+        dtype = torch_dtype(info.dtype)
+        t = torch.empty(0, dtype=dtype).set_(placeholder, info.storage_offset, info.shape, info.stride)
+        if cast is None:
+            return t
+        probe = torch.empty_strided(info.shape, info.stride, dtype=dtype, device="meta")
+        target = cast(name, probe)
+        if target is probe:
+            return t
+        # .to() keeps a dense permuted layout (a transposed weight stays transposed): the meta result
+        # has the strides torch would give, and the values are written in that storage order
+        out = torch.empty_strided(target.shape, target.stride(), dtype=target.dtype)
+        order = sorted(range(len(info.shape)), key=lambda d: -target.stride()[d])
+        in_storage_order = info.replace(shape=tuple(info.shape[d] for d in order),
+                                        stride=tuple(info.stride[d] for d in order))  # fmt: skip
+        dtype_name = str(target.dtype).removeprefix("torch.")
+        built_fills[out.untyped_storage()._cdata] = RawTensor(in_storage_order, source, dtype_name)
+        return out
 
-    return map_tree(tree, tensor_for, keep, is_plain=_is_plain_torch)
-
-
-def _untyped(raw: bytes | bytearray) -> torch.UntypedStorage:
-    if not raw:
-        return torch.UntypedStorage(0)
-    writable = raw if isinstance(raw, bytearray) else bytearray(raw)  # frombuffer wants a writable buffer
-    return torch.frombuffer(writable, dtype=torch.uint8).untyped_storage()
+    built = map_tree(tree, tensor_for, keep, is_plain=_is_plain_torch)
+    used = {t.untyped_storage()._cdata for _, t in built.tensors}
+    built.fills = {k: v for k, v in built_fills.items() if k in used}
+    return built
 
 
 def _is_plain_torch(obj: Any) -> bool:
     return isinstance(obj, (torch.dtype, torch.Size, torch.device))
 
 
-def save_torch(path: str | Path, obj: Any) -> int:
-    """torch.save through ckinspect.io.atomic; returns the file size."""
+def save_torch(path: str | Path, obj: Any, fills: dict[int, Any] | None = None) -> int:
+    """torch.save through ckinspect.io.atomic; returns the file size.
+
+    With `fills` (rebuild_tree's placeholders), torch.save writes the archive without the storages'
+    bytes (torch.serialization.skip_data leaves each record's space empty), then each storage is
+    written in place from its source in bounded chunks and its CRC-32 patched in where torch's zip
+    writer keeps it (the data descriptor after the data, the central directory), plus the
+    `.data/serialization_id` torch derives from those CRCs. The file is byte for byte what torch.save
+    writes from the same tensors in memory (tests/ops/test_streaming.py), at bounded memory.
+    """
     with atomic_write(path) as handle:
-        torch.save(obj, handle)
+        if not fills:
+            torch.save(obj, handle)
+        else:
+            keys = _storage_keys(obj)
+            with torch.serialization.skip_data():
+                torch.save(obj, handle)
+            handle.flush()
+            by_key = {key: fills[cdata] for cdata, key in keys.items() if cdata in fills}
+            _fill_archive(handle.fileno(), by_key)
         handle.flush()
-        size = handle.tell()
+        size = handle.seek(0, os.SEEK_END)
     return size
+
+
+def _storage_keys(obj: Any) -> dict[int, str]:
+    """storage _cdata -> the key torch.save gives it (data/<key>): torch numbers storages in the order its
+    pickler meets them, so the same pickling, with the same persistent_id test, meets them in that order."""
+    keys: dict[int, str] = {}
+
+    class Keys(pickle.Pickler):
+        def persistent_id(self, o: Any) -> Any:
+            if isinstance(o, torch.storage.TypedStorage) or torch.is_storage(o):
+                storage = o._untyped_storage if isinstance(o, torch.storage.TypedStorage) else o
+                keys.setdefault(storage._cdata, str(len(keys)))
+                return "storage"
+            return None
+
+    with torch.serialization.skip_data():
+        Keys(io.BytesIO(), protocol=2).dump(obj)
+    return keys
+
+
+_HASH_MASK = (1 << 64) - 1
+
+
+def _hash_combine(seed: int, value: int) -> int:
+    """c10::hash_combine on 64-bit size_t: how torch's zip writer folds the records' CRCs into the serialization id."""
+    return seed ^ ((value + 0x9E3779B9 + (seed << 6) + (seed >> 2)) & _HASH_MASK)
+
+
+def _fill_archive(fd: int, sources: dict[str, Any]) -> None:
+    """Write each data/<key> record's bytes from its source and patch the CRC-32s (see save_torch)."""
+    size = os.fstat(fd).st_size
+    reader = FileReader(fd, size)
+    members, _ = read_directory(reader)
+    entries = directory_entry_offsets(reader)
+    crcs: list[int] = []
+    serialization_id: tuple[ZipMember, int] | None = None
+    for member, entry in zip(members, entries, strict=True):
+        prefix, _, record = member.name.partition("/")
+        if record == ".data/serialization_id":
+            serialization_id = (member, entry)
+            continue
+        source = sources.get(record[len("data/") :]) if record.startswith("data/") else None
+        if source is None:
+            if member.file_size:  # torch folds the CRC of every non-empty record into the id, in order
+                crcs.append(member.crc32)
+            continue
+        start = data_offset(reader, member)
+        crc = written = 0
+        for chunk in source.chunks():
+            os.pwrite(fd, chunk, start + written)
+            crc = crc32(chunk, crc)
+            written += len(chunk)
+        if written != member.file_size:
+            raise CkinspectError(f"{record}: {written} bytes written where torch.save left {member.file_size}")
+        _patch_crc(fd, reader, member, entry, start, crc)
+        if written:
+            crcs.append(crc)
+    if serialization_id is not None:
+        member, entry = serialization_id
+        start = data_offset(reader, member)
+        old = reader.read_at(start, member.file_size)
+        if len(old) != 40 or not old.isdigit():
+            raise CkinspectError(f"torch.save wrote a serialization id this tool does not know ({old[:40]!r})")
+        combined = 0
+        for crc in crcs:
+            combined = _hash_combine(combined, crc)
+        new = old[:20] + f"{combined:020d}".encode()
+        os.pwrite(fd, new, start)
+        _patch_crc(fd, reader, member, entry, start, crc32(new))
+
+
+def _patch_crc(fd: int, reader: FileReader, member: ZipMember, entry: int, start: int, crc: int) -> None:
+    packed = struct.pack("<L", crc)
+    os.pwrite(fd, packed, entry + CENTRAL_CRC_AT)
+    if member.flags & FLAG_DESCRIPTOR:
+        at = start + member.compressed_size
+        if reader.read_at(at, 4) != DESCRIPTOR_SIG:
+            raise CkinspectError(f"{member.name}: no data descriptor after its bytes")
+        os.pwrite(fd, packed, at + 4)
+    else:
+        os.pwrite(fd, packed, member.header_offset + LOCAL_CRC_AT)
 
 
 def tensors_to_safetensors(

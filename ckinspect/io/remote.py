@@ -1,0 +1,247 @@
+"""Remote checkpoints: any URL fsspec opens (s3://, gs://, hf://, http(s)://, ...), read by range requests.
+
+    is_url("s3://bucket/run/ckpt.pt")      # True; local paths (and file://) are not URLs here
+    path = RemotePath(url)                 # a URL where the readers expect a Path: .name works, str() is the URL
+    reader = open_remote(path)             # .size, .read_at(offset, length), .small_read(...): what the zip layer uses
+
+Listing a torch zip reads its end record, its central directory, the pickle and a few local headers;
+a safetensors file its header; nothing else crosses the network until values are scanned. Small reads
+go through a block cache (local headers lie close together), large ones are one ranged GET each.
+
+Credentials come from where each backend looks for them (AWS_* variables and ~/.aws for s3, the
+gcloud config for gs, HF_TOKEN for hf ...). Every failure becomes one CkinspectError line: a missing
+object, a denied request, a timeout, throttling that outlasts the retries. Reads are retried a
+bounded number of times (CKINSPECT_REMOTE_RETRIES, default 3) with a per-request timeout
+(CKINSPECT_REMOTE_TIMEOUT seconds, default 30), so nothing hangs.
+
+fsspec and its backends (s3fs, aiohttp, ...) are the `remote` extra; a local path never imports them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import PurePosixPath
+
+from ckinspect.vocab import CkinspectError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # `typing` stays out of the report path's imports (tests/test_import_hygiene.py)
+    from typing import Any
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
+# small reads (sniffing, local headers) come in 4 KiB blocks: one local header per block where storages
+# are large, dozens where they are tiny, and a listing of a 2 GiB file stays well under a megabyte
+BLOCK = 1 << 12
+_CACHE_BLOCKS = 256  # 1 MiB of blocks at most
+
+
+def is_url(path: object) -> bool:
+    """A URL fsspec should open (file:// is a local path)."""
+    if isinstance(path, RemotePath):
+        return True
+    match = _URL.match(os.fspath(path) if isinstance(path, os.PathLike) else str(path))
+    return match is not None and match.group(1).lower() != "file"
+
+
+class RemotePath(PurePosixPath):
+    """A URL where a Path is expected: `.name`, `.suffix` and `.stem` are those of the object's key, and
+    str() gives back the URL. Only pure operations: it is never opened with open()."""
+
+    url: str
+
+    def __new__(cls, url: str | RemotePath) -> RemotePath:
+        url = url.url if isinstance(url, RemotePath) else str(url)
+        self = super().__new__(cls, "/" + url.split("://", 1)[-1])
+        self.url = url
+        return self
+
+    def __str__(self) -> str:
+        return getattr(self, "url", None) or super().__str__()
+
+    def __repr__(self) -> str:
+        return f"RemotePath({str(self)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemotePath) and str(self) == str(other)
+
+
+def _timeout() -> float:
+    try:
+        return max(0.1, float(os.environ.get("CKINSPECT_REMOTE_TIMEOUT", "30")))
+    except ValueError:
+        return 30.0
+
+
+def _retries() -> int:
+    env = os.environ.get("CKINSPECT_REMOTE_RETRIES", "3")
+    return int(env) if env.isdigit() else 3
+
+
+def _filesystem(url: str) -> tuple[Any, str]:
+    try:
+        from fsspec.core import url_to_fs
+    except ImportError:
+        raise CkinspectError(f"{url}: reading remote paths needs fsspec: pip install 'ckinspect[remote]'") from None
+    protocol = url.split("://", 1)[0].lower()
+    timeout = _timeout()
+    options: dict[str, Any] = {}
+    if protocol in ("http", "https"):
+        import aiohttp
+
+        options["client_kwargs"] = {"timeout": aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)}
+    elif protocol in ("s3", "s3a"):
+        # botocore's own retries are ours to bound; the endpoint may come from AWS_ENDPOINT_URL
+        options["config_kwargs"] = {
+            "connect_timeout": timeout,
+            "read_timeout": timeout,
+            "retries": {"max_attempts": _retries() + 1, "mode": "standard"},
+        }
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            options["endpoint_url"] = endpoint
+    try:
+        fs, key = url_to_fs(url, **options)
+        if hasattr(fs, "retries"):  # s3fs retries throttled calls on its own: bounded like ours
+            fs.retries = _retries() + 1
+        return fs, key
+    except ImportError as exc:
+        raise CkinspectError(f"{url}: no fsspec backend for {protocol}:// ({exc}); pip install 'ckinspect[remote]'") \
+            from None  # fmt: skip
+    except ValueError as exc:
+        raise CkinspectError(f"{url}: {exc}") from None
+
+
+def explain(url: str, exc: BaseException) -> str:
+    """One line saying what went wrong with a remote read, in the user's terms."""
+    chain = _chain(exc)
+    status = next((st for st in map(_status, chain) if st is not None), None)
+    text = next((str(e).splitlines()[0] for e in reversed(chain) if str(e)), type(exc).__name__)
+    names = " ".join(type(e).__name__ for e in chain)
+    if status in (401, 403) or any(isinstance(e, PermissionError) for e in chain) or "AccessDenied" in text:
+        return f"{url}: access denied (HTTP {status or 403}); check the credentials for this bucket or host"
+    if status == 404:
+        return f"{url}: not found (no such object)"
+    if status in (429, 503) or "SlowDown" in text or "Throttl" in text:
+        return f"{url}: the server kept throttling requests (HTTP {status}) after {_retries()} retries"
+    if "Payload" in names or "ContentLength" in text or "IncompleteRead" in names:
+        return f"{url}: the transfer was cut short (the server sent fewer bytes than it announced)"
+    if any(_is_timeout(e) for e in chain):
+        return f"{url}: timed out after {_timeout():g} s waiting for the server (CKINSPECT_REMOTE_TIMEOUT)"
+    if status is not None:
+        return f"{url}: the server answered HTTP {status} ({text})"
+    if any(isinstance(e, FileNotFoundError) for e in chain):
+        return f"{url}: not found (no such object)"
+    return f"{url}: cannot read ({type(chain[-1]).__name__}: {text})"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and what it was raised from (fsspec wraps a 403 in FileNotFoundError)."""
+    out: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in out and len(out) < 8:
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status behind an error: aiohttp's `.status`, botocore's response metadata."""
+    status = getattr(exc, "status", None)
+    response = getattr(exc, "response", None)
+    if status is None and isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) else None
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or "Timeout" in type(exc).__name__
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth another try: timeouts, throttling, server errors, dropped connections (never a 403 or 404)."""
+    chain = _chain(exc)
+    status = next((st for st in map(_status, chain) if st is not None), None)
+    if status is not None:
+        return status in (429, 500, 502, 503, 504)
+    if any(_is_timeout(e) for e in chain):
+        return True
+    if any(isinstance(e, (FileNotFoundError, PermissionError, CkinspectError)) for e in chain):
+        return False
+    return any(isinstance(e, ConnectionError) or "Disconnect" in type(e).__name__ for e in chain)
+
+
+class RemoteFile:
+    """Positioned reads of one remote object, the interface of `zipdir.FileReader` (size, read_at,
+    small_read, BLOCK), with bounded retries and a small cache of BLOCK-sized pieces."""
+
+    BLOCK = BLOCK
+
+    def __init__(self, path: RemotePath) -> None:
+        self.path = path
+        self.url = str(path)
+        self.fs, self._key = _filesystem(self.url)
+        self.size = int(self._call(lambda: self.fs.size(self._key)) or 0)
+        self._blocks: dict[int, bytes] = {}
+        self.bytes_read = 0
+        self.requests = 0
+
+    def _call(self, fn: Any) -> Any:
+        attempts = _retries() + 1
+        for attempt in range(attempts):
+            try:
+                return fn()
+            except Exception as exc:  # noqa: BLE001 - every backend raises its own kinds; explain() sorts them
+                if attempt + 1 >= attempts or not _transient(exc):
+                    raise CkinspectError(explain(self.url, exc)) from None
+                time.sleep(min(2.0, 0.1 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            from ckinspect.io.zipdir import ZipError
+
+            raise ZipError(f"negative read at {offset}")
+        end = min(self.size, offset + length)
+        if end <= offset:
+            return b""
+        self.requests += 1
+        data: bytes = self._call(lambda: self.fs.cat_file(self._key, start=offset, end=end))
+        self.bytes_read += len(data)
+        return data
+
+    def small_read(self, offset: int, length: int) -> bytes:
+        """A few bytes, through the block cache (local headers and pickles lie close together)."""
+        first, last = offset // BLOCK, (offset + max(length, 1) - 1) // BLOCK
+        if last - first > 1:
+            return self.read_at(offset, length)
+        pieces = []
+        for index in range(first, last + 1):
+            block = self._blocks.get(index)
+            if block is None:
+                if len(self._blocks) >= _CACHE_BLOCKS:
+                    self._blocks.pop(next(iter(self._blocks)))
+                block = self._blocks[index] = self.read_at(index * BLOCK, BLOCK)
+            pieces.append(block)
+        joined = b"".join(pieces)
+        rel = offset - first * BLOCK
+        return joined[rel : rel + length]
+
+    def read_into(self, offset: int, buffer: memoryview) -> int:
+        data = self.read_at(offset, len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def open_remote(path: str | RemotePath) -> RemoteFile:
+    """The object at `path`, ready for positioned reads; CkinspectError (one line) when it cannot be read."""
+    return RemoteFile(path if isinstance(path, RemotePath) else RemotePath(path))
