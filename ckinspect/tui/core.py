@@ -118,6 +118,14 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
     return lambda name: needle in name.lower()
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Sort key that orders `state.2` before `state.10` (numbers as numbers, the rest as text)."""
+    return tuple(int(part) if i % 2 else part.lower() for i, part in enumerate(_DIGITS.split(name)))
+
+
 # ---------------------------------------------------------------- value statistics
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -17,7 +17,7 @@ from textual.worker import Worker, WorkerState
 from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record
-from ckinspect.tui.core import name_matcher
+from ckinspect.tui.core import name_matcher, natural_key
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.palette import STATUS_COLOURS
@@ -136,6 +136,38 @@ def apply_result(pairs: list[Pair], result: DiffResult) -> None:
             pair.status = "same"
 
 
+STATUS_ORDER = (
+    "only in A",
+    "only in B",
+    "shape changed",
+    "dtype changed",
+    "changed",
+    "unreadable",
+    "comparing",
+    "same",
+)
+DESCENDING_FIRST = ("delta",)  # a first sort on max |Δ| puts the largest change on top
+
+
+def pair_sort_key(pair: Pair, side: str, column: str) -> Any:
+    """The key one column sorts on, computed from the pair itself, so both panes order alike.
+    `side` is "a" or "b": which tensor a name, dtype or shape column shows."""
+    tensor = pair.a if side == "a" else pair.b
+    if column == "status":
+        return STATUS_ORDER.index(pair.status) if pair.status in STATUS_ORDER else len(STATUS_ORDER)
+    if column == "delta":
+        return -1.0 if pair.max_abs_diff is None else pair.max_abs_diff
+    if column == "name":
+        return natural_key(tensor.name if tensor is not None else pair.name)
+    if tensor is None:  # the side without the tensor sorts last, whatever the direction
+        return (1, ())
+    if column == "dtype":
+        return (0, (tensor.dtype,))
+    if column == "shape":
+        return (0, tuple(tensor.shape))
+    return natural_key(pair.name)
+
+
 def _cells(t: TensorInfo | None) -> tuple[str, str, str]:
     if t is None:
         return ("—", "", "")
@@ -191,6 +223,7 @@ class DiffScreen(Screen[None]):
         self.result: DiffResult | None = None
         self.result_note = "comparing values…"
         self.one_name = False
+        self.sort: tuple[str, str, bool] | None = None  # (side, column, reverse) both panes are sorted on
 
     def compose(self) -> ComposeResult:
         yield Label(
@@ -203,8 +236,8 @@ class DiffScreen(Screen[None]):
         with Vertical(id="diff-loading"):
             yield LoadingIndicator()
         with Horizontal(id="tables"):
-            yield VirtualTable(LEFT_COLUMNS, id="left", empty_text="no tensor to show")
-            yield VirtualTable(RIGHT_COLUMNS, id="right", empty_text="")
+            yield VirtualTable(LEFT_COLUMNS, id="left", empty_text="no tensor to show", sorts_itself=False)
+            yield VirtualTable(RIGHT_COLUMNS, id="right", empty_text="", sorts_itself=False)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -353,6 +386,27 @@ class DiffScreen(Screen[None]):
         self.query_one("#summary", Static).update(text)
 
     # ------------------------------------------------------------ the two tables move together
+
+    @on(VirtualTable.SortRequested)
+    def _sort_requested(self, event: VirtualTable.SortRequested) -> None:
+        self.sort_pairs("a" if event.table.id == "left" else "b", event.column)
+
+    def sort_pairs(self, side: str, column: str, reverse: bool | None = None) -> None:
+        """Sort both panes on one key of the shared pairs (clicking the same header again reverses)."""
+        if reverse is None:
+            same = self.sort is not None and self.sort[:2] == (side, column)
+            reverse = (not self.sort[2]) if same and self.sort else column in DESCENDING_FIRST
+        self.sort = (side, column, reverse)
+        clicked = "left" if side == "a" else "right"
+
+        def key(index: int) -> Any:
+            return pair_sort_key(self.pairs[index], side, column)
+
+        for table in self.query(VirtualTable):
+            marked = column if table.id == clicked or column in ("status", "delta") else None
+            if marked is not None and marked not in [c.key for c in table.columns]:
+                marked = None
+            table.sort_with(marked, reverse, key)
 
     @on(VirtualTable.Scrolled)
     def _scrolled(self, event: VirtualTable.Scrolled) -> None:

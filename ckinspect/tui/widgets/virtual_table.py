@@ -133,6 +133,17 @@ class VirtualTable(ScrollView, can_focus=True):
         def control(self) -> VirtualTable:
             return self.table
 
+    class SortRequested(Message):
+        """A header was clicked; a table that does not sort itself leaves the order to its screen."""
+
+        def __init__(self, table: VirtualTable, column: str) -> None:
+            super().__init__()
+            self.table, self.column = table, column
+
+        @property
+        def control(self) -> VirtualTable:
+            return self.table
+
     class Scrolled(Message):
         """The first visible row changed (the diff screen keeps its two tables in step)."""
 
@@ -149,6 +160,7 @@ class VirtualTable(ScrollView, can_focus=True):
         columns: Sequence[Column],
         *,
         empty_text: str = "nothing to show",
+        sorts_itself: bool = True,  # False: a header click only posts SortRequested (the diff sorts both panes)
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
@@ -160,7 +172,9 @@ class VirtualTable(ScrollView, can_focus=True):
         self.sort_column: str | None = None
         self.sort_reverse = False
         self.empty_text = empty_text
+        self.sorts_itself = sorts_itself
         self._filter: Callable[[Row], bool] | None = None
+        self._sort_fn: Callable[[int], Any] | None = None  # row index -> sort key, set by sort_with
         self._index_of: dict[str, int] = {}
 
     # ------------------------------------------------------------ data
@@ -180,6 +194,15 @@ class VirtualTable(ScrollView, can_focus=True):
         if reverse is None:
             reverse = (not self.sort_reverse) if column == self.sort_column else False
         self.sort_column, self.sort_reverse = column, reverse
+        self._sort_fn = None
+        keep = self.current_row.key if self.current_row else None
+        self._apply_sort()
+        self._restore(keep)
+
+    def sort_with(self, column: str | None, reverse: bool, key: Callable[[int], Any]) -> None:
+        """Sort on a key of each row's index (tables built from one row model sort alike); `column` is
+        the header marked as sorted (None when this table has no such column)."""
+        self.sort_column, self.sort_reverse, self._sort_fn = column, reverse, key
         keep = self.current_row.key if self.current_row else None
         self._apply_sort()
         self._restore(keep)
@@ -188,6 +211,9 @@ class VirtualTable(ScrollView, can_focus=True):
         return next(i for i, c in enumerate(self.columns) if c.key == key)
 
     def _apply_sort(self) -> None:
+        if self._sort_fn is not None:
+            self.view.sort(key=self._sort_fn, reverse=self.sort_reverse)
+            return
         if self.sort_column is None:
             return
         position = self.column_index(self.sort_column)
@@ -314,7 +340,9 @@ class VirtualTable(ScrollView, can_focus=True):
         if offset.y == 0:
             column = self._column_at(offset.x)
             if column is not None:
-                self.sort_by(column)
+                if self.sorts_itself:
+                    self.sort_by(column)
+                self.post_message(self.SortRequested(self, column))
             return
         position = int(self.scroll_y) + offset.y - 1
         if 0 <= position < len(self.view):
