@@ -49,6 +49,24 @@ def shape_text(shape: Sequence[int]) -> str:
     return "×".join(map(str, shape)) or "scalar"
 
 
+def value_text(value: object, limit: int = 48) -> str:
+    """A non-tensor value from a checkpoint (lr, loss, a config entry) in one short, printable line:
+    floats to 6 significant digits, strings quoted and escaped when they hold control characters."""
+    if isinstance(value, bool) or value is None:
+        text = str(value)
+    elif isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, (bytes, bytearray)):
+        text = f"<{len(value):,} bytes>"
+    elif isinstance(value, str):
+        text = value if value.isprintable() else repr(value)
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 # ---------------------------------------------------------------- Markdown
 
 

@@ -88,6 +88,26 @@ class TensorChange(Record):
         return out
 
 
+class ValueChange(Record):
+    """A non-tensor value (lr, loss, a config entry, a run setting) that differs between A and B."""
+
+    path: str  # dotted, as in the checkpoint tree: optimizer.param_groups.0.lr
+    a: Any
+    b: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "a": plain_value(self.a), "b": plain_value(self.b)}
+
+
+def plain_value(value: Any) -> Any:
+    """A scalar from a checkpoint as JSON can hold it (no NaN/inf literals, bytes by their size)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value):,} bytes>"
+    return value
+
+
 class DiffResult(Record):
     __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
@@ -103,6 +123,9 @@ class DiffResult(Record):
     only_a_groups: dict[str, int] = field(default_factory=dict)  # how many only-in-A tensors per group
     only_b_groups: dict[str, int] = field(default_factory=dict)
     metadata_changed: dict[str, list[Any]] = field(default_factory=dict)  # step/epoch/world_size: [a, b]
+    values_changed: list[ValueChange] = field(default_factory=list)  # non-tensor values on both sides that differ
+    values_only_a: list[str] = field(default_factory=list)  # paths of non-tensor values only A holds
+    values_only_b: list[str] = field(default_factory=list)
     match: str = "names matched exactly"
     only: list[str] | None = None
     atol: float = 0.0
@@ -114,16 +137,19 @@ class DiffResult(Record):
     def identical(self) -> bool:
         if self.not_compared is not None:
             return self.raw_bytes_differ is False  # byte for byte the same file: nothing inside can differ
+        differs = self.only_a or self.only_b or self.changed or self.metadata_changed or self.values_changed
         if self.unreadable and self.raw_bytes_differ is False:
-            return not (self.only_a or self.only_b or self.changed or self.metadata_changed)
-        return not (self.only_a or self.only_b or self.changed or self.unreadable or self.metadata_changed)
+            return not differs
+        return not (differs or self.unreadable)
 
     @property
     def verdict(self) -> str:
         """ "identical", "different" or "unknown" (the exit status follows: 0, 1, 2)."""
         if self.identical:
             return "identical"
-        if self.only_a or self.only_b or self.changed or self.metadata_changed or self.raw_bytes_differ:
+        if self.only_a or self.only_b or self.changed or self.metadata_changed or self.values_changed:
+            return "different"
+        if self.raw_bytes_differ:
             return "different"
         return "unknown"
 
@@ -144,6 +170,9 @@ class DiffResult(Record):
             "within_atol": list(self.within_atol),
             "relaid": list(self.relaid),
             "metadata_changed": dict(self.metadata_changed),
+            "values_changed": [v.to_json() for v in self.values_changed],
+            "values_only_a": list(self.values_only_a),
+            "values_only_b": list(self.values_only_b),
             "unreadable": [{"name": n, "message": m} for n, m in self.unreadable],
             "bytes_compared": self.bytes_compared,
             "verdict": self.verdict,
@@ -460,8 +489,9 @@ def diff_checkpoints(
                 pool.shutdown()
     for p, vd in verdicts:
         _record_verdict(result, p, vd)
-    if not only:  # the counters that decide what a resume does next are part of "identical"
-        _record_counter_changes(result, a, b)
+    if not only:  # the counters that decide what a resume does next are part of "identical", and so
+        _record_counter_changes(result, a, b)  # is every other value saved beside the tensors
+        _record_value_changes(result, a, b)
     return result
 
 
@@ -627,3 +657,36 @@ def _record_counter_changes(result: DiffResult, a: Checkpoint, b: Checkpoint) ->
         va, vb = a.metadata.get(key), b.metadata.get(key)
         if va is not None and vb is not None and va != vb:
             result.metadata_changed[key] = [va, vb]
+
+
+_SCALAR_TYPES = (str, int, float, bool, bytes, bytearray, type(None))
+
+
+def non_tensor_values(ckpt: Checkpoint) -> dict[str, Any]:
+    """Every scalar the checkpoint holds beside its tensors, by dotted path (`optimizer.param_groups.0.lr`,
+    `loss`, `config.dim`): the decoded tree's leaves, or the reader's metadata when there is no tree."""
+    from ckinspect.formats.tree import walk
+
+    source = ckpt.tree if ckpt.tree is not None else ckpt.metadata
+    return {path: value for path, value in walk(source) if path and isinstance(value, _SCALAR_TYPES)}
+
+
+def same_value(x: Any, y: Any) -> bool:
+    """Equal and of the same type (True is not 1); NaN equals NaN."""
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, float) and math.isnan(x) and math.isnan(y):
+        return True
+    return bool(x == y)
+
+
+def _record_value_changes(result: DiffResult, a: Checkpoint, b: Checkpoint) -> None:
+    """Non-tensor values: those on both sides that differ make A and B different; those on one side only
+    are listed (a weights file or a converted copy legitimately drops them) but decide nothing."""
+    va, vb = non_tensor_values(a), non_tensor_values(b)
+    for path, x in va.items():
+        if path not in vb:
+            result.values_only_a.append(path)
+        elif path not in result.metadata_changed and not same_value(x, vb[path]):
+            result.values_changed.append(ValueChange(path, x, vb[path]))
+    result.values_only_b = [path for path in vb if path not in va]

@@ -47,3 +47,28 @@ async def test_clicking_a_header_sorts_both_panes_alike(tmp_path):
             lrow, rrow = left.rows[left.view[index]], right.rows[right.view[index]]
             assert lrow.key == rrow.key
         assert "DIFFERENT" in str(screen.query_one("#summary", Static).render())
+
+
+async def test_values_beside_the_tensors_are_diffed_too(tmp_path):
+    """lr, loss and step changed in a copy: the screen says which, even with differences only."""
+    app = make_app("diff", [DEMO_PATH, DEMO_PATH.with_name("copy.pth")], tmp_path)
+    a = app.backend.checkpoints[DEMO_PATH]
+    b = a.replace(path=DEMO_PATH.with_name("copy.pth"), metadata=dict(a.metadata))
+    a.metadata.update(loss=3.13, lr=1e-3)
+    b.metadata.update(loss=2.93, lr=3e-4, step=60)
+    app.backend.checkpoints[b.path] = b
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        values = screen.query_one("#values", VirtualTable)
+        assert values.display
+        assert [row.cells for row in values.rows] == [
+            ("step", "30", "60"),
+            ("loss", "3.13", "2.93"),
+            ("lr", "0.001", "0.0003"),
+        ]
+        await pilot.press("x")
+        left, _ = panes(screen)
+        assert left.row_count == 0 and left.empty_text == "no tensor differs; the values below do"
+        summary = str(screen.query_one("#summary", Static).render())
+        assert "values 3" in summary and "DIFFERENT" in summary

@@ -53,6 +53,11 @@ ONE_NAME_RIGHT = (
     Column("dtype", "B dtype", 8),
     Column("shape", "B shape", 12),
 )
+VALUE_COLUMNS = (  # the values beside the tensors that differ: step, lr, loss, config, run settings
+    Column("path", "value (beside the tensors)", None, min_width=20, keep_end=True),
+    Column("a", "A", 16),
+    Column("b", "B", 16),
+)
 WIDE_ENOUGH_FOR_DTYPES = 110  # below this, the dtypes give way (the status says "dtype changed")
 
 
@@ -238,11 +243,13 @@ class DiffScreen(Screen[None]):
         with Horizontal(id="tables"):
             yield VirtualTable(LEFT_COLUMNS, id="left", empty_text="no tensor to show", sorts_itself=False)
             yield VirtualTable(RIGHT_COLUMNS, id="right", empty_text="", sorts_itself=False)
+        yield VirtualTable(VALUE_COLUMNS, id="values", empty_text="")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#diff-filter", Input).cursor_blink = self.app.cursor_blink_enabled
         self.query_one("#tables").display = False
+        self.query_one("#values").display = False
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="reading both checkpoints")
@@ -295,7 +302,17 @@ class DiffScreen(Screen[None]):
         apply_result(self.pairs, message.result)
         self.result = message.result
         self.result_note = ""
+        self._show_values(message.result)
         self._refresh_rows()
+
+    def _show_values(self, result: DiffResult) -> None:
+        from ckinspect.report.diff_report import value_rows
+
+        rows = value_rows(result.to_json())
+        table = self.query_one("#values", VirtualTable)
+        table.set_rows([Row(path, (path, va, vb), (natural_key(path), va, vb)) for path, va, vb in rows])
+        table.styles.height = min(len(rows), 5) + 1 + 1  # header, rows, the border above
+        table.display = bool(rows)
 
     def on_resize(self) -> None:
         self._fit_right()
@@ -341,12 +358,12 @@ class DiffScreen(Screen[None]):
             return (not only or row.key in differing) and matches(row.key)
 
         left = self.query_one("#left", VirtualTable)
-        left.empty_text = (
-            "no differences"
-            if only and not differing and not self.query_one("#diff-filter", Input).value
-            else "no tensor matches"
-        )
-        for table in self.query(VirtualTable):
+        values_differ = self.query_one("#values", VirtualTable).row_count
+        if only and not differing and not self.query_one("#diff-filter", Input).value:
+            left.empty_text = "no tensor differs; the values below do" if values_differ else "no differences"
+        else:
+            left.empty_text = "no tensor matches"
+        for table in (left, self.query_one("#right", VirtualTable)):
             table.set_filter(keep)
 
     def _show_summary(self) -> None:
@@ -372,6 +389,9 @@ class DiffScreen(Screen[None]):
             if counts.get(status):
                 text.append(f"{status} {counts[status]:,}", style=STATUS_COLOURS.get(status) or "")
                 text.append("  ")
+        if self.result is not None and (values := len(self.query_one("#values", VirtualTable).rows)):
+            text.append(f"values {values:,}", style=STATUS_COLOURS["changed"])
+            text.append("  ")
         if self.result is not None:
             identical = self.result.identical
             text.append(
@@ -389,7 +409,8 @@ class DiffScreen(Screen[None]):
 
     @on(VirtualTable.SortRequested)
     def _sort_requested(self, event: VirtualTable.SortRequested) -> None:
-        self.sort_pairs("a" if event.table.id == "left" else "b", event.column)
+        if event.table.id in ("left", "right"):
+            self.sort_pairs("a" if event.table.id == "left" else "b", event.column)
 
     def sort_pairs(self, side: str, column: str, reverse: bool | None = None) -> None:
         """Sort both panes on one key of the shared pairs (clicking the same header again reverses)."""
@@ -402,7 +423,7 @@ class DiffScreen(Screen[None]):
         def key(index: int) -> Any:
             return pair_sort_key(self.pairs[index], side, column)
 
-        for table in self.query(VirtualTable):
+        for table in (self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)):
             marked = column if table.id == clicked or column in ("status", "delta") else None
             if marked is not None and marked not in [c.key for c in table.columns]:
                 marked = None
