@@ -67,6 +67,15 @@ def scan_checkpoint(ckpt: Checkpoint, progress: Progress | None = None) -> ScanO
     return ScanOutcome([f for f in result.findings if (f.code, f.message, f.tensor) not in known], stats)
 
 
+def add_findings(ckpt: Checkpoint, findings: list[Finding]) -> None:
+    """Add the scan's findings to the checkpoint, each once (the folder view and the file view may both scan it)."""
+    known = {(f.code, f.message, f.tensor) for f in ckpt.findings}
+    for f in findings:
+        if (f.code, f.message, f.tensor) not in known:
+            known.add((f.code, f.message, f.tensor))
+            ckpt.findings.append(f)
+
+
 def find_checkpoints(paths: list[Path]) -> list[Path]:
     from ckinspect.formats.discover import find_checkpoints as find
 

@@ -15,7 +15,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import severity_badges, verdict_of
+from ckinspect.tui.core import ScanOutcome, add_findings, severity_badges, verdict_of
 from ckinspect.tui.messages import TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen, failure_text
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
@@ -31,7 +31,7 @@ COLUMNS = (
     Column("format", "format", 12),
     Column("size", "size", 9, justify="right"),
     Column("step", "step", 7, justify="right"),
-    Column("findings", "findings", 9),
+    Column("findings", "findings", 10),
 )
 
 
@@ -54,6 +54,8 @@ def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
     if summary.findings is None:
         return Row(str(summary.path), (name, "…", "", "", ""), (name, "", -1, -1, -1))
     badges = severity_badges(summary.findings) or "ok"
+    if summary.values != "scanned":
+        badges += "*"  # from the structure alone: the value scan may add errors (NaN, Inf)
     level = verdict_of(summary.findings)
     step = summary.step if summary.step is not None else ""
     return Row(
@@ -83,6 +85,7 @@ class FolderScreen(Screen[None]):
         self.roots = [Path(p) for p in paths]
         self.summaries: dict[Path, TargetSummary] = {}
         self.loaded: dict[Path, Checkpoint] = {}
+        self.scans: dict[Path, ScanOutcome] = {}  # value scans done here: opening a file does not repeat them
         self.unfinished: list[Path] = []
 
     def compose(self) -> ComposeResult:
@@ -113,8 +116,30 @@ class FolderScreen(Screen[None]):
                 self.post_message(TargetSummarized(TargetSummary(path, error=str(exc))))
                 continue
             self.loaded[path] = ckpt
-            summary = TargetSummary(path, ckpt.format, ckpt.file_bytes, ckpt.metadata.get("step"), list(ckpt.findings))
-            self.post_message(TargetSummarized(summary))
+            values = "not scanned" if self.app.quick else "pending"
+            self.post_message(TargetSummarized(self._summary(path, ckpt, values)))
+        if self.app.quick:
+            return
+        # second pass: the badges must agree with what opening a file shows, so values are scanned too
+        for path in paths:
+            ckpt = self.loaded.get(path)
+            if worker.is_cancelled:
+                return
+            if ckpt is None:
+                continue
+            try:
+                outcome = backend.scan(ckpt)
+            except Exception as exc:  # the structural badges stay, marked as such
+                self.post_message(TargetSummarized(self._summary(path, ckpt, f"value scan failed: {exc}")))
+                continue
+            add_findings(ckpt, outcome.findings)
+            self.scans[path] = outcome
+            self.post_message(TargetSummarized(self._summary(path, ckpt, "scanned")))
+
+    @staticmethod
+    def _summary(path: Path, ckpt: Checkpoint, values: str) -> TargetSummary:
+        step = ckpt.metadata.get("step")
+        return TargetSummary(path, ckpt.format, ckpt.file_bytes, step, list(ckpt.findings), values=values)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
@@ -143,6 +168,11 @@ class FolderScreen(Screen[None]):
         text = f"{len(self.summaries)} checkpoint(s)"
         if len(done) < len(self.summaries):
             text += f" · reading {len(done)}/{len(self.summaries)}…"
+        scanned = sum(1 for s in self.summaries.values() if s.values == "scanned")
+        if self.app.quick:
+            text += " · * structure only (--quick): values not scanned"
+        elif scanned < len(self.summaries):
+            text += f" · * values not scanned yet ({scanned}/{len(self.summaries)} done)"
         summary = Text(text + " · Enter opens one")
         if self.unfinished:
             names = ", ".join(shown_path(p, self.roots) for p in self.unfinished[:3])
@@ -159,7 +189,7 @@ class FolderScreen(Screen[None]):
         row = self.query_one(VirtualTable).current_row
         if row is not None:
             path = Path(row.key)
-            self.app.push_screen(InspectScreen(path, self.loaded.get(path)))
+            self.app.push_screen(InspectScreen(path, self.loaded.get(path), self.scans.get(path)))
 
     def action_sort_next(self) -> None:
         table = self.query_one(VirtualTable)

@@ -15,7 +15,7 @@ from textual.worker import Worker, WorkerState
 
 from ckinspect.io.blobs import UnreadableStorage
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import ValueStats, name_matcher
+from ckinspect.tui.core import ScanOutcome, ValueStats, add_findings, name_matcher
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
@@ -53,10 +53,11 @@ class InspectScreen(Screen[None]):
         Binding("escape", "back", "Back", show=False),
     ]
 
-    def __init__(self, target: Path, ckpt: Checkpoint | None = None) -> None:
+    def __init__(self, target: Path, ckpt: Checkpoint | None = None, scanned: ScanOutcome | None = None) -> None:
         super().__init__()
         self.target = Path(target)
         self.ckpt: Checkpoint | None = ckpt
+        self.scanned = scanned  # the folder view's scan of this checkpoint (its findings are already on ckpt)
         self.scan_note = ""
         self.scan_stats: dict[str, ValueStats] = {}
         self.stats_cache: dict[str, ValueStats] = {}
@@ -139,6 +140,12 @@ class InspectScreen(Screen[None]):
         table.set_rows(message.rows)
         table.focus()
         self._show_details()
+        if self.scanned is not None:
+            self.scan_stats = self.scanned.stats
+            self.scan_note = ""
+            self._show_findings()
+            self._show_details(refresh_stats=True)
+            return
         if self.app.quick:
             self.scan_note = "--quick: values not scanned"
             self._show_findings()
@@ -149,7 +156,7 @@ class InspectScreen(Screen[None]):
 
     def on_scan_finished(self, message: ScanFinished) -> None:
         if self.ckpt is not None:
-            self.ckpt.findings.extend(message.findings)
+            add_findings(self.ckpt, message.findings)
         self.scan_note = ""
         self.scan_stats = message.stats
         self._show_findings()
@@ -304,6 +311,7 @@ class InspectScreen(Screen[None]):
 
     def reload(self) -> None:
         self.ckpt = None
+        self.scanned = None
         self.stats_cache.clear()
         self.scan_stats = {}
         self.query_one(FindingsPanel).show([], "reading again…")

@@ -1,0 +1,70 @@
+"""What the folder view shows agrees with what opening a file shows, before and after a repair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import Static
+
+from ckinspect.model import Finding
+from ckinspect.tui.app import create_app
+from ckinspect.tui.core import ScanOutcome
+from ckinspect.tui.screens.folder import FolderScreen
+from ckinspect.tui.screens.inspect import InspectScreen
+from ckinspect.tui.widgets.findings_panel import FindingsPanel
+from ckinspect.tui.widgets.virtual_table import VirtualTable
+from tests.tui.apps import FixtureBackend, demo_backend
+from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
+
+SIZE = (100, 30)
+NAN = Finding("NONFINITE", "model.norm.weight: 3 NaN", "model.norm.weight")
+
+
+async def settle(pilot) -> None:
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+class ScanningBackend(FixtureBackend):
+    """The value scan finds a NaN in B, which its structure alone cannot show."""
+
+    def __init__(self, base: FixtureBackend) -> None:
+        super().__init__(base.checkpoints)
+        self.scanned: list[Path] = []
+
+    def scan(self, ckpt, progress=None) -> ScanOutcome:
+        self.scanned.append(Path(ckpt.path))
+        return ScanOutcome([NAN] if ckpt.path == DEMO_B_PATH else [], {})
+
+
+def cells(app) -> dict[str, tuple[str, ...]]:
+    return {row.key: row.cells for row in app.screen.query_one(VirtualTable).rows}
+
+
+async def test_folder_badges_include_the_value_scan_and_opening_agrees(tmp_path):
+    backend = ScanningBackend(demo_backend(tmp_path))
+    app = create_app("main", [DEMO_PATH, DEMO_B_PATH], backend=backend, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, FolderScreen)
+        assert cells(app)[str(DEMO_B_PATH)][4] == "1E"
+        assert "not scanned" not in str(app.screen.query_one("#folder-summary", Static).render())
+        await pilot.press("down", "enter")
+        await settle(pilot)
+        assert isinstance(app.screen, InspectScreen)
+        panel = app.screen.query_one(FindingsPanel)
+        assert panel.border_title == "findings 1E"
+        assert backend.scanned == [DEMO_PATH, DEMO_B_PATH]  # opening did not scan it again
+
+
+async def test_quick_folder_badges_say_values_were_not_scanned(tmp_path):
+    backend = ScanningBackend(demo_backend(tmp_path))
+    app = create_app("main", [DEMO_PATH, DEMO_B_PATH], backend=backend, cursor_blink=False, quick=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert cells(app)[str(DEMO_B_PATH)][4] == "ok*"
+        assert cells(app)[str(DEMO_PATH)][4] == "1E 2W 1I*"
+        summary = str(app.screen.query_one("#folder-summary", Static).render())
+        assert "* structure only (--quick): values not scanned" in summary
+        assert backend.scanned == []
