@@ -68,3 +68,33 @@ async def test_quick_folder_badges_say_values_were_not_scanned(tmp_path):
         summary = str(app.screen.query_one("#folder-summary", Static).render())
         assert "* structure only (--quick): values not scanned" in summary
         assert backend.scanned == []
+
+
+async def test_a_repair_from_the_folder_view_refreshes_the_list_and_the_files(tmp_path):
+    from ckinspect.tui.screens.repair import RepairScreen
+
+    backend = ScanningBackend(demo_backend(tmp_path))
+    app = create_app("main", [DEMO_PATH, DEMO_B_PATH], backend=backend, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert cells(app)[str(DEMO_PATH)][4] == "1E 2W 1I"
+        await pilot.press("R")
+        await settle(pilot)
+        assert isinstance(app.screen, RepairScreen)
+        assert "dry run until you apply" in str(app.screen.query_one("#repair-title").render())
+        await pilot.press("a", "y")
+        await settle(pilot)
+        assert len(backend.applied) == 1
+        title = str(app.screen.query_one("#repair-title").render())
+        assert "dry run" not in title and "applied: u undoes it" in title
+        # the repair removed the leftover: reading the file again gives a checkpoint without the finding
+        old = backend.checkpoints[DEMO_PATH]
+        backend.checkpoints[DEMO_PATH] = old.replace(findings=[f for f in old.findings if f.code != "LEFTOVER_TMP"])
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, FolderScreen)
+        assert cells(app)[str(DEMO_PATH)][4] == "1E 1W 1I"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, InspectScreen) and app.screen.target == DEMO_PATH
+        assert "LEFTOVER_TMP" not in {f.code for f in app.screen.query_one(FindingsPanel).findings}

@@ -201,5 +201,19 @@ class FolderScreen(Screen[None]):
     def action_repair(self) -> None:
         from ckinspect.tui.screens.repair import RepairScreen
 
+        def closed(changed: bool | None) -> None:
+            if changed:  # files moved: every badge (LEFTOVER_TMP) and every file read before is stale
+                self.rediscover()
+
         folder = next((r for r in self.roots if r.is_dir()), self.roots[0].parent)
-        self.app.push_screen(RepairScreen(folder))
+        self.app.push_screen(RepairScreen(folder), closed)
+
+    def rediscover(self) -> None:
+        self.loaded.clear()
+        self.scans.clear()
+        self.summaries = {}
+        table = self.query_one(VirtualTable)
+        table.empty_text = "looking…"
+        table.set_rows([])
+        self.query_one("#folder-summary", Static).update("looking for checkpoints again…")
+        self.discover()

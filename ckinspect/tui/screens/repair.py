@@ -74,13 +74,15 @@ class RepairScreen(Screen[bool]):
         self.changed = False  # something was applied or undone: the screen below should read again
 
     def compose(self) -> ComposeResult:
-        yield Label(
-            Text.assemble(("repair ", "bold"), str(self.folder), " — dry run until you apply"), classes="title-line"
-        )
+        yield Label(self._title(), classes="title-line", id="repair-title")
         yield Static("planning…", classes="summary-line", id="repair-summary")
         yield VirtualTable(COLUMNS, id="repair-table", empty_text="planning…")
         yield Static("", id="explain")
         yield Footer()
+
+    def _title(self) -> Text:
+        state = " — applied: u undoes it" if self.applied else " — dry run until you apply"
+        return Text.assemble(("repair ", "bold"), str(self.folder), state)
 
     def on_mount(self) -> None:
         self.make_plan()
@@ -106,6 +108,7 @@ class RepairScreen(Screen[bool]):
 
     def on_repair_planned(self, message: RepairPlanned) -> None:
         self.plan = plan = message.plan
+        self.query_one("#repair-title", Label).update(self._title())
         table = self.query_one(VirtualTable)
         table.empty_text = "nothing to repair: no interrupted save found"
         table.set_rows(action_rows(plan, self.folder))
