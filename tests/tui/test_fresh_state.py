@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets import Static
+import pytest
+from textual.widgets import Input, Static
 
 from ckinspect.model import Finding
 from ckinspect.tui.app import create_app
@@ -98,3 +99,51 @@ async def test_a_repair_from_the_folder_view_refreshes_the_list_and_the_files(tm
         await settle(pilot)
         assert isinstance(app.screen, InspectScreen) and app.screen.target == DEMO_PATH
         assert "LEFTOVER_TMP" not in {f.code for f in app.screen.query_one(FindingsPanel).findings}
+
+
+class SlowBackend(FixtureBackend):
+    """Reading waits until the test lets it go (or fails, for an unreadable file)."""
+
+    def __init__(self, base: FixtureBackend, fail: bool = False) -> None:
+        import threading
+
+        super().__init__(base.checkpoints)
+        self.release = threading.Event()
+        self.fail = fail
+
+    def load(self, target):
+        if self.fail:
+            raise OSError("unexpected end of data")
+        self.release.wait(10)
+        return super().load(target)
+
+
+@pytest.mark.parametrize("command", ["main", "diff"])
+async def test_q_quits_while_a_file_is_still_loading(tmp_path, command):
+    backend = SlowBackend(demo_backend(tmp_path))
+    paths = [DEMO_PATH] if command == "main" else [DEMO_PATH, DEMO_B_PATH]
+    app = create_app(command, paths, backend=backend, cursor_blink=False)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert not isinstance(app.focused, Input)
+            await pilot.press("q")
+            await pilot.pause()
+            assert [i.value for i in app.screen.query(Input)] == [""]
+            assert app._exit
+    finally:
+        backend.release.set()
+
+
+@pytest.mark.parametrize("command", ["main", "diff"])
+async def test_q_quits_on_an_unreadable_file(tmp_path, command):
+    backend = SlowBackend(demo_backend(tmp_path), fail=True)
+    paths = [DEMO_PATH] if command == "main" else [DEMO_PATH, DEMO_B_PATH]
+    app = create_app(command, paths, backend=backend, cursor_blink=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "unexpected end of data" in str(app.screen.query_one("#loading-label, #summary").render())
+        await pilot.press("q")
+        await pilot.pause()
+        assert [i.value for i in app.screen.query(Input)] == [""]
+        assert app._exit

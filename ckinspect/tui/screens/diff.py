@@ -212,6 +212,7 @@ def rows_for(
 
 class DiffScreen(Screen[None]):
     app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    AUTO_FOCUS = ""  # nothing until the tables are there: a filter box focused while loading ate the q of quit
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "toggle_differences", "Diffs only", tooltip="Show only tensors that differ (or show all again)"),
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring or a glob"),

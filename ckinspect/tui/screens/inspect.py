@@ -40,6 +40,7 @@ def failure_text(error: BaseException | None) -> str:
 
 class InspectScreen(Screen[None]):
     app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    AUTO_FOCUS = ""  # nothing until the tables are there: a filter box focused while loading ate the q of quit
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring, or a glob with * ? ["),
         Binding("s", "sort_next", "Sort", tooltip="Sort on the next column (click a header to sort on it)"),
