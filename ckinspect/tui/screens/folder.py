@@ -122,19 +122,19 @@ class FolderScreen(Screen[None]):
             return
         # second pass: the badges must agree with what opening a file shows, so values are scanned too
         for path in paths:
-            ckpt = self.loaded.get(path)
+            scanning = self.loaded.get(path)
             if worker.is_cancelled:
                 return
-            if ckpt is None:
+            if scanning is None:
                 continue
             try:
-                outcome = backend.scan(ckpt)
+                outcome = backend.scan(scanning)
             except Exception as exc:  # the structural badges stay, marked as such
-                self.post_message(TargetSummarized(self._summary(path, ckpt, f"value scan failed: {exc}")))
+                self.post_message(TargetSummarized(self._summary(path, scanning, f"value scan failed: {exc}")))
                 continue
-            add_findings(ckpt, outcome.findings)
+            add_findings(scanning, outcome.findings)
             self.scans[path] = outcome
-            self.post_message(TargetSummarized(self._summary(path, ckpt, "scanned")))
+            self.post_message(TargetSummarized(self._summary(path, scanning, "scanned")))
 
     @staticmethod
     def _summary(path: Path, ckpt: Checkpoint, values: str) -> TargetSummary:
