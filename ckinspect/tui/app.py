@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -9,10 +10,18 @@ from typing import ClassVar
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.theme import BUILTIN_THEMES, Theme
 
 from ckinspect.tui.core import Backend
+from ckinspect.tui.widgets.palette import BASE_THEMES, THEME_VARIABLES
 
-THEMES = ("textual-dark", "textual-light")
+THEMES = ("ckinspect-dark", "ckinspect-light")  # textual's own, with status colours that stay readable
+
+
+def ckinspect_theme(name: str) -> Theme:
+    """Textual's dark or light theme plus the colours the widgets name ($ck-error, $ck-model ...)."""
+    base = BUILTIN_THEMES[BASE_THEMES[name]]
+    return dataclasses.replace(base, name=name, variables={**base.variables, **THEME_VARIABLES[name]})
 
 
 class CkinspectApp(App[int]):
@@ -31,16 +40,22 @@ class CkinspectApp(App[int]):
         first_screen: Screen,
         *,
         backend: Backend | None = None,
-        theme: str = "textual-dark",
+        theme: str = THEMES[0],
         cursor_blink: bool = True,
         quick: bool = False,
     ) -> None:
         super().__init__()
+        for name in THEMES:
+            self.register_theme(ckinspect_theme(name))
         self._first_screen = first_screen
         self.quick = quick  # --quick: structure only, no value scan
         self.backend = backend or Backend()
         self.cursor_blink_enabled = cursor_blink
         self.theme = theme
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """Any other theme picked from the palette still has the colours the widgets name."""
+        return dict(THEME_VARIABLES[THEMES[0]])
 
     def get_default_screen(self) -> Screen:
         return self._first_screen
@@ -79,7 +94,7 @@ def create_app(
     paths: Sequence[str | Path],
     *,
     backend: Backend | None = None,
-    theme: str = "textual-dark",
+    theme: str = THEMES[0],
     cursor_blink: bool = True,
     quick: bool = False,
 ) -> CkinspectApp:

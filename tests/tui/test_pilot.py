@@ -202,7 +202,7 @@ async def test_help_palette_theme_and_quit(tmp_path):
             "Sort by size",
         } <= titles
         await pilot.press("t")
-        assert app.theme == "textual-light"
+        assert app.theme == "ckinspect-light"
         await pilot.press("q")
     assert app.return_code == 0
 

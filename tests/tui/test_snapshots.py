@@ -31,7 +31,7 @@ def test_inspect_100x30(snap_compare, tmp_path):
 
 
 def test_inspect_wide_light_theme(snap_compare, tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, theme="textual-light")
+    app = make_app("main", [DEMO_PATH], tmp_path, theme="ckinspect-light")
     assert snap_compare(app, terminal_size=(130, 36), run_before=_select("model.layers.1.mlp.w2.weight"))
 
 

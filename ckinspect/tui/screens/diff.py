@@ -20,7 +20,7 @@ from ckinspect.record import Record
 from ckinspect.tui.core import name_matcher, natural_key
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.screens.inspect import failure_text
-from ckinspect.tui.widgets.palette import STATUS_COLOURS
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, STATUS_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
@@ -396,7 +396,8 @@ class DiffScreen(Screen[None]):
         if self.result is not None:
             identical = self.result.identical
             text.append(
-                "IDENTICAL" if identical else "DIFFERENT", style="bold " + ("#3bb58a" if identical else "#e5484d")
+                "IDENTICAL" if identical else "DIFFERENT",
+                style="bold " + SEVERITY_COLOURS["ok" if identical else "error"],
             )
             if self.result.match != "names matched exactly":
                 text.append(f"  ({self.result.match})", style="italic")
@@ -404,7 +405,7 @@ class DiffScreen(Screen[None]):
             text.append(self.result_note, style="italic")
         if self.differences_only:
             text.append("  (differences only)", style="italic")
-        self.query_one("#summary", Static).update(text)
+        self.query_one("#summary", Static).update(themed(text))
 
     # ------------------------------------------------------------ the two tables move together
 

@@ -18,7 +18,7 @@ from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, add_findings, severity_badges, verdict_of
 from ckinspect.tui.messages import TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen, failure_text
-from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 from ckinspect.vocab import SEVERITY_RANK
 
@@ -179,7 +179,7 @@ class FolderScreen(Screen[None]):
             more = f" and {len(self.unfinished) - 3} more" if len(self.unfinished) > 3 else ""
             summary.append(f"\nmissing (the save died before its rename): {names}{more} · R plans the repair",
                            style=SEVERITY_COLOURS["warning"])  # fmt: skip
-        self.query_one("#folder-summary", Static).update(summary)
+        self.query_one("#folder-summary", Static).update(themed(summary))
 
     @on(VirtualTable.RowSelected)
     def _selected(self) -> None:

@@ -34,7 +34,7 @@ def shown(path: Path, folder: Path) -> str:
     return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
 
 
-ACTION_COLOURS = {"promote": "#3bb58a", "promote-keep-old": "#3bb58a", "set-aside": "#e8a33d", "nothing": "#e5484d"}
+ACTION_COLOURS = {"promote": "$ck-ok", "promote-keep-old": "$ck-ok", "set-aside": "$ck-warning", "nothing": "$ck-error"}
 
 
 def action_rows(plan: RepairPlan, folder: Path) -> list[Row]:

@@ -8,7 +8,7 @@ from textual.widgets import Static
 from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import safe_load_verdict
-from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 
 
 class CheckpointHeader(Static):
@@ -34,4 +34,4 @@ class CheckpointHeader(Static):
             f"  {len(ckpt.tensors):,} tensors",
         )
         second = Text.assemble((verdict, f"bold {SEVERITY_COLOURS.get(level, '')}"), "  ", " · ".join(facts))
-        self.update(Text("\n").join([first, second]))  # two lines whatever the width: the CSS cuts, never wraps
+        self.update(themed(Text("\n").join([first, second])))  # two lines whatever the width: the CSS cuts, never wraps

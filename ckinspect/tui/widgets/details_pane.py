@@ -10,7 +10,7 @@ from textual.widgets import Static
 from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.tui.core import ValueStats
-from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS
+from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS, themed
 
 
 def _number(x: float | None) -> str:
@@ -58,7 +58,7 @@ class DetailsPane(VerticalScroll):
             text.append(f" of {human_bytes(storage.nbytes)}")
         if shared > 1:
             text.append(f"\nshares its storage with {shared - 1} other tensor(s)", style="italic")
-        facts.update(text)
+        facts.update(themed(text))
         return True
 
     def show_stats_note(self, note: str) -> None:
@@ -83,7 +83,7 @@ class DetailsPane(VerticalScroll):
             text.append(f"\n{_number(lo)} … {_number(hi)}" + (" (sampled)" if stats.sampled else ""), style="dim")
         if note:
             text.append(f"\n{note}", style="italic dim")
-        self.query_one("#stats", Static).update(text)
+        self.query_one("#stats", Static).update(themed(text))
 
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
@@ -100,4 +100,4 @@ def histogram_text(counts: list[int], rows: int = 3) -> Text:
             filled = h - level * 8
             line += _EIGHTHS[max(0, min(8, filled))]
         lines.append(line)
-    return Text("\n".join(lines), style="#4f8ff7")
+    return Text("\n".join(lines), style="$ck-info")

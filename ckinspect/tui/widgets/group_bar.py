@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.text import Text
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
 from ckinspect.fmt import human_bytes
-from ckinspect.tui.widgets.palette import GROUP_COLOURS
+from ckinspect.tui.widgets.palette import GROUP_COLOURS, themed
 from ckinspect.vocab import GROUPS
 
 if TYPE_CHECKING:
@@ -23,10 +24,10 @@ class GroupBar(Widget):
 
     anatomy: reactive[Anatomy | None] = reactive(None)
 
-    def render(self) -> Text:
+    def render(self) -> Content:
         width = max(10, self.content_region.width or self.size.width)
         if self.anatomy is None:
-            return Text("reading…", style="italic")
+            return themed(Text("reading…", style="italic"))
         a = self.anatomy
         sizes = {name: a.groups[name].bytes for name in GROUPS}
         total = max(1, a.tensor_bytes)
@@ -52,4 +53,4 @@ class GroupBar(Widget):
         legend.append(f"{a.optimizer_share:.1%}", style="bold")
         legend.no_wrap = True
         legend.overflow = "ellipsis"
-        return Text("\n").join([bar, legend])
+        return themed(Text("\n").join([bar, legend]))

@@ -23,6 +23,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ckinspect.record import Record
+from ckinspect.tui.widgets.palette import resolve
 
 
 class Column(Record):
@@ -51,6 +52,9 @@ class Row:
 
     def sort_key(self, position: int) -> Any:
         return self.sort_keys[position]
+
+
+_THEME_COLOURS: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
 @lru_cache(maxsize=256)
@@ -385,10 +389,18 @@ class VirtualTable(ScrollView, can_focus=True):
             style = base
             extra = styles[position] if position < len(styles) else None
             if extra:
-                style = base + _parse(extra)
+                style = base + (resolve(extra, self._theme_colours()) if "$" in extra else _parse(extra))
             segments.append(Segment(" ", base))
             segments.append(Segment(text, style))
         return Strip(segments)
+
+    def _theme_colours(self) -> tuple[tuple[str, str], ...]:
+        """The theme's ck-* colours (cells name them as `$ck-warning`), looked up once per theme."""
+        theme = self.app.theme
+        if theme not in _THEME_COLOURS:
+            variables = self.app.theme_variables
+            _THEME_COLOURS[theme] = tuple(sorted((k, v) for k, v in variables.items() if k.startswith("ck-")))
+        return _THEME_COLOURS[theme]
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
