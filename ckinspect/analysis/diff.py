@@ -690,3 +690,44 @@ def _record_value_changes(result: DiffResult, a: Checkpoint, b: Checkpoint) -> N
         elif path not in result.metadata_changed and not same_value(x, vb[path]):
             result.values_changed.append(ValueChange(path, x, vb[path]))
     result.values_only_b = [path for path in vb if path not in va]
+
+
+class DeltaHistogram(Record):
+    """How B - A is spread over one tensor's elements: counts in equal bins over [lo, hi]."""
+
+    counts: list[int]
+    lo: float
+    hi: float
+    nonfinite: int = 0  # elements whose difference is NaN or infinite (not in any bin)
+
+
+def delta_histogram(a: Checkpoint, ta: TensorInfo, b: Checkpoint, tb: TensorInfo, bins: int = 24) -> DeltaHistogram:
+    """The histogram of B - A over every element (same shape; dtypes may differ), streamed in bounded blocks.
+
+    Two passes over the values: the first finds the range, the second counts; memory stays one block per side.
+    """
+    import numpy as np
+
+    if tuple(ta.shape) != tuple(tb.shape):
+        raise ValueError(f"{ta.name}: shapes differ, there is no element-wise difference")
+
+    def deltas() -> Iterator[Any]:
+        with Blobs() as blobs_a, Blobs() as blobs_b:
+            for xa, xb in _aligned(value_blocks(blobs_a, a, ta), value_blocks(blobs_b, b, tb)):
+                with np.errstate(invalid="ignore", over="ignore"):
+                    yield decode(xb, tb.dtype).astype(np.float64) - decode(xa, ta.dtype).astype(np.float64)
+
+    lo, hi, nonfinite = math.inf, -math.inf, 0
+    for d in deltas():
+        finite = d[np.isfinite(d)]
+        nonfinite += d.size - finite.size
+        if finite.size:
+            lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+    if lo > hi:  # nothing finite
+        return DeltaHistogram([0] * bins, 0.0, 0.0, nonfinite)
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    counts = np.zeros(bins, dtype=np.int64)
+    for d in deltas():
+        counts += np.histogram(d[np.isfinite(d)], bins=bins, range=(lo, hi))[0]
+    return DeltaHistogram([int(c) for c in counts], lo, hi, nonfinite)

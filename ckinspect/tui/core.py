@@ -19,7 +19,7 @@ from ckinspect.record import Record, field
 
 if TYPE_CHECKING:
     from ckinspect.analysis.anatomy import Anatomy
-    from ckinspect.analysis.diff import DiffResult
+    from ckinspect.analysis.diff import DeltaHistogram, DiffResult
     from ckinspect.analysis.drift import TensorDrift
     from ckinspect.ops.repair import ApplyResult, RepairPlan, UndoResult
 
@@ -248,6 +248,11 @@ class Backend:
         from ckinspect.analysis.diff import diff_checkpoints
 
         return diff_checkpoints(a, b, progress=as_fraction(progress))
+
+    def delta_histogram(self, a: Checkpoint, ta: TensorInfo, b: Checkpoint, tb: TensorInfo) -> DeltaHistogram:
+        from ckinspect.analysis.diff import delta_histogram
+
+        return delta_histogram(a, ta, b, tb)
 
     def match_names(self, a: Checkpoint, b: Checkpoint) -> list[tuple[str | None, str | None]]:
         """(A name, B name) pairs as the diff matches them across layouts (model.x vs x)."""

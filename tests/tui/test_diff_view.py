@@ -72,3 +72,34 @@ async def test_values_beside_the_tensors_are_diffed_too(tmp_path):
         assert left.row_count == 0 and left.empty_text == "no tensor differs; the values below do"
         summary = str(screen.query_one("#summary", Static).render())
         assert "values 3" in summary and "DIFFERENT" in summary
+
+
+async def test_sort_by_delta_and_enter_shows_the_tensors_diff(tmp_path):
+    from ckinspect.tui.screens.diff_detail import DiffDetailScreen
+
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path)
+    async with app.run_test(size=(120, 34)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        left, right = panes(screen)
+        assert [c.key for c in right.columns] == ["status", "delta", "rel", "ndiff", "dtype", "shape"]
+        await pilot.press("D")
+        await pilot.pause()
+        assert left.visible_keys() == right.visible_keys()
+        deltas = [screen.pairs[i].max_abs_diff for i in right.view]
+        shown = [d for d in deltas if d is not None]
+        assert shown == sorted(shown, reverse=True) and shown[0] == float("inf")  # A's NaN against a number
+        await pilot.press("down")  # the second largest: a finite change
+        name = left.current_row.key
+        change = next(c for c in screen.result.changed if c.name == name)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DiffDetailScreen)
+        facts = str(app.screen.query_one("#detail-facts", Static).render())
+        assert name in facts and "max rel Δ" in facts
+        assert f"{change.n_diff:,} of {change.numel:,}" in facts
+        assert "first at   [" in facts
+        histogram = str(app.screen.query_one("#detail-histogram", Static).render())
+        assert "histogram of B - A" in histogram and "computing" not in histogram
+        await pilot.press("escape")
+        assert app.screen is screen

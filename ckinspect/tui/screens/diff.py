@@ -50,9 +50,12 @@ ONE_NAME_LEFT = (
 ONE_NAME_RIGHT = (
     Column("status", "status", 13),
     Column("delta", "max |Δ|", 8, justify="right"),
+    Column("rel", "max rel", 8, justify="right"),
+    Column("ndiff", "differing", 9, justify="right"),
     Column("dtype", "B dtype", 8),
     Column("shape", "B shape", 12),
 )
+ONLY_WHEN_WIDE = ("dtype", "rel", "ndiff")  # below WIDE_ENOUGH_FOR_DTYPES, Enter on a row shows them
 VALUE_COLUMNS = (  # the values beside the tensors that differ: step, lr, loss, config, run settings
     Column("path", "value (beside the tensors)", None, min_width=20, keep_end=True),
     Column("a", "A", 16),
@@ -76,6 +79,8 @@ class Pair(Record):
     b: TensorInfo | None
     status: str = "comparing"
     max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    n_diff: int | None = None
 
     @property
     def differs(self) -> bool:
@@ -134,7 +139,7 @@ def apply_result(pairs: list[Pair], result: DiffResult) -> None:
             continue
         change = changed.get(pair.name)
         if change is not None:
-            pair.max_abs_diff = change.max_abs_diff
+            pair.max_abs_diff, pair.max_rel_diff, pair.n_diff = change.max_abs_diff, change.max_rel_diff, change.n_diff
             if pair.status == "comparing":
                 pair.status = {"shape": "shape changed", "dtype": "dtype changed"}.get(change.reason, "changed")
         elif pair.status == "comparing":
@@ -151,7 +156,7 @@ STATUS_ORDER = (
     "comparing",
     "same",
 )
-DESCENDING_FIRST = ("delta",)  # a first sort on max |Δ| puts the largest change on top
+DESCENDING_FIRST = ("delta", "rel", "ndiff")  # a first sort on max |Δ| puts the largest change on top
 
 
 def pair_sort_key(pair: Pair, side: str, column: str) -> Any:
@@ -160,8 +165,9 @@ def pair_sort_key(pair: Pair, side: str, column: str) -> Any:
     tensor = pair.a if side == "a" else pair.b
     if column == "status":
         return STATUS_ORDER.index(pair.status) if pair.status in STATUS_ORDER else len(STATUS_ORDER)
-    if column == "delta":
-        return -1.0 if pair.max_abs_diff is None else pair.max_abs_diff
+    if column in ("delta", "rel", "ndiff"):
+        value = {"delta": pair.max_abs_diff, "rel": pair.max_rel_diff, "ndiff": pair.n_diff}[column]
+        return -1.0 if value is None else value
     if column == "name":
         return natural_key(tensor.name if tensor is not None else pair.name)
     if tensor is None:  # the side without the tensor sorts last, whatever the direction
@@ -194,7 +200,15 @@ def rows_for(
         colour = STATUS_COLOURS.get(p.status) or None
         a, b = _cells(p.a), _cells(p.b)
         a_cells = {"name": p.name if one_name else a[0], "dtype": a[1], "shape": a[2]}
-        b_cells = {"status": p.status, "delta": _delta(p.max_abs_diff), "name": b[0], "dtype": b[1], "shape": b[2]}
+        b_cells = {
+            "status": p.status,
+            "delta": _delta(p.max_abs_diff),
+            "rel": _delta(p.max_rel_diff),
+            "ndiff": "" if p.n_diff is None else f"{p.n_diff:,}",
+            "name": b[0],
+            "dtype": b[1],
+            "shape": b[2],
+        }
         left_cells = tuple(a_cells[k] for k in left_keys)
         right_cells = tuple(b_cells[k] for k in right_keys)
         b_style = None if p.b else "dim"
@@ -204,7 +218,7 @@ def rows_for(
                 p.name,
                 right_cells,
                 (index,) * len(right_cells),
-                tuple(colour if k in ("status", "delta") else b_style for k in right_keys),
+                tuple(colour if k in ("status", "delta", "rel", "ndiff") else b_style for k in right_keys),
             )
         )
     return left, right
@@ -217,6 +231,8 @@ class DiffScreen(Screen[None]):
         Binding("x", "toggle_differences", "Diffs only", tooltip="Show only tensors that differ (or show all again)"),
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring or a glob"),
         Binding("n", "next_difference", "Next diff", tooltip="Move to the next tensor that differs"),
+        Binding("D", "sort_delta", "Sort Δ", tooltip="Sort both panes by max |Δ|, largest first (again: reverse)"),
+        Binding("enter", "detail", "Detail", tooltip="The selected tensor's diff: max |Δ|, max rel, count, histogram"),
         Binding("escape", "back", "Back", show=False),
     ]
 
@@ -326,7 +342,7 @@ class DiffScreen(Screen[None]):
             right.styles.width = "1fr"
             return False
         wide = self.size.width >= WIDE_ENOUGH_FOR_DTYPES
-        columns = [c for c in ONE_NAME_RIGHT if wide or c.key != "dtype"]
+        columns = [c for c in ONE_NAME_RIGHT if wide or c.key not in ONLY_WHEN_WIDE]
         # one space before each column, the border, the scrollbar
         right.styles.width = sum(c.width or 0 for c in columns) + len(columns) + 1 + 2
         if [c.key for c in columns] != [c.key for c in right.columns]:
@@ -426,7 +442,7 @@ class DiffScreen(Screen[None]):
             return pair_sort_key(self.pairs[index], side, column)
 
         for table in (self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)):
-            marked = column if table.id == clicked or column in ("status", "delta") else None
+            marked = column if table.id == clicked or column in ("status", "delta", "rel", "ndiff") else None
             if marked is not None and marked not in [c.key for c in table.columns]:
                 marked = None
             table.sort_with(marked, reverse, key)
@@ -477,6 +493,23 @@ class DiffScreen(Screen[None]):
                 left.cursor = position
                 return
         self.notify("no further difference", timeout=1.5)
+
+    def action_sort_delta(self) -> None:
+        self.sort_pairs("b", "delta")
+
+    @on(VirtualTable.RowSelected, "#left, #right")
+    def _row_selected(self) -> None:
+        self.action_detail()
+
+    def action_detail(self) -> None:
+        from ckinspect.tui.screens.diff_detail import DiffDetailScreen
+
+        row = self.query_one("#left", VirtualTable).current_row
+        pair = next((p for p in self.pairs if row is not None and p.name == row.key), None)
+        if pair is None or self.a is None or self.b is None:
+            return
+        change = next((c for c in self.result.changed if c.name == pair.name), None) if self.result else None
+        self.app.push_screen(DiffDetailScreen(self.a, self.b, pair, change))
 
     def action_back(self) -> None:
         box = self.query_one("#diff-filter", Input)
