@@ -21,7 +21,7 @@ from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
 from ckinspect.tui.widgets.group_bar import GroupBar
-from ckinspect.tui.widgets.tensor_table import COLUMNS, TensorTable, tensor_rows
+from ckinspect.tui.widgets.tensor_table import COLUMNS, TensorRow, TensorTable, tensor_rows
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 from ckinspect.vocab import CkinspectError
@@ -133,8 +133,15 @@ class InspectScreen(Screen[None]):
         self.ckpt = ckpt = message.ckpt
         self.query_one("#loading").display = False
         self.query_one("#body").display = True
-        self.query_one(CheckpointHeader).show(ckpt)
-        self.query_one(GroupBar).anatomy = message.anatomy
+        missing = sum(1 for row in message.rows if isinstance(row, TensorRow) and row.missing)
+        self.query_one(CheckpointHeader).show(ckpt, missing)
+        bar = self.query_one(GroupBar)
+        if missing:
+            from ckinspect.analysis.anatomy import declared_group_bytes
+
+            bar.declared = declared_group_bytes(ckpt)
+        bar.missing = missing
+        bar.anatomy = message.anatomy
         table = self.query_one(TensorTable)
         if not message.rows:
             table.empty_text = "no tensors in this file" + (" (see the findings)" if ckpt.findings else "")

@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ckinspect.fmt import human_bytes
-from ckinspect.tui.widgets.palette import GROUP_COLOURS, themed
+from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS, themed
 from ckinspect.vocab import GROUPS
 
 if TYPE_CHECKING:
@@ -23,6 +23,8 @@ class GroupBar(Widget):
     """
 
     anatomy: reactive[Anatomy | None] = reactive(None)
+    missing: reactive[int] = reactive(0)  # tensors whose bytes the file lacks
+    declared: dict[str, int] | None = None  # bytes per group as the tensors declare them (set with `missing`)
 
     def render(self) -> Content:
         width = max(10, self.content_region.width or self.size.width)
@@ -50,7 +52,13 @@ class GroupBar(Widget):
             legend.append("■ ", style=GROUP_COLOURS[name])
             legend.append(f"{name} {human_bytes(sizes[name])}")
         legend.append("  optimizer share ", style="bold")
-        legend.append(f"{a.optimizer_share:.1%}", style="bold")
+        if self.missing and self.declared:
+            # what is present says little about a file cut short: the share of what it declares
+            share = self.declared["optimizer"] / max(1, sum(self.declared.values()))
+            legend.append(f"{share:.1%} of the declared sizes", style="bold")
+            legend.append(f"  {self.missing:,} tensors missing", style=f"bold {SEVERITY_COLOURS['error']}")
+        else:
+            legend.append(f"{a.optimizer_share:.1%}", style="bold")
         legend.no_wrap = True
         legend.overflow = "ellipsis"
         return themed(Text("\n").join([bar, legend]))

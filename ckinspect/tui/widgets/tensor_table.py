@@ -6,7 +6,7 @@ from typing import Any
 
 from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.widgets.palette import GROUP_COLOURS
+from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 COLUMNS = (
@@ -24,13 +24,16 @@ class TensorRow(Row):
     """Cells are formatted when first drawn and sort keys computed when sorted on: opening
     50,000 tensors must not format 350,000 strings nobody looks at."""
 
-    __slots__ = ("tensor", "file_bytes", "_cells")
+    __slots__ = ("tensor", "file_bytes", "missing", "_cells")
 
-    def __init__(self, tensor: TensorInfo, file_bytes: int) -> None:
+    def __init__(self, tensor: TensorInfo, file_bytes: int, missing: bool = False) -> None:
         self.key = tensor.name
         self.tensor = tensor
         self.file_bytes = file_bytes
-        self.styles = (None, GROUP_COLOURS.get(tensor.group))
+        self.missing = missing  # its bytes are not in the file (a save cut short): never a normal row
+        self.styles = (
+            (SEVERITY_COLOURS["error"],) * len(COLUMNS) if missing else (None, GROUP_COLOURS.get(tensor.group))
+        )
         self._cells: tuple[str, ...] | None = None
 
     @property
@@ -44,8 +47,8 @@ class TensorRow(Row):
                 t.dtype,
                 shape_text(t.shape),
                 f"{t.numel:,}",
-                human_bytes(nbytes),
-                f"{nbytes / self.file_bytes:.1%}",
+                "missing" if self.missing else human_bytes(nbytes),
+                "—" if self.missing else f"{nbytes / self.file_bytes:.1%}",
             )
         return self._cells
 
@@ -66,8 +69,11 @@ class TensorRow(Row):
 
 def tensor_rows(ckpt: Checkpoint) -> list[Row]:
     """One row per tensor; cheap enough to build in the loading thread for any count."""
+    from ckinspect.analysis.anatomy import missing_tensors
+
     file_bytes = max(1, ckpt.file_bytes)
-    return [TensorRow(t, file_bytes) for t in ckpt.tensors]
+    missing = {t.name for t in missing_tensors(ckpt)}
+    return [TensorRow(t, file_bytes, t.name in missing) for t in ckpt.tensors]
 
 
 class TensorTable(VirtualTable):
