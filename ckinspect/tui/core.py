@@ -232,6 +232,11 @@ class Backend:
 
         return summarize(ckpt)
 
+    def optimizer_params(self, ckpt: Checkpoint) -> dict[str, str]:
+        from ckinspect.analysis.params import optimizer_params
+
+        return optimizer_params(ckpt)
+
     def find(self, paths: list[Path]) -> list[Path]:
         return find_checkpoints(paths)
 

@@ -34,3 +34,41 @@ async def test_a_truncated_file_shows_its_missing_tensors_and_points_to_salvage(
         header = str(app.screen.query_one(CheckpointHeader).render())
         assert "33 tensors missing (cut short)" in header
         assert "ckinspect salvage tiny_resume.pth OUT" in header
+
+
+async def test_the_parts_beside_the_tensors_are_visible(samples):
+    """Loss, config, param_groups (lr, betas, weight decay), run settings; optimizer state names its parameter."""
+    from textual.widgets import Tree
+
+    from ckinspect.tui.screens.metadata import MetadataScreen
+    from ckinspect.tui.widgets.details_pane import DetailsPane
+
+    app = create_app("main", [samples / "stopped-30" / "tiny_resume.pth"], cursor_blink=False)
+    async with app.run_test(size=(120, 34)) as pilot:
+        await settle(pilot)
+        app.screen.jump_to("optimizer.state.16.exp_avg")
+        await pilot.pause()
+        facts = str(app.screen.query_one(DetailsPane).query_one("#facts").render())
+        assert "state of model.layers.1.ffn.w1.weight" in facts
+        app.screen.jump_to("model.layers.1.ffn.w1.weight")
+        await pilot.pause()
+        facts = str(app.screen.query_one(DetailsPane).query_one("#facts").render())
+        assert "optimizer state optimizer.state.16.*" in facts
+        await pilot.press("m")
+        await pilot.pause()
+        assert isinstance(app.screen, MetadataScreen)
+        await pilot.press("e")
+        labels = set()
+
+        def collect(node) -> None:
+            labels.add(str(node.label))
+            for child in node.children:
+                collect(child)
+
+        collect(app.screen.query_one(Tree).root)
+        for expected in ("loss: 3.13209", "lr: 0.00196133", "weight_decay: 0.1", "0: 0.9", "1: 0.95"):
+            assert expected in labels, expected
+        assert {"config", "run", "param_groups", "dim: 32", "steps: 60"} <= labels
+        assert "… and 4 more" in labels  # 20 parameter ids: the first 16 and a count
+        await pilot.press("escape")
+        assert not isinstance(app.screen, MetadataScreen)

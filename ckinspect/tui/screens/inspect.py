@@ -48,6 +48,7 @@ class InspectScreen(Screen[None]):
         Binding("g", "toggle_tree", "Tree", tooltip="Switch between the table and a tree grouped by module path"),
         Binding("v", "value_stats", "Values", tooltip="Compute value statistics of the selected tensor"),
         Binding("f", "focus_findings", "Findings", tooltip="Go to the findings; Enter on one jumps to its tensor"),
+        Binding("m", "metadata", "Metadata", tooltip="Values beside the tensors: config, lr and betas, loss, run"),
         Binding("d", "diff_with", "Diff", tooltip="Compare with another checkpoint"),
         Binding("w", "drift", "Drift", tooltip="fp16/bf16 rounding error per tensor, and logit drift"),
         Binding("R", "repair", "Repair", tooltip="Plan repairs of interrupted saves in this folder"),
@@ -62,6 +63,7 @@ class InspectScreen(Screen[None]):
         self.scan_note = ""
         self.scan_stats: dict[str, ValueStats] = {}
         self.stats_cache: dict[str, ValueStats] = {}
+        self.params: dict[str, str] = {}  # optimizer state -> its parameter, and parameter -> "<prefix>.state.N.*"
 
     def compose(self) -> ComposeResult:
         yield CheckpointHeader(id="ckpt-header")
@@ -92,6 +94,11 @@ class InspectScreen(Screen[None]):
     def load(self) -> None:
         backend = self.app.backend
         ckpt = self.ckpt or backend.load(self.target)
+        params = backend.optimizer_params(ckpt)
+        states: dict[str, str] = {}
+        for state, param in params.items():
+            states.setdefault(param, state.rsplit(".", 1)[0] + ".*")
+        self.params = {**params, **states}
         self.post_message(CheckpointLoaded(ckpt, tensor_rows(ckpt), backend.summarize(ckpt)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scan", description="scanning values")
@@ -188,7 +195,8 @@ class InspectScreen(Screen[None]):
             row = self.query_one(TensorTable).current_row
             name = row.key if row else None
         pane = self.query_one(DetailsPane)
-        if not pane.show_tensor(self.ckpt, self.ckpt.tensor(name) if name else None) and not refresh_stats:
+        tensor = self.ckpt.tensor(name) if name else None
+        if not pane.show_tensor(self.ckpt, tensor, self.params.get(name or "", "")) and not refresh_stats:
             return  # already showing it (with whatever statistics arrived)
         if name in self.stats_cache:
             pane.show_stats(self.stats_cache[name])
@@ -301,6 +309,12 @@ class InspectScreen(Screen[None]):
                 self.app.push_screen(DiffScreen(self.target, other, a=self.ckpt))
 
         self.app.push_screen(PickFileScreen(self.target), chosen)
+
+    def action_metadata(self) -> None:
+        from ckinspect.tui.screens.metadata import MetadataScreen
+
+        if self.ckpt is not None:
+            self.app.push_screen(MetadataScreen(self.ckpt))
 
     def action_drift(self) -> None:
         from ckinspect.tui.screens.drift import DriftScreen

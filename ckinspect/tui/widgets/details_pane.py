@@ -32,7 +32,7 @@ class DetailsPane(VerticalScroll):
 
     tensor_name: str | None = None
 
-    def show_tensor(self, ckpt: Checkpoint, tensor: TensorInfo | None) -> bool:
+    def show_tensor(self, ckpt: Checkpoint, tensor: TensorInfo | None, param: str = "") -> bool:
         """Show a tensor's layout facts; False (nothing redrawn) when it is already shown."""
         name = tensor.name if tensor is not None else None
         if name == self.tensor_name and name is not None:
@@ -52,6 +52,9 @@ class DetailsPane(VerticalScroll):
         text.append(tensor.group, style=GROUP_COLOURS.get(tensor.group, ""))
         text.append(f" · {tensor.dtype} · {shape_text(tensor.shape)}\n")
         text.append(f"{tensor.numel:,} elements · {human_bytes(tensor.nbytes)}\n")
+        if param:  # optimizer state: the parameter it belongs to; a parameter: where its state is
+            text.append("state of " if tensor.group == "optimizer" else "optimizer state ", style="bold")
+            text.append(param + "\n")
         text.append(f"stride {tuple(tensor.stride)}{'' if tensor.is_contiguous else ' (not contiguous)'}\n")
         text.append(f"storage {tensor.storage_key} @ {tensor.storage_offset}")
         if storage is not None:
