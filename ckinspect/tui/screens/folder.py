@@ -15,7 +15,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import ScanOutcome, add_findings, severity_badges, verdict_of
+from ckinspect.tui.core import ScanOutcome, add_findings, natural_key, severity_badges, verdict_of
 from ckinspect.tui.messages import TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen, failure_text
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
@@ -48,11 +48,11 @@ def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
         return Row(
             str(summary.path),
             (name, "?", "", "", "unreadable"),
-            (name, "", -1, -1, 3),
+            (natural_key(name), "", -1, -1, 3),
             (None, None, None, None, SEVERITY_COLOURS["error"]),
         )
     if summary.findings is None:
-        return Row(str(summary.path), (name, "…", "", "", ""), (name, "", -1, -1, -1))
+        return Row(str(summary.path), (name, "…", "", "", ""), (natural_key(name), "", -1, -1, -1))
     badges = severity_badges(summary.findings) or "ok"
     if summary.values != "scanned":
         badges += "*"  # from the structure alone: the value scan may add errors (NaN, Inf)
@@ -62,7 +62,7 @@ def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
         str(summary.path),
         (name, summary.format, human_bytes(summary.file_bytes or 0), str(step), badges),
         (
-            name,
+            natural_key(name),
             summary.format,
             summary.file_bytes or 0,
             step if isinstance(step, int) else -1,

@@ -21,7 +21,7 @@ from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
 from ckinspect.tui.widgets.group_bar import GroupBar
-from ckinspect.tui.widgets.tensor_table import COLUMNS, TensorRow, TensorTable, tensor_rows
+from ckinspect.tui.widgets.tensor_table import COLUMNS, DESCENDING_FIRST, TensorRow, TensorTable, tensor_rows
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 from ckinspect.vocab import CkinspectError
@@ -43,8 +43,13 @@ class InspectScreen(Screen[None]):
     AUTO_FOCUS = ""  # nothing until the tables are there: a filter box focused while loading ate the q of quit
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring, or a glob with * ? ["),
-        Binding("s", "sort_next", "Sort", tooltip="Sort on the next column (click a header to sort on it)"),
-        Binding("r", "sort_reverse", "Reverse", tooltip="Reverse the sort order"),
+        Binding("s", "sort_by('size')", "Size", tooltip="Sort by size, largest first (again: reverse)"),
+        Binding("n", "sort_by('name')", "Name", tooltip="Sort by name, in natural order: state.2 before state.10"),
+        Binding("e", "sort_by('elements')", "Elements", tooltip="Sort by element count", show=False),
+        Binding("T", "sort_by('dtype')", "Dtype", tooltip="Sort by dtype", show=False),
+        Binding("G", "sort_by('group')", "Group", tooltip="Sort by group", show=False),
+        Binding("P", "sort_by('shape')", "Shape", tooltip="Sort by shape", show=False),
+        Binding("r", "sort_reverse", "Reverse", tooltip="Reverse the sort order", show=False),
         Binding("g", "toggle_tree", "Tree", tooltip="Switch between the table and a tree grouped by module path"),
         Binding("v", "value_stats", "Values", tooltip="Compute value statistics of the selected tensor"),
         Binding("f", "focus_findings", "Findings", tooltip="Go to the findings; Enter on one jumps to its tensor"),
@@ -252,16 +257,13 @@ class InspectScreen(Screen[None]):
         self.query_one(ContentSwitcher).current = "tensors"
         self.query_one("#filter", Input).focus()
 
-    def action_sort_next(self) -> None:
-        table = self.query_one(TensorTable)
-        keys = [c.key for c in COLUMNS]
-        current = table.sort_column
-        following = keys[(keys.index(current) + 1) % len(keys)] if current in keys else keys[0]
-        table.sort_by(following, reverse=following not in ("name", "group", "dtype"))
-        self.notify(f"sorted by {following}", timeout=1.5)
-
     def action_sort_by(self, column: str) -> None:
-        self.query_one(TensorTable).sort_by(column)
+        """Sort on one column; the header's arrow says how (no notice over the rows)."""
+        table = self.query_one(TensorTable)
+        if table.sort_column == column:
+            table.sort_by(column, reverse=not table.sort_reverse)
+        else:
+            table.sort_by(column, reverse=column in DESCENDING_FIRST)
 
     def action_sort_reverse(self) -> None:
         table = self.query_one(TensorTable)
@@ -349,7 +351,9 @@ class InspectScreen(Screen[None]):
 
     def palette_commands(self) -> list[tuple[str, str, str]]:
         """(title, help, action) for the command palette beyond this screen's key bindings."""
+        bound = {b.action for b in self.BINDINGS if isinstance(b, Binding)}
         return [
             (f"Sort by {c.label}", f"Sort the tensor table on {c.label} (again: reverse)", f"sort_by('{c.key}')")
             for c in COLUMNS
+            if f"sort_by('{c.key}')" not in bound
         ]

@@ -6,8 +6,12 @@ from typing import Any
 
 from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.tui.core import natural_key
 from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
+
+# the first sort on a number puts the largest on top
+DESCENDING_FIRST = ("shape", "elements", "size", "share")
 
 COLUMNS = (
     Column("name", "name", None, min_width=32, keep_end=True),  # at 80 columns the group gives way first
@@ -24,7 +28,7 @@ class TensorRow(Row):
     """Cells are formatted when first drawn and sort keys computed when sorted on: opening
     50,000 tensors must not format 350,000 strings nobody looks at."""
 
-    __slots__ = ("tensor", "file_bytes", "missing", "_cells")
+    __slots__ = ("tensor", "file_bytes", "missing", "_cells", "_name_key")
 
     def __init__(self, tensor: TensorInfo, file_bytes: int, missing: bool = False) -> None:
         self.key = tensor.name
@@ -35,6 +39,7 @@ class TensorRow(Row):
             (SEVERITY_COLOURS["error"],) * len(COLUMNS) if missing else (None, GROUP_COLOURS.get(tensor.group))
         )
         self._cells: tuple[str, ...] | None = None
+        self._name_key: tuple[Any, ...] | None = None
 
     @property
     def cells(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -54,8 +59,10 @@ class TensorRow(Row):
 
     def sort_key(self, position: int) -> Any:
         t = self.tensor
-        if position == 0:
-            return t.name
+        if position == 0:  # natural order: state.2 before state.10
+            if self._name_key is None:
+                self._name_key = natural_key(t.name)
+            return self._name_key
         if position == 1:
             return t.group
         if position == 2:
