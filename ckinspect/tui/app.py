@@ -79,8 +79,11 @@ class CkinspectApp(App[int]):
                 continue
             seen.add(binding.action)
             target = self if binding in self.BINDINGS else screen
+            title = binding.description
+            if binding.action.startswith("sort_by("):  # the footer says "s Size"; the palette, what it does
+                title = f"Sort by {title.lower()}"
             yield SystemCommand(
-                binding.description,
+                title,
                 binding.tooltip or f"key: {binding.key_display or binding.key}",
                 lambda target=target, action=binding.action: self.call_later(target.run_action, action),
             )

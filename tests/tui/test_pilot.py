@@ -189,8 +189,8 @@ async def test_help_palette_theme_and_quit(tmp_path):
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {
             "Filter",
-            "Size",
-            "Name",
+            "Sort by size",
+            "Sort by name",
             "Tree",
             "Values",
             "Findings",
