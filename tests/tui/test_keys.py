@@ -32,3 +32,18 @@ async def test_one_key_per_sort_column_in_natural_order(tmp_path):
         await pilot.press("e")
         assert [table.rows[i].tensor.numel for i in table.view] == sorted(counts)
         assert not app._notifications  # the header's arrow says it; nothing pops over the rows
+
+
+async def test_the_shape_column_grows_with_the_terminal(tmp_path):
+    from ckinspect.model import Checkpoint, TensorInfo
+    from ckinspect.tui.app import create_app
+    from tests.tui.apps import FixtureBackend
+
+    big = TensorInfo("model.embed.weight", "bfloat16", (32000, 10240, 3), (30720, 3, 1), "0", 0, "model")
+    ckpt = Checkpoint(DEMO_PATH, "torch-zip", 2_000_000_000, tensors=[big])
+    for size, shown in (((200, 50), "32000×10240×3"), ((80, 24), "32000×10240…")):
+        app = create_app("main", [DEMO_PATH], backend=FixtureBackend({DEMO_PATH: ckpt}), cursor_blink=False)
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            line = "".join(segment.text for segment in app.screen.query_one(TensorTable).render_line(1))
+            assert f" {shown} " in line, line

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import events
+
 from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.tui.core import natural_key
@@ -83,6 +85,30 @@ def tensor_rows(ckpt: Checkpoint) -> list[Row]:
     return [TensorRow(t, file_bytes, t.name in missing) for t in ckpt.tensors]
 
 
+SHAPE_WIDTH = 12  # at 80 columns; wider terminals give the shape column room for its longest shape
+SHAPE_WIDTH_MAX = 32
+
+
 class TensorTable(VirtualTable):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(COLUMNS, empty_text="no tensor matches", id=id, classes=classes)
+        self.longest_shape = SHAPE_WIDTH
+
+    def set_rows(self, rows: list[Row]) -> None:
+        shapes = {r.tensor.shape for r in rows if isinstance(r, TensorRow)}  # few distinct shapes, even in 50,000
+        self.longest_shape = max((len(shape_text(s)) for s in shapes), default=SHAPE_WIDTH)
+        super().set_rows(rows)
+        self.fit_shape_column()
+
+    def fit_shape_column(self) -> None:
+        """Half of every column beyond 80 goes to the shape, up to its longest (a shape is not cut when it fits)."""
+        room = SHAPE_WIDTH + max(0, self.size.width - 80) // 2
+        width = max(SHAPE_WIDTH, min(self.longest_shape, room, SHAPE_WIDTH_MAX))
+        index = self.column_index("shape")
+        if self.columns[index].width != width:
+            self.columns[index] = self.columns[index].replace(width=width)
+            self.refresh()
+
+    def _on_resize(self, event: events.Resize) -> None:
+        super()._on_resize(event)
+        self.fit_shape_column()
