@@ -213,3 +213,14 @@ def _save_dcp(folder, model, optimizer, rng):
         warnings.simplefilter("ignore")  # "torch.distributed is disabled ... single process"
         dcp.save(state, checkpoint_id=str(folder))
     return folder
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`-n`, README's test command, `--dist loadgroup`), tests that share something
+    built once per session go to one worker: the trainer's experiment (a 60-step training run) is made once,
+    not once per worker, and the corpus cache is filled by one process, never by two at once."""
+    for item in items:
+        if "experiment" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("trainer-experiment"))
+        elif item.get_closest_marker("corpus"):
+            item.add_marker(pytest.mark.xdist_group("corpus"))

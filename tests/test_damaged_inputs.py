@@ -33,6 +33,7 @@ damage = st.one_of(
 )
 
 
+@pytest.mark.slow  # 40 damaged files through every command
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(["zip", "legacy", "safetensors"]), how=damage)
 def test_no_command_ends_in_an_internal_error(originals, tmp_path, kind, how):

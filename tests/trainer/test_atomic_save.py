@@ -90,6 +90,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a real training process, killed mid-save
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_a_process_killed_during_the_save_leaves_the_old_file_and_a_partial_tmp(tmp_path):
     path, marker = tmp_path / "tiny_resume.pth", tmp_path / "stalled"

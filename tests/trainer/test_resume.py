@@ -115,6 +115,7 @@ def test_logit_drift_of_fp16_weights_is_small_but_nonzero(runs):
     assert torch.equal(torch.get_rng_state(), rng_before)
 
 
+@pytest.mark.slow  # two more real training runs (30 steps here, 30 more in a fresh process)
 def test_cli_stop_and_resume_from_the_command_line(tmp_path, runs):
     """The issue's 'done when', as a user types it: the stop through the CLI's `main` in this process, the
     resume in a real `python -m trainer` process (the straight run is the in-process one: same defaults)."""
