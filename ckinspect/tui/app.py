@@ -60,6 +60,13 @@ class CkinspectApp(App[int]):
     def get_default_screen(self) -> Screen:
         return self._first_screen
 
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """Textual saves screenshots to ~/Downloads and fails where there is none: then the current folder."""
+        if path is None:
+            downloads = Path.home() / "Downloads"
+            path = str(downloads if downloads.is_dir() else Path.cwd())
+        self.deliver_screenshot(filename, path)
+
     def action_toggle_theme(self) -> None:
         self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
 

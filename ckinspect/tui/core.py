@@ -215,6 +215,44 @@ def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress 
     return stats
 
 
+# ---------------------------------------------------------------- export
+
+
+EXPORT_FIELDS = ("name", "group", "dtype", "shape", "bytes", "param")
+
+
+def export_tensors(ckpt: Checkpoint, names: list[str], fmt: str, folder: Path) -> Path:
+    """The tensors shown (in the order shown) as CSV or JSON, the JSON report's tensor entries; written
+    atomically to a new file in `folder` (never over an existing one). Returns its path."""
+    import csv
+    import io
+    import json
+
+    from ckinspect.analysis.params import optimizer_params
+    from ckinspect.io.atomic import atomic_write_text
+    from ckinspect.report.json_report import tensor_entries
+
+    by_name = {t.name: t for t in ckpt.tensors}
+    entries = tensor_entries([by_name[n] for n in names if n in by_name], optimizer_params(ckpt))
+    if fmt == "json":
+        text = json.dumps({"path": str(ckpt.path), "tensors": entries}, indent=1) + "\n"
+    else:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, EXPORT_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for entry in entries:
+            writer.writerow({**entry, "shape": "x".join(map(str, entry["shape"]))})
+        text = buffer.getvalue()
+    stem = f"{Path(ckpt.path).name}-tensors"
+    target = folder / f"{stem}.{fmt}"
+    n = 1
+    while target.exists():
+        target = folder / f"{stem}-{n}.{fmt}"
+        n += 1
+    atomic_write_text(target, text)
+    return target
+
+
 # ---------------------------------------------------------------- the backend the screens call
 
 

@@ -47,3 +47,39 @@ async def test_the_shape_column_grows_with_the_terminal(tmp_path):
             await settle(pilot)
             line = "".join(segment.text for segment in app.screen.query_one(TensorTable).render_line(1))
             assert f" {shown} " in line, line
+
+
+async def test_y_copies_the_name_and_o_exports_the_view(tmp_path, monkeypatch):
+    import csv
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    app = make_app("main", [DEMO_PATH], tmp_path / "data")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.screen.jump_to("model.norm.weight")
+        await pilot.press("y")
+        assert app.clipboard == "model.norm.weight"
+        await pilot.press("Y")
+        assert app.clipboard == str(DEMO_PATH)
+        await pilot.press("slash", *"exp_avg_sq", "enter", "s")
+        await pilot.press("o", "O")
+        rows = list(csv.DictReader((tmp_path / "step_30_resume.pth-tensors.csv").open()))
+        assert len(rows) == 20 and rows[0]["name"] == "optimizer.state.0.exp_avg_sq"  # the largest first, as shown
+        assert rows[0]["shape"] == "256x64" and rows[0]["param"] == "model.tok_embeddings.weight"
+        entries = json.loads((tmp_path / "step_30_resume.pth-tensors.json").read_text())["tensors"]
+        assert [e["name"] for e in entries] == [r["name"] for r in rows]
+        await pilot.press("o")
+        assert (tmp_path / "step_30_resume.pth-tensors-1.csv").is_file()  # never over an earlier export
+
+
+async def test_a_screenshot_without_a_downloads_folder_lands_in_the_current_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    app = make_app("main", [DEMO_PATH], tmp_path / "data")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.action_screenshot("shot.svg")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        assert (tmp_path / "shot.svg").read_text().startswith("<svg")

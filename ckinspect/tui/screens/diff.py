@@ -231,6 +231,7 @@ class DiffScreen(Screen[None]):
         Binding("x", "toggle_differences", "Diffs only", tooltip="Show only tensors that differ (or show all again)"),
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring or a glob"),
         Binding("n", "next_difference", "Next diff", tooltip="Move to the next tensor that differs"),
+        Binding("y", "copy_name", "Copy", tooltip="Copy the selected tensor's name"),
         Binding("D", "sort_delta", "Sort Δ", tooltip="Sort both panes by max |Δ|, largest first (again: reverse)"),
         Binding("enter", "detail", "Detail", tooltip="The selected tensor's diff: max |Δ|, max rel, count, histogram"),
         Binding("escape", "back", "Back", show=False),
@@ -493,6 +494,12 @@ class DiffScreen(Screen[None]):
                 left.cursor = position
                 return
         self.notify("no further difference", timeout=1.5)
+
+    def action_copy_name(self) -> None:
+        row = self.query_one("#left", VirtualTable).current_row
+        if row is not None:
+            self.app.copy_to_clipboard(row.key)
+            self.notify(f"copied {row.key}", timeout=2)
 
     def action_sort_delta(self) -> None:
         self.sort_pairs("b", "delta")

@@ -52,6 +52,10 @@ class InspectScreen(Screen[None]):
         Binding("r", "sort_reverse", "Reverse", tooltip="Reverse the sort order", show=False),
         Binding("g", "toggle_tree", "Tree", tooltip="Switch between the table and a tree grouped by module path"),
         Binding("v", "value_stats", "Values", tooltip="Compute value statistics of the selected tensor"),
+        Binding("y", "copy_name", "Copy", tooltip="Copy the selected tensor's name (Y: the file's path)"),
+        Binding("Y", "copy_path", "Copy path", tooltip="Copy the checkpoint's path", show=False),
+        Binding("o", "export('csv')", "Export", tooltip="Write the tensors shown (filtered, sorted) to a CSV file"),
+        Binding("O", "export('json')", "Export JSON", tooltip="Write the tensors shown to a JSON file", show=False),
         Binding("f", "focus_findings", "Findings", tooltip="Go to the findings; Enter on one jumps to its tensor"),
         Binding("m", "metadata", "Metadata", tooltip="Values beside the tensors: config, lr and betas, loss, run"),
         Binding("d", "diff_with", "Diff", tooltip="Compare with another checkpoint"),
@@ -311,6 +315,29 @@ class InspectScreen(Screen[None]):
                 self.app.push_screen(DiffScreen(self.target, other, a=self.ckpt))
 
         self.app.push_screen(PickFileScreen(self.target), chosen)
+
+    def action_copy_name(self) -> None:
+        row = self.query_one(TensorTable).current_row
+        if row is not None:
+            self.app.copy_to_clipboard(row.key)
+            self.notify(f"copied {row.key}", timeout=2)
+
+    def action_copy_path(self) -> None:
+        self.app.copy_to_clipboard(str(self.target))
+        self.notify(f"copied {self.target}", timeout=2)
+
+    def action_export(self, fmt: str) -> None:
+        from ckinspect.tui.core import export_tensors
+
+        if self.ckpt is None:
+            return
+        names = self.query_one(TensorTable).visible_keys()
+        try:
+            written = export_tensors(self.ckpt, names, fmt, Path.cwd())
+        except OSError as exc:
+            self.notify(f"export failed: {exc}", severity="error", timeout=5)
+            return
+        self.notify(f"{len(names):,} tensors written to {written}", timeout=4)
 
     def action_metadata(self) -> None:
         from ckinspect.tui.screens.metadata import MetadataScreen
