@@ -31,7 +31,7 @@ class CkinspectApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark,f1", "help", "Help", key_display="?"),
-        Binding("t", "toggle_theme", "Theme", tooltip="Switch between the dark and the light theme"),
+        Binding("t", "toggle_theme", "Theme", tooltip="Switch between the dark and the light theme", show=False),
         Binding("ctrl+p", "command_palette", "Commands", show=False),
     ]
 
@@ -96,7 +96,9 @@ class CkinspectApp(App[int]):
             )
         for title, help_text, action in getattr(screen, "palette_commands", lambda: [])():
             yield SystemCommand(title, help_text, lambda action=action: self.call_later(screen.run_action, action))
-        yield from super().get_system_commands(screen)
+        titles = {b.description for b in self.BINDINGS if isinstance(b, Binding)}
+        # Textual's own Quit and Theme would be listed a second time beside ours
+        yield from (c for c in super().get_system_commands(screen) if c.title not in titles)
 
 
 def create_app(

@@ -231,7 +231,7 @@ class DiffScreen(Screen[None]):
         Binding("x", "toggle_differences", "Diffs only", tooltip="Show only tensors that differ (or show all again)"),
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring or a glob"),
         Binding("n", "next_difference", "Next diff", tooltip="Move to the next tensor that differs"),
-        Binding("y", "copy_name", "Copy", tooltip="Copy the selected tensor's name"),
+        Binding("y", "copy_name", "Copy", tooltip="Copy the selected tensor's name", show=False),
         Binding("D", "sort_delta", "Sort Δ", tooltip="Sort both panes by max |Δ|, largest first (again: reverse)"),
         Binding("enter", "detail", "Detail", tooltip="The selected tensor's diff: max |Δ|, max rel, count, histogram"),
         Binding("escape", "back", "Back", show=False),
