@@ -115,4 +115,4 @@ def render(checkpoints: list[Checkpoint], args: argparse.Namespace) -> str:
         return markdown.render(report)
     from ckinspect.report import text
 
-    return text.render(report, *text_layout(args))
+    return text.render(report, *text_layout(args), verbose=bool(getattr(args, "verbose", False)))
