@@ -211,7 +211,24 @@ class InspectScreen(Screen[None]):
             pane.show_stats(message.stats)
             pane.scroll_end(animate=False)  # asked for: on a short pane, show the numbers over the facts
 
+    def _mark_rows(self) -> None:
+        """Rows of tensors that findings name carry the worst one's sign and colour."""
+        from ckinspect.vocab import SEVERITY_RANK
+
+        if self.ckpt is None:
+            return
+        worst: dict[str, str] = {}
+        for f in self.ckpt.findings:
+            if f.tensor and SEVERITY_RANK.get(f.severity, 0) > SEVERITY_RANK.get(worst.get(f.tensor, ""), -1):
+                worst[f.tensor] = f.severity
+        table = self.query_one(TensorTable)
+        for row in table.rows:
+            if isinstance(row, TensorRow) and row.flag != worst.get(row.key):
+                row.mark(worst.get(row.key))
+        table.refresh()
+
     def _show_findings(self) -> None:
+        self._mark_rows()
         if self.ckpt is not None:
             self.query_one(FindingsPanel).show(self.ckpt.findings, self.scan_note)
 

@@ -12,6 +12,7 @@ from ckinspect.tui.core import natural_key
 from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
+FLAG_SIGNS = {"error": " ✗", "warning": " !", "info": " i"}  # as the text report marks findings
 # the first sort on a number puts the largest on top
 DESCENDING_FIRST = ("shape", "elements", "size", "share")
 
@@ -30,7 +31,7 @@ class TensorRow(Row):
     """Cells are formatted when first drawn and sort keys computed when sorted on: opening
     50,000 tensors must not format 350,000 strings nobody looks at."""
 
-    __slots__ = ("tensor", "file_bytes", "missing", "_cells", "_name_key")
+    __slots__ = ("tensor", "file_bytes", "missing", "flag", "_cells", "_name_key")
 
     def __init__(self, tensor: TensorInfo, file_bytes: int, missing: bool = False) -> None:
         self.key = tensor.name
@@ -42,6 +43,15 @@ class TensorRow(Row):
         )
         self._cells: tuple[str, ...] | None = None
         self._name_key: tuple[Any, ...] | None = None
+        self.flag: str | None = None  # the worst severity of the findings about this tensor
+
+    def mark(self, severity: str | None) -> None:
+        """Mark the row of a tensor a finding names: its name ends in the report's sign, in the severity's colour."""
+        self.flag = severity
+        self._cells = None
+        if not self.missing:
+            colour = SEVERITY_COLOURS.get(severity or "")
+            self.styles = (f"bold {colour}" if colour else None, GROUP_COLOURS.get(self.tensor.group))
 
     @property
     def cells(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -49,7 +59,7 @@ class TensorRow(Row):
             t = self.tensor
             nbytes = t.nbytes
             self._cells = (
-                t.name,
+                t.name + FLAG_SIGNS.get(self.flag or "", ""),
                 t.group,
                 t.dtype,
                 shape_text(t.shape),
