@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -21,6 +22,7 @@ from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
 from ckinspect.tui.widgets.group_bar import GroupBar
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.tensor_table import COLUMNS, DESCENDING_FIRST, TensorRow, TensorTable, tensor_rows
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
@@ -148,6 +150,10 @@ class InspectScreen(Screen[None]):
         worker, why = event.worker, failure_text(event.worker.error)
         if worker.group == "load":
             self.query_one("#loading-label", Label).update(f"cannot open {self.target}: {why}")
+            header = Text.assemble(
+                (str(self.target), "bold"), "\n", ("cannot be read", f"bold {SEVERITY_COLOURS['error']}")
+            )
+            self.query_one(CheckpointHeader).update(themed(header))
             self.query_one("#loading-progress").display = False
         elif worker.group == "scan":
             self.scan_note = f"value scan {why}"
