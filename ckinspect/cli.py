@@ -45,11 +45,31 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, width=_columns() - 2)
 
 
+def _help_formatter() -> type[argparse.HelpFormatter]:
+    """rich-argparse's coloured layout (colour only on a terminal) when --help is asked for, else argparse's:
+    importing rich costs more than parsing a command line."""
+    if not _HELP_ASKED:
+        return _Formatter
+    try:
+        from rich_argparse import RawDescriptionRichHelpFormatter
+    except ImportError:  # an install without it: plain help, same words
+        return _Formatter
+
+    class RichFormatter(RawDescriptionRichHelpFormatter):
+        def __init__(self, prog: str) -> None:
+            super().__init__(prog, width=_columns() - 2)
+
+    return RichFormatter
+
+
+_HELP_ASKED = False
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit 2 (argparse's default status too)."""
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(formatter_class=_Formatter, **kwargs)  # type: ignore[arg-type]
+        super().__init__(formatter_class=_help_formatter(), **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_ERROR, f"ckinspect: error: {message}\n(try: {self.prog} --help)\n")
@@ -211,6 +231,8 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in _SUBCOMMANDS else "main"
+    global _HELP_ASKED
+    _HELP_ASKED = "-h" in argv or "--help" in argv
     parser = build_parser(command)
     args = parser.parse_args(argv[1:] if command != "main" else argv)
     try:

@@ -10,8 +10,14 @@ def test_help_lists_the_commands_and_examples_within_80_columns():
     out = run_cli("--help", env={"COLUMNS": "80"}).stdout
     for command in ("diff A B", "repair PATH", "drift PATH", "salvage BROKEN OUT", "convert IN OUT"):
         assert f"ckinspect {command}" in out
-    assert "examples:" in out and "report options:" in out
+    assert "examples:" in out and "Report Options:" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+    assert "\x1b[" not in out  # piped: no colour
+
+
+def test_help_is_coloured_on_a_terminal():
+    out = run_cli("diff", "--help", env={"COLUMNS": "80", "FORCE_COLOR": "1"}).stdout
+    assert "\x1b[36m--only\x1b[0m" in out
 
 
 def test_diff_help_says_what_a_and_b_are():
