@@ -154,6 +154,7 @@ class InspectScreen(Screen[None]):
                 (str(self.target), "bold"), "\n", ("cannot be read", f"bold {SEVERITY_COLOURS['error']}")
             )
             self.query_one(CheckpointHeader).update(themed(header))
+            self.query_one(GroupBar).display = False  # no "reading…" under a file that cannot be read
             self.query_one("#loading-progress").display = False
         elif worker.group == "scan":
             self.scan_note = f"value scan {why}"
