@@ -11,10 +11,13 @@ step, nothing is mapped: a wrong name is worse than none.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ckinspect.formats.tree import walk
 from ckinspect.model import Checkpoint, TensorInfo
+
+TYPE_CHECKING = False  # the JSON report's path imports this module, and never `typing`
+if TYPE_CHECKING:
+    from typing import Any
 
 _STATE = re.compile(r"^(?P<prefix>(?:.*\.)?)state\.(?P<index>\d+)\.(?P<key>.+)$")
 
