@@ -8,6 +8,7 @@
     ckinspect drift PATH [--report]    fp16/bf16 vs fp32 drift
     ckinspect salvage BROKEN OUT       recover the whole tensors of a damaged file
     ckinspect convert IN OUT           resume file -> weights, torch -> safetensors, ...
+    ckinspect last-good RUN_DIR        newest whole, intact, safe, resumable checkpoint of a run
 
 Exit status: 0 nothing at or above --fail-on (diff: identical); 1 findings at or above it
 (diff: different); 2 usage or internal error.
@@ -85,6 +86,7 @@ commands (ckinspect COMMAND --help for each):
   ckinspect drift PATH          what fp16/bf16 does to the weights and logits
   ckinspect salvage BROKEN OUT  recover the whole tensors of a damaged file
   ckinspect convert IN OUT      resume -> weights, torch -> safetensors ...
+  ckinspect last-good RUN_DIR   the newest whole checkpoint of a run (its path)
 """
 
 MAIN_EXAMPLES = """\
@@ -208,12 +210,31 @@ def _convert_parser() -> argparse.ArgumentParser:
     return convert
 
 
+def _last_good_parser() -> argparse.ArgumentParser:
+    last_good = _Parser(
+        prog="ckinspect last-good",
+        description="Print the newest checkpoint of a run that is whole, intact, safe and resumable (exit 1: none).",
+    )
+    last_good.add_argument("run_dir", metavar="RUN_DIR")
+    last_good.add_argument("--verify", action="store_true", help="also check every CRC and scan every value")
+    last_good.add_argument(
+        "--format",
+        choices=REPORT_FORMATS,
+        default="text",
+        help="text: the path alone (default); json/markdown: every candidate with its verdict and reasons; "
+        "sarif: the candidates' findings; junit: a testcase per candidate, failed by what keeps it from resuming",
+    )
+    last_good.add_argument("--output", "-o", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+    return last_good
+
+
 _SUBCOMMANDS = {
     "diff": _diff_parser,
     "repair": _repair_parser,
     "drift": _drift_parser,
     "salvage": _salvage_parser,
     "convert": _convert_parser,
+    "last-good": _last_good_parser,
 }
 
 
@@ -223,7 +244,7 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
     if interactive:
         module = importlib.import_module("ckinspect.tui.launch")
         return module.run(command, args)
-    name = "report" if command == "main" else command
+    name = "report" if command == "main" else command.replace("-", "_")
     module = importlib.import_module(f"ckinspect.commands.{name}")
     return module.run(args)
 

@@ -49,9 +49,28 @@ def shape_text(shape: Sequence[int]) -> str:
     return "×".join(map(str, shape)) or "scalar"
 
 
+# ---------------------------------------------------------------- names from a file, made safe to show
+# A tensor, file or member name is chosen by whoever made the file. On a terminal a raw ESC starts a
+# control sequence (cursor moves, window title, OSC 52 clipboard writes), C1 bytes do the same, and
+# bidi overrides reorder what is shown; in Markdown a backtick or `</details>` breaks out of the block.
+
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_TERMINAL_TABLE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_TERMINAL_TABLE.update({c: f"\\u{c:04x}" for c in (*_BIDI, *range(0xD800, 0xE000))})
+_DOCUMENT_TABLE = {c: v for c, v in _TERMINAL_TABLE.items() if c not in (0x09, 0x0A)}
+
+
+def terminal_safe(text: object, *, keep_lines: bool = False) -> str:
+    """`text` with every control character (C0, DEL, C1 incl. the 8-bit CSI), bidi override and lone
+    surrogate (an undecodable byte of a file name) shown as an escape (`\\x1b`, `\\u202e`): nothing in it
+    can move the cursor, set a title or reach the clipboard, nor fail to encode. `keep_lines` lets tabs
+    and newlines through, for documents (SARIF, JUnit) whose reader shows them as layout."""
+    return str(text).translate(_DOCUMENT_TABLE if keep_lines else _TERMINAL_TABLE)
+
+
 def value_text(value: object, limit: int = 48) -> str:
     """A non-tensor value from a checkpoint (lr, loss, a config entry) in one short, printable line:
-    floats to 6 significant digits, strings quoted and escaped when they hold control characters."""
+    floats to 6 significant digits, strings through terminal_safe."""
     if isinstance(value, bool) or value is None:
         text = str(value)
     elif isinstance(value, float):
@@ -61,7 +80,7 @@ def value_text(value: object, limit: int = 48) -> str:
     elif isinstance(value, (bytes, bytearray)):
         text = f"<{len(value):,} bytes>"
     elif isinstance(value, str):
-        text = value if value.isprintable() else repr(value)
+        text = terminal_safe(value)
     else:
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -69,17 +88,26 @@ def value_text(value: object, limit: int = 48) -> str:
 
 # ---------------------------------------------------------------- Markdown
 
+_MD_SPECIAL = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;", "\n": " "}
+_MD_TEXT_TABLE = {**_TERMINAL_TABLE, **{ord(k): v for k, v in _MD_SPECIAL.items()}}
+
 
 def md_text(text: object) -> str:
-    """Text safe in a Markdown line or table cell: backslashes and pipes escaped, no line breaks."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """`text` for Markdown prose or a table cell, on one line: what could break out escaped (a backtick
+    opening code, a pipe splitting a cell, `[` making a link or image, `<` opening or closing a tag such
+    as `</details>`), controls made visible as in `terminal_safe`."""
+    return str(text).translate(_MD_TEXT_TABLE)
 
 
 def md_code(text: object) -> str:
-    """A Markdown code span of `text`, safe in a table cell: a longer fence when the text holds a
-    backtick, pipes escaped (GitHub's tables split on them even inside code), no line breaks.
-    Backslashes stay as they are: a code span shows them literally."""
-    text = str(text).replace("|", "\\|").replace("\n", " ")
-    fence = "``" if "`" in text else "`"
-    pad = " " if "`" in text else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
+    """`text` as an inline code span no content can end early: fenced by more backticks than it holds
+    (padded then, so a backtick at either end stays inside), pipes escaped (a table cell splits on them
+    even in code), on one line. Backslashes stay as they are: a code span shows them literally."""
+    body = terminal_safe(str(text).replace("\n", " ")).replace("|", "\\|")
+    longest = run = 0
+    for ch in body:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if longest or not body.strip() else ""
+    return f"{fence}{pad}{body}{pad}{fence}"

@@ -33,6 +33,8 @@ SEVERITY: dict[str, str] = {
     "HALF_PRECISION_RESUME": "warning",
     "OPTIMIZER_MISMATCH": "error",
     "STORAGE_BLOAT": "warning",
+    "MISSING_PARTS": "error",
+    "PARTS_DISAGREE": "error",
     "EMBEDDED_CODE": "warning",
 }
 # What `ckinspect diff` finds, named like finding codes so SARIF and JUnit can carry it. Not findings about one
@@ -44,6 +46,8 @@ DIFF_CODES: dict[str, str] = {
     "METADATA_CHANGED": "error",
     "TENSOR_UNREADABLE": "error",
 }
+# Codes that say a checkpoint cannot be read whole: a damaged file, or a part its own records name is not there.
+NOT_WHOLE_CODES = ("CORRUPT", "MISSING_PARTS")
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
 FAIL_ON_CHOICES = ("error", "warning", "never")
 # --format of the commands that report findings; sarif and junit are for CI (code scanning, test dashboards)

@@ -23,6 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--save-every", type=int, metavar="M", help="also save every M steps")
     train.add_argument("--order", choices=("random", "epoch"), help="batch order (default random)")
     train.add_argument("--name", default="tiny", help="file name stem (default tiny)")
+    train.add_argument(
+        "--save-format",
+        choices=("file", "dcp"),
+        default="file",
+        help="file: <name>_resume.pth (default); dcp: a torch.distributed.checkpoint folder <name>_step<N>/ per save",
+    )
     ablate = train.add_argument_group("ablations (resume without one piece of state)")
     ablate.add_argument("--fresh-optimizer", action="store_true", help="do not load the optimizer state")
     ablate.add_argument("--rewind-data", action="store_true", help="restart the batch order from the beginning")
@@ -62,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 fresh_optimizer=args.fresh_optimizer,
                 rewind_data=args.rewind_data,
                 weights_from=args.weights_from,
+                save_format=args.save_format,
             )
             return 0
         if args.command == "verify":

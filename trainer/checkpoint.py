@@ -30,7 +30,42 @@ def save(obj: Any, path: str | os.PathLike[str], wrap: Callable[[BinaryIO], Bina
 
 
 def load(path: str | os.PathLike[str]) -> Any:
+    """A resume or weights file, or a DCP folder saved by `save_dcp` (the same dict either way)."""
+    if Path(path).is_dir():
+        return load_dcp(path)
     return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def save_dcp(state: dict[str, Any], folder: str | os.PathLike[str]) -> Path:
+    """A sharded save through torch.distributed.checkpoint: every rank calls it and writes its own
+    `__<rank>_0.distcp`; the coordinator writes `.metadata` last (tmp, fsync, rename), so a folder
+    without `.metadata` is a save that never finished. The folder is fsynced after, for the rename."""
+    import torch.distributed.checkpoint as dcp
+
+    folder = Path(folder)
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(folder, sync_files=True))
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return folder
+
+
+def load_dcp(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every value of a DCP folder, as the nested dict that was saved (torch's own dcp_to_torch_save path;
+    its non-tensor values are read with torch.load(weights_only=True)). DCP keeps every dict key as a
+    string, so the optimizer's per-parameter state gets back the int keys torch's optimizers use."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    _load_state_dict(state, storage_reader=FileSystemReader(folder), planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    optimizer = state.get("optimizer")
+    if isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict):
+        optimizer["state"] = {int(k): v for k, v in optimizer["state"].items()}
+    return state
 
 
 def half_weights(state_dict: dict[str, torch.Tensor], dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:

@@ -9,6 +9,8 @@ What a resume needs beyond weights, and where each piece lives in `<name>_resume
                batch generator and torch RNG state (rng[rank])
   world_size   to convert the step when the number of processes changes (MiniMind's rule)
   config, run  the model and run settings, so the file rebuilds its own model and schedule
+With --save-format dcp the same dict is a torch.distributed.checkpoint folder `<name>_step<N>/`
+instead: each rank writes its part, `.metadata` last.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from trainer import FORMAT, checkpoint
 from trainer.data import Batches, Position
 from trainer.dist import Dist, barrier, gather, setup, teardown
 from trainer.model import ModelConfig, build_model, lm_loss
+
+SAVE_FORMATS = ("file", "dcp")  # one resume file, or a torch.distributed.checkpoint folder (a file per rank)
 
 
 class TrainerError(Exception):
@@ -164,12 +168,16 @@ def train(
     rewind_data: bool = False,
     weights_from: str | os.PathLike[str] | None = None,
     log: Callable[[str], None] | None = print,
+    save_format: str = "file",
 ) -> Result:
     """Train to `steps` (or stop after `stop_after`), saving `<name>.pth` and `<name>_resume.pth` in `out`.
 
     The three ablation switches (fresh_optimizer, rewind_data, weights_from) resume deliberately
-    without one piece of the state, to measure what that piece is worth.
+    without one piece of the state, to measure what that piece is worth. `save_format="dcp"` saves
+    each checkpoint as a torch.distributed.checkpoint folder `<name>_step<N>/` instead (one file per rank).
     """
+    if save_format not in SAVE_FORMATS:
+        raise TrainerError(f"--save-format must be one of {', '.join(SAVE_FORMATS)}")
     d = setup()
     say = log if (log and d.is_main) else (lambda _msg: None)
     ablate = Ablations(fresh_optimizer, rewind_data, weights_from)
@@ -191,13 +199,14 @@ def train(
                 _resume(state, ck, ablate)
             if state.step >= stop:
                 raise TrainerError(f"the resume file is at step {state.step}; nothing to do up to step {stop}")
-            return _train_until(state, stop, Path(out))
+            return _train_until(state, stop, Path(out), _save_dcp if save_format == "dcp" else _save)
     finally:
         teardown(d)
 
 
 def _load_resume(resume: str | os.PathLike[str]) -> dict[str, Any]:
-    if not Path(resume).is_file():
+    """A resume file, or a DCP folder saved with --save-format dcp (the same dict either way)."""
+    if not Path(resume).exists():
         raise TrainerError(f"no resume file at {resume}")
     ck = checkpoint.load(resume)
     if not isinstance(ck, dict) or ck.get("format") != FORMAT:
@@ -235,7 +244,10 @@ def _settings(
     return run, cfg
 
 
-def _train_until(state: TrainState, stop: int, out: Path) -> Result:
+Save = Callable[[TrainState, Path, float], tuple[Path | None, Path | None]]
+
+
+def _train_until(state: TrainState, stop: int, out: Path, save: Save) -> Result:
     """The loop: one batch, one AdamW step, the learning rate a function of the step; save when due."""
     d, run, model, optimizer, say = state.d, state.run, state.model, state.optimizer, state.say
     net = torch.nn.parallel.DistributedDataParallel(model) if d.enabled else model
@@ -260,7 +272,7 @@ def _train_until(state: TrainState, stop: int, out: Path) -> Result:
         if state.step % 10 == 0 or state.step == stop:
             say(f"step {state.step:4d}/{run.steps}  loss {losses[-1]:.4f}  lr {lr:.2e}")
         if (run.save_every and state.step % run.save_every == 0) or state.step == stop:
-            paths = _save(state, out, losses[-1])
+            paths = save(state, out, losses[-1])
     return Result(stop, losses[-1], losses, paths[0], paths[1], d.world_size)
 
 
@@ -302,33 +314,51 @@ def _resume(state: TrainState, ck: dict[str, Any], ablate: Ablations) -> None:
     state.step = step
 
 
+def _saved_state(state: TrainState, loss: float) -> dict[str, Any]:
+    """What a resume needs, as one dict: the same in the single file and in the DCP folder."""
+    d = state.d
+    rng = gather(_rng_state(state.batches, d), d)  # every rank's streams, so each resumes its own
+    return {
+        "format": FORMAT,
+        "model": checkpoint.fp32_weights(state.model.state_dict()),
+        "optimizer": state.optimizer.state_dict(),
+        "epoch": state.batches.position.epoch,
+        "epoch_step": state.batches.position.epoch_step,
+        "step": state.step,
+        "world_size": d.world_size,
+        "rng": rng,
+        "config": state.cfg.to_dict(),
+        "run": state.run.to_dict(),
+        "loss": loss,
+    }
+
+
 def _save(state: TrainState, out: Path, loss: float) -> tuple[Path | None, Path | None]:
     """Write `<name>_resume.pth` then `<name>.pth`, each atomically (rank 0; every rank's RNG gathered)."""
     d, run = state.d, state.run
-    rng = gather(_rng_state(state.batches, d), d)  # every rank's streams, so each resumes its own
+    saved = _saved_state(state, loss)
     paths: tuple[Path | None, Path | None] = (None, None)
     if d.is_main:
         out.mkdir(parents=True, exist_ok=True)
         resume_path, weights_path = out / f"{run.name}_resume.pth", out / f"{run.name}.pth"
-        weights = checkpoint.fp32_weights(state.model.state_dict())
-        saved = {
-            "format": FORMAT,
-            "model": weights,
-            "optimizer": state.optimizer.state_dict(),
-            "epoch": state.batches.position.epoch,
-            "epoch_step": state.batches.position.epoch_step,
-            "step": state.step,
-            "world_size": d.world_size,
-            "rng": rng,
-            "config": state.cfg.to_dict(),
-            "run": run.to_dict(),
-            "loss": loss,
-        }
         # The resume file first: a crash between the two leaves a matching older pair, never a
         # weights file newer than the state it would resume from.
         checkpoint.save(saved, resume_path)
-        checkpoint.save(checkpoint.half_weights(weights), weights_path)
+        checkpoint.save(checkpoint.half_weights(saved["model"]), weights_path)
         state.say(f"saved {resume_path} and {weights_path.name} at step {state.step}")
         paths = (resume_path, weights_path)
     barrier(d)
     return paths
+
+
+def _save_dcp(state: TrainState, out: Path, loss: float) -> tuple[Path | None, Path | None]:
+    """Every rank writes its part of `<name>_step<N>/`; the folder is a checkpoint once `.metadata` is there."""
+    d = state.d
+    saved = _saved_state(state, loss)
+    folder = out / f"{state.run.name}_step{state.step:06d}"
+    if d.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+    barrier(d)
+    checkpoint.save_dcp(saved, folder)
+    state.say(f"saved {folder} (DCP, {d.world_size} rank file(s)) at step {state.step}")
+    return folder, None

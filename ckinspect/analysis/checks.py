@@ -219,6 +219,8 @@ def optimizer_states(ckpt: Checkpoint, layout: Layout) -> list[OptimizerState]:
         entries: dict[Any, dict[str, TensorInfo]] = {}
         if isinstance(state, Mapping):
             for key, entry in state.items():
+                if ckpt.format == "dcp" and isinstance(key, str) and key.isdigit():
+                    key = int(key)  # DCP keeps every dict key as a string; param_groups list the int ids
                 if isinstance(entry, Mapping):
                     entries[key] = {str(k): v for k, v in entry.items() if isinstance(v, TensorInfo)}
         param_ids: list[Any] | None = None
@@ -273,7 +275,10 @@ def optimizer_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     for opt in states:
         problem = _internal_problem(opt)
         if problem is None and params:
-            problem = _mismatch(opt, params, layout)
+            # A DCP .metadata lists tensors in the order its ranks' save plans merged, not the model's:
+            # int-keyed state can only be matched by count and shapes there
+            by_id = ckpt.format == "dcp" and opt.entries and all(isinstance(k, int) for k in opt.entries)
+            problem = _mismatch_unordered(opt, params, None) if by_id else _mismatch(opt, params, layout)
         if problem is None and beside:
             problem = _mismatch_unordered(opt, beside, layout.model_file)
         if problem:
@@ -428,7 +433,10 @@ def leftover_findings(path: Path) -> list[Finding]:
 
     findings = []
     for leftover in leftovers.find_leftovers(Path(path)):
-        explained = leftovers.classify(leftover).explain()
+        status = leftovers.classify(leftover)
+        explained = status.explain()
         name = Path(leftover.tmp).name
         findings.append(Finding("LEFTOVER_TMP", explained if name in explained else f"{name}: {explained}"))
+        if status.tmp_danger:  # a tmp is one rename away from being loaded: its pickle is judged too
+            findings.append(Finding("UNSAFE_PICKLE", f"leftover {name}: {status.tmp_danger}"))
     return findings

@@ -132,10 +132,13 @@ class DiffResult(Record):
     bytes_compared: int = 0  # bytes of both files compared
     not_compared: str | None = None  # why the tensors could not be compared at all (a refused or unreadable side)
     raw_bytes_differ: bool | None = None  # the files' own bytes, when the tensors gave no verdict; None: not compared
+    unsafe: str | None = (
+        None  # a side names code-running globals though its tensors were read: identical only byte for byte
+    )
 
     @property
     def identical(self) -> bool:
-        if self.not_compared is not None:
+        if self.not_compared is not None or self.unsafe is not None:
             return self.raw_bytes_differ is False  # byte for byte the same file: nothing inside can differ
         differs = self.only_a or self.only_b or self.changed or self.metadata_changed or self.values_changed
         if self.unreadable and self.raw_bytes_differ is False:
@@ -178,12 +181,22 @@ class DiffResult(Record):
             "verdict": self.verdict,
             "not_compared": self.not_compared,
             "raw_bytes_differ": self.raw_bytes_differ,
+            "unsafe": self.unsafe,
         }
 
 
 # ---------------------------------------------------------------- when tensors give no verdict
 
 REFUSALS = ("UNSAFE_PICKLE", "CORRUPT")
+
+
+def unsafe_side(a: Checkpoint, b: Checkpoint) -> str | None:
+    """Which side names code-running globals (UNSAFE_PICKLE) though its tensors could be read (a pickle
+    beside data.pkl, a second pickle after it): equal tensors then do not make the files "identical"."""
+    sides = [side for side, ckpt in (("A", a), ("B", b)) if any(f.code == "UNSAFE_PICKLE" for f in ckpt.findings)]
+    if not sides:
+        return None
+    return f"{' and '.join(sides)} {'names' if len(sides) == 1 else 'name'} code-running globals (UNSAFE_PICKLE)"
 
 
 def why_not_comparable(a: Checkpoint, b: Checkpoint) -> str | None:

@@ -21,7 +21,7 @@ from ckinspect.formats import open_checkpoint
 from ckinspect.io.blobs import files_differ
 from ckinspect.io.zipdir import LOCAL_SIG, STORED, FileReader, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
-from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, STEP_KEYS, TMP_SUFFIX
+from ckinspect.vocab import DCP_METADATA, NOT_WHOLE_CODES, QUARANTINE_DIR, SINGLE_FILE_FORMATS, STEP_KEYS, TMP_SUFFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class TmpStatus(Record):
     main_problem: str = ""
     tmp_problem: str = ""
     identical: bool = False  # tmp and main hold the same bytes
+    tmp_danger: str = ""  # the tmp's UNSAFE_PICKLE message: it must never be promoted
 
     def explain(self) -> str:
         tmp, main = self.leftover.tmp.name, self.leftover.main.name
@@ -135,7 +136,11 @@ def _looks_like_checkpoint(path: Path) -> bool:
             head = handle.read(8)
     except OSError:
         return False
-    return head.startswith((LOCAL_SIG, b"\x80")) or _safetensors_header_len(head) is not None
+    if head.startswith((LOCAL_SIG, b"\x80")) or _safetensors_header_len(head) is not None:
+        return True
+    from ckinspect.formats.sniff import sniff  # by content: an old-protocol pickle or a legacy tar counts too
+
+    return sniff(path) in SINGLE_FILE_FORMATS
 
 
 def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
@@ -219,7 +224,16 @@ def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
         main_problem=main_check.problem,
         tmp_problem=tmp_check.problem,
         identical=identical,
+        tmp_danger=danger_of(tmp_check.checkpoint),
     )
+
+
+def danger_of(ckpt: Any) -> str:
+    """The first UNSAFE_PICKLE message of an opened checkpoint ("" when none or not opened)."""
+    for finding in getattr(ckpt, "findings", ()):
+        if finding.code == "UNSAFE_PICKLE":
+            return finding.message
+    return ""
 
 
 def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
@@ -338,7 +352,7 @@ def _check_dcp_metadata(path: Path) -> Integrity:
 
 
 def _verdict(ckpt, fmt: str) -> Integrity:
-    corrupt = [f.message for f in ckpt.findings if f.code == "CORRUPT"]
+    corrupt = [f.message for f in ckpt.findings if f.code in NOT_WHOLE_CODES]
     if corrupt or ckpt.format == "unknown":
         return Integrity(False, ckpt.format, corrupt[0] if corrupt else "not a checkpoint", ckpt)
     return Integrity(True, ckpt.format, "", ckpt)

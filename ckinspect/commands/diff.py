@@ -28,7 +28,7 @@ def _unreadable(ckpt: Checkpoint) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ckinspect.analysis.diff import DiffResult, diff_checkpoints, raw_bytes_differ, why_not_comparable
+    from ckinspect.analysis.diff import DiffResult, diff_checkpoints, raw_bytes_differ, unsafe_side, why_not_comparable
     from ckinspect.report import diff_report
 
     a = open_for_command(args.a)
@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
             result = diff_checkpoints(a, b, only=only, atol=atol, progress=progress)
         if only and not (result.same or result.changed or result.only_a or result.only_b or result.unreadable):
             raise CkinspectError(f"neither file has tensors in group(s) {', '.join(only)}: nothing to compare")
-        if result.unreadable:
+        result.unsafe = unsafe_side(a, b)
+        if result.unreadable or result.unsafe:
             result.raw_bytes_differ = raw_bytes_differ(a.path, b.path)
     fmt = getattr(args, "format", "text")
     if fmt in ("sarif", "junit"):

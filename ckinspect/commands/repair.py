@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from ckinspect.commands.emit import emit, envelope, exit_for, render_ci
-from ckinspect.fmt import md_code, md_text
+from ckinspect.fmt import md_code, md_text, terminal_safe
 from ckinspect.ops.repair import RepairPlan, apply_plan, plan_repairs, undo
 from ckinspect.vocab import CkinspectError
 
@@ -87,7 +87,7 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
     title = f"repair {plan.path} ({'dry run: nothing changed' if mode == 'dry-run' else 'applied'})"
     if not plan.actions:
         if fmt == "text":
-            return f"{title}\nno leftover temporaries: nothing to repair"
+            return terminal_safe(title) + "\nno leftover temporaries: nothing to repair"
         return f"## {md_text(title)}\n\nNo leftover temporaries: nothing to repair."
     lines = []
     if fmt == "markdown":
@@ -121,6 +121,7 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
         else:
             tail += f"{s['done']} done, {s['left_alone']} left alone, {s['failed']} failed"
         lines.append(tail)
+        lines = [terminal_safe(line) for line in lines]  # file names come from the folder: no control sequences
     return "\n".join(lines)
 
 
@@ -138,11 +139,12 @@ def _render_undo(path: Path, result, fmt: str) -> str:
         return json.dumps(doc, indent=2)
     if result.run_id is None:
         text = f"undo {path}: no applied repair to undo"
-        return text if fmt == "text" else f"## {md_text(text)}"
+        return terminal_safe(text) if fmt == "text" else f"## {md_text(text)}"
     head = f"undo {path}: run {result.run_id}, {len(result.restored)} move(s) put back"
     head += f", {len(result.problems)} problem(s)"
+    shown = md_text if fmt == "markdown" else terminal_safe  # paths and messages come from the folder
     bullet = "  " if fmt == "text" else "- "
-    lines = [f"## {md_text(head)}", ""] if fmt == "markdown" else [head]
-    lines += [f"{bullet}restored {r}" for r in result.restored]
-    lines += [f"{bullet}NOT restored: {p}" for p in result.problems]
+    lines = [f"## {shown(head)}", ""] if fmt == "markdown" else [shown(head)]
+    lines += [f"{bullet}restored {shown(r)}" for r in result.restored]
+    lines += [f"{bullet}NOT restored: {shown(p)}" for p in result.problems]
     return "\n".join(lines)

@@ -32,9 +32,31 @@ def run(args: argparse.Namespace) -> int:
     checkpoints = [_inspect(target, args, index, len(targets)) for index, target in enumerate(targets)]
     for orphan in orphans:
         checkpoints.insert(_place(checkpoints, orphan.path), orphan)
-    emit(render(checkpoints, args), args.output)
+    runs = run_views(args.paths, checkpoints, quick=args.quick)
+    emit(render(checkpoints, args, runs), args.output)
     findings = [f for ckpt in checkpoints for f in ckpt.findings]
+    findings += [f for run in runs for f in run.findings]
+    findings += [f for run in runs for ckpt in run.checkpoints for f in ckpt.findings]  # from the parts' records
     return 1 if fails(findings, args.fail_on) else 0
+
+
+def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool) -> list[Any]:
+    """The run view of each folder that holds a run: several checkpoints, or one made of several files.
+    The parts already read for the report are not read again."""
+    from ckinspect.analysis.runs import Reader, collect, is_run, judge_run
+
+    runs = []
+    reader = Reader(verify=not quick)
+    reader.cache.update({Path(ckpt.path): ckpt for ckpt in checkpoints})
+    for raw in paths:
+        folder = Path(raw)
+        if not folder.is_dir():
+            continue
+        run = collect(folder)
+        if is_run(run):
+            judge_run(run, reader)
+            runs.append(run)
+    return runs
 
 
 def is_checkpoint(path: Path) -> bool:
@@ -76,6 +98,8 @@ def unfinished_saves(paths: list[str], known: set[Path]) -> list[Checkpoint]:
         for action in plan_repairs(leftovers[0].main).actions:
             explained = action.status.explain() if action.status else action.leftover.tmp.name
             entry.add("LEFTOVER_TMP", f"{explained}: {_repair_would(action)}")
+            if action.status is not None and action.status.tmp_danger:
+                entry.add("UNSAFE_PICKLE", f"leftover {action.leftover.tmp.name}: {action.status.tmp_danger}")
         entries.append(entry)
     return entries
 
@@ -100,13 +124,16 @@ def _repair_would(action: Any) -> str:
     return f"`ckinspect repair` would leave it alone: {action.reason}"
 
 
-def render(checkpoints: list[Checkpoint], args: argparse.Namespace) -> str:
+def render(checkpoints: list[Checkpoint], args: argparse.Namespace, runs: list[Any] | None = None) -> str:
     from ckinspect.report import json_report, subjects
 
     fmt = args.format
     if fmt in ("sarif", "junit"):
-        return render_ci(fmt, subjects.from_checkpoints(checkpoints), args, "ckinspect report")
+        found = subjects.merge(subjects.from_checkpoints(checkpoints), subjects.from_runs(runs or []))
+        return render_ci(fmt, found, args, "ckinspect report")
     report = json_report.build(checkpoints)
+    if runs:
+        report["runs"] = [run.to_json() for run in runs]
     if fmt == "json":
         return json_report.render(report)
     if fmt == "markdown":

@@ -15,11 +15,12 @@ import os
 from pathlib import Path
 
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
-from ckinspect.formats.pickle_scan import GlobalRef, scan_stream
+from ckinspect.formats.pickle_scan import GlobalRef, scan_file, scan_stream
 from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
+from ckinspect.io.contain import OutsideTarget, inside
 from ckinspect.io.zipdir import LOCAL_SIG, FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
 MAX_METADATA_BYTES = 1 << 30
+MAX_DCP_ENTRIES = 1_000_000  # entries and chunks a .metadata may declare before it is refused as CORRUPT
 MAX_VALUE_BYTES = 16 << 20  # non-tensor values above this are listed, not decoded
 
 
@@ -37,6 +39,21 @@ def _expected_dcp_global(g: GlobalRef) -> bool:
     """DCP's own metadata classes. dcp.load reads .metadata with plain pickle.load (no allowlist at all),
     so these need no ALLOWLIST_NEEDED; anything unsafe in it would run on load, hence UNSAFE_PICKLE."""
     return g.module.startswith("torch.distributed.checkpoint") or g.module == "pathlib"
+
+
+def rank_metadata_files(folder: Path) -> list[Path]:
+    """`__<rank>.metadata` files (rank-local indexes dcp.load reads when `.metadata` fails), lowest rank first."""
+    found = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name
+                rank = name[2 : -len(METADATA)] if name.startswith("__") and name.endswith(METADATA) else ""
+                if rank.isdigit() and entry.is_file(follow_symlinks=False):
+                    found.append((int(rank), folder / name))
+    except OSError:
+        return []
+    return [path for _rank, path in sorted(found)]
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -57,6 +74,17 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     index = f"{folder.name}/{metadata_name}"
     data_bytes = sum(p.stat().st_size for p in data_files)
     ckpt = Checkpoint(path=folder, format="dcp", file_bytes=data_bytes, files=list(data_files))
+    rank_local = rank_metadata_files(folder)
+    for other in rank_local:
+        # dcp.load falls back to `__<rank>.metadata` when `.metadata` is missing or fails to load: judged too
+        with open(other, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            scans = scan_file(FileReader(f.fileno(), size), 0, size, limit=1)
+        refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g) and g.qualname != ENUM_GETATTR]
+        record_globals(ckpt, refs, f"{folder.name}/{other.name}")
+    if not meta_path.is_file() and metadata_name == METADATA and rank_local:
+        meta_path, metadata_name = rank_local[0], rank_local[0].name
+        index = f"{folder.name}/{metadata_name}"
     if not meta_path.is_file():
         tmp = " (a .metadata.tmp is there: the save was interrupted before it was renamed)" if (
             folder / ".metadata.tmp").exists() else ""  # fmt: skip
@@ -72,6 +100,9 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     ranks = {p.name.split("_")[2] for p in data_files if p.name.startswith("__") and p.name.count("_") >= 3}
     if ranks:
         ckpt.metadata["dcp_ranks"] = len(ranks)
+    if _declared_entries(fields) > MAX_DCP_ENTRIES:
+        ckpt.add("CORRUPT", f"{index} declares more than {MAX_DCP_ENTRIES:,} entries and chunks; not listed")
+        return ckpt
     items = _storage_items(ckpt, fields["storage_data"], index)
     tree = _entries_tree(ckpt, folder, index, fields, items)
     try:
@@ -87,7 +118,14 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str) -> dict[str,
     """The fields of the `.metadata` pickle's Metadata, decoded without importing anything; None (with the
     findings that say why) when it names unsafe globals, is cut short, or is not DCP Metadata."""
     with open(meta_path, "rb") as f:
-        data = f.read(MAX_METADATA_BYTES)
+        meta_size = os.fstat(f.fileno()).st_size
+        if meta_size > MAX_METADATA_BYTES:  # scanned a window at a time, never decoded
+            scans = scan_file(FileReader(f.fileno(), meta_size), 0, meta_size, limit=1)
+            refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g)]
+            if not record_globals(ckpt, refs, index):
+                ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, too large to list (scanned, not decoded)")
+            return None
+        data = f.read(meta_size)  # read(n) allocates n bytes up front: ask for what is there
     scans = scan_stream(data, limit=1)
     if not scans:
         ckpt.add("CORRUPT", f"{index} is empty")
@@ -112,6 +150,17 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str) -> dict[str,
             ckpt.add("CORRUPT", f"{index} is a pickle but not DCP Metadata (no state_dict_metadata)")
         return None
     return fields
+
+
+def _declared_entries(fields: dict[str, Any]) -> int:
+    """Entries plus chunks the metadata declares, counted up to just past MAX_DCP_ENTRIES."""
+    declared = len(fields["storage_data"]) + len(fields["state_dict_metadata"])
+    for md in fields["state_dict_metadata"].values():
+        chunks = _fields(md).get("chunks")
+        declared += len(chunks) if isinstance(chunks, (list, tuple)) else 0
+        if declared > MAX_DCP_ENTRIES:
+            break
+    return declared
 
 
 if TYPE_CHECKING:
@@ -193,9 +242,12 @@ def _reader(
     folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list[BinaryIO]
 ) -> FileReader | None:
     if relative not in readers:
-        target = (folder / relative).resolve()
-        if folder.resolve() not in target.parents or not target.is_file():
-            readers[relative] = None  # missing, or a path that leaves the folder
+        try:
+            target = inside(folder, relative)
+        except OutsideTarget:
+            target = None
+        if target is None or not target.is_file():
+            readers[relative] = None  # missing, or a path that leaves the folder or passes a symlink
         else:
             f = open(target, "rb")  # noqa: SIM115 - shared by many items; read_dcp closes every handle at the end
             handles.append(f)
@@ -212,9 +264,14 @@ def _item(ckpt: Checkpoint, folder: Path, fqn: str, where: dict[str, Any] | None
     if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
         ckpt.add("CORRUPT", f"{folder.name}/.metadata: bad offset/length for {fqn}", fqn)
         return None
+    try:
+        inside(folder, relative)
+    except OutsideTarget as exc:
+        ckpt.add("CORRUPT", f"{folder.name}/.metadata names {exc} for {fqn}; not read", fqn)
+        return None
     reader = _reader(folder, relative, readers, handles)
     if reader is None:
-        ckpt.add("CORRUPT", f"{folder.name}: {relative} is missing (named by .metadata for {fqn})", fqn)
+        ckpt.add("MISSING_PARTS", f"{folder.name}: {relative} is missing (named by .metadata for {fqn})", fqn)
         return None
     if offset + length > reader.size:
         ckpt.add("CORRUPT", f"{folder.name}/{relative} is truncated: {fqn} needs bytes {offset}..{offset + length} "

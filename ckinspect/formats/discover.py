@@ -84,7 +84,7 @@ def _search(folder: Path, visited: set[Path]) -> list[Target]:
     with os.scandir(folder) as scan:
         entries = sorted(scan, key=lambda e: e.name)
 
-    files = {e.name for e in entries if not e.name.startswith(".") and _is_file(e)}
+    files = {e.name for e in entries if _is_file(e)}  # hidden files too: what they hold is judged like any other
     shards: set[str] = set()
     for name in files:
         if _is_checkpoint_index(name):
@@ -92,10 +92,10 @@ def _search(folder: Path, visited: set[Path]) -> list[Target]:
 
     targets: list[Target] = []
     for entry in entries:
-        if entry.name.startswith("."):  # .ckinspect-quarantine, .git, hidden atomic-write temporaries
-            continue
         path = Path(entry.path)
         if _is_dir(entry):
+            if entry.name.startswith("."):  # .ckinspect-quarantine, .git, .venv: hidden folders are not searched
+                continue
             try:
                 targets.extend(_search(path, visited))
             except OSError:
@@ -114,11 +114,14 @@ def _is_checkpoint_index(name: str) -> bool:
 
 
 def _is_checkpoint_file(path: Path) -> bool:
-    suffix = path.suffix.lower()
-    if suffix in CHECKPOINT_SUFFIXES:
+    """By its suffix, or else by its content: any name (`latest`, `model_best.pth.tar`, `weights.dat`,
+    a hidden file) holding what torch.load or pickle.load would read is judged."""
+    if path.suffix.lower() in CHECKPOINT_SUFFIXES and not path.name.startswith("."):
         return True
-    # no extension (`latest`), or the classic `checkpoint.pth.tar` that is a torch file, not a tar
-    return (suffix == "" or suffix == ".tar") and sniff(path) in SINGLE_FILE_FORMATS
+    try:
+        return sniff(path) in SINGLE_FILE_FORMATS
+    except OSError:
+        return False
 
 
 def _shard_names(index_path: Path) -> set[str]:

@@ -7,13 +7,12 @@ unpickler, to list what it holds.
 
 from __future__ import annotations
 
-import mmap
 import os
 from pathlib import Path
 
 from ckinspect.formats.joblib_walk import JoblibError, JoblibStream, names_joblib, walk_joblib
 from ckinspect.formats.pickle_findings import PLAIN_PICKLE_LOAD, check_views, decode, record_globals, set_tree
-from ckinspect.formats.pickle_scan import scan_stream
+from ckinspect.formats.pickle_scan import scan_file, scan_stream
 from ckinspect.formats.tree import no_gc
 from ckinspect.io.zipdir import FileReader
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
@@ -32,19 +31,13 @@ def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
         if size == 0:
             ckpt.add("CORRUPT", f"{path.name} is empty")
             return ckpt
-        if size <= MAX_DECODE_BYTES:
-            data: bytes | mmap.mmap = FileReader(f.fileno(), size).read_at(0, size)
-        else:  # scanned in place, never decoded: memory stays flat however large the file
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        return _scan_and_decode(ckpt, data, path, size)
-    finally:
-        if isinstance(data, mmap.mmap):
-            data.close()
+        if size > MAX_DECODE_BYTES:  # scanned a window at a time, never decoded: memory stays flat
+            return _scan_and_decode(ckpt, None, path, size, scan_file(FileReader(f.fileno(), size), 0, size))
+        data = FileReader(f.fileno(), size).read_at(0, size)
+    return _scan_and_decode(ckpt, data, path, size, scan_stream(data))
 
 
-def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int) -> Checkpoint:
-    scans = scan_stream(data)
+def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int, scans) -> Checkpoint:
     where = path.name
     if scans[0].error is not None and size <= MAX_DECODE_BYTES and names_joblib(data, scans[0].end):
         try:
@@ -63,7 +56,7 @@ def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int) -> Checkpoin
         ckpt.add("CORRUPT", f"{where}: not a readable pickle: {first.error}")
         return ckpt
     ckpt.metadata["pickles"] = sum(1 for s in scans if s.error is None)
-    if unsafe or size > MAX_DECODE_BYTES:
+    if unsafe or data is None:
         return ckpt
     tree = decode(ckpt, data[first.start : first.end], first, where)
     set_tree(ckpt, tree)

@@ -6,7 +6,7 @@ import re
 
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import GlobalRef, PickleScan
-from ckinspect.formats.tree import flatten
+from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten
 from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
 from ckinspect.model import Checkpoint, TensorInfo
 
@@ -156,8 +156,10 @@ def record_globals(ckpt: Checkpoint, refs: list[GlobalRef], where: str, data: An
 
     `data`, the pickle's bytes where the caller has them, lets the ALLOWLIST_NEEDED hint name the numpy
     DType classes it needs."""
+    known = set(ckpt.globals)  # a hostile pickle can name tens of thousands: no list scan per name
     for g in refs:
-        if g.qualname not in ckpt.globals:
+        if g.qualname not in known:
+            known.add(g.qualname)
             ckpt.globals.append(g.qualname)
     unsafe = [g for g in refs if g.kind == "unsafe"]
     benign = [g for g in refs if g.kind == "benign"]
@@ -252,7 +254,11 @@ def decode(
 def set_tree(ckpt: Checkpoint, tree: Any) -> None:
     """Adopt a decoded tree: its tensors named by their paths, malformed views dropped (check_views)."""
     ckpt.tree = tree
-    ckpt.tensors = flatten(tree)
+    too_deep: list[str] = []
+    ckpt.tensors = flatten(tree, too_deep=too_deep)
+    if too_deep:
+        ckpt.add("CORRUPT", f"the pickle nests containers more than {MAX_TREE_DEPTH} deep (at {too_deep[0]!r}...); "
+                            "what lies deeper is not listed")  # fmt: skip
     check_views(ckpt)
 
 

@@ -14,9 +14,13 @@ memo to the largest index it sees, so a 20-byte pickle could otherwise make it a
 from __future__ import annotations
 
 import _compat_pickle
+import codecs
+import copyreg
+import pickle
 import pickletools
 import re
 import struct
+import zlib
 
 from ckinspect.record import Record, field
 
@@ -416,6 +420,625 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
 
+# ----------------------------------------------------------------------------------------------
+# Where the bytes come from: a buffer in memory, a range of a file, or a deflated zip member.
+# The walk holds one window of them at a time, so a pickle of any size is scanned in bounded memory.
+
+WINDOW = 1 << 20  # bytes held at a time when scanning a stream
+MAX_LINE = 1 << 20  # a GLOBAL/INST line longer than this names nothing importable: reported as is
+MAX_NAME = 1 << 16  # strings longer than this are never resolved as module or global names
+MAX_GLOBALS = 10_000  # distinct globals listed per pickle; beyond, one "and more" entry (unsafe)
+MAX_STACK = 1 << 22  # stack items + marks tracked; beyond, names taken from the stack are unresolved
+MAX_MEMO = 1 << 20  # memo slots tracked (string values and sparse indices); beyond, as above
+
+
+class BufferSource:
+    """Bytes already in memory (bytes, mmap, memoryview) from `start` to `end`."""
+
+    def __init__(self, data, start: int = 0, end: int | None = None) -> None:
+        self.data = data
+        self.pos = start
+        self.end = len(data) if end is None else min(end, len(data))
+
+    def read(self, n: int) -> bytes:
+        chunk = bytes(self.data[self.pos : min(self.pos + n, self.end)])
+        self.pos += len(chunk)
+        return chunk
+
+    def skip(self, n: int) -> int:
+        step = max(0, min(n, self.end - self.pos))
+        self.pos += step
+        return step
+
+
+class FileSource:
+    """A range of a file, by positioned reads through `reader` (a FileReader): a window at a time."""
+
+    def __init__(self, reader, start: int, end: int) -> None:
+        self.reader = reader
+        self.pos = start
+        self.end = end
+
+    def read(self, n: int) -> bytes:
+        chunk = self.reader.read_at(self.pos, max(0, min(n, self.end - self.pos)))
+        self.pos += len(chunk)
+        return chunk
+
+    def skip(self, n: int) -> int:
+        step = max(0, min(n, self.end - self.pos))
+        self.pos += step
+        return step
+
+
+class InflateSource:
+    """A raw-deflate zip member, inflated a window at a time and never past `limit` bytes (its declared
+    size: a member that inflates beyond it ends there, as a reader that trusts the directory would stop)."""
+
+    def __init__(self, reader, start: int, compressed: int, limit: int) -> None:
+        self.raw = FileSource(reader, start, start + compressed)
+        self.inflate = zlib.decompressobj(-15)
+        self.left = limit
+        self.pending = b""
+        self.error: str | None = None
+
+    def read(self, n: int) -> bytes:
+        out = []
+        want = min(n, self.left)
+        while want > 0:
+            if not self.pending:
+                tail = self.inflate.unconsumed_tail
+                feed = tail or self.raw.read(1 << 16)
+                if not feed:
+                    break
+                try:
+                    self.pending = self.inflate.decompress(feed, min(want, WINDOW))
+                except zlib.error as exc:
+                    self.error = f"bad deflate data ({exc})"
+                    break
+                if not self.pending and not self.inflate.unconsumed_tail and self.inflate.eof:
+                    break
+                continue
+            piece, self.pending = self.pending[:want], self.pending[want:]
+            out.append(piece)
+            want -= len(piece)
+            self.left -= len(piece)
+        return b"".join(out)
+
+    def skip(self, n: int) -> int:
+        done = 0
+        while done < n:
+            chunk = self.read(min(n - done, WINDOW))
+            if not chunk:
+                break
+            done += len(chunk)
+        return done
+
+
+class _Window:
+    """The bytes the walk sees: `buf` holds the stream from absolute offset `base` on."""
+
+    __slots__ = ("source", "buf", "base", "eof")
+
+    def __init__(self, source, buf=b"", base: int = 0, eof: bool = False) -> None:
+        self.source = source
+        self.buf = buf
+        self.base = base
+        self.eof = eof
+
+    def more(self, i: int, need: int) -> int:
+        """Drop what lies before `i` and read until `need` bytes follow it (or the stream ends); the new i."""
+        if self.eof:
+            return i
+        parts = [bytes(self.buf[i:])]
+        have = len(parts[0])
+        target = max(need, WINDOW)
+        while have < target:
+            chunk = self.source.read(target - have)
+            if not chunk:
+                self.eof = True
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        self.base += i
+        self.buf = b"".join(parts)
+        return 0
+
+    def skip(self, i: int, count: int) -> tuple[int, bool]:
+        """Move `count` bytes on from `i` without holding them: (new i, whether they were all there)."""
+        n = len(self.buf)
+        if i + count <= n:
+            return i + count, True
+        missing = i + count - n
+        got = 0 if self.eof else self.source.skip(missing)
+        self.base += n + got
+        self.buf = b""
+        if got < missing:
+            self.eof = True
+            return 0, False
+        return 0, True
+
+
+def _ext_ref(code: int) -> GlobalRef:
+    """An EXT opcode names the global copyreg's extension registry maps its code to (pickle.py's
+    get_extension); an unregistered code is reported as itself: another process may register it."""
+    key = copyreg._inverted_registry.get(code)  # type: ignore[attr-defined]
+    if key:
+        return _ref(key[0], key[1], "EXT")
+    return GlobalRef("copyreg", f"<extension code {code}>", "unsafe", "EXT")
+
+
+class _Names:
+    """Distinct globals in order of first appearance, bounded (MAX_GLOBALS)."""
+
+    __slots__ = ("seen", "refs", "ext_codes", "overflow")
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, str]] = set()
+        self.refs: list[GlobalRef] = []
+        self.ext_codes: set[int] = set()
+        self.overflow = 0
+
+    def add(self, ref: GlobalRef) -> None:
+        key = (ref.module, ref.name)
+        if key in self.seen:
+            return
+        if len(self.refs) >= MAX_GLOBALS:
+            if not self.overflow:
+                self.refs.append(GlobalRef("<more>", f"more than {MAX_GLOBALS} distinct globals", "unsafe", ref.opcode))
+            self.overflow += 1
+            return
+        self.seen.add(key)
+        self.refs.append(ref)
+
+    def ext(self, code: int) -> None:
+        if code not in self.ext_codes:  # pickle caches an extension after its first lookup
+            self.ext_codes.add(code)
+            self.add(_ext_ref(code))
+
+
+def _global_line(raw: bytes, ascii_only: bool) -> str | None:
+    """A GLOBAL (utf-8) or INST (ascii) line as pickle decodes it; None where pickle's decode fails."""
+    try:
+        return raw.decode("ascii" if ascii_only else "utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _read_line(w: _Window, i: int) -> tuple[int, bytes | None, bool]:
+    """(i after the line, the line without its newline or None when longer than MAX_LINE, found a newline).
+
+    At the end of the data pickle.py's readline returns what is left, and load_global still strips its
+    last byte: the caller gets that remainder with `found` False."""
+    while True:
+        data = w.buf
+        a = data.find(b"\n", i)
+        if a >= 0:
+            return a + 1, (bytes(data[i:a]) if a - i <= MAX_LINE else None), True
+        if w.eof:
+            return len(data), (bytes(data[i:]) if len(data) - i <= MAX_LINE else None), False
+        if len(data) - i > MAX_LINE:  # a huge line: look for its end a window at a time, holding none of it
+            while True:
+                w.base += len(w.buf)
+                w.buf = b""
+                w.more(0, WINDOW)
+                a = w.buf.find(b"\n")
+                if a >= 0:
+                    return a + 1, None, True
+                if w.eof:
+                    return len(w.buf), None, False
+        i = w.more(i, len(data) - i + WINDOW)
+
+
+def _line_global(result: PickleScan, names: _Names, module: bytes | None, name: bytes | None, opcode: str) -> None:
+    if module is None or name is None:
+        names.add(GlobalRef("<long name>", f"{opcode} line over {MAX_LINE} bytes", "unsafe", opcode))
+        return
+    mod, nam = _global_line(module, opcode == "INST"), _global_line(name, opcode == "INST")
+    if mod is None or nam is None:
+        # pickle stops at the decode; reported all the same (the bytes name nothing importable)
+        mod, nam = module.decode("utf-8", "replace"), name.decode("utf-8", "replace")
+    names.add(_ref(mod, nam, opcode))
+
+
+def _line_pair(w: _Window, i: int) -> tuple[int, bytes | None, bytes | None, bool]:
+    """GLOBAL/INST arguments as pickle.py reads them: two readlines, each with its last byte dropped."""
+    i, first, found = _read_line(w, i)
+    if not found:
+        return i, (first[:-1] if first else b""), b"", False
+    i, second, found = _read_line(w, i)
+    if not found and second is not None:
+        second = second[:-1]
+    return i, first, second, found
+
+
+# ----------------------------------------------------------------------------------------------
+# The lean walk: opcodes and arguments only
+
+# Runs of opcodes with fixed-size arguments are skipped by one regex match (in C); the Python loop
+# below only sees opcodes whose length depends on their argument (strings, GLOBAL lines ...).
+# The run is possessive: a regex that could backtrack would keep state per repetition, and a
+# pickle of a million DUPs would cost gigabytes.
+_FIXED_NOARG = bytes(c for c in range(256) if _TABLE[c] == 0)
+_FIXED = {k: bytes(c for c in range(256) if _TABLE[c] == k) for k in (1, 2, 4, 8)}
+
+
+def _run_pattern() -> re.Pattern[bytes]:
+    alts = [b"[" + re.escape(_FIXED_NOARG) + b"]++"]
+    for k, codes in _FIXED.items():
+        if codes:
+            alts.append(b"[" + re.escape(codes) + b"]" + b"." * k)
+    return re.compile(b"(?:" + b"|".join(alts) + b")++", re.DOTALL)
+
+
+_RUN = _run_pattern()
+
+
+def _lean_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> int:
+    """Walk one pickle from window position `i` to its STOP; globals go to `names`. Returns the
+    window position after it (or where the walk gave up, with `result.error` set)."""
+    table = _TABLE
+    run = _RUN.match
+    data = w.buf
+    n = len(data)
+    while True:
+        if n - i < 16 and not w.eof:
+            i = w.more(i, 16)
+            data, n = w.buf, len(w.buf)
+        m = run(data, i)
+        if m is not None:
+            i = m.end()
+            if n - i < 16 and not w.eof:
+                continue
+        if i >= n:
+            return _truncated(result, w, i, w.base + n + 1)
+        op = data[i]
+        k = table[op]
+        if k >= 0:
+            if i + 1 + k > n:
+                return _truncated(result, w, n, w.base + i + 1 + k)
+            i += 1 + k
+            continue
+        if k in (_LEN4, _LEN1, _LEN8):
+            head = 5 if k == _LEN4 else 2 if k == _LEN1 else 9
+            if i + head > n:
+                return _truncated(result, w, n, w.base + i + head)
+            size = (
+                _U32.unpack_from(data, i + 1)[0]
+                if k == _LEN4
+                else data[i + 1]
+                if k == _LEN1
+                else _U64.unpack_from(data, i + 1)[0]
+            )
+            if i + head + size <= n:
+                i += head + size
+                continue
+            if head + size <= WINDOW:
+                i = w.more(i, head + size)
+                data, n = w.buf, len(w.buf)
+                if i + head + size <= n:
+                    i += head + size
+                    continue
+            want = w.base + i + head + size
+            i, whole = w.skip(i + head, size)
+            data, n = w.buf, len(w.buf)
+            if not whole:
+                return _truncated(result, w, n, want)
+            continue
+        if k == _LONG_BINPUT:
+            index = _U32.unpack_from(data, i + 1)[0] if i + 5 <= n else 0
+            if i + 5 > n:
+                return _truncated(result, w, n, w.base + i + 5)
+            if index > 2 * max(w.base + n, 1 << 16) and result.memo_error is None:
+                # a pickler numbers memo slots 0, 1, 2 ...; CPython's C unpickler sizes its memo to the
+                # largest index: refuse to decode, but keep walking for the globals after it
+                result.memo_error = f"memo index {index} at byte {w.base + i} is out of range"
+            i += 5
+            continue
+        if k == _LINE2:
+            i, first, second, found = _line_pair(w, i + 1)
+            data, n = w.buf, len(w.buf)
+            _line_global(result, names, first, second, "GLOBAL" if op == 0x63 else "INST")
+            if not found:
+                return _truncated(result, w, i, w.base + n + 1)
+            continue
+        if k in (_LINE, _PUT):
+            at = w.base + i
+            i, text, found = _read_line(w, i + 1)
+            data, n = w.buf, len(w.buf)
+            if not found:
+                return _truncated(result, w, i, w.base + n + 1)
+            if (
+                k == _PUT
+                and result.memo_error is None
+                and (
+                    text is None
+                    or len(text) > 12
+                    or not text.strip().isdigit()
+                    or int(text) > 2 * max(w.base + n, 1 << 16)
+                )
+            ):
+                result.memo_error = f"memo index {(text or b'')[:20]!r} at byte {at} is out of range"
+            continue
+        if k == _STOP:
+            result.end = w.base + i + 1
+            return i + 1
+        if k == _STACK_GLOBAL:
+            result.stack_globals += 1
+            i += 1
+            continue
+        if k == _PROTO:
+            if i + 2 > n:
+                return _truncated(result, w, n, w.base + i + 2)
+            result.protocol = data[i + 1]
+            if result.protocol > 5:
+                result.end = w.base + i
+                result.error = f"unsupported pickle protocol {result.protocol} at byte {w.base + i}"
+                return i
+            i += 2
+            continue
+        if k == _EXT:
+            size = _EXT_SIZES[op]
+            if i + 1 + size > n:
+                return _truncated(result, w, n, w.base + i + 1 + size)
+            names.ext(int.from_bytes(data[i + 1 : i + 1 + size], "little", signed=op == 0x84))
+            i += 1 + size
+            continue
+        result.end = w.base + i
+        result.error = f"unknown opcode 0x{op:02x} at byte {w.base + i}: not a pickle, or corrupt"
+        return i
+
+
+def _truncated(result: PickleScan, w: _Window, i: int, needed: int) -> int:
+    end = w.base + len(w.buf)
+    result.end = end
+    result.error = f"pickle truncated at byte {end}: it ends without STOP"
+    result.truncated = True
+    result.needed = max(needed, end + 1)
+    return min(i, len(w.buf))
+
+
+# ----------------------------------------------------------------------------------------------
+# The stack walk: CPython's unpickler, opcode for opcode, with strings as the only values kept
+#
+# It follows pickle.py's _Unpickler: MARK starts a new stack frame (the old one goes to a
+# metastack); POP on an empty frame pops the mark; every opcode that builds from "the items since
+# the mark" takes the whole frame. Values other than strings are None; a container that APPEND,
+# SETITEM(S), ADDITEMS or BUILD fill stays what it was. STACK_GLOBAL resolves when both names are
+# strings the data spelled out; otherwise (a value some call returned) it is reported unresolved.
+
+_S = pickle  # opcode bytes as pickle.py names them
+_PUSH_NONE = frozenset(
+    ord(c)
+    for c in (
+        _S.NONE, _S.NEWTRUE, _S.NEWFALSE, _S.EMPTY_TUPLE, _S.EMPTY_LIST, _S.EMPTY_DICT, _S.EMPTY_SET,
+        _S.BININT, _S.BININT1, _S.BININT2, _S.BINFLOAT, _S.NEXT_BUFFER,
+    )
+)  # fmt: skip
+_TO_MARK_PUSH = frozenset(ord(c) for c in (_S.TUPLE, _S.LIST, _S.DICT, _S.FROZENSET, _S.OBJ))
+_TO_MARK_KEEP = frozenset(ord(c) for c in (_S.APPENDS, _S.SETITEMS, _S.ADDITEMS))
+# (items popped, whether a new value is pushed): the rest keep the item under them in place
+_POP_PUSH = {
+    ord(_S.TUPLE1): (1, True),
+    ord(_S.TUPLE2): (2, True),
+    ord(_S.TUPLE3): (3, True),
+    ord(_S.REDUCE): (2, True),
+    ord(_S.NEWOBJ): (2, True),
+    ord(_S.NEWOBJ_EX): (3, True),
+    ord(_S.BINPERSID): (1, True),
+    ord(_S.READONLY_BUFFER): (1, True),
+    ord(_S.BUILD): (1, False),
+    ord(_S.APPEND): (1, False),
+    ord(_S.SETITEM): (2, False),
+}
+_STR_LEN = {ord(_S.SHORT_BINUNICODE): 1, ord(_S.BINUNICODE): 4, ord(_S.BINUNICODE8): 8,
+            ord(_S.SHORT_BINSTRING): 1, ord(_S.BINSTRING): 4}  # fmt: skip
+_BINSTRINGS = frozenset((ord(_S.SHORT_BINSTRING), ord(_S.BINSTRING)))
+_MEMO_PUT = {ord(_S.BINPUT): 1, ord(_S.LONG_BINPUT): 4}
+_MEMO_GET = {ord(_S.BINGET): 1, ord(_S.LONG_BINGET): 4}
+_LINE_PUSH = frozenset(ord(c) for c in (_S.INT, _S.LONG, _S.FLOAT, _S.PERSID))
+
+
+class _Memo:
+    """pickle's memo as far as names need it: which slots exist (MEMOIZE writes to slot len(memo)) and
+    which hold strings. Dense slots 0..count-1 cost one counter; past MAX_MEMO it is `lost`."""
+
+    __slots__ = ("count", "sparse", "strings", "lost")
+
+    def __init__(self) -> None:
+        self.count = 0  # slots 0 .. count-1 all exist
+        self.sparse: set[int] = set()  # slots beyond them
+        self.strings: dict[int, str] = {}
+        self.lost = False
+
+    def put(self, index: int, value: str | None) -> None:
+        if self.lost:
+            return
+        if index == self.count:
+            self.count += 1
+            while self.count in self.sparse:
+                self.sparse.discard(self.count)
+                self.count += 1
+        elif index > self.count:
+            self.sparse.add(index)
+        if value is None:
+            self.strings.pop(index, None)
+        else:
+            self.strings[index] = value
+        if len(self.sparse) > MAX_MEMO or len(self.strings) > MAX_MEMO:
+            self.lose()
+
+    def memoize(self, value: str | None) -> None:
+        self.put(self.count + len(self.sparse), value)
+
+    def get(self, index: int) -> str | None:
+        return None if self.lost else self.strings.get(index)
+
+    def lose(self) -> None:
+        self.lost = True
+        self.sparse.clear()
+        self.strings.clear()
+
+
+def _stack_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> None:
+    """Walk one pickle (already accepted by the lean walk) tracking pickle.py's stack, metastack and memo."""
+    stack: list[str | None] = []
+    metastack: list[list[str | None]] = []
+    depth = 0  # items and marks held, for the MAX_STACK bound
+    lost = False  # past the bound: nothing on the stack is known any more
+    memo = _Memo()
+    table = _TABLE
+    end = result.end
+
+    def read(count: int) -> bytes:
+        nonlocal i
+        if i + count > len(w.buf):
+            i = w.more(i, count)
+        chunk = bytes(w.buf[i : i + count])
+        i += len(chunk)
+        return chunk
+
+    def pop_mark() -> None:
+        nonlocal stack, depth
+        depth -= len(stack) + 1
+        stack = metastack.pop() if metastack else []
+
+    while w.base + i < end:
+        if i + 16 > len(w.buf):
+            i = w.more(i, 16)
+        op = w.buf[i]
+        i += 1
+        k = table[op]
+        if op in _PUSH_NONE:
+            i += max(k, 0)
+            stack.append(None)
+            depth += 1
+        elif op in _STR_LEN:
+            width = _STR_LEN[op]
+            size = int.from_bytes(read(width), "little", signed=op == 0x54)
+            value: str | None = None
+            if 0 <= size <= MAX_NAME:
+                raw = read(size)
+                try:
+                    value = raw.decode("utf-8", "surrogateescape" if op in _BINSTRINGS else "surrogatepass")
+                except UnicodeDecodeError:
+                    value = None
+            else:
+                i, _whole = w.skip(i, max(size, 0))
+            stack.append(value)
+            depth += 1
+        elif op == 0x28:  # MARK
+            metastack.append(stack)
+            stack = []
+            depth += 1
+        elif op == 0x30:  # POP
+            if stack:
+                stack.pop()
+                depth -= 1
+            else:
+                pop_mark()
+        elif op == 0x31:  # POP_MARK
+            pop_mark()
+        elif op == 0x32:  # DUP
+            stack.append(stack[-1] if stack else None)
+            depth += 1
+        elif op in _TO_MARK_PUSH:
+            pop_mark()
+            stack.append(None)
+            depth += 1
+        elif op in _TO_MARK_KEEP:
+            pop_mark()
+        elif op in _POP_PUSH:
+            pops, push = _POP_PUSH[op]
+            take = min(pops, len(stack))
+            if take:
+                del stack[-take:]
+                depth -= take
+            if push:
+                stack.append(None)
+                depth += 1
+        elif op in _MEMO_PUT:
+            memo.put(int.from_bytes(read(_MEMO_PUT[op]), "little"), stack[-1] if stack and not lost else None)
+        elif op in _MEMO_GET:
+            stack.append(None if lost else memo.get(int.from_bytes(read(_MEMO_GET[op]), "little")))
+            depth += 1
+        elif op == 0x94:  # MEMOIZE
+            memo.memoize(stack[-1] if stack and not lost else None)
+        elif k == _STACK_GLOBAL:
+            name = stack.pop() if stack else None
+            module = stack.pop() if stack else None
+            depth -= 2
+            if not lost and isinstance(module, str) and isinstance(name, str):
+                names.add(_ref(module, name, "STACK_GLOBAL"))
+            else:
+                names.add(GlobalRef("<unresolved>", "STACK_GLOBAL", "unsafe", "STACK_GLOBAL"))
+            stack.append(None)
+            depth += 1
+        elif k == _LINE2:  # GLOBAL, INST: already listed by the lean walk, in the same order
+            i, first, second, _found = _line_pair(w, i)
+            _line_global(result, names, first, second, "GLOBAL" if op == 0x63 else "INST")
+            if op == 0x69:
+                pop_mark()
+            stack.append(None)
+            depth += 1
+        elif k == _EXT:
+            size = _EXT_SIZES[op]
+            names.ext(int.from_bytes(read(size), "little", signed=op == 0x84))
+            stack.append(None)
+            depth += 1
+        elif k in (_LINE, _PUT):
+            i, text, _found = _read_line(w, i)
+            text = text or b""
+            if op == 0x53:  # STRING: a quoted repr
+                value = None
+                if len(text) >= 2 and text[:1] == text[-1:] and text[:1] in (b"'", b'"'):
+                    try:
+                        value = codecs.escape_decode(text[1:-1])[0].decode("utf-8", "surrogateescape")
+                    except (ValueError, UnicodeDecodeError):
+                        value = None
+                stack.append(value)
+                depth += 1
+            elif op == 0x56:  # UNICODE
+                try:
+                    stack.append(text.decode("raw-unicode-escape"))
+                except UnicodeDecodeError:
+                    stack.append(None)
+                depth += 1
+            elif op == 0x70:  # PUT
+                if text.strip().isdigit() and len(text) <= 12:
+                    memo.put(int(text), stack[-1] if stack and not lost else None)
+            elif op == 0x67:  # GET
+                index = int(text) if text.strip().isdigit() and len(text) <= 12 else -1
+                stack.append(None if lost else memo.get(index))
+                depth += 1
+            elif op in _LINE_PUSH:
+                stack.append(None)
+                depth += 1
+        elif k == _STOP:
+            return
+        elif k >= 0:  # PROTO, FRAME and the rest that only carry an argument
+            i += k
+        elif k == _PROTO:
+            i += 1
+        elif k in (_LEN1, _LEN4, _LEN8):  # bytes: pushed as a value that is not a string
+            width = 1 if k == _LEN1 else 4 if k == _LEN4 else 8
+            size = int.from_bytes(read(width), "little")
+            i, _whole = w.skip(i, size)
+            stack.append(None)
+            depth += 1
+        elif k == _LONG_BINPUT:
+            i += 4
+        else:
+            return
+        if depth > MAX_STACK and not lost:
+            lost = True
+            memo.lose()
+            stack, metastack, depth = [], [], 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry points
+
+
 class PickleScan(Record):
     """What one pickle names, where it ends, and why it could not be walked to its STOP (if so)."""
 
@@ -426,11 +1049,10 @@ class PickleScan(Record):
     end: int = field(default=0, init=False)  # offset just past STOP (or where the walk gave up)
     error: str | None = field(default=None, init=False)
     protocol: int = field(default=0, init=False)
-    stack_globals: int = field(default=0, init=False)  # how many STACK_GLOBAL opcodes were resolved through the stack
-    truncated: bool = field(default=False, init=False)  # the data ended inside the pickle: more bytes might complete it
-    needed: int = field(
-        default=0, init=False
-    )  # when truncated: the data must reach at least this offset to get further
+    stack_globals: int = field(default=0, init=False)  # STACK_GLOBAL opcodes resolved through the stack
+    truncated: bool = field(default=False, init=False)  # the data ended inside the pickle: more might complete it
+    needed: int = field(default=0, init=False)  # when truncated: the data must reach at least this offset
+    memo_error: str | None = field(default=None, init=False)  # a memo index no pickler writes: walked on, not decoded
 
     @property
     def unsafe(self) -> list[GlobalRef]:
@@ -443,37 +1065,90 @@ def _ref(module: str, name: str, opcode: str) -> GlobalRef:
     return GlobalRef(module, name, classify_global(module, name), opcode)
 
 
-def scan_pickle(data, start: int = 0) -> PickleScan:
-    """Walk one pickle starting at `start`. Never raises: problems land in `.error`."""
-    result = PickleScan(start=start)
+def _scan_one(w: _Window, i: int, reopen) -> tuple[PickleScan, int]:
+    """One pickle from window position i; `reopen(offset)` gives a fresh window there for the stack walk."""
+    result = PickleScan(start=w.base + i)
+    names = _Names()
     try:
-        _lean_walk(data, start, result)
-        if result.stack_globals and result.error is None:
-            _stack_walk(data, start, result)
+        after = _lean_walk(w, i, result, names)
+        if result.stack_globals:  # a pickle cut short still ran what came before the cut
+            names = _Names()  # the stack walk lists every global again, in the order CPython meets them
+            again, j = reopen(result.start)
+            _stack_walk(again, j, result, names)
     except Exception as exc:  # noqa: BLE001 - a scanner of hostile bytes must never raise
         result.error = result.error or f"unreadable pickle ({type(exc).__name__}: {exc})"
-    seen: set[tuple[str, str]] = set()
-    unique = []
-    for g in result.globals:
-        if (g.module, g.name) not in seen:
-            seen.add((g.module, g.name))
-            unique.append(g)
-    result.globals = unique
-    return result
+        after = len(w.buf)
+    if result.memo_error and result.error is None:
+        result.error = result.memo_error
+    result.globals = names.refs
+    return result, after
+
+
+def _whole(data, start: int):
+    def reopen(offset: int) -> tuple[_Window, int]:
+        return _Window(None, data, 0, True), offset
+
+    return _Window(None, data, 0, True), reopen
+
+
+def scan_pickle(data, start: int = 0) -> PickleScan:
+    """Walk one pickle held in memory, starting at `start`. Never raises: problems land in `.error`."""
+    w, reopen = _whole(data, start)
+    return _scan_one(w, start, reopen)[0]
 
 
 def scan_stream(data, start: int = 0, limit: int | None = None) -> list[PickleScan]:
-    """Scan consecutive pickles from `start` until the data ends, a pickle fails, or `limit` pickles."""
-    scans: list[PickleScan] = []
-    pos = start
-    n = len(data)
-    while pos < n and (limit is None or len(scans) < limit):
-        scan = scan_pickle(data, pos)
-        scans.append(scan)
-        if scan.error is not None or scan.end <= pos:
-            break
-        pos = scan.end
+    """Scan consecutive pickles held in memory from `start` until the data ends, a pickle fails, or `limit`."""
+    w, reopen = _whole(data, start)
+    return _scan_consecutive(w, start, reopen, limit)
+
+
+def scan_source(open_at, size: int, start: int = 0, limit: int | None = None) -> list[PickleScan]:
+    """Scan consecutive pickles from a stream too big to hold: `open_at(offset)` returns a source (read,
+    skip) positioned at that offset; `size` is where the stream ends. Memory stays within a window."""
+
+    def reopen(offset: int) -> tuple[_Window, int]:
+        return _Window(open_at(offset), b"", offset), 0
+
+    w, i = reopen(start)
+    scans = _scan_consecutive(w, i, reopen, limit, size)
     return scans
+
+
+def _scan_consecutive(w: _Window, i: int, reopen, limit: int | None, size: int | None = None) -> list[PickleScan]:
+    scans: list[PickleScan] = []
+    total = len(w.buf) if size is None else size
+    while limit is None or len(scans) < limit:
+        if w.base + i >= total:
+            break
+        if i >= len(w.buf) and not w.eof:
+            i = w.more(i, 16)
+            if i >= len(w.buf):
+                break
+        scan, i = _scan_one(w, i, reopen)
+        scans.append(scan)
+        if scan.error is not None or scan.end <= scan.start:
+            break
+    return scans
+
+
+def scan_file(reader, start: int, end: int, limit: int | None = None) -> list[PickleScan]:
+    """Consecutive pickles in bytes [start, end) of a file (a FileReader), a window at a time."""
+    return scan_source(lambda offset: FileSource(reader, offset, end), end, start, limit)
+
+
+def scan_member(reader, start: int, compressed: int, declared: int, method: int) -> list[PickleScan]:
+    """The pickle(s) of a zip member (stored or deflated), a window at a time; a deflated member is
+    inflated only up to its declared size."""
+    if method == 0:
+        return scan_file(reader, start, start + compressed)
+
+    def open_at(offset: int):
+        source = InflateSource(reader, start, compressed, declared)
+        source.skip(offset)
+        return source
+
+    return scan_source(open_at, declared)
 
 
 def scan_globals(data) -> list[GlobalRef]:
@@ -486,237 +1161,3 @@ def scan_globals(data) -> list[GlobalRef]:
                 seen.add((g.module, g.name))
                 out.append(g)
     return out
-
-
-def _decode_line(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
-
-
-# Runs of opcodes with fixed-size arguments are skipped by one regex match (in C); the Python loop
-# below only sees opcodes whose length depends on their argument (strings, GLOBAL lines ...).
-_FIXED_NOARG = bytes(c for c in range(256) if _TABLE[c] == 0)
-_FIXED = {k: bytes(c for c in range(256) if _TABLE[c] == k) for k in (1, 2, 4, 8)}
-_RUN_CACHE: dict[int, re.Pattern[bytes]] = {}
-
-
-def _run_pattern(memo_limit: int) -> re.Pattern[bytes]:
-    """A regex for a run of fixed-size opcodes, LONG_BINPUT included while its index stays below
-    about 2 * memo_limit (larger indices end the run, and the loop refuses them)."""
-    top = max(memo_limit.bit_length(), 17)
-    pattern = _RUN_CACHE.get(top)
-    if pattern is None:
-        alts = []
-        if _FIXED_NOARG:
-            alts.append(b"[" + re.escape(_FIXED_NOARG) + b"]")
-        for k, codes in _FIXED.items():
-            if codes:
-                alts.append(b"[" + re.escape(codes) + b"]" + b"." * k)
-        # LONG_BINPUT: 4 little-endian bytes, value < 2**top
-        full, rest = divmod(top, 8)
-        body = b"." * full + (b"[\\x00-" + re.escape(bytes([(1 << rest) - 1])) + b"]" if rest else b"")
-        body += b"\\x00" * (4 - full - (1 if rest else 0))
-        alts.append(b"r" + body)
-        pattern = re.compile(b"(?:" + b"|".join(alts) + b")+", re.DOTALL)
-        _RUN_CACHE[top] = pattern
-    return pattern
-
-
-def _lean_walk(data, start: int, result: PickleScan) -> None:
-    table = _TABLE
-    n = len(data)
-    i = start
-    memo_limit = max(n, 1 << 16)  # a pickler numbers memo slots 0, 1, 2 ...: never beyond the size of the pickle
-    run = _run_pattern(memo_limit).match
-    find = data.find
-    while True:
-        m = run(data, i)
-        if m is not None:
-            i = m.end()
-        if i >= n:
-            result.end = n
-            result.error = f"pickle ends without STOP at byte {n} (truncated)"
-            result.truncated = True
-            result.needed = n + 1
-            return
-        op = data[i]
-        k = table[op]
-        if k >= 0:
-            i += 1 + k
-        elif k == _LEN4:
-            if i + 5 > n:
-                break
-            i += 5 + _U32.unpack_from(data, i + 1)[0]
-        elif k == _LEN1:
-            if i + 2 > n:
-                break
-            i += 2 + data[i + 1]
-        elif k == _LONG_BINPUT:
-            if i + 5 > n:
-                break
-            if _U32.unpack_from(data, i + 1)[0] > 2 * memo_limit:
-                result.end = i
-                result.error = f"memo index {_U32.unpack_from(data, i + 1)[0]} at byte {i} is out of range"
-                return
-            i += 5
-        elif k == _LINE2:
-            a = find(b"\n", i + 1)
-            b = find(b"\n", a + 1) if a >= 0 else -1
-            if b < 0:
-                break
-            module, name = _decode_line(data[i + 1 : a]), _decode_line(data[a + 1 : b])
-            result.globals.append(_ref(module, name, "GLOBAL" if op == 0x63 else "INST"))
-            i = b + 1
-        elif k in (_LINE, _PUT):
-            a = find(b"\n", i + 1)
-            if a < 0:
-                break
-            if k == _PUT:
-                text = bytes(data[i + 1 : a])
-                if len(text) > 12 or not text.strip().isdigit() or int(text) > memo_limit:
-                    result.end = i
-                    result.error = f"memo index {text[:20]!r} at byte {i} is out of range"
-                    return
-            i = a + 1
-        elif k == _LEN8:
-            if i + 9 > n:
-                break
-            i += 9 + _U64.unpack_from(data, i + 1)[0]
-        elif k == _STOP:
-            result.end = i + 1
-            return
-        elif k == _STACK_GLOBAL:
-            result.stack_globals += 1
-            i += 1
-        elif k == _PROTO:
-            if i + 2 > n:
-                break
-            result.protocol = data[i + 1]
-            if result.protocol > 5:
-                result.end = i
-                result.error = f"unsupported pickle protocol {result.protocol} at byte {i}"
-                return
-            i += 2
-        elif k == _EXT:
-            size = _EXT_SIZES[op]
-            code = int.from_bytes(data[i + 1 : i + 1 + size], "little")
-            result.globals.append(GlobalRef("copyreg", f"<extension code {code}>", "unsafe", "EXT"))
-            i += 1 + size
-        else:
-            result.end = i
-            result.error = f"unknown opcode 0x{op:02x} at byte {i}: not a pickle, or corrupt"
-            return
-        if i > n:
-            break
-    result.end = n
-    result.error = f"pickle truncated at byte {n}: an argument runs past the end"
-    result.truncated = True
-    result.needed = max(i, n + 1)  # i is where the argument would end, when its length was readable
-
-
-# Stack effect per opcode for the second pass: (pops to the last MARK first?, then pops, pushes)
-_EFFECT: list[tuple[bool, int, int]] = [(False, 0, 0)] * 256
-for _op in pickletools.opcodes:
-    _before, _after = _op.stack_before, _op.stack_after
-    _to_mark = pickletools.markobject in _before
-    _pops = _before.index(pickletools.markobject) if _to_mark else len(_before)
-    _EFFECT[ord(_op.code)] = (_to_mark, _pops, len(_after))
-_STRING_PUSH = {0x8C: 1, 0x58: 4, 0x8D: 8}  # SHORT_BINUNICODE, BINUNICODE, BINUNICODE8: length bytes
-_MEMO_PUT = {0x71: 1, 0x72: 4}  # BINPUT, LONG_BINPUT
-_MEMO_GET = {0x68: 1, 0x6A: 4}  # BINGET, LONG_BINGET
-_OP_MARK, _OP_DUP, _OP_MEMOIZE, _OP_UNICODE, _OP_PUT, _OP_GET = 0x28, 0x32, 0x94, 0x56, 0x70, 0x67
-
-
-def _stack_walk(data, start: int, result: PickleScan) -> None:
-    """Resolve STACK_GLOBAL names through a simulated stack and memo (strings only; all else None).
-
-    Runs only after the lean walk accepted the pickle up to its STOP, so arguments are in bounds.
-    """
-    stack: list = []
-    marks: list[int] = []
-    memo: dict[int, object] = {}
-    resolved: list[GlobalRef] = []
-    table, effect = _TABLE, _EFFECT
-    i, end = start, result.end
-    find = data.find
-    while i < end:
-        op = data[i]
-        k = table[op]
-        if op in _STRING_PUSH:
-            width = _STRING_PUSH[op]
-            length = int.from_bytes(data[i + 1 : i + 1 + width], "little")
-            begin = i + 1 + width
-            stack.append(bytes(data[begin : begin + length]).decode("utf-8", "surrogatepass"))
-            i = begin + length
-            continue
-        if op == _OP_MEMOIZE:
-            memo[len(memo)] = stack[-1] if stack else None
-            i += 1
-            continue
-        if op in _MEMO_PUT:
-            width = _MEMO_PUT[op]
-            memo[int.from_bytes(data[i + 1 : i + 1 + width], "little")] = stack[-1] if stack else None
-            i += 1 + width
-            continue
-        if op in _MEMO_GET:
-            width = _MEMO_GET[op]
-            stack.append(memo.get(int.from_bytes(data[i + 1 : i + 1 + width], "little")))
-            i += 1 + width
-            continue
-        if k == _STACK_GLOBAL:
-            name = stack.pop() if stack else None
-            module = stack.pop() if stack else None
-            if isinstance(module, str) and isinstance(name, str):
-                resolved.append(_ref(module, name, "STACK_GLOBAL"))
-            else:
-                resolved.append(GlobalRef("<unresolved>", "STACK_GLOBAL", "unsafe", "STACK_GLOBAL"))
-            stack.append(None)
-            i += 1
-            continue
-        if op == _OP_MARK:
-            marks.append(len(stack))
-            i += 1
-            continue
-        if op == _OP_DUP:
-            stack.append(stack[-1] if stack else None)
-            i += 1
-            continue
-        # advance past the argument
-        if k >= 0:
-            nxt = i + 1 + k
-        elif k == _LEN1:
-            nxt = i + 2 + data[i + 1]
-        elif k in (_LEN4, _LONG_BINPUT):
-            nxt = i + 5 + (_U32.unpack_from(data, i + 1)[0] if k == _LEN4 else 0)
-        elif k == _LEN8:
-            nxt = i + 9 + _U64.unpack_from(data, i + 1)[0]
-        elif k in (_LINE, _PUT):
-            nxt = find(b"\n", i + 1) + 1
-            if op in (_OP_UNICODE, _OP_PUT, _OP_GET):
-                text = bytes(data[i + 1 : nxt - 1])
-                if op == _OP_UNICODE:
-                    stack.append(text.decode("raw-unicode-escape"))
-                elif op == _OP_PUT:
-                    memo[int(text)] = stack[-1] if stack else None
-                else:
-                    stack.append(memo.get(int(text)))
-                i = nxt
-                continue
-        elif k == _LINE2:
-            nxt = find(b"\n", find(b"\n", i + 1) + 1) + 1
-        elif k == _PROTO:
-            nxt = i + 2
-        elif k == _EXT:
-            nxt = i + 1 + _EXT_SIZES[op]
-        elif k == _STOP:
-            break
-        else:
-            break
-        to_mark, pops, pushes = effect[op]
-        if to_mark:
-            del stack[marks.pop() if marks else 0 :]
-        if pops:
-            del stack[max(len(stack) - pops, 0) :]
-        if pushes:
-            stack.append(None)
-        i = nxt
-    result.globals.extend(resolved)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ckinspect.formats.safetensors import read_safetensors
+from ckinspect.io.contain import OutsideTarget, inside
 from ckinspect.model import Checkpoint
 
 MAX_NAMED = 5  # tensor names quoted per finding before "... and N more"
@@ -32,12 +33,15 @@ def read_sharded(index_json_path: str | os.PathLike[str]) -> Checkpoint:
     tree: dict[str, object] = {}
     for shard in sorted(by_shard):
         expected = by_shard[shard]
-        if PurePosixPath(shard).is_absolute() or ".." in PurePosixPath(shard).parts:
-            ckpt.add("CORRUPT", f"index names shard {shard!r} outside its folder; not read")
+        try:
+            shard_path = inside(index_path.parent, shard)
+        except OutsideTarget as exc:
+            ckpt.add(
+                "CORRUPT", f"index names shard {shard!r} outside its folder or through a symlink ({exc}); not read"
+            )
             continue
-        shard_path = index_path.parent / shard
         if not shard_path.is_file():
-            ckpt.add("CORRUPT", f"shard {shard} is missing ({_names(expected)} have no data)")
+            ckpt.add("MISSING_PARTS", f"shard {shard} is missing ({_names(expected)} have no data)")
             continue
         part = _read_shard(shard_path, shard)
         ckpt.files.append(shard_path)
@@ -94,7 +98,7 @@ def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
     kind = sniff(shard_path)
     if kind == "safetensors":
         return read_safetensors(shard_path, member=shard)
-    if kind in ("torch-zip", "torch-legacy"):
+    if kind in ("torch-zip", "torch-legacy", "pickle"):  # a .bin shard is torch.load-ed: a plain pickle runs too
         return read_as(shard_path, kind)
     part = Checkpoint(path=shard_path, format="unknown", file_bytes=shard_path.stat().st_size)
     part.add("CORRUPT", f"not a checkpoint: looks like {describe(shard_path)}")

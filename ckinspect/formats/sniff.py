@@ -32,14 +32,19 @@ def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
 
 
 def is_dcp_folder(path: Path) -> bool:
-    """A torch.distributed.checkpoint folder: `.metadata` and/or `*.distcp` shards."""
+    """A torch.distributed.checkpoint folder: `.metadata`, rank-local `__<rank>.metadata` and/or `*.distcp` shards."""
     try:
         if (path / ".metadata").is_file():
             return True
         with os.scandir(path) as entries:
-            return any(entry.name.endswith(".distcp") and entry.is_file() for entry in entries)
+            return any((entry.name.endswith(".distcp") or _is_rank_metadata(entry.name)) and entry.is_file()
+                       for entry in entries)  # fmt: skip
     except OSError:
         return False
+
+
+def _is_rank_metadata(name: str) -> bool:
+    return name.startswith("__") and name.endswith(".metadata") and name[2:-9].isdigit()
 
 
 def sniff(path: str | os.PathLike[str]) -> str:
@@ -66,6 +71,8 @@ def sniff_bytes(head: bytes, size: int, path: Path | None = None) -> str:
         if _zip_has_data_pkl(head, path):
             return "torch-zip"
         return "numpy" if _is_npz(path) else "unknown"
+    if is_legacy_tar(head, path):  # torch's legacy loader tries tar before the stacked pickles
+        return "torch-legacy"
     if head.startswith(NPY_MAGIC):
         return "numpy"
     if _is_legacy(head):
@@ -86,10 +93,45 @@ def _zip_has_data_pkl(head: bytes, path: Path | None) -> bool:
         try:
             with open(path, "rb") as handle:
                 members, _ = read_directory(FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size))
-            return any(m.name == "data.pkl" or m.name.endswith("/data.pkl") for m in members)
+            # miniz matches names without regard to case; a zip with pickles but no data.pkl is judged too
+            return any(m.name.lower() == "data.pkl" or m.name.lower().endswith((".pkl", "/data.pkl")) for m in members)
         except (ZipError, OSError):
             pass  # no readable directory: look for the member's name in the first bytes
     return b"/data.pkl" in head
+
+
+LEGACY_TAR_MEMBERS = ("storages", "tensors", "pickle")  # what torch's legacy tar loader unpickles
+_MAX_TAR_MEMBERS = 100_000
+
+
+def tar_checksum_ok(block: bytes) -> bool:
+    """The first 512 bytes are a tar header whose checksum adds up (what tarfile checks first)."""
+    if len(block) < 512:
+        return False
+    field = block[148:156].split(b"\0", 1)[0].strip()
+    try:
+        expected = int(field or b"x", 8)
+    except ValueError:
+        return False
+    unsigned = sum(block[:148]) + 8 * 32 + sum(block[156:512])
+    signed = unsigned - 256 * sum(1 for b in block[:148] + block[156:512] if b >= 128)
+    return expected in (unsigned, signed)
+
+
+def is_legacy_tar(head: bytes, path: Path | None) -> bool:
+    """A tar that torch.load would hand to its legacy tar loader: it holds storages, tensors or pickle."""
+    if path is None or not tar_checksum_ok(head[:512]):
+        return False
+    import tarfile  # deferred: only a file that starts with a tar header gets here
+
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for count, info in enumerate(tar):
+                if info.name in LEGACY_TAR_MEMBERS or count > _MAX_TAR_MEMBERS:
+                    return True
+    except (tarfile.TarError, OSError, ValueError, EOFError, UnicodeDecodeError):
+        return False
+    return False
 
 
 def _is_npz(path: Path | None) -> bool:
@@ -126,7 +168,9 @@ def _looks_like_safetensors(head: bytes, size: int) -> bool:
 
 
 def _looks_like_pickle(head: bytes, size: int, path: Path | None) -> bool:
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+    if len(head) >= 2 and head[0] == 0x80 and head[1] <= 5:  # PROTO 0 and 1 are legal too
+        return True
+    if path is not None and _names_code(path, size):
         return True
     if not head or head[0] not in _OLD_PICKLE_OPENERS:
         return False
@@ -149,6 +193,21 @@ def _looks_like_pickle(head: bytes, size: int, path: Path | None) -> bool:
 
 def _scans_to_end(scans: list, size: int) -> bool:
     return bool(scans) and all(s.error is None for s in scans) and scans[-1].end == size
+
+
+def _names_code(path: Path, size: int) -> bool:
+    """Whatever it looks like, pickle.load would import something that runs code from it (scanned a
+    window at a time): it is judged as a pickle, not described as text or binary data."""
+    from ckinspect.formats.pickle_scan import scan_file
+    from ckinspect.io.zipdir import FileReader
+
+    try:
+        with open(path, "rb") as handle:
+            scans = scan_file(FileReader(handle.fileno(), size), 0, size, limit=1)
+    except OSError:
+        return False
+    # dangerous, or a name the scan could not even resolve (a 3 MiB GLOBAL line, a computed STACK_GLOBAL)
+    return bool(scans) and any(g.dangerous or g.module.startswith("<") for g in scans[0].globals)
 
 
 # --- describe -------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from pathlib import Path
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.errors import CorruptPickle
 from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
-from ckinspect.formats.pickle_scan import PickleScan, scan_stream
+from ckinspect.formats.pickle_scan import PickleScan, scan_file
 from ckinspect.formats.sniff import LEGACY_MAGIC as MAGIC_NUMBER  # torch/serialization.py names it so
+from ckinspect.formats.sniff import LEGACY_TAR_MEMBERS, is_legacy_tar
 from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef, restricted_load
 from ckinspect.io.zipdir import FileReader
@@ -32,19 +33,13 @@ _NAMES = ("magic number", "protocol version", "sys_info", "object", "storage key
 
 
 def read_pickle_prefix(reader: FileReader, count: int) -> tuple[bytes, list[PickleScan]]:
-    """Read just enough of the file to hold its first `count` pickles (growing the read until they end)."""
-    want = 1 << 20
-    while True:
-        data = reader.read_at(0, min(want, reader.size, MAX_PICKLE_BYTES))
-        scans = scan_stream(data, limit=count)
-        # read more only when a pickle ran off the end of what was read, and the file can hold what it
-        # needs: a garbage length field must not make us read a gigabyte
-        last = scans[-1] if scans else None
-        if last is None or not last.truncated or len(data) >= reader.size or last.needed > reader.size:
-            return data, scans
-        want = max(want * 4, last.needed + (1 << 20))
-        if want > MAX_PICKLE_BYTES and len(data) >= MAX_PICKLE_BYTES:
-            return data, scans
+    """The first `count` pickles: scanned a window at a time (whatever their size), and their bytes when
+    they fit in MAX_PICKLE_BYTES (b"" otherwise: scanned, too large to decode)."""
+    scans = scan_file(reader, 0, reader.size, limit=count)
+    if len(scans) < count or any(s.error is not None for s in scans):
+        return b"", scans  # not decoded: no need to hold bytes a garbage length field points at
+    end = scans[-1].end
+    return (reader.read_at(0, end) if end <= MAX_PICKLE_BYTES else b""), scans
 
 
 @no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
@@ -64,6 +59,9 @@ def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
     if reader.size == 0:
         ckpt.add("CORRUPT", f"{path.name} is empty")
         return
+    if is_legacy_tar(reader.read_at(0, 512), path):
+        _read_tar(ckpt, reader, path)
+        return
     data, scans = read_pickle_prefix(reader, 5)
     where = path.name
     unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where, data)
@@ -75,6 +73,11 @@ def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
         ckpt.add("CORRUPT", f"{where}: ends after {len(scans)} of the 5 pickles a legacy torch file holds (truncated)")
         return
     if unsafe:
+        return
+    if not data:
+        ckpt.add(
+            "CORRUPT", f"{where}: its pickles end at byte {scans[-1].end}, too large to list (scanned, not decoded)"
+        )
         return
     try:
         magic = restricted_load(data[scans[0].start : scans[0].end], scan=scans[0])
@@ -157,3 +160,35 @@ def _locate_storages(ckpt: Checkpoint, reader: FileReader, path: Path, collector
     if missing:
         ckpt.add("CORRUPT", f"{path.name}: {len(missing)} storage(s) named by the pickle are not in the file: "
                             + ", ".join(missing[:10]))  # fmt: skip
+
+
+def _read_tar(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
+    """The oldest form (torch < 0.4): a tar of `storages`, `tensors` and `pickle`, which torch.load tries
+    before anything else. Each is scanned as torch would unpickle it (the last member of a name, as
+    tarfile's getmember picks); the tensors are not listed."""
+    import tarfile
+
+    members: dict[str, tarfile.TarInfo] = {}
+    with tarfile.open(path, "r:") as tar:
+        for info in tar:
+            if info.name in LEGACY_TAR_MEMBERS:
+                members[info.name] = info  # a later member of the same name wins
+    for name in LEGACY_TAR_MEMBERS:
+        member = members.get(name)
+        if member is None or not member.isfile():
+            continue
+        where = f"{path.name}:{name}"
+        start, end = member.offset_data, min(member.offset_data + member.size, reader.size)
+        scans = scan_file(reader, start, end)
+        record_globals(ckpt, [g for scan in scans for g in scan.globals], where)
+        walked = scans[-1].end if scans else start
+        if name != "pickle" and walked < end:
+            # raw storage bytes and sizes lie between the pickles of `storages` and `tensors`
+            ckpt.add("CORRUPT", f"{where}: legacy tar form, scanned up to byte {walked - start} of {end - start}; "
+                                "the rest is not listed (re-save it with a current torch)")  # fmt: skip
+        elif scans and scans[0].error is not None:
+            ckpt.add("CORRUPT", f"{where}: {scans[0].error}")
+    if "pickle" not in members:
+        ckpt.add(
+            "CORRUPT", f"{path.name}: a tar that torch.load reads as its legacy format, but without a pickle member"
+        )

@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 
 from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals, set_tree
-from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_stream
+from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import StorageRef
 from ckinspect.io.zipdir import (
@@ -22,6 +22,7 @@ from ckinspect.io.zipdir import (
     FileReader,
     ZipError,
     ZipMember,
+    data_offset,
     data_offsets,
     local_header_at,
     read_directory,
@@ -34,7 +35,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 MAX_PICKLE_BYTES = 1 << 30  # a data.pkl beyond this is not a checkpoint we should hold in memory
-MAX_OTHER_PICKLE_BYTES = 64 << 20
+MAX_INFLATED_PICKLE_BYTES = 64 << 20  # a deflated data.pkl is inflated into memory up to this; beyond, only scanned
+MAX_OTHER_PICKLE_BYTES = (
+    64 << 20
+)  # other pickles up to this are read whole (the allowlist hint reads them); beyond, scanned
 MAX_UNINDEXED_PICKLE_BYTES = 256 << 20  # without a directory the pickle's size is unknown: read at most this
 
 
@@ -66,9 +70,12 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
             return _read_without_directory(ckpt, reader, file, str(exc))
         raise
     by_name = {m.name: m for m in members}
+    if base == 0:
+        _scan_second_directory(ckpt, reader, cd_start, file)
     pkl = _find_data_pkl(members)
     if pkl is None:
         ckpt.add("CORRUPT", f"{file.name}: a zip, but no <archive>/data.pkl in it: not a torch.save checkpoint")
+        _scan_other_pickles(ckpt, reader, members, None, cd_start, file)
         return None
     archive = pkl.name[: -len("data.pkl")]
     where = f"{file.name}:{pkl.name}"
@@ -78,9 +85,10 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         ckpt.format = "torchscript"
         ckpt.metadata["torchscript"] = True
     try:
-        data = read_member(reader, pkl, cd_start, MAX_PICKLE_BYTES)
+        data = read_member(reader, pkl, cd_start, _pickle_cap(pkl))
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{where}: {exc}")
+        _scan_in_place(ckpt, reader, pkl, cd_start, where, torchscript)
         return None
     if zlib.crc32(data) != pkl.crc32:
         ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
@@ -100,25 +108,30 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
     return tree
 
 
-def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipMember], pkl: ZipMember,
-                        cd_start: int, file: Path, torchscript: bool) -> None:  # fmt: skip
+def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipMember], pkl: ZipMember | None,
+                        cd_start: int, file: Path, torchscript: bool = False) -> None:  # fmt: skip
     """torch.load reads only data.pkl, but TorchScript archives (constants.pkl) are handed to
-    torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive.
-    constants.pkl of a TorchScript archive is decoded later, with its tensors."""
+    torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive, in
+    any case and at any size (duplicates included). constants.pkl of a TorchScript archive is decoded
+    later, with its tensors."""
+    constants = pkl.name[: -len("data.pkl")] + "constants.pkl" if torchscript and pkl is not None else None
     for member in members:
-        if not member.name.endswith(".pkl") or member is pkl or member.file_size > MAX_OTHER_PICKLE_BYTES:
+        if member is pkl or member.name == constants or not member.name.lower().endswith(".pkl"):
             continue
-        if torchscript and member.name == pkl.name[: -len("data.pkl")] + "constants.pkl":
+        where = f"{file.name}:{member.name}"
+        if member.file_size > MAX_OTHER_PICKLE_BYTES:
+            _scan_in_place(ckpt, reader, member, cd_start, where, torchscript)
             continue
         try:
-            data = read_member(reader, member, cd_start, MAX_PICKLE_BYTES)
+            data = read_member(reader, member, cd_start, MAX_OTHER_PICKLE_BYTES)
         except ZipError as exc:
-            ckpt.add("CORRUPT", f"{file.name}: {exc}")
+            ckpt.add("CORRUPT", f"{where}: {exc}")
+            _scan_in_place(ckpt, reader, member, cd_start, where, torchscript)
             continue
         scans = scan_stream(data)
         if torchscript:
             mark_torchscript(scans)
-        record_globals(ckpt, [g for s in scans for g in s.globals], f"{file.name}:{member.name}", data)
+        record_globals(ckpt, [g for s in scans for g in s.globals], where, data)
 
 
 # constants.pkl names TorchScript's constants; torch.jit shows them to code as CONSTANTS.c0, c1, ...
@@ -131,9 +144,10 @@ def _add_torchscript_constants(ckpt: Checkpoint, reader: FileReader, by_name: di
     member = by_name[archive + "constants.pkl"]
     where = f"{file.name}:{member.name}"
     try:
-        data = read_member(reader, member, cd_start, MAX_PICKLE_BYTES)
+        data = read_member(reader, member, cd_start, _pickle_cap(member))
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{where}: {exc}")
+        _scan_in_place(ckpt, reader, member, cd_start, where, torchscript=True)
         return
     folder = f"{archive}constants/"
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
@@ -166,10 +180,52 @@ def _report_code(ckpt: Checkpoint, members: list[ZipMember], archive: str, file:
 
 
 def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
-    """`<archive>/data.pkl` (torch.save names the folder after the file), or a bare `data.pkl`."""
-    candidates = [m for m in members if m.name.endswith("/data.pkl") and m.name.count("/") == 1]
-    candidates += [m for m in members if m.name == "data.pkl"]
+    """The member torch.load reads as data.pkl: `<archive>/data.pkl` where the archive is the folder of
+    the directory's first entry, matched without regard to case (miniz's lookup); else any
+    `<folder>/data.pkl` or a bare `data.pkl`. Every other pickle member is scanned too (duplicates included)."""
+    if members and "/" in members[0].name:
+        wanted = members[0].name.split("/", 1)[0].lower() + "/data.pkl"
+        for m in members:
+            if m.name.lower() == wanted:
+                return m
+    candidates = [m for m in members if m.name.lower().endswith("/data.pkl") and m.name.count("/") == 1]
+    candidates += [m for m in members if m.name.lower() == "data.pkl"]
     return candidates[0] if candidates else None
+
+
+def _scan_second_directory(ckpt: Checkpoint, reader: FileReader, cd_start: int, file: Path) -> None:
+    """A zip whose end record names another directory than its zip64 record: torch (and zipfile) read
+    the zip64 one, other readers may not. The pickles the other directory lists are judged too."""
+    try:
+        members, other_start = read_directory(reader, classic=True)
+    except ZipError:
+        return
+    if other_start == cd_start:
+        return
+    for member in members:
+        if member.name.lower().endswith(".pkl"):
+            _scan_in_place(ckpt, reader, member, other_start, f"{file.name}:{member.name} (second zip directory)")
+
+
+def _scan_in_place(ckpt: Checkpoint, reader: FileReader, member: ZipMember, limit: int, where: str,
+                   torchscript: bool = False) -> None:  # fmt: skip
+    """Scan a member's pickle(s) a window at a time, whatever its size (deflated: up to its declared size)."""
+    try:
+        start = data_offset(reader, member)
+    except ZipError as exc:
+        ckpt.add("CORRUPT", f"{where}: {exc}")
+        return
+    compressed = max(0, min(member.compressed_size, limit - start))
+    scans = scan_member(reader, start, compressed, member.file_size, member.compress_type)
+    if torchscript:
+        mark_torchscript(scans)
+    record_globals(ckpt, [g for s in scans for g in s.globals], where)
+
+
+def _pickle_cap(member: ZipMember) -> int:
+    """How much of a member's pickle is held to decode it: never past its declared size (inflation
+    stops there), and a deflated one only up to MAX_INFLATED_PICKLE_BYTES; beyond, it is only scanned."""
+    return min(member.file_size, MAX_PICKLE_BYTES if member.compress_type == 0 else MAX_INFLATED_PICKLE_BYTES)
 
 
 def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key_prefix: str = "",

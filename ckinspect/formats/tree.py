@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 ROOT_TENSOR_NAME = "tensor"  # torch.save(tensor) has no key to name it by
+MAX_TREE_DEPTH = 1000  # containers nested deeper are not entered: no checkpoint nests so, a hostile pickle may
+MAX_KEY_CHARS = 1000  # a longer key is cut in names, so that building a path stays linear in the tree's size
 
 
 def _children(node: Any) -> list[tuple[str, Any]] | None:
@@ -35,7 +37,11 @@ def _children(node: Any) -> list[tuple[str, Any]] | None:
 
 
 def _join(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else key
+    return f"{prefix}.{_cut(key)}" if prefix else _cut(key)
+
+
+def _cut(key: str) -> str:
+    return key if len(key) <= MAX_KEY_CHARS else key[:MAX_KEY_CHARS] + "…"
 
 
 def walk(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -45,22 +51,24 @@ def walk(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     build with its memo) cannot make the walk loop or explode; leaves are reported at every path.
     """
     entered: set[int] = set()
-    stack: list[tuple[str, Any]] = [(prefix, tree)]
+    stack: list[tuple[str, Any, int]] = [(prefix, tree, 0)]
     while stack:
-        path, node = stack.pop()
+        path, node, depth = stack.pop()
         yield path, node
+        if depth >= MAX_TREE_DEPTH:
+            continue
         children = _children(node)
         if children is None or id(node) in entered:
             continue
         entered.add(id(node))
         for key, child in reversed(children):
-            stack.append((_join(path, key), child))
+            stack.append((_join(path, key), child, depth + 1))
 
 
 _SCALARS = (str, int, float, bool, type(None), bytes)
 
 
-def flatten(tree: Any, prefix: str = "") -> list[TensorInfo]:
+def flatten(tree: Any, prefix: str = "", too_deep: list[str] | None = None) -> list[TensorInfo]:
     """Every tensor in the tree, named by its dotted path (`model.layers.0.attn.wq.weight`).
 
     An unnamed descriptor (name "", as the unpickler makes them) is named in place the first time
@@ -71,9 +79,9 @@ def flatten(tree: Any, prefix: str = "") -> list[TensorInfo]:
     """
     out: list[TensorInfo] = []
     entered: set[int] = set()
-    stack: list[tuple[str, Any]] = [(prefix, tree)]
+    stack: list[tuple[str, Any, int]] = [(prefix, tree, 0)]
     while stack:
-        path, node = stack.pop()
+        path, node, depth = stack.pop()
         kind = type(node)
         if kind is TensorInfo:
             name = path or ROOT_TENSOR_NAME
@@ -94,11 +102,16 @@ def flatten(tree: Any, prefix: str = "") -> list[TensorInfo]:
         if children is None:
             continue
         entered.add(id(node))
+        if depth >= MAX_TREE_DEPTH:
+            if too_deep is not None and not too_deep:
+                too_deep.append(path[:200])
+            continue
         dot = path + "." if path else ""
+        depth += 1
         for key, child in reversed(children):
             if type(child) in _SCALARS:
                 continue
-            stack.append((dot + key, child))
+            stack.append((dot + (key if len(key) <= MAX_KEY_CHARS else _cut(key)), child, depth))
     return out
 
 

@@ -12,6 +12,7 @@ import io
 import ntpath
 import pickle
 import posixpath
+import reprlib
 import struct
 
 from ckinspect.dtypes import TORCH_DTYPE_ATTRS, TORCH_STORAGE_CLASSES, dtype_info
@@ -90,6 +91,12 @@ class StorageRef:
         return f"StorageRef({self.key!r}, {self.dtype!r}, {self.location!r}, {self.nbytes!r}, untyped={self.untyped!r})"
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 3, 6, 6, 6
+_SHORT.maxstring, _SHORT.maxother = 80, 80
+_repr_depth = 0
+
+
 class Opaque(metaclass=_FrozenMeta):
     """A benign object kept as a record: the global it names, its constructor args and its state."""
 
@@ -135,7 +142,15 @@ class Opaque(metaclass=_FrozenMeta):
         return dict(state) if isinstance(state, dict) else {}
 
     def __repr__(self) -> str:
-        return f"Opaque({self.qualname}, args={self.args!r}, state={self.state!r})"
+        # bounded: a pickle's memo can share one list a billion times over, or nest records without end
+        global _repr_depth
+        if _repr_depth > 2:
+            return f"Opaque({self.qualname}, ...)"
+        _repr_depth += 1
+        try:
+            return f"Opaque({self.qualname}, args={_SHORT.repr(self.args)}, state={_SHORT.repr(self.state)})"
+        finally:
+            _repr_depth -= 1
 
 
 class ArrayInfo(metaclass=_FrozenMeta):

@@ -96,8 +96,12 @@ class FileReader:
         return self._block[rel : rel + length]
 
 
-def find_end(reader: FileReader, base: int, end: int) -> tuple[int, int, int]:
-    """(central directory start, its size, entry count) for a zip occupying [base, end) of the file."""
+def find_end(reader: FileReader, base: int, end: int, classic: bool = False) -> tuple[int, int, int]:
+    """(central directory start, its size, entry count) for a zip occupying [base, end) of the file.
+
+    As torch's reader (miniz) and Python's zipfile do, a zip64 end record that a locator right before
+    the end record points at wins, whether or not the end record's fields say so; `classic` reads the
+    end record's own fields instead (unless they are zip64 marks), to find a second directory there."""
     if end - base < _EOCD.size:
         raise ZipError(f"{end - base} bytes is too short for a zip")
     # torch writes no archive comment, so the end record sits in the last few hundred bytes; only
@@ -114,19 +118,12 @@ def find_end(reader: FileReader, base: int, end: int) -> tuple[int, int, int]:
         raise ZipError("no zip end-of-directory record: the file is truncated or is not a zip")
     _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _clen = _EOCD.unpack_from(tail, pos)
     eocd_abs = tail_start + pos
-    if count == 0xFFFF or cd_size == ZIP64_MARK or cd_offset == ZIP64_MARK:
-        loc_pos = pos - _EOCD64_LOCATOR.size
-        if loc_pos < 0:
-            raise ZipError("zip64 end-of-directory locator missing")
-        sig, _d, eocd64_rel, _t = _EOCD64_LOCATOR.unpack_from(tail, loc_pos)
-        if sig != EOCD64_LOCATOR_SIG:
-            raise ZipError("zip64 end-of-directory locator missing")
-        rec = reader.read_at(base + eocd64_rel, _EOCD64.size)
-        if len(rec) < _EOCD64.size or rec[:4] != EOCD64_SIG:
-            raise ZipError(f"zip64 end-of-directory record not found at byte {base + eocd64_rel}")
-        fields = _EOCD64.unpack(rec)
-        count, cd_size, cd_offset = fields[7], fields[8], fields[9]
-        eocd_abs = base + eocd64_rel
+    marked = count == 0xFFFF or cd_size == ZIP64_MARK or cd_offset == ZIP64_MARK
+    zip64 = _zip64_end(reader, base, eocd_abs) if marked or not classic else None
+    if zip64 is not None:
+        count, cd_size, cd_offset, eocd_abs = zip64
+    elif marked:
+        raise ZipError("zip64 end-of-directory locator or record missing")
     cd_start = base + cd_offset
     if cd_start + cd_size > eocd_abs:
         # zipfile's rule for data prepended to a zip: the directory ends where the end record starts
@@ -136,11 +133,31 @@ def find_end(reader: FileReader, base: int, end: int) -> tuple[int, int, int]:
     return cd_start, cd_size, count
 
 
-def read_directory(reader: FileReader, base: int = 0, end: int | None = None) -> tuple[list[ZipMember], int]:
-    """Every member of the zip in [base, end), plus where the central directory starts."""
+def _zip64_end(reader: FileReader, base: int, eocd_abs: int) -> tuple[int, int, int, int] | None:
+    """(count, directory size, directory offset, record position) of the zip64 end record the locator
+    just before the end record at `eocd_abs` points at; None when there is no such locator or record."""
+    if eocd_abs - _EOCD64_LOCATOR.size < base:
+        return None
+    locator = reader.read_at(eocd_abs - _EOCD64_LOCATOR.size, _EOCD64_LOCATOR.size)
+    sig, _disk, eocd64_rel, disks = _EOCD64_LOCATOR.unpack(locator)
+    if sig != EOCD64_LOCATOR_SIG:
+        return None
+    rec = reader.read_at(base + eocd64_rel, _EOCD64.size)
+    if len(rec) < _EOCD64.size or rec[:4] != EOCD64_SIG:
+        return None  # miniz then reads the end record's own fields (and fails when they are zip64 marks)
+    if disks != 1:
+        raise ZipError(f"the zip64 locator counts {disks} disks: a multi-disk zip, which torch does not read")
+    fields = _EOCD64.unpack(rec)
+    return fields[7], fields[8], fields[9], base + eocd64_rel
+
+
+def read_directory(reader: FileReader, base: int = 0, end: int | None = None,
+                   classic: bool = False) -> tuple[list[ZipMember], int]:  # fmt: skip
+    """Every member of the zip in [base, end), plus where the central directory starts (`classic`:
+    the directory the end record itself names, see find_end)."""
     if end is None:
         end = reader.size
-    cd_start, cd_size, count = find_end(reader, base, end)
+    cd_start, cd_size, count = find_end(reader, base, end, classic)
     directory = reader.read_at(cd_start, cd_size)
     if len(directory) < cd_size:
         raise ZipError(f"zip directory cut short: {len(directory)} of {cd_size} bytes")

@@ -19,7 +19,7 @@ from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.ops.rawtensors import SKIP, Built, count_values
 from ckinspect.optional import require_torch
 from ckinspect.record import Record, field
-from ckinspect.vocab import CkinspectError
+from ckinspect.vocab import NOT_WHOLE_CODES, CkinspectError
 
 DTYPE_FLAGS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # Formats whose tree is no state dict (TorchScript module records, NumPy archives): converted by tensor name.
@@ -94,7 +94,7 @@ def _unsafe_unless_trusted(ckpt: Checkpoint, source: Path, trust: bool) -> list[
     """The UNSAFE_PICKLE findings (empty for a safe file); refuses a damaged or tensor-less file, and an
     unsafe one unless trusted."""
     unsafe = [f for f in ckpt.findings if f.code == "UNSAFE_PICKLE"]
-    corrupt = [f for f in ckpt.findings if f.code == "CORRUPT"]
+    corrupt = [f for f in ckpt.findings if f.code in NOT_WHOLE_CODES]
     if corrupt and not unsafe:
         raise CkinspectError(f"{source} is damaged ({corrupt[0].message}); try `ckinspect salvage {source} OUT`")
     if ckpt.format in ("unknown", "pickle") and not unsafe:

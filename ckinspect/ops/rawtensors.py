@@ -10,12 +10,15 @@ torch route writes.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckinspect.dtypes import dtype_info
+from ckinspect.formats.tree import MAX_TREE_DEPTH
 from ckinspect.io.safetensors_write import Entry, write_safetensors
 from ckinspect.model import TensorInfo
 
@@ -46,10 +49,16 @@ def map_tree(
     make_tensor returns MISSING when the bytes are unavailable (dict entry dropped, list slot None);
     `keep(name, info)` filters tensors; `is_plain(obj)` admits further plain values (torch dtypes).
     Objects that are not plain data are left out and listed in `dropped`.
+
+    Each container is copied once, by identity, as the reader lists it (formats.tree.flatten): a
+    structure a pickle shares a billion times over through its memo stays shared in the copy, so
+    the copy costs what the file does, and a self-referencing one cannot loop. Containers nested
+    deeper than formats.tree.MAX_TREE_DEPTH are left out (the reader already said CORRUPT).
     """
     built = Built(None)
+    copies: dict[int, Any] = {}
 
-    def walk(obj: Any, path: str) -> Any:
+    def walk(obj: Any, path: str, depth: int) -> Any:
         if isinstance(obj, TensorInfo):
             path = path or "tensor"  # a bare torch.save(tensor): the readers' name for it
             if keep is not None and not keep(path, obj):
@@ -60,23 +69,35 @@ def map_tree(
             else:
                 built.tensors.append((path, made))
             return made
+        if isinstance(obj, (dict, list, tuple)):
+            done = copies.get(id(obj), MISSING)
+            if done is not MISSING:
+                return done
+            if depth >= MAX_TREE_DEPTH:
+                built.dropped.append((path or "<root>", f"nested deeper than {MAX_TREE_DEPTH} levels"))
+                return SKIP
         if isinstance(obj, dict):
             ordered = isinstance(obj, collections.OrderedDict) or getattr(type(obj), "ordered", False)
-            out = collections.OrderedDict() if ordered else {}
+            out: dict[Any, Any] = collections.OrderedDict() if ordered else {}
+            copies[id(obj)] = out  # before the children: a dict that holds itself gets its own copy back
             for k, v in obj.items():
-                child = walk(v, f"{path}.{k}" if path else str(k))
+                child = walk(v, f"{path}.{k}" if path else str(k), depth + 1)
                 if child is not MISSING and child is not SKIP:
                     out[k] = child
             metadata = (getattr(obj, "pickled_attributes", None) or {}).get("_metadata")
             if ordered and isinstance(metadata, dict):  # state_dict._metadata: module versions load_state_dict reads
-                out._metadata = walk(metadata, "")  # type: ignore[attr-defined]
+                out._metadata = walk(metadata, "", depth + 1)  # type: ignore[attr-defined]
             return out
         if isinstance(obj, (list, tuple)):
-            items = []
+            items: list[Any] = []
+            if type(obj) is not tuple:
+                copies[id(obj)] = items  # a list that holds itself gets its own copy back
             for i, v in enumerate(obj):
-                child = walk(v, f"{path}.{i}" if path else str(i))
+                child = walk(v, f"{path}.{i}" if path else str(i), depth + 1)
                 items.append(None if child is MISSING or child is SKIP else child)
-            return type(obj)(items) if type(obj) in (list, tuple) else list(items)
+            copy = tuple(items) if type(obj) is tuple else items
+            copies[id(obj)] = copy
+            return copy
         if isinstance(obj, SCALARS) or (is_plain is not None and is_plain(obj)):
             return obj
         if type(obj).__name__ == "ArrayInfo":  # a numpy array the reader decoded (RNG states)
@@ -90,9 +111,21 @@ def map_tree(
         built.dropped.append((path or "<root>", f"a {what} object (not plain data) cannot be carried over"))
         return SKIP
 
-    result = walk(tree, "")
+    with _recursion_room(MAX_TREE_DEPTH):
+        result = walk(tree, "", 0)
     built.tree = {} if result is SKIP or result is MISSING else result
     return built
+
+
+@contextlib.contextmanager
+def _recursion_room(depth: int) -> Iterator[None]:
+    """Room for a recursive walk `depth` containers deep (Python's default limit is about that)."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(before + 2 * depth)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def numpy_array(info: Any) -> Any:
@@ -258,11 +291,19 @@ def _chunks(t: RawTensor) -> Callable[[], list[memoryview]]:
 
 
 def count_values(tree: Any, is_tensor: Callable[[Any], bool]) -> int:
-    """Leaves of a built tree that are neither tensors nor None (hyperparameters, config, RNG arrays)."""
-    if is_tensor(tree):
-        return 0
-    if isinstance(tree, dict):
-        return sum(count_values(v, is_tensor) for v in tree.values())
-    if isinstance(tree, (list, tuple)):
-        return sum(count_values(v, is_tensor) for v in tree)
-    return 0 if tree is None else 1
+    """Leaves of a built tree that are neither tensors nor None (hyperparameters, config, RNG arrays);
+    a container shared by several paths (map_tree keeps a pickle's sharing) is counted once."""
+    count = 0
+    entered: set[int] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if is_tensor(node):
+            continue
+        if isinstance(node, (dict, list, tuple)):
+            if id(node) not in entered:
+                entered.add(id(node))
+                stack.extend(node.values() if isinstance(node, dict) else node)
+        elif node is not None:
+            count += 1
+    return count

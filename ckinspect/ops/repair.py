@@ -15,6 +15,7 @@ instant leaves the newest whole checkpoint under its tmp name or its main name.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from typing import Any
 
 from ckinspect.analysis.leftovers import Leftover, TmpStatus, check_integrity, classify, find_leftovers
 from ckinspect.io.atomic import atomic_write_text, fsync_dir
+from ckinspect.io.contain import OutsideTarget, inside, refuse_symlink
 from ckinspect.record import Record, field
 from ckinspect.vocab import QUARANTINE_DIR, CkinspectError
 
@@ -45,6 +47,7 @@ class RepairAction(Record):
     note: str = ""
     tmp_stat: tuple[int, int] | None = None  # (size, mtime_ns) when planned: apply refuses a file that changed
     main_stat: tuple[int, int] | None = None
+    tmp_sha256: str | None = None  # what a promote planned to put under the main name, by content
 
     def __post_init__(self) -> None:
         if self.action == "nothing" and self.state == "planned":
@@ -139,6 +142,8 @@ def plan_repairs(path: str | os.PathLike[str], full_crc: bool = False) -> Repair
     for action in plan.actions:
         action.tmp_stat = _stat(action.leftover.tmp)
         action.main_stat = _stat(action.leftover.main)
+        if action.action.startswith("promote"):
+            action.tmp_sha256 = _sha256(action.leftover.tmp)
     return plan
 
 
@@ -197,6 +202,8 @@ def _decide_one(s: TmpStatus) -> RepairAction:
         if s.main_exists and s.main_intact:
             return act("set-aside", "partial tmp of an interrupted save; the main file is intact")
         return act("nothing", "neither is whole; try `ckinspect salvage` on each")
+    if s.tmp_danger:
+        return act("nothing", f"not promoted: the tmp is UNSAFE_PICKLE ({s.tmp_danger})")
     if not s.main_exists:
         if left.guessed:
             return act("nothing", "the tmp is whole but which name it was meant to get is unknown; rename it by hand")
@@ -235,6 +242,19 @@ def _stat(path: Path) -> tuple[int, int] | None:
     return (st.st_size, st.st_mtime_ns)
 
 
+def _sha256(path: Path) -> str | None:
+    """The content hash of a regular file (a symlink is not opened), or None when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as handle:
+        while chunk := handle.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 # ---------------------------------------------------------------------------------------- applying
 
 
@@ -266,22 +286,52 @@ def apply_plan(plan: RepairPlan, run_id: str | None = None) -> ApplyResult:
     by_folder: dict[Path, list[RepairAction]] = {}
     for action in plan.pending:
         by_folder.setdefault(action.leftover.folder, []).append(action)
+    for folder in by_folder:
+        _check_writable(folder)
     for folder, actions in by_folder.items():
-        quarantine = folder / QUARANTINE_DIR / run_id
-        quarantine.mkdir(parents=True, exist_ok=False)
-        fsync_dir(quarantine.parent)
-        fsync_dir(folder)
+        quarantine = _make_quarantine(folder, run_id)
         result.quarantines.append(quarantine)
         manifest = _Manifest(quarantine, folder, run_id, actions, step)
-        manifest.write("applying")
+        _write_or_fail(manifest, "applying")
         step()
         for action in actions:
             try:
                 _apply_one(action, quarantine, manifest, step)
             except OSError as exc:
-                action.state, action.note = "failed", f"{type(exc).__name__}: {exc}"
-        manifest.write("applied")  # every move was written down before it was made
+                action.state, action.note = "failed", f"{type(exc).__name__}: {exc.strerror or exc}"
+        _write_or_fail(manifest, "applied")  # every move was written down before it was made
     return result
+
+
+def _write_or_fail(manifest: _Manifest, status: str) -> None:
+    try:
+        manifest.write(status)
+    except OSError as exc:
+        raise CkinspectError(f"cannot write {manifest.path}: {exc.strerror or exc}") from exc
+
+
+def _check_writable(folder: Path) -> None:
+    """Refuse before anything moves: a quarantine that is a symlink or a file, a folder we cannot write."""
+    qroot = refuse_symlink(folder / QUARANTINE_DIR)
+    if qroot.exists() and not qroot.is_dir():
+        raise CkinspectError(f"{qroot} is not a folder; move it away to repair here")
+    if not os.access(folder, os.W_OK | os.X_OK) or (qroot.is_dir() and not os.access(qroot, os.W_OK | os.X_OK)):
+        raise CkinspectError(f"cannot repair in {folder}: the folder is not writable")
+
+
+def _make_quarantine(folder: Path, run_id: str) -> Path:
+    """`<folder>/.ckinspect-quarantine/<run>`, each level made by one mkdir (nothing followed)."""
+    qroot = refuse_symlink(folder / QUARANTINE_DIR)
+    try:
+        if not qroot.is_dir():
+            os.mkdir(qroot)
+        quarantine = refuse_symlink(qroot / run_id)
+        os.mkdir(quarantine)
+    except OSError as exc:
+        raise CkinspectError(f"cannot create the quarantine in {folder}: {exc.strerror or exc}") from exc
+    fsync_dir(qroot)
+    fsync_dir(folder)
+    return quarantine
 
 
 def _apply_one(action: RepairAction, quarantine: Path, manifest: _Manifest, step: _Steps) -> None:
@@ -293,6 +343,12 @@ def _apply_one(action: RepairAction, quarantine: Path, manifest: _Manifest, step
     # a set-aside leaves the main alone (another tmp of the same main may just have been promoted)
     if _stat(tmp) != action.tmp_stat or (action.action != "set-aside" and _stat(main) != action.main_stat):
         action.state, action.note = "skipped", "a file changed since the plan was made; run repair again"
+        return
+    if tmp.is_symlink() or main.is_symlink():
+        action.state, action.note = "skipped", "a symlink appeared since the plan was made; not followed"
+        return
+    if action.action != "set-aside" and _sha256(tmp) != action.tmp_sha256:
+        action.state, action.note = "skipped", "the tmp's bytes are not those the plan checked; run repair again"
         return
     moves = manifest.moves_for(action)
     if action.action == "set-aside":
@@ -391,45 +447,86 @@ class _Manifest:
 
 
 def find_manifests(folder: str | os.PathLike[str]) -> list[tuple[str, Path]]:
-    """(run id, manifest path) of every apply under `folder`, oldest first."""
+    """(run id, manifest path) of every apply under `folder`, oldest first. A quarantine, run folder or
+    manifest that is a symlink is refused (OutsideTarget), never followed."""
     folder = Path(folder)
     if folder.is_file():
         folder = folder.parent
     found = []
     for root, dirs, _files in os.walk(folder):
         if QUARANTINE_DIR in dirs:
-            qroot = Path(root) / QUARANTINE_DIR
-            for run in sorted(p for p in qroot.iterdir() if p.is_dir()):
-                if (run / MANIFEST).is_file():
-                    found.append((run.name, run / MANIFEST))
+            qroot = refuse_symlink(Path(root) / QUARANTINE_DIR)
+            for run in sorted(qroot.iterdir()):
+                manifest = refuse_symlink(run) / MANIFEST
+                if run.is_dir() and refuse_symlink(manifest).is_file():
+                    found.append((run.name, manifest))
         dirs[:] = [d for d in dirs if d not in (QUARANTINE_DIR, ".git")]
     return sorted(found)
 
 
+_MOVE_OPS = ("rename", "link", "replace")
+
+
+def read_manifest(manifest: Path) -> dict[str, Any]:
+    """A manifest checked for shape and types, every path in it inside its folder; CkinspectError if not.
+
+    Whoever could write under the folder could have written the manifest, so nothing in it is trusted
+    before it passes: undo moves nothing unless every move of the run passes.
+    """
+    where = f"{manifest}: not a repair manifest"
+    try:
+        doc = json.loads(manifest.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CkinspectError(f"{where} ({type(exc).__name__})") from exc
+    entries = doc.get("entries") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not isinstance(doc.get("status"), str):
+        raise CkinspectError(f"{where} (no status and entries)")
+    base = manifest.parent.parent.parent  # <folder>/.ckinspect-quarantine/<run>/manifest.json
+    for entry in entries:
+        moves = entry.get("moves") if isinstance(entry, dict) else None
+        if not isinstance(moves, list):
+            raise CkinspectError(f"{where} (an entry without a list of moves)")
+        for move in moves:
+            if not isinstance(move, dict) or move.get("op") not in _MOVE_OPS:
+                raise CkinspectError(f"{where} (a move that is not rename, link or replace)")
+            for key in ("size", "mtime_ns"):
+                value = move.get(key)
+                if value is not None and (type(value) is not int or value < 0):
+                    raise CkinspectError(f"{where} (a move whose {key} is not a count)")
+            for key in ("from", "to"):
+                try:
+                    inside(base, move.get(key))
+                except OutsideTarget as exc:
+                    raise OutsideTarget(f"{manifest}: refused, a move's {key!r} path {exc}") from exc
+    return doc
+
+
 def undo(folder: str | os.PathLike[str]) -> UndoResult:
     """Put back everything the last apply (under `folder`) moved, newest move first."""
-    runs: dict[str, list[Path]] = {}
+    runs: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
     for run_id, manifest in find_manifests(folder):
-        doc = json.loads(manifest.read_text())
+        doc = read_manifest(manifest)
         if doc.get("status") != "undone":
-            runs.setdefault(run_id, []).append(manifest)
+            runs.setdefault(run_id, []).append((manifest, doc))
     if not runs:
         return UndoResult(None)
     run_id = max(runs)
-    result = UndoResult(run_id, manifests=runs[run_id])
-    for manifest in runs[run_id]:
-        doc = json.loads(manifest.read_text())
-        base = manifest.parent.parent.parent  # <folder>/.ckinspect-quarantine/<run>/manifest.json
-        for entry in reversed(doc["entries"]):
-            for move in reversed(entry["moves"]):
-                _undo_move(base, move, result)
-        doc["status"] = "undone"
-        atomic_write_text(manifest, json.dumps(doc, indent=2) + "\n")
+    result = UndoResult(run_id, manifests=[m for m, _doc in runs[run_id]])
+    for manifest, doc in runs[run_id]:
+        base = manifest.parent.parent.parent
+        try:
+            for entry in reversed(doc["entries"]):
+                for move in reversed(entry["moves"]):
+                    _undo_move(base, move, result)
+            doc["status"] = "undone"
+            atomic_write_text(manifest, json.dumps(doc, indent=2) + "\n")
+        except OSError as exc:
+            raise CkinspectError(f"undo in {base} stopped: {exc.strerror or exc}") from exc
     return result
 
 
 def _undo_move(base: Path, move: dict[str, Any], result: UndoResult) -> None:
-    src, dst = base / move["from"], base / move["to"]  # the apply moved src -> dst
+    src, dst = inside(base, move["from"]), inside(base, move["to"])  # the apply moved src -> dst; checked again
     recorded = (move.get("size"), move.get("mtime_ns"))
     what = f"{move['to']} -> {move['from']}"
     if move["op"] == "link":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ckinspect.fmt import terminal_safe
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -56,3 +58,34 @@ def summary_line(summary: Mapping[str, int]) -> str:
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def terminal_copy(value: Any) -> Any:
+    """A copy of a report's data with every string made terminal-safe (fmt.terminal_safe), keys included.
+
+    Each container is copied once by identity, so data a pickle shares a billion times over (its memo
+    can) stays as small as it was; nesting past 64 levels is cut, as no report goes that deep."""
+    copies: dict[int, Any] = {}
+
+    def copy(node: Any, depth: int) -> Any:
+        if isinstance(node, str):
+            return terminal_safe(node)
+        if not isinstance(node, (Mapping, list, tuple)):
+            return node
+        done = copies.get(id(node))
+        if done is not None:
+            return done
+        if depth > 64:
+            return "…"
+        if isinstance(node, Mapping):
+            out: Any = {}
+            copies[id(node)] = out
+            for key, item in node.items():
+                out[terminal_safe(key) if isinstance(key, str) else key] = copy(item, depth + 1)
+            return out
+        items: list[Any] = []
+        copies[id(node)] = items
+        items.extend(copy(item, depth + 1) for item in node)
+        return items
+
+    return copy(value, 0)

@@ -66,6 +66,12 @@ def summary_line(diff: dict[str, Any]) -> str:
         if verdict == "different":
             return "different: the files' bytes differ (tensors not compared)"
         return "no verdict: tensors not compared, and the files' bytes cannot be compared"
+    if diff.get("unsafe") and not (diff["changed"] or diff["only_a"] or diff["only_b"] or diff.get("unreadable")):
+        if verdict == "identical":
+            return "identical: the two files are the same byte for byte"
+        if verdict == "different":
+            return f"different: the files' bytes differ ({matched(diff)}, but {diff['unsafe']})"
+        return f"no verdict: {matched(diff)}, but {diff['unsafe']} and the files' bytes cannot be compared"
     if verdict == "identical":
         return "identical: " + matched(diff)
     reasons: dict[str, int] = {}
@@ -206,8 +212,11 @@ def render_text(
 ) -> str:
     from rich.text import Text
 
+    from ckinspect.fmt import terminal_safe
+    from ckinspect.report.common import terminal_copy
     from ckinspect.report.console import finish, make_console, title_line
 
+    diff = terminal_copy(diff)  # tensor names and paths come from the files
     out = io.StringIO()
     console = make_console(out, width, color)
     for side, path, ckpt in (("A", diff["a"], a), ("B", diff["b"], b)):
@@ -236,7 +245,8 @@ def render_text(
     for side, ckpt in (("A", a), ("B", b)):
         for f in _refusals(ckpt)[:3]:
             console.print(
-                Text.assemble((f"{side} {_REFUSAL_WORD[f.code]}", "bold red"), f": {f.message}"), soft_wrap=True
+                Text.assemble((f"{side} {_REFUSAL_WORD[f.code]}", "bold red"), f": {terminal_safe(f.message)}"),
+                soft_wrap=True,
             )
     if advice := hint(diff):
         console.print(Text(advice, style="dim"))
@@ -253,8 +263,8 @@ def _refusals(ckpt: Checkpoint | None) -> list[Any]:
 
 def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkpoint | None = None) -> str:
     lines = ["## ckinspect diff", ""]
-    lines.append(f"- **A**: `{diff['a']}`" + (f" ({a.format}, {len(a.tensors):,} tensors)" if a else ""))
-    lines.append(f"- **B**: `{diff['b']}`" + (f" ({b.format}, {len(b.tensors):,} tensors)" if b else ""))
+    lines.append(f"- **A**: {md_code(diff['a'])}" + (f" ({a.format}, {len(a.tensors):,} tensors)" if a else ""))
+    lines.append(f"- **B**: {md_code(diff['b'])}" + (f" ({b.format}, {len(b.tensors):,} tensors)" if b else ""))
     lines.append(f"- **matching**: {diff['match']}")
     lines.append("")
     lines.append(f"**{summary_line(diff)}**")
@@ -271,20 +281,20 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
         lines.append("")
     for heading, shown, more in _name_lists(diff):
         lines += [f"<details><summary>{heading[0].upper()}{heading[1:]}</summary>", ""]
-        lines.extend(f"- `{n}`" for n in shown)
+        lines.extend(f"- {md_code(n)}" for n in shown)
         if more:
             lines.append(f"- ... and {more:,} more")
         lines += ["", "</details>", ""]
     unreadable = diff.get("unreadable") or []
     for item in unreadable[:_LIST_LIMIT]:
-        lines.append(f"- cannot compare `{item['name']}`: {item['message']}")
+        lines.append(f"- cannot compare {md_code(item['name'])}: {md_text(item['message'])}")
     if len(unreadable) > _LIST_LIMIT:
         lines.append(f"- ... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
     if diff.get("not_compared"):
         lines.append(f"- tensors not compared: {diff['not_compared']}")
     for side, ckpt in (("A", a), ("B", b)):
         for f in _refusals(ckpt)[:3]:
-            lines.append(f"- **{side} {_REFUSAL_WORD[f.code]}** ({f.code}): {f.message}")
+            lines.append(f"- **{side} {_REFUSAL_WORD[f.code]}** ({f.code}): {md_text(f.message)}")
     if advice := hint(diff):
         lines.append("")
         lines.append(f"_{advice}_")

@@ -116,9 +116,11 @@ def render_text(drift: dict[str, Any], ckpt: Checkpoint | None = None, width: in
     from rich.markup import escape
     from rich.text import Text
 
+    from ckinspect.report.common import terminal_copy
     from ckinspect.report.console import finish, make_console, make_table, title_line
     from ckinspect.report.text import findings_block
 
+    drift = terminal_copy(drift)  # tensor names and the path come from the file
     out = io.StringIO()
     console = make_console(out, width, color)
     console.print(title_line(drift["path"], *((ckpt.format, human_bytes(ckpt.file_bytes)) if ckpt else ())))
@@ -193,8 +195,10 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_markdown(drift: dict[str, Any], ckpt: Checkpoint | None = None) -> str:
+    from ckinspect.fmt import md_code, md_text
+
     s = drift["summary"]
-    head = f"`{drift['path']}`: {s['tensors']:,} floating model tensors, {s['values']:,} values"
+    head = f"{md_code(drift['path'])}: {s['tensors']:,} floating model tensors, {s['values']:,} values"
     lines = ["## ckinspect drift", "", head, ""]
     lines += ["### Weights stored in half precision and read back", ""] + _md_table(_SUMMARY_HEAD, _summary_rows(drift))
     if drift["weights"]:
@@ -209,7 +213,7 @@ def render_markdown(drift: dict[str, Any], ckpt: Checkpoint | None = None) -> st
     else:
         lines += [f"Logit drift skipped: {drift['logits_skipped']}", ""]
     for f in drift.get("findings", []):
-        lines.append(f"- **{f['severity']}** `{f['code']}`: {f['message']}")
+        lines.append(f"- **{f['severity']}** `{f['code']}`: {md_text(f['message'])}")
     return "\n".join(lines).rstrip() + "\n"
 
 

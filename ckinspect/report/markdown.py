@@ -36,6 +36,11 @@ def render(report: Mapping[str, Any]) -> str:
         out.append("")
     for entry in files:
         out += file_section(entry)
+    if report.get("runs"):
+        from ckinspect.report.run_report import markdown_section
+
+        for run in report["runs"]:
+            out += markdown_section(run)
     return "\n".join(out).rstrip() + "\n"
 
 

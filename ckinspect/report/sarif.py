@@ -3,7 +3,8 @@
 One rule per finding code (texts from report.rules, default level from the code's severity); one result
 per finding, located at its file (a URI relative to `root`, the repository checked out, when the file
 lies inside it) and, when it is about one tensor, at the tensor's name as a logical location. Text from
-the file (names, messages) goes through subjects.clean_text: JSON escaping is not enough for a reader.
+the file (names, messages) goes through fmt.terminal_safe (tabs and newlines kept): JSON escaping is not
+enough for a reader.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
+from ckinspect.fmt import terminal_safe
 from ckinspect.report.rules import all_codes, rule_text
-from ckinspect.report.subjects import Subject, clean_text
+from ckinspect.report.subjects import Subject
 from ckinspect.vocab import VERSION
 
 TYPE_CHECKING = False
@@ -103,7 +105,7 @@ def _rule(code: str, severity: str) -> dict[str, Any]:
 
 
 def _result(finding: Any, location: dict[str, str], rule_index: int, seen: dict[tuple[str, str], int]) -> dict:
-    tensor = clean_text(finding.tensor) if finding.tensor is not None else None
+    tensor = terminal_safe(finding.tensor, keep_lines=True) if finding.tensor is not None else None
     physical = {"artifactLocation": dict(location), "region": {"startLine": 1}}  # GitHub requires a startLine
     where: dict[str, Any] = {"physicalLocation": physical}
     if tensor is not None:
@@ -116,7 +118,7 @@ def _result(finding: Any, location: dict[str, str], rule_index: int, seen: dict[
         "ruleId": finding.code,
         "ruleIndex": rule_index,
         "level": LEVEL.get(finding.severity, "note"),
-        "message": {"text": clean_text(finding.message) or finding.code},
+        "message": {"text": terminal_safe(finding.message, keep_lines=True) or finding.code},
         "locations": [where],
         "partialFingerprints": {"ckinspectFinding/v1": hashlib.sha256(ident.encode("utf-8", "replace")).hexdigest()},
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckinspect.vocab import FORMAT_TAGS
+from ckinspect.vocab import FORMAT_TAGS, SEVERITY
 
 _COUNT = {"type": "integer", "minimum": 0}
 _GROUP = {
@@ -20,20 +20,7 @@ _FINDING = {
     "type": "object",
     "required": ["code", "severity", "message"],
     "properties": {
-        "code": {
-            "enum": [
-                "UNSAFE_PICKLE",
-                "ALLOWLIST_NEEDED",
-                "CORRUPT",
-                "LEFTOVER_TMP",
-                "NONFINITE",
-                "FP16_OVERFLOW",
-                "RESUME_INCOMPLETE",
-                "HALF_PRECISION_RESUME",
-                "OPTIMIZER_MISMATCH",
-                "STORAGE_BLOAT",
-            ]
-        },
+        "code": {"enum": list(SEVERITY)},  # every finding code, from vocab (its one home)
         "severity": {"enum": ["error", "warning", "info"]},
         "message": {"type": "string", "minLength": 1},
         "tensor": {"type": "string"},

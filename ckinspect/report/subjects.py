@@ -6,7 +6,6 @@ Every command that reports findings turns its result into subjects here, so `sar
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,28 +16,18 @@ from ckinspect.vocab import DIFF_CODES
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ckinspect.analysis.diff import DiffResult
+    from ckinspect.analysis.runs import Run
     from ckinspect.ops.repair import RepairPlan
-
-# C0/C1 controls (XML 1.0 cannot even carry most of them), DEL, bidi overrides and isolates (they reorder
-# what a reader sees), and lone surrogates (undecodable bytes of a file name): shown as escapes, never raw.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def clean_text(text: object) -> str:
-    """Text from a file (names, messages) made safe to put in a document someone reads: every control,
-    bidi override or lone surrogate becomes a visible escape (\\x1b, \\u202e); tabs and newlines stay."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
 
 
 class Subject(Record):
     """One thing a CI report is about: a checkpoint file or folder (a JUnit testcase), and its findings."""
 
-    __slots__ = ("name", "path", "findings")
-
-    def __init__(self, name: str, path: Path, findings: list[Finding]) -> None:
-        self.name = name  # what a reader calls it: the path as the user gave it
-        self.path = path  # where SARIF locates its findings
-        self.findings = findings
+    name: str  # what a reader calls it: the path as the user gave it
+    path: Path  # where SARIF locates its findings
+    findings: list[Finding]
+    # when set, exactly these fail its JUnit testcase, whatever --fail-on (last-good: why it is no resume point)
+    held_against: list[Finding] | None = None
 
 
 def from_checkpoints(checkpoints: Sequence[Checkpoint]) -> list[Subject]:
@@ -91,3 +80,33 @@ def from_repair(plan: RepairPlan, verb: dict[str, str]) -> list[Subject]:
             findings.append(Finding("LEFTOVER_TMP", f"{found}; {what} [{action.state}]"))
         subjects.append(Subject(str(action.leftover.tmp), action.leftover.tmp, findings))
     return subjects
+
+
+def from_runs(runs: Sequence[Run], candidates: bool = False) -> list[Subject]:
+    """What the runs' own records say: a pointer naming a missing tag (at the run's folder), a checkpoint's
+    missing or disagreeing parts (at the checkpoint). With `candidates` (last-good), every judged checkpoint
+    is a subject, its parts' findings included (the part named in the message), and what keeps it from
+    being a resume point is held against it."""
+    subjects = []
+    for run in runs:
+        if run.findings:
+            subjects.append(Subject(str(run.path), run.path, list(run.findings)))
+        for ckpt in run.checkpoints:
+            if candidates and ckpt.verdict:
+                subjects.append(Subject(str(ckpt.path), ckpt.path, ckpt.located_findings(), list(ckpt.held_against)))
+            elif ckpt.findings and not candidates:
+                subjects.append(Subject(str(ckpt.path), ckpt.path, list(ckpt.findings)))
+    return subjects
+
+
+def merge(*groups: Sequence[Subject]) -> list[Subject]:
+    """One subject per path, in first-seen order; a finding said twice about one path is said once."""
+    merged: dict[Path, Subject] = {}
+    for group in groups:
+        for subject in group:
+            known = merged.get(subject.path)
+            if known is None:
+                merged[subject.path] = Subject(subject.name, subject.path, list(subject.findings), subject.held_against)
+            else:
+                known.findings += [f for f in subject.findings if f not in known.findings]
+    return list(merged.values())

@@ -16,7 +16,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ckinspect.fmt import human_bytes, percent, shape_text
-from ckinspect.report.common import ALL_TENSORS_UP_TO, finding_counts, largest, metadata_line, summary_line
+from ckinspect.report.common import (
+    ALL_TENSORS_UP_TO,
+    finding_counts,
+    largest,
+    metadata_line,
+    summary_line,
+    terminal_copy,
+)
 from ckinspect.report.console import Wrapped, finish, make_console, make_table, title_line
 from ckinspect.vocab import GROUPS
 
@@ -26,6 +33,7 @@ SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "inf
 def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verbose: bool = False) -> str:
     """One file: every detail. Several: the summary first, then only what needs a look (findings);
     `verbose` adds each file's groups and tensors."""
+    report = terminal_copy(report)  # names and messages come from the file: no control sequence reaches the terminal
     buffer = io.StringIO()
     console = make_console(buffer, width, color)
     files = report["files"]
@@ -47,6 +55,12 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verb
     if len(files) > 1:
         console.print()
         console.print(summary_table(files))
+    if report.get("runs"):
+        from ckinspect.report.run_report import text_section
+
+        for run in report["runs"]:
+            console.print()
+            console.print(text_section(run))
     if report.get("diff") is None:
         console.print(summary_line(report["summary"]))
     return finish(buffer)

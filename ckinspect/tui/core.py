@@ -92,6 +92,8 @@ def safe_load_verdict(ckpt: Checkpoint) -> tuple[str, str]:
         return "not a checkpoint (see findings)", "error"
     if "CORRUPT" in codes:
         return "corrupt: cannot be read whole", "error"
+    if "MISSING_PARTS" in codes:
+        return "incomplete: parts its records name are missing", "error"
     if "ALLOWLIST_NEEDED" in codes:
         return "needs an allowlist for weights_only=True", "warning"
     if ckpt.format == "safetensors" or ckpt.format == "sharded":
@@ -283,6 +285,16 @@ class Backend:
         from ckinspect.analysis.leftovers import unfinished_saves
 
         return list(unfinished_saves(paths, set(known)))
+
+    def run(self, paths: list[Path]) -> Any:
+        """The run one folder holds, every checkpoint judged (ckinspect.analysis.runs), or None when the
+        paths are not one folder holding a run."""
+        if len(paths) != 1 or not Path(paths[0]).is_dir():
+            return None
+        from ckinspect.analysis.runs import is_run, last_good
+
+        run = last_good(paths[0], everything=True)
+        return run if is_run(run) else None
 
     def value_stats(self, ckpt: Checkpoint, tensor: TensorInfo, progress: Progress | None = None) -> ValueStats:
         return tensor_value_stats(ckpt, tensor, progress)

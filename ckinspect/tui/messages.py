@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ckinspect.analysis.anatomy import Anatomy
     from ckinspect.analysis.diff import DiffResult
     from ckinspect.analysis.drift import TensorDrift
+    from ckinspect.analysis.runs import Run
     from ckinspect.ops.repair import ApplyResult, RepairPlan, UndoResult
 
 
@@ -76,6 +77,13 @@ class TargetSummarized(Message):
 class TargetsFound(Message):
     paths: list[Path]
     unfinished: list[Path] = field(default_factory=list)  # checkpoints whose save died before its rename
+
+
+@dataclass
+class RunJudged(Message):
+    """A folder that holds a run: its checkpoints judged."""
+
+    run: Run
 
 
 @dataclass

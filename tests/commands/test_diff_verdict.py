@@ -84,3 +84,27 @@ def test_permuted_strides_that_torch_calls_equal_are_said_so(tmp_path, capsys):
     code, out = _diff(capsys, a, b, "--atol", "0.5")
     flat = " ".join(out.split())
     assert code == 0 and "1 with equal values stored in another memory layout" in flat and "within --atol" not in flat
+
+
+def test_equal_tensors_beside_a_code_running_pickle_are_not_identical(tmp_path, capsys):
+    """data.pkl reads fine, but another pickle in the archive runs code: equal tensors alone say nothing."""
+    import os
+    import zipfile
+
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    torch.save({"w": torch.ones(4)}, a)
+    b.write_bytes(a.read_bytes())
+
+    class Call:
+        def __reduce__(self):
+            return (os.system, ("true",))
+
+    with zipfile.ZipFile(a, "a") as z:
+        z.writestr("a/extra/state.pkl", pickle.dumps(Call(), protocol=2))
+    code, out = _diff(capsys, a, b)
+    assert code == 1
+    said = " ".join(out.split())  # the text report wraps at 80 columns
+    assert "different: the files' bytes differ (1 tensors match bit for bit, but A names code-running globals" in said
+    code, out = _diff(capsys, a, a, "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["diff"]["verdict"] == "identical" and doc["diff"]["unsafe"].startswith("A and B name")

@@ -85,7 +85,7 @@ def test_missing_or_truncated_distcp_is_corrupt(dcp_folder, tmp_path):
     assert {f.code for f in ckpt.findings} == {"CORRUPT"} and "truncated" in ckpt.findings[0].message
     data_file.unlink()
     ckpt = read_dcp(copy)
-    assert {f.code for f in ckpt.findings} == {"CORRUPT"} and "missing" in ckpt.findings[0].message
+    assert {f.code for f in ckpt.findings} == {"MISSING_PARTS"} and "missing" in ckpt.findings[0].message
 
 
 def test_metadata_that_is_not_dcp(tmp_path):

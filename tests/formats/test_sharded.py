@@ -59,7 +59,7 @@ def test_missing_shard(tmp_path):
     index = make_set(tmp_path, SHARDS)
     (tmp_path / "model-00002-of-00002.safetensors").unlink()
     ckpt = read_sharded(index)
-    assert [f.code for f in ckpt.findings] == ["CORRUPT"]
+    assert [f.code for f in ckpt.findings] == ["MISSING_PARTS"]
     assert ckpt.findings[0].message.startswith("shard model-00002-of-00002.safetensors is missing (2 tensors (")
     assert sorted(t.name for t in ckpt.tensors) == ["embed.weight", "layers.0.weight"]
 

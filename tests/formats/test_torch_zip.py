@@ -336,6 +336,25 @@ def test_zip64_end_record_is_followed(tmp_path):
     assert raw_bytes(ckpt.storages[ckpt.tensors[0].storage_key]) == bytes(torch.arange(10.0).untyped_storage())
 
 
+@pytest.mark.parametrize("hostile_under", ["zip64", "end_record"])
+def test_two_directories_are_both_judged_and_torch_reads_the_zip64_one(tmp_path, hostile_under):
+    """An end record and a zip64 record naming different directories: torch follows the zip64 one
+    (listed, judged), and the pickles of the other are judged too."""
+    from tests.hostile.corpus import _add_zip64_decoy, _benign_zip_members, _hostile_data_pkl, _swap_pkl, _write_zip
+
+    benign = _benign_zip_members()
+    hostile = _swap_pkl(benign, _hostile_data_pkl(tmp_path, "x"))
+    path = tmp_path / "m.pt"
+    first, second = (benign, hostile) if hostile_under == "zip64" else (hostile, benign)
+    _write_zip(path, first)
+    _add_zip64_decoy(path, second)
+    ckpt = read_torch_zip(path)
+    unsafe = [f.message for f in ckpt.findings if f.code == "UNSAFE_PICKLE"]
+    assert len(unsafe) == 1 and "posix.system" in unsafe[0]
+    assert ("(second zip directory)" in unsafe[0]) == (hostile_under == "end_record")
+    assert not (tmp_path / "MARKER_x").exists()
+
+
 def test_real_module_optimizer_and_scheduler_state(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))

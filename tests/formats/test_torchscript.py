@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import zipfile
 
+import jsonschema
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from ckinspect.analysis.diff import diff_checkpoints, value_blocks
 from ckinspect.cli import main
 from ckinspect.formats import open_checkpoint
 from ckinspect.io.blobs import Blobs
+from ckinspect.report.schema import SCHEMA_1
 
 
 class Tiny(torch.nn.Module):
@@ -101,5 +104,8 @@ def test_report_exit_status_is_a_warning_not_an_error(tmp_path, capsys, quick):
     _save(path, 0)
     args = ["--report", str(path), "--format", "json"] + (["--quick"] if quick else [])
     assert main(args) == 0  # EMBEDDED_CODE is a warning: --fail-on error passes
+    report = json.loads(capsys.readouterr().out)
+    jsonschema.validate(report, SCHEMA_1)  # EMBEDDED_CODE is one of the schema's finding codes
+    assert [f["code"] for f in report["files"][0]["findings"]] == ["EMBEDDED_CODE"]
     assert main([*args, "--fail-on", "warning"]) == 1
     capsys.readouterr()

@@ -71,3 +71,29 @@ def test_views_offsets_and_shared_storages_come_out_as_torch_writes_them(tmp_pat
     assert halves["step"].dtype == torch.int64 and halves["flags"].dtype == torch.bool  # not floating: kept
     assert torch.equal(halves["transposed"], base.t().half()) and torch.equal(halves["bf16"], state["bf16"].half())
     assert cast.cast == 6  # transposed, slice, expanded, tied_a, tied_b, bf16
+
+
+def test_shared_and_self_referencing_structures_are_copied_once_by_identity():
+    from ckinspect.formats.tree import MAX_TREE_DEPTH
+    from ckinspect.model import TensorInfo
+    from ckinspect.ops.rawtensors import count_values, map_tree
+
+    laughs: list = ["x" * 10]
+    for _ in range(40):
+        laughs = [laughs, laughs]  # 2**40 leaves by path, 41 lists by identity (what a pickle's memo builds)
+    loop: dict = {"n": 1}
+    loop["self"] = loop
+    deep: list = []
+    node = deep
+    for _ in range(MAX_TREE_DEPTH + 5):
+        node.append([])
+        node = node[0]
+    w = TensorInfo("", "float32", (2,), (1,), "0", 0)
+    built = map_tree({"w": w, "config": laughs, "loop": loop, "deep": deep}, lambda name, info: name)
+
+    assert built.tensors == [("w", "w")]
+    copy = built.tree["config"]
+    assert len(copy) == 2 and copy[0] is copy[1]  # still shared, not expanded
+    assert built.tree["loop"]["self"] is built.tree["loop"] and built.tree["loop"]["n"] == 1
+    assert [why for _path, why in built.dropped] == [f"nested deeper than {MAX_TREE_DEPTH} levels"]
+    assert count_values(built.tree, lambda o: o == "w") == 2  # "x" * 10 once, 1 once: by identity, not by path

@@ -39,3 +39,20 @@ def nonfinite_weights(path: Path) -> Path:
 def hostile_pickle(path: Path) -> Path:
     path.write_bytes(SYSTEM_PICKLE)
     return path
+
+
+def damaged_run(run: Path) -> Path:
+    """A run folder whose checkpoints fail in the ways last-good must see: an unsafe pickle, weights only, a
+    truncated resume file (step 60), a DCP save that never wrote `.metadata` (step 90); the one good
+    checkpoint is `i/tiny_resume.pth` (step 30), with a partial tmp of a later save beside it."""
+    import shutil
+
+    (run / "b").mkdir(parents=True)
+    shutil.copytree(SAMPLES / "interrupted", run / "i")
+    (run / "i" / "tiny.pth").unlink()
+    (run / "b" / "tiny_resume.pth").write_bytes((SAMPLES / "resumed-60" / "tiny_resume.pth").read_bytes()[:20000])
+    hostile_pickle(run / "evil.pkl")
+    clean_weights(run / "c.safetensors")
+    (run / "step000090").mkdir()
+    (run / "step000090" / "__0_0.distcp").write_bytes(b"junk")
+    return run

@@ -10,7 +10,7 @@ import pytest
 
 from ckinspect.cli import main
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
-from tests.report.ci_files import SAMPLES, clean_weights, hostile_pickle, nonfinite_weights
+from tests.report.ci_files import SAMPLES, clean_weights, damaged_run, hostile_pickle, nonfinite_weights
 
 pytestmark = pytest.mark.torchfree
 
@@ -109,3 +109,20 @@ def test_repair_fails_each_leftover_that_needs_the_user(folder, capsys, tmp_path
     status, text = junit_of(capsys, "repair", "run", "--apply")
     suite, cases = parse(text, tmp_path)
     assert status == EXIT_OK and cases == {"run/tiny_resume.pth.tmp": ([], "")} and suite.failures == 0
+
+
+def test_last_good_fails_each_candidate_by_what_keeps_it_from_resuming(tmp_path, capsys, monkeypatch):
+    damaged_run(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    status, text = junit_of(capsys, "last-good", "run")
+    suite, cases = parse(text, tmp_path)
+    assert status == EXIT_OK and suite.name == "ckinspect last-good run"
+    assert {name: failures for name, (failures, _) in cases.items()} == {
+        "run/evil.pkl": ["UNSAFE_PICKLE"],
+        "run/c.safetensors": ["RESUME_INCOMPLETE"],  # weights only: no optimizer state or step
+        "run/i/tiny_resume.pth": [],  # the last good one
+        "run/b/tiny_resume.pth": ["CORRUPT"],
+        "run/step000090": ["CORRUPT", "MISSING_PARTS"],
+    }
+    assert cases["run/i/tiny_resume.pth"][1].startswith("LEFTOVER_TMP (warning): tiny_resume.pth.tmp is partial")
+    assert (suite.tests, suite.failures) == (5, 5)

@@ -12,7 +12,14 @@ import pytest
 from ckinspect.cli import main
 from ckinspect.report.rules import RULE_TEXTS, all_codes
 from ckinspect.vocab import DIFF_CODES, EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SEVERITY
-from tests.report.ci_files import HOSTILE_NAME, SAMPLES, clean_weights, hostile_pickle, nonfinite_weights
+from tests.report.ci_files import (
+    HOSTILE_NAME,
+    SAMPLES,
+    clean_weights,
+    damaged_run,
+    hostile_pickle,
+    nonfinite_weights,
+)
 
 pytestmark = pytest.mark.torchfree
 
@@ -218,6 +225,26 @@ def test_repair_plan_then_applied(folder, capsys):
     assert not (folder / "run" / "tiny_resume.pth.tmp").exists()
     assert main(["repair", "run", "--undo", "--format", "sarif"]) == EXIT_ERROR
     assert "--undo" in capsys.readouterr().err
+
+
+def test_last_good_results_are_the_findings_of_every_candidate(tmp_path, capsys, monkeypatch):
+    damaged_run(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    status, doc = sarif_of(capsys, "last-good", "run")
+    validate(doc)
+    assert status == EXIT_OK  # i/tiny_resume.pth qualifies; the document replaces the path on stdout
+    assert results(doc) == {
+        ("UNSAFE_PICKLE", "run/evil.pkl", None, "error"),
+        ("CORRUPT", "run/b/tiny_resume.pth", None, "error"),
+        ("MISSING_PARTS", "run/step000090", None, "error"),  # from the checkpoint's records: no .metadata
+        ("CORRUPT", "run/step000090", None, "error"),  # from reading the folder
+        ("LEFTOVER_TMP", "run/i/tiny_resume.pth", None, "warning"),  # another save's tmp: reported, not held
+    }  # weights only (c.safetensors) is no finding: it is not a resume point, and nothing is wrong with it
+    (tmp_path / "run" / "i" / "tiny_resume.pth").unlink()
+    status, doc = sarif_of(capsys, "last-good", "run")
+    validate(doc)
+    assert status == EXIT_FINDINGS  # none qualifies now
+    assert ("LEFTOVER_TMP", "run/i/tiny_resume.pth", None, "warning") in results(doc)  # a save that never renamed
 
 
 def test_drift_overflow_is_a_result(tmp_path, capsys, monkeypatch):

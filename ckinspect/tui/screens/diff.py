@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
-from ckinspect.fmt import human_bytes, shape_text
+from ckinspect.fmt import human_bytes, shape_text, terminal_safe
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record
 from ckinspect.tui.core import name_matcher, natural_key
@@ -250,7 +250,7 @@ class DiffScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Label(
-            Text.assemble(("A ", "bold"), str(self.a_path), ("   B ", "bold"), str(self.b_path)),
+            Text.assemble(("A ", "bold"), terminal_safe(self.a_path), ("   B ", "bold"), terminal_safe(self.b_path)),
             classes="title-line",
             id="diff-title",
         )
@@ -289,7 +289,7 @@ class DiffScreen(Screen[None]):
         why = failure_text(event.worker.error)
         if event.worker.group == "load":
             self.query_one("#diff-loading").display = False
-            self.query_one("#summary", Static).update(f"cannot read both checkpoints: {why}")
+            self.query_one("#summary", Static).update(Text(f"cannot read both checkpoints: {why}"))
         else:
             self.result_note = f"value comparison {why}"
             self._refresh_rows()

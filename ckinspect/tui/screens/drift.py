@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
+from ckinspect.fmt import terminal_safe
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import format_value
 from ckinspect.tui.messages import DriftComputed, Progress
@@ -74,7 +75,7 @@ class DriftScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Label(
-            Text.assemble(("drift ", "bold"), str(self.target), " — fp16/bf16 vs the stored values"),
+            Text.assemble(("drift ", "bold"), terminal_safe(self.target), " — fp16/bf16 vs the stored values"),
             classes="title-line",
         )
         yield Static("computing rounding errors…", classes="summary-line", id="logits")

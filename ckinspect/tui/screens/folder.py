@@ -1,9 +1,14 @@
-"""A folder (or several paths): the checkpoints found, with format, size, step and finding badges."""
+"""A folder (or several paths): the checkpoints found, with format, size, step and finding badges.
+
+A folder that holds a run (several checkpoints, or one made of several files: DeepSpeed, HF Trainer,
+Accelerate, Megatron, DCP) is shown as its timeline instead: each checkpoint oldest first with its step,
+time, size and verdict, the last good one marked ★, and the reasons of the highlighted one below.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -13,10 +18,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from ckinspect.fmt import human_bytes
+from ckinspect.fmt import human_bytes, terminal_safe
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, add_findings, natural_key, severity_badges, verdict_of
-from ckinspect.tui.messages import TargetsFound, TargetSummarized, TargetSummary
+from ckinspect.tui.messages import RunJudged, TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen, failure_text
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
@@ -33,6 +38,49 @@ COLUMNS = (
     Column("step", "step", 7, justify="right"),
     Column("findings", "findings", 10),
 )
+
+
+RUN_COLUMNS = (
+    Column("mark", "", 1, min_width=1),
+    Column("path", "checkpoint", None, min_width=16, keep_end=True),
+    Column("framework", "framework", 11),
+    Column("step", "step", 7, justify="right"),
+    Column("time", "time", 19, optional=1),
+    Column("size", "size", 9, justify="right"),
+    Column("verdict", "verdict", 13),
+)
+VERDICT_LEVEL = {"good": "ok", "not-resumable": "warning"}  # every other verdict is an error
+
+
+def run_row(ckpt: Any, run: Any) -> Row:
+    """One checkpoint of a run; the key is the file the inspect screen opens for it."""
+    from ckinspect.report.run_report import LAST_GOOD_MARK, shown_path, when
+
+    best = run.last_good
+    mark = LAST_GOOD_MARK if best is not None and ckpt.path == best.path else ""
+    name = shown_path(str(ckpt.path), str(run.path))
+    step = "" if ckpt.step is None else str(ckpt.step)
+    level = VERDICT_LEVEL.get(ckpt.verdict, "error")
+    return Row(
+        str(ckpt_target(ckpt)),
+        (mark, name, ckpt.framework, step, when(ckpt.time), human_bytes(ckpt.size), ckpt.verdict),
+        (
+            mark,
+            name,
+            ckpt.framework,
+            ckpt.step if ckpt.step is not None else -1,
+            ckpt.time,
+            ckpt.size,
+            ckpt.verdict,
+        ),  # fmt: skip
+        (SEVERITY_COLOURS["ok"], None, None, None, None, None, SEVERITY_COLOURS[level]),
+    )
+
+
+def ckpt_target(ckpt: Any) -> Path:
+    """What Enter opens: the checkpoint's first part a reader can list (its model file, DCP folder ...)."""
+    readable = [p.path for p in ckpt.parts if p.role not in ("state", "pointer")]
+    return readable[0] if readable else Path(ckpt.path)
 
 
 def shown_path(path: Path, roots: list[Path]) -> str:
@@ -87,11 +135,14 @@ class FolderScreen(Screen[None]):
         self.loaded: dict[Path, Checkpoint] = {}
         self.scans: dict[Path, ScanOutcome] = {}  # value scans done here: opening a file does not repeat them
         self.unfinished: list[Path] = []
+        self.run: Any = None  # the run this folder holds, once judged (analysis.runs.Run)
 
     def compose(self) -> ComposeResult:
-        yield Label(Text.assemble(("checkpoints in ", "bold"), ", ".join(map(str, self.roots))), classes="title-line")
+        roots = ", ".join(map(terminal_safe, self.roots))
+        yield Label(Text.assemble(("checkpoints in ", "bold"), roots), classes="title-line")
         yield Static("looking for checkpoints…", classes="summary-line", id="folder-summary")
         yield VirtualTable(COLUMNS, id="targets", empty_text="looking…")
+        yield Static("", classes="summary-line", id="run-reasons")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -101,6 +152,10 @@ class FolderScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="discover", description="finding checkpoints")
     def discover(self) -> None:
         backend = self.app.backend
+        run = backend.run(self.roots)
+        if run is not None:
+            self.post_message(RunJudged(run))
+            return
         paths = backend.find(self.roots)
         unfinished = backend.unfinished(self.roots, paths)
         self.post_message(TargetsFound(paths, unfinished))
@@ -143,7 +198,8 @@ class FolderScreen(Screen[None]):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
-            self.query_one("#folder-summary", Static).update(f"finding checkpoints {failure_text(event.worker.error)}")
+            why = failure_text(event.worker.error)
+            self.query_one("#folder-summary", Static).update(Text(f"finding checkpoints {why}"))
 
     def on_targets_found(self, message: TargetsFound) -> None:
         self.unfinished = message.unfinished
@@ -157,6 +213,42 @@ class FolderScreen(Screen[None]):
             else "no checkpoint found here"  # fmt: skip
         table.set_rows([summary_row(s, self.roots) for s in self.summaries.values()])
         self._summarize()
+
+    def on_run_judged(self, message: RunJudged) -> None:
+        from ckinspect.report.run_report import verdict_line
+
+        self.run = message.run
+        table = self.query_one(VirtualTable)
+        table.columns = list(RUN_COLUMNS)
+        table.set_rows([run_row(ckpt, self.run) for ckpt in self.run.checkpoints])
+        best = self.run.last_good
+        if best is not None:
+            table.move_to_key(str(ckpt_target(best)))
+        table.refresh()
+        title = self.query_one(".title-line", Label)
+        title.update(Text.assemble(("run ", "bold"), str(self.run.path), " · a timeline of its checkpoints"))
+        summary = Text(terminal_safe(verdict_line(self.run.to_json())) + " · Enter opens one")
+        for finding in self.run.findings:
+            summary.append(f"\n{finding.code}: {terminal_safe(finding.message)}", style=SEVERITY_COLOURS["error"])
+        self.query_one("#folder-summary", Static).update(summary)
+        self._show_reasons(table.current_row)
+
+    @on(VirtualTable.RowHighlighted)
+    def _highlighted(self, event: VirtualTable.RowHighlighted) -> None:
+        if self.run is not None:
+            self._show_reasons(event.row)
+
+    def _show_reasons(self, row: Row | None) -> None:
+        ckpt = next((c for c in self.run.checkpoints if row is not None and str(ckpt_target(c)) == row.key), None)
+        text = Text()
+        if ckpt is not None:
+            level = VERDICT_LEVEL.get(ckpt.verdict, "error")
+            text.append(f"{terminal_safe(ckpt.path.name)}: {ckpt.verdict}", style=f"bold {SEVERITY_COLOURS[level]}")
+            for reason in ckpt.reasons:
+                text.append(f"\n  {terminal_safe(reason)}")
+            for note in ckpt.notes:
+                text.append(f"\n  {terminal_safe(note)}", style="dim")
+        self.query_one("#run-reasons", Static).update(text)
 
     def on_target_summarized(self, message: TargetSummarized) -> None:
         self.summaries[message.summary.path] = message.summary
@@ -175,7 +267,7 @@ class FolderScreen(Screen[None]):
             text += f" · * values not scanned yet ({scanned}/{len(self.summaries)} done)"
         summary = Text(text + " · Enter opens one")
         if self.unfinished:
-            names = ", ".join(shown_path(p, self.roots) for p in self.unfinished[:3])
+            names = terminal_safe(", ".join(shown_path(p, self.roots) for p in self.unfinished[:3]))
             more = f" and {len(self.unfinished) - 3} more" if len(self.unfinished) > 3 else ""
             summary.append(f"\nmissing (the save died before its rename): {names}{more} · R plans the repair",
                            style=SEVERITY_COLOURS["warning"])  # fmt: skip
@@ -193,7 +285,7 @@ class FolderScreen(Screen[None]):
 
     def action_sort_next(self) -> None:
         table = self.query_one(VirtualTable)
-        keys = [c.key for c in COLUMNS]
+        keys = [c.key for c in table.columns]
         current = table.sort_column
         following = keys[(keys.index(current) + 1) % len(keys)] if current in keys else keys[0]
         table.sort_by(following, reverse=following in ("size", "step", "findings"))
@@ -211,6 +303,7 @@ class FolderScreen(Screen[None]):
     def rediscover(self) -> None:
         self.loaded.clear()
         self.scans.clear()
+        self.run = None
         self.summaries = {}
         table = self.query_one(VirtualTable)
         table.empty_text = "looking…"

@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
+from ckinspect.fmt import terminal_safe
 from ckinspect.io.blobs import UnreadableStorage
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, ValueStats, add_findings, name_matcher
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 def failure_text(error: BaseException | None) -> str:
     """One line for the UI: the message of an error the core raises on purpose, else its type too."""
     if isinstance(error, (CkinspectError, UnreadableStorage, OSError, ValueError)):
-        return f"failed: {error}"
-    return f"failed: {type(error).__name__}: {error}"
+        return terminal_safe(f"failed: {error}")  # messages name files: no control sequence reaches the screen
+    return terminal_safe(f"failed: {type(error).__name__}: {error}")
 
 
 class InspectScreen(Screen[None]):
@@ -98,7 +99,7 @@ class InspectScreen(Screen[None]):
         yield CheckpointHeader(id="ckpt-header")
         yield GroupBar(id="group-bar")
         with Vertical(id="loading"):
-            yield Label(f"reading {self.target} …", id="loading-label")
+            yield Label(Text(f"reading {terminal_safe(self.target)} …"), id="loading-label")
             yield ProgressBar(total=None, show_eta=False, id="loading-progress")
         with Horizontal(id="body"):
             with Vertical(id="main"):
@@ -149,9 +150,9 @@ class InspectScreen(Screen[None]):
             return
         worker, why = event.worker, failure_text(event.worker.error)
         if worker.group == "load":
-            self.query_one("#loading-label", Label).update(f"cannot open {self.target}: {why}")
+            self.query_one("#loading-label", Label).update(Text(f"cannot open {terminal_safe(self.target)}: {why}"))
             header = Text.assemble(
-                (str(self.target), "bold"), "\n", ("cannot be read", f"bold {SEVERITY_COLOURS['error']}")
+                (terminal_safe(self.target), "bold"), "\n", ("cannot be read", f"bold {SEVERITY_COLOURS['error']}")
             )
             self.query_one(CheckpointHeader).update(themed(header))
             self.query_one(GroupBar).display = False  # no "reading…" under a file that cannot be read

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -14,6 +15,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
+
+from ckinspect.fmt import terminal_safe
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,7 +38,7 @@ class PickFileScreen(ModalScreen[Path | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(f"Compare {self.current} with:")
+            yield Label(Text(f"Compare {terminal_safe(self.current)} with:"))
             yield Input(
                 value="", placeholder="type a path, or choose one below (Enter)", id="path", select_on_focus=False
             )
@@ -81,7 +84,7 @@ class PickFileScreen(ModalScreen[Path | None]):
         if path.exists():
             self.dismiss(path)
         else:
-            self.notify(f"{path}: no such file or folder", severity="error")
+            self.notify(terminal_safe(f"{path}: no such file or folder"), severity="error", markup=False)
 
     def on_key(self, event) -> None:
         """Typing while the list has focus starts a path: the keys go to the box above."""

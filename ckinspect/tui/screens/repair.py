@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
+from ckinspect.fmt import terminal_safe
 from ckinspect.tui.messages import RepairApplied, RepairPlanned, RepairUndone
 from ckinspect.tui.screens.confirm import ConfirmScreen
 from ckinspect.tui.screens.inspect import failure_text
@@ -31,7 +32,8 @@ COLUMNS = (
 
 
 def shown(path: Path, folder: Path) -> str:
-    return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
+    """A path relative to the folder, safe on the screen (file names come from the folder)."""
+    return terminal_safe(path.relative_to(folder) if path.is_relative_to(folder) else path)
 
 
 ACTION_COLOURS = {"promote": "$ck-ok", "promote-keep-old": "$ck-ok", "set-aside": "$ck-warning", "nothing": "$ck-error"}
@@ -82,7 +84,7 @@ class RepairScreen(Screen[bool]):
 
     def _title(self) -> Text:
         state = " — applied: u undoes it" if self.applied else " — dry run until you apply"
-        return Text.assemble(("repair ", "bold"), str(self.folder), state)
+        return Text.assemble(("repair ", "bold"), terminal_safe(self.folder), state)
 
     def on_mount(self) -> None:
         self.make_plan()
@@ -130,7 +132,12 @@ class RepairScreen(Screen[bool]):
         if result.failed:
             detail += f", {len(result.failed)} skipped or failed: {result.failed[0].note or result.failed[0].reason}"
         failed = result.failed
-        self.notify(f"repair {detail}; press u to undo", severity="warning" if failed else "information", timeout=5)
+        self.notify(
+            terminal_safe(f"repair {detail}; press u to undo"),
+            severity="warning" if failed else "information",
+            timeout=5,
+            markup=False,
+        )
         self.make_plan()
 
     def on_repair_undone(self, message: RepairUndone) -> None:
@@ -143,7 +150,12 @@ class RepairScreen(Screen[bool]):
             detail = f"{len(result.restored)} move(s) put back"
             if result.problems:
                 detail += f"; {len(result.problems)} problem(s): {result.problems[0]}"
-            self.notify(f"repair undone: {detail}", severity="warning" if result.problems else "information", timeout=5)
+            self.notify(
+                terminal_safe(f"repair undone: {detail}"),
+                severity="warning" if result.problems else "information",
+                timeout=5,
+                markup=False,
+            )
         self.make_plan()
 
     @on(VirtualTable.RowHighlighted)
@@ -155,17 +167,17 @@ class RepairScreen(Screen[bool]):
         action = self.plan.actions[int(row.key)]
         text = Text()
         text.append(f"{action.action}: ", style="bold")
-        text.append(action.reason)
+        text.append(terminal_safe(action.reason))
         if action.status is not None:
             text.append("\nfound: ", style="dim")
-            text.append(action.status.explain())
+            text.append(terminal_safe(action.status.explain()))
         text.append("\ntmp: ", style="dim")
         text.append(shown(action.leftover.tmp, self.folder))
         text.append("\nmain: ", style="dim")
         text.append(shown(action.leftover.main, self.folder))
         if action.note:
             text.append("\nnote: ", style="dim")
-            text.append(action.note)
+            text.append(terminal_safe(action.note))
         self.query_one("#explain", Static).update(text)
 
     def action_apply(self) -> None:

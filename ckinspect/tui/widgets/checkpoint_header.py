@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ckinspect.fmt import human_bytes
+from ckinspect.fmt import human_bytes, terminal_safe
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import safe_load_verdict
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
@@ -17,7 +17,7 @@ class CheckpointHeader(Static):
     """
 
     def show_loading(self, path: str) -> None:
-        self.update(Text.assemble((path, "bold"), "\n", ("reading…", "italic")))
+        self.update(Text.assemble((terminal_safe(path), "bold"), "\n", ("reading…", "italic")))
 
     def show(self, ckpt: Checkpoint, missing: int = 0) -> None:
         meta = ckpt.metadata
@@ -27,7 +27,7 @@ class CheckpointHeader(Static):
         ]
         layout = f" · {ckpt.layout}" if ckpt.layout and ckpt.layout != "unknown" else ""
         first = Text.assemble(
-            (str(ckpt.path), "bold"),
+            (terminal_safe(ckpt.path), "bold"),
             "  ",
             (ckpt.format + layout, "bold"),
             f"  {human_bytes(ckpt.file_bytes)}",

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ckinspect.fmt import human_bytes, shape_text
+from ckinspect.fmt import human_bytes, shape_text, terminal_safe
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.tui.core import ValueStats
 from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS, themed
@@ -48,7 +48,7 @@ class DetailsPane(VerticalScroll):
         )
         storage = ckpt.storages.get(tensor.storage_key)
         text = Text()
-        text.append(tensor.name + "\n", style="bold")
+        text.append(terminal_safe(tensor.name) + "\n", style="bold")
         text.append(tensor.group, style=GROUP_COLOURS.get(tensor.group, ""))
         text.append(f" · {tensor.dtype} · {shape_text(tensor.shape)}\n")
         text.append(f"{tensor.numel:,} elements · {human_bytes(tensor.nbytes)}\n")
@@ -56,7 +56,7 @@ class DetailsPane(VerticalScroll):
             text.append("state of " if tensor.group == "optimizer" else "optimizer state ", style="bold")
             text.append(param + "\n")
         text.append(f"stride {tuple(tensor.stride)}{'' if tensor.is_contiguous else ' (not contiguous)'}\n")
-        text.append(f"storage {tensor.storage_key} @ {tensor.storage_offset}")
+        text.append(f"storage {terminal_safe(tensor.storage_key)} @ {tensor.storage_offset}")
         if storage is not None:
             text.append(f" of {human_bytes(storage.nbytes)}")
         if shared > 1:

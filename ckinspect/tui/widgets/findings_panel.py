@@ -8,6 +8,7 @@ from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from ckinspect.fmt import terminal_safe
 from ckinspect.model import Finding
 from ckinspect.tui.core import severity_badges
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
@@ -46,7 +47,7 @@ class FindingsPanel(OptionList):
                 style=f"bold {colour}",
             )
             label.append(finding.code, style="bold")
-            label.append(f" {finding.message}")
+            label.append(f" {terminal_safe(finding.message)}")
             if finding.tensor:
                 label.append(" →", style="dim")
             elif finding.code == "LEFTOVER_TMP":

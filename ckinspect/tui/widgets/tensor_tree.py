@@ -9,7 +9,7 @@ from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from ckinspect.fmt import human_bytes, shape_text
+from ckinspect.fmt import human_bytes, shape_text, terminal_safe
 from ckinspect.model import Checkpoint, TensorInfo
 
 
@@ -63,11 +63,13 @@ class TensorTree(Tree[str]):
     def _fill(self, node: TreeNode[str], prefix: tuple[str, ...]) -> None:
         for part in self._children.get(prefix, []):
             path = prefix + (part,)
-            label = Text.assemble((part, "bold"), (f"  {human_bytes(self._bytes.get(path, 0))}", "dim"))
+            label = Text.assemble((terminal_safe(part), "bold"), (f"  {human_bytes(self._bytes.get(path, 0))}", "dim"))
             node.add(label, data=".".join(path), allow_expand=True)
         for t in self._leaves.get(prefix, []):
             leaf = t.name.split(".")[-1]
-            label = Text.assemble(leaf, (f"  {t.dtype} {shape_text(t.shape)} {human_bytes(t.nbytes)}", "dim"))
+            label = Text.assemble(
+                terminal_safe(leaf), (f"  {t.dtype} {shape_text(t.shape)} {human_bytes(t.nbytes)}", "dim")
+            )
             node.add_leaf(label, data=t.name)
 
     def on_tree_node_expanded(self, event: Tree.NodeExpanded[str]) -> None:

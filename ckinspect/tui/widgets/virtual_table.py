@@ -22,6 +22,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from ckinspect.fmt import terminal_safe
 from ckinspect.record import Record
 from ckinspect.tui.widgets.palette import resolve
 
@@ -385,7 +386,8 @@ class VirtualTable(ScrollView, can_focus=True):
         for position, (column, width) in enumerate(zip(self.columns, widths, strict=True)):
             if width == 0:
                 continue
-            text = _fit(cells[position] if position < len(cells) else "", width, column.justify, column.keep_end)
+            raw = cells[position] if position < len(cells) else ""
+            text = _fit(terminal_safe(raw), width, column.justify, column.keep_end)
             style = base
             extra = styles[position] if position < len(styles) else None
             if extra:

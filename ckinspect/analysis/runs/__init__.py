@@ -1,0 +1,217 @@
+"""Runs: a folder of checkpoints, each of one or more files, and the newest one a run can resume from.
+
+    run = collect(Path("runs/"))              # group files into checkpoints (listing, and small JSON records)
+    best = judge_run(run, Reader())           # read their records and parts (all, or newest first until one is good)
+
+One recogniser per framework says which files a checkpoint is made of and which its records promise
+(deepspeed, hf (HF Trainer and Accelerate), megatron; DCP folders, sharded sets and single files go
+through the readers, which check their own index). A checkpoint is good when it is whole (every part its
+records promise is there), intact (each part reads whole; `verify` adds the CRC and value scan), safe
+(no part the framework loads names code-running globals) and resumable (optimizer, step and RNG state).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ckinspect.analysis.leftovers import main_for_tmp
+from ckinspect.analysis.runs import deepspeed, hf, megatron
+from ckinspect.analysis.runs.judge import Reader, judge
+from ckinspect.analysis.runs.model import GOOD, Run, RunCheckpoint, step_in_name
+from ckinspect.formats.discover import _is_checkpoint_file, _is_checkpoint_index, _shard_names, is_temporary
+from ckinspect.model import Finding
+from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, TMP_SUFFIX, CkinspectError
+
+__all__ = ["GOOD", "Reader", "Run", "RunCheckpoint", "collect", "is_run", "judge", "judge_run", "last_good"]
+
+SKIP_DIRS = frozenset({QUARANTINE_DIR, ".git", "__pycache__"})
+MAX_DEPTH = 6  # run/experiment/checkpoint-N/global_stepN/... is four
+
+
+def last_good(run_dir: str | os.PathLike[str], verify: bool = False, everything: bool = False) -> Run:
+    """The run with its checkpoints judged (newest first until one is good, or all with `everything`)."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
+    reader = Reader(verify=verify)
+    run = collect(path)
+    judge_run(run, reader, everything=everything)
+    return run
+
+
+MULTI_PART = ("deepspeed", "hf-trainer", "accelerate", "megatron")
+
+
+def is_run(run: Run) -> bool:
+    """Worth a run view: checkpoints made of several files (DeepSpeed, HF, Accelerate, Megatron, DCP), or a
+    pointer (`latest`, the tracker) that says something."""
+    # a folder of plain files keeps its file listing; checkpoints made of several files make it a run
+    return any(c.framework in (*MULTI_PART, "dcp") for c in run.checkpoints) or bool(run.findings)
+
+
+def collect(run_dir: Path) -> Run:
+    run = Run(run_dir, [])
+    try:
+        _walk(run_dir, run, depth=0, visited=set())
+    except OSError as exc:
+        raise CkinspectError(f"{run_dir}: cannot list folder ({exc.strerror or exc})") from None
+    _compare_with_peers(run)
+    for ckpt in run.checkpoints:
+        ckpt.measure()
+    run.checkpoints.sort(key=order)
+    return run
+
+
+def order(ckpt: RunCheckpoint) -> tuple[int, float, str]:
+    """Oldest first: by the step its records give, then by time."""
+    return (ckpt.step if ckpt.step is not None else -1, ckpt.time, str(ckpt.path))
+
+
+def judge_run(run: Run, reader: Reader, everything: bool = True) -> RunCheckpoint | None:
+    """Judge the checkpoints; without `everything`, newest first until the newest good one is certain.
+
+    A checkpoint whose step is not known before reading it is always read: it may be the newest.
+    """
+    if everything:
+        for ckpt in run.checkpoints:
+            judge(ckpt, reader)
+    else:
+        best: RunCheckpoint | None = None
+        for ckpt in sorted(run.checkpoints, key=order, reverse=True):
+            if best is not None and ckpt.step is not None and best.step is not None and ckpt.step < best.step:
+                continue  # its records put it before a good one: it cannot be the answer
+            judge(ckpt, reader)
+            if ckpt.good and (best is None or order(ckpt) > order(best)):
+                best = ckpt
+    run.checkpoints.sort(key=order)
+    return run.last_good
+
+
+# ------------------------------------------------------------------------------------------------ walking
+
+
+def _walk(folder: Path, run: Run, depth: int, visited: set[Path]) -> None:
+    real = folder.resolve()
+    if real in visited or depth > MAX_DEPTH:
+        return
+    visited.add(real)
+    with os.scandir(folder) as scan:
+        entries = sorted(scan, key=lambda e: e.name)
+    names = {e.name for e in entries if _is(e, "file")}
+    dirs = {e.name for e in entries if _is(e, "dir") and e.name not in SKIP_DIRS and not e.name.startswith(".")}
+
+    found = _folder_checkpoint(folder, names, dirs)
+    if found is not None:
+        _interrupted_saves(found, folder)
+        run.checkpoints.append(found)
+        return
+
+    tags = {d for d in dirs if deepspeed.is_tag_folder(_files(folder / d))}
+    if tags or deepspeed.LATEST in names:
+        tag, problem = deepspeed.latest_findings(folder, tags)
+        if problem and (tags or tag is not None):
+            run.findings.append(Finding("MISSING_PARTS", problem))
+    if megatron.TRACKER in names:
+        problem = megatron.tracker_problem(folder, {d for d in dirs if megatron.ITER_FOLDER.match(d)})
+        if problem:
+            run.findings.append(Finding("MISSING_PARTS", problem))
+
+    shards: set[str] = set()
+    for name in names:
+        if _is_checkpoint_index(name):
+            shards |= _shard_names(folder / name)
+    for name in sorted(names):
+        path = folder / name
+        if name.startswith("."):
+            continue
+        if _is_checkpoint_index(name):
+            ckpt = RunCheckpoint(path, "sharded", step_in_name(folder.name))
+            ckpt.part(path, "model")
+            run.checkpoints.append(ckpt)
+        elif is_temporary(path):
+            _unfinished_file(path, run)
+        elif name not in shards and _is_checkpoint_file(path):
+            ckpt = RunCheckpoint(path, "file")
+            ckpt.part(path, "checkpoint")
+            run.checkpoints.append(ckpt)
+    for name in sorted(dirs):
+        try:
+            _walk(folder / name, run, depth + 1, visited)
+        except OSError:
+            continue  # an unreadable subfolder does not stop the search of the rest
+
+
+def _folder_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoint | None:
+    """The checkpoint this folder is, if it is one (a DeepSpeed tag, an HF or Accelerate folder, ...)."""
+    if deepspeed.is_tag_folder(names):
+        return deepspeed.tag_checkpoint(folder)
+    if hf.is_hf_folder(folder, names):
+        return hf.hf_checkpoint(folder, names, dirs)
+    if megatron.is_iter_folder(folder, dirs):
+        return megatron.iter_checkpoint(folder, dirs)
+    if hf.is_accelerate_folder(names):
+        return hf.accelerate_checkpoint(folder, names)
+    if DCP_METADATA in names or DCP_METADATA + TMP_SUFFIX in names or any(n.endswith(".distcp") for n in names):
+        ckpt = RunCheckpoint(folder, "dcp", step_in_name(folder.name))
+        ckpt.part(folder, "checkpoint")
+        if DCP_METADATA not in names:
+            ckpt.add("MISSING_PARTS", f"{DCP_METADATA} is missing: DCP writes it last, after every rank's data; "
+                                      "the save never finished")  # fmt: skip
+        return ckpt
+    return None
+
+
+def _interrupted_saves(ckpt: RunCheckpoint, folder: Path) -> None:
+    """A tmp inside a checkpoint's own folder: the save that made this checkpoint was interrupted."""
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(files):
+            if name.endswith(TMP_SUFFIX):
+                tmp = Path(root, name).relative_to(folder)
+                ckpt.add("LEFTOVER_TMP", f"{tmp}: a save into this checkpoint was interrupted")
+
+
+def _unfinished_file(tmp: Path, run: Run) -> None:
+    """A tmp whose file was never written: the save of that checkpoint died before its rename."""
+    leftover = main_for_tmp(tmp)
+    if leftover is None or os.path.lexists(leftover.main):
+        return  # a tmp beside a whole file: that file's own LEFTOVER_TMP says what it is
+    ckpt = RunCheckpoint(leftover.main, "file")
+    ckpt.add("LEFTOVER_TMP", f"{tmp.name}: the save died before its rename; {leftover.main.name} was never written "
+                             "(`ckinspect repair` says whether the tmp is whole)")  # fmt: skip
+    run.checkpoints.append(ckpt)
+
+
+def _compare_with_peers(run: Run) -> None:
+    """A rank file that no record names but every other checkpoint of the same run and framework has."""
+    groups: dict[tuple[str, Path], list[RunCheckpoint]] = {}
+    for ckpt in run.checkpoints:
+        if ckpt.counts:
+            groups.setdefault((ckpt.framework, ckpt.path.parent), []).append(ckpt)
+    for (_framework, _parent), members in groups.items():
+        if len(members) < 2:
+            continue
+        kinds = sorted({kind for member in members for kind in member.counts})
+        for ckpt in members:
+            others = [m for m in members if m is not ckpt]
+            for kind in kinds:
+                count, fewest = ckpt.counts.get(kind, 0), min(m.counts.get(kind, 0) for m in others)
+                if count < fewest:
+                    message = f"{count} {kind} file(s), where the run's {len(others)} other checkpoint(s) each have "
+                    ckpt.add("MISSING_PARTS", message + f"{fewest}: a part was never written")
+
+
+def _files(folder: Path) -> set[str]:
+    try:
+        with os.scandir(folder) as scan:
+            return {e.name for e in scan if _is(e, "file")}
+    except OSError:
+        return set()
+
+
+def _is(entry: os.DirEntry[str], kind: str) -> bool:
+    try:
+        return entry.is_file() if kind == "file" else entry.is_dir()
+    except OSError:
+        return False

@@ -1,0 +1,152 @@
+"""Hugging Face Trainer (`checkpoint-N/`) and Accelerate (`save_state`) folders.
+
+HF Trainer (transformers/trainer.py, `_save_checkpoint`): the model (`model.safetensors`, `pytorch_model.bin`,
+a sharded set by its `*.index.json`, or `adapter_model.*`), `optimizer.pt`, `scheduler.pt`, `scaler.pt`
+under fp16, `rng_state.pth` (one process) or `rng_state_K.pth` (one per process), `trainer_state.json`
+(global_step), and `training_args.bin`, which resume never loads. With DeepSpeed the optimizer and
+scheduler live in DeepSpeed's own tag folder, named by `latest` inside `checkpoint-N/`.
+
+Accelerate (accelerate/checkpointing.py, `save_accelerator_state`): `model.safetensors` / `pytorch_model.bin`
+(`model_K.*` for more), `optimizer.bin` (`optimizer_K.bin`), `scheduler.bin`, `sampler.bin`, `scaler.pt`,
+and `random_states_K.pkl` for every process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ckinspect.analysis.layouts import HF_MODEL_FILES
+from ckinspect.analysis.runs import deepspeed
+from ckinspect.analysis.runs.model import RunCheckpoint, read_json, step_in_name
+
+HF_FOLDER = re.compile(r"^checkpoint-(\d+)$")
+HF_STAGING = re.compile(r"^tmp-checkpoint-(\d+)$")  # transformers 4.36-4.38 saved here, then renamed
+TRAINER_STATE = "trainer_state.json"
+TRAINING_ARGS = "training_args.bin"
+HF_RNG = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
+SHARD = re.compile(r"-\d+-of-\d+\.(safetensors|bin)$")
+
+ACC_RNG = re.compile(r"^random_states_(\d+)\.pkl$")
+ACC_MODEL = re.compile(r"^(model|pytorch_model)(?:_(\d+))?\.(safetensors|bin)$")
+ACC_OPTIMIZER = re.compile(r"^optimizer(?:_(\d+))?\.bin$")
+ACC_SCHEDULER = re.compile(r"^scheduler(?:_(\d+))?\.bin$")
+ACC_SAMPLER = re.compile(r"^sampler(?:_(\d+))?\.bin$")
+ACC_FOLDER = re.compile(r"^checkpoint_(\d+)$")  # ProjectConfiguration(automatic_checkpoint_naming=True)
+
+
+def is_hf_folder(folder: Path, names: set[str]) -> bool:
+    if TRAINER_STATE in names or HF_STAGING.match(folder.name):
+        return True
+    return bool(HF_FOLDER.match(folder.name)) and any(
+        HF_MODEL_FILES.match(n) or HF_RNG.match(n) or n in ("optimizer.pt", "scheduler.pt", TRAINING_ARGS)
+        for n in names
+    )
+
+
+def is_accelerate_folder(names: set[str]) -> bool:
+    return any(ACC_RNG.match(n) or ACC_OPTIMIZER.match(n) for n in names)
+
+
+def hf_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoint:
+    ckpt = RunCheckpoint(folder, "hf-trainer", step_in_name(folder.name))
+    staging = HF_STAGING.match(folder.name)
+    if staging:
+        ckpt.add("MISSING_PARTS", f"{folder.name} is a staging folder: the save died before its rename to "
+                                  f"checkpoint-{staging.group(1)}")  # fmt: skip
+    counts = {}
+    state = read_json(folder / TRAINER_STATE) if TRAINER_STATE in names else None
+    if TRAINER_STATE not in names:
+        ckpt.add("MISSING_PARTS", f"{TRAINER_STATE} is missing (the global step and the log; Trainer writes it "
+                                  "after the model, optimizer and RNG files)")  # fmt: skip
+    else:
+        ckpt.part(folder / TRAINER_STATE, "state")
+        step = state.get("global_step") if isinstance(state, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            ckpt.add("CORRUPT", f"{TRAINER_STATE} is not a Trainer state (no global_step)")
+        else:
+            named = HF_FOLDER.match(folder.name) or staging
+            if named and int(named.group(1)) != step:
+                ckpt.add("PARTS_DISAGREE", f"folder {folder.name} but {TRAINER_STATE} records global_step {step}")
+            ckpt.step = step
+
+    models = sorted(n for n in names if HF_MODEL_FILES.match(n) and not SHARD.search(n))
+    indexed = [n for n in models if n.endswith(".index.json")]
+    for name in indexed or models:
+        ckpt.part(folder / name, "model")
+    counts["model"] = len(indexed or models)
+    if not models:
+        ckpt.add("MISSING_PARTS", "no model file (model.safetensors, pytorch_model.bin or a sharded index)")
+
+    tags = {d for d in dirs if deepspeed.is_tag_folder({p.name for p in (folder / d).iterdir() if p.is_file()})}
+    with_deepspeed = bool(tags) or deepspeed.LATEST in names
+    rng_ranks = sorted(int(m.group(1) or 0) for m in map(HF_RNG.match, names) if m)
+    if with_deepspeed:
+        tag, problem = deepspeed.latest_findings(folder, tags)
+        if deepspeed.LATEST not in names:
+            which = ", ".join(sorted(tags))
+            problem = f"{deepspeed.LATEST} is missing: DeepSpeed's resume cannot tell which of {which} to load"
+        if problem:
+            ckpt.add("MISSING_PARTS", problem)
+        else:
+            ckpt.part(folder / deepspeed.LATEST, "pointer")
+            tag_folder = folder / str(tag)
+            ckpt.defer(lambda reader: deepspeed.read_tag(tag_folder, reader, ckpt, enclosed=True))
+        counts["optimizer"] = 1
+    else:
+        for name, role in (("optimizer.pt", "optimizer"), ("scheduler.pt", "scheduler"), ("scaler.pt", "scaler")):
+            if name in names:
+                ckpt.part(folder / name, role)
+                counts[role] = 1
+        absent = [(n, what) for n, what in (("optimizer.pt", "optimizer state"), ("scheduler.pt", "scheduler state"))
+                  if n not in names]  # fmt: skip
+        if absent:
+            lacking = " and ".join(what for _, what in absent)
+            ckpt.add("RESUME_INCOMPLETE", f"lacks {lacking} (no {', '.join(n for n, _ in absent)})")
+    for name in sorted(n for n in names if HF_RNG.match(n)):
+        ckpt.part(folder / name, "rng")
+    counts["rng"] = len(rng_ranks)
+    if not rng_ranks:
+        ckpt.add("RESUME_INCOMPLETE", "lacks RNG state (no rng_state.pth / rng_state_K.pth): the resumed run "
+                                      "sees other dropout and sampling")  # fmt: skip
+    else:
+        expect = max(rng_ranks) + 1
+        gaps = [f"rng_state_{k}.pth" for k in range(expect) if k not in rng_ranks]
+        if gaps:
+            ckpt.add("MISSING_PARTS", f"{', '.join(gaps)} missing (rng_state_{max(rng_ranks)}.pth is there)")
+    if TRAINING_ARGS in names:
+        ckpt.part(folder / TRAINING_ARGS, "settings", loaded=False)
+    ckpt.set_counts(counts)
+    return ckpt
+
+
+def accelerate_checkpoint(folder: Path, names: set[str]) -> RunCheckpoint:
+    named = ACC_FOLDER.match(folder.name)
+    ckpt = RunCheckpoint(folder, "accelerate", int(named.group(1)) if named else step_in_name(folder.name))
+    counts = {}
+    kinds = (("model", ACC_MODEL, 2), ("optimizer", ACC_OPTIMIZER, 1), ("scheduler", ACC_SCHEDULER, 1),
+             ("sampler", ACC_SAMPLER, 1), ("rng", ACC_RNG, 1))  # fmt: skip
+    for role, pattern, group in kinds:
+        found = sorted((int(m.group(group) or 0), n) for n in names if (m := pattern.match(n)))
+        counts[role] = len(found)
+        indices = [i for i, _ in found]
+        for _, name in found:
+            ckpt.part(folder / name, role)
+        if found:
+            gaps = [i for i in range(max(indices) + 1) if i not in indices]
+            if gaps:
+                last = found[-1][1]
+                ckpt.add("MISSING_PARTS", f"{role} file(s) {', '.join(map(str, gaps))} missing ({last} is there)")
+    if "scaler.pt" in names:
+        ckpt.part(folder / "scaler.pt", "scaler")
+    for name in sorted(n for n in names if HF_MODEL_FILES.match(n) and n.endswith(".index.json")):
+        ckpt.part(folder / name, "model")
+        counts["model"] += 1
+    if not counts["model"]:
+        ckpt.add("MISSING_PARTS", "no model file (model.safetensors or pytorch_model.bin)")
+    lacking = [what for role, what in (("optimizer", "optimizer state (optimizer.bin)"),
+                                       ("rng", "RNG state (random_states_K.pkl)")) if not counts[role]]  # fmt: skip
+    if lacking:
+        ckpt.add("RESUME_INCOMPLETE", "lacks " + " and ".join(lacking))
+    ckpt.set_counts(counts)
+    return ckpt

@@ -1,0 +1,134 @@
+"""Judging one checkpoint of a run from its parts: whole, intact, safe and resumable, or why not.
+
+Every part is read by the same pipeline `ckinspect --report` uses (analysis.inspect: the readers, the
+layout, the structural checks); `verify` adds the value scan, which checks every stored byte against its
+CRC and every float for NaN/Inf. Only parts the framework loads on resume can disqualify a checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ckinspect.analysis.inspect import inspect_path
+from ckinspect.analysis.runs.model import DAMAGED, GOOD, INCOMPLETE, NOT_RESUMABLE, UNSAFE, VERDICT_OF, RunCheckpoint
+from ckinspect.model import Checkpoint, Finding
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# Frameworks whose checkpoint is one file: its own checks decide whether it is a resume file.
+SINGLE_FILE = ("file", "lightning", "trainer")
+# A checkpoint with several reasons gets the verdict of the worst.
+WORST_FIRST = (UNSAFE, INCOMPLETE, DAMAGED, NOT_RESUMABLE)
+WEIGHTS_ONLY = "weights only: no optimizer state or step to resume from"
+# Parts read as JSON or text by the recognisers; their problems are already the checkpoint's findings.
+RECORD_ROLES = ("state", "pointer")
+
+
+# Classes a framework pickles into its own checkpoint files and imports itself when it resumes
+# (torch.load(weights_only=False) in its loader): named by that framework's parts, they are not held
+# against the checkpoint. Each entry says where it comes from; anything else still is.
+FRAMEWORK_GLOBALS: dict[str, dict[str, str]] = {
+    "deepspeed": {
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler": "ZeRO's static loss scaler, in every optim_states file",
+        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler": "ZeRO's dynamic loss scaler (fp16)",
+        "deepspeed.runtime.zero.config.ZeroStageEnum": "the ZeRO stage, an enum",
+        "deepspeed.utils.tensor_fragment.fragment_address": "a named tuple (numel, start) per parameter fragment",
+    },
+    "megatron": {
+        "argparse.Namespace": "the run's arguments, which Megatron's loader reads back (a plain attribute bag)",
+    },
+}
+
+
+class Reader:
+    """Reads each part once (recognisers and the judge share it)."""
+
+    def __init__(self, verify: bool = False) -> None:
+        self.verify = verify
+        self.cache: dict[Path, Checkpoint] = {}
+
+    def inspect(self, path: Path) -> Checkpoint:
+        ckpt = self.cache.get(path)
+        if ckpt is None:
+            ckpt = self.cache[path] = inspect_path(path, quick=not self.verify)
+        return ckpt
+
+
+def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
+    """Read the parts, then set verdict, reasons and notes. Never raises for bad content."""
+    ckpt.read_deferred(reader)
+    ckpt.measure()
+    for part in ckpt.parts:
+        if part.role in RECORD_ROLES:
+            continue
+        opened = reader.inspect(part.path)
+        part.checkpoint = opened
+        part.findings = [f for f in opened.findings if _belongs(f, ckpt)]
+        _framework_globals(ckpt, part)
+    if ckpt.framework in SINGLE_FILE and ckpt.parts and ckpt.parts[0].checkpoint is not None:
+        _single_file(ckpt, ckpt.parts[0].checkpoint)
+    if ckpt.step is None:
+        steps = [p.checkpoint.metadata.get("step") for p in ckpt.parts if p.checkpoint is not None]
+        ckpt.step = next((s for s in steps if isinstance(s, int) and not isinstance(s, bool)), None)
+
+    against: list[tuple[str, Finding]] = []  # (verdict, the finding that gives it)
+    for finding in ckpt.findings:
+        if finding.code in VERDICT_OF:
+            against.append((VERDICT_OF[finding.code], finding))
+    ckpt.notes = [n for n in ckpt.notes if not n.startswith("never loaded on resume")]
+    for part in ckpt.parts:
+        where = ckpt.part_name(part)
+        for finding in part.findings:
+            if finding.code not in VERDICT_OF or finding.code == "LEFTOVER_TMP":
+                continue  # a tmp beside a whole file is another save's; the file is judged on its own bytes
+            if part.loaded:
+                against.append((VERDICT_OF[finding.code], ckpt.located(finding, part)))
+            else:
+                ckpt.notes.append(f"never loaded on resume, so not held against it: {where}: {finding.code}: "
+                                  f"{finding.message}")  # fmt: skip
+    ckpt.reasons = [f"{finding.code}: {finding.message}" for _, finding in against]
+    if not against and not _resumable(ckpt):
+        # no finding (a weights file is not a damaged resume file), but nothing to resume from either
+        against.append((NOT_RESUMABLE, Finding("RESUME_INCOMPLETE", WEIGHTS_ONLY)))
+        ckpt.reasons = [WEIGHTS_ONLY]
+    ckpt.held_against = [finding for _, finding in against]
+    ckpt.verdict = min((v for v, _ in against), key=WORST_FIRST.index, default=GOOD)
+    return ckpt
+
+
+def _belongs(finding: Finding, ckpt: RunCheckpoint) -> bool:
+    """A part's own RESUME_INCOMPLETE is dropped where the checkpoint is several files: the recogniser
+    judges resumability from the parts together (an HF model file alone has no optimizer)."""
+    return ckpt.framework in SINGLE_FILE or finding.code != "RESUME_INCOMPLETE"
+
+
+def _framework_globals(ckpt: RunCheckpoint, part: Any) -> None:
+    """Drop UNSAFE_PICKLE from a part whose only foreign globals are its framework's own harmless classes."""
+    expected = FRAMEWORK_GLOBALS.get(ckpt.framework)
+    if not expected or part.checkpoint is None or not any(f.code == "UNSAFE_PICKLE" for f in part.findings):
+        return
+    from ckinspect.formats.pickle_scan import classify_global, is_dangerous
+
+    foreign = [g for g in part.checkpoint.globals if "." in g and classify_global(*g.rsplit(".", 1)) == "unsafe"]
+    if not foreign or any(g not in expected or is_dangerous(*g.rsplit(".", 1)) for g in foreign):
+        return
+    part.findings = [f for f in part.findings if f.code != "UNSAFE_PICKLE"]
+    ckpt.notes.append(f"{part.path.name} names {ckpt.framework}'s own classes ({', '.join(foreign)}), which its "
+                      "resume imports itself; nothing else outside torch's weights_only allowlist")  # fmt: skip
+
+
+def _single_file(ckpt: RunCheckpoint, opened: Checkpoint) -> None:
+    if opened.layout in ("lightning", "trainer"):
+        ckpt.framework = opened.layout
+    if opened.format == "dcp":
+        ckpt.framework = "dcp"
+
+
+def _resumable(ckpt: RunCheckpoint) -> bool:
+    """Resume state is there: the recogniser said what it lacks otherwise (multi-file), or the file holds it."""
+    if ckpt.framework not in SINGLE_FILE and ckpt.framework not in ("dcp", "sharded"):
+        return True
+    opened = [p.checkpoint for p in ckpt.parts if p.checkpoint is not None]
+    return any(any(t.group == "optimizer" for t in c.tensors) and c.metadata.get("step") is not None for c in opened)

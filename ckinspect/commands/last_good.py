@@ -1,0 +1,53 @@
+"""`ckinspect last-good RUN_DIR`: the newest checkpoint of a run that is whole, intact, safe and resumable.
+
+The path alone on stdout and exit 0, so that a launch script can `--resume "$(ckinspect last-good runs/)"`;
+exit 1 (and one line on stderr saying why) when no checkpoint qualifies. `--format json|markdown` lists
+every candidate with its verdict and reasons; `sarif` carries the candidates' findings (code scanning),
+`junit` a testcase per candidate that fails by the reasons it is no resume point. `--verify` adds the
+full CRC and value scan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ckinspect.analysis.runs import last_good
+from ckinspect.commands.emit import emit, envelope, render_ci
+from ckinspect.fmt import terminal_safe
+from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    listing = args.format != "text"
+    result = last_good(args.run_dir, verify=args.verify, everything=listing)
+    best = result.last_good
+    if args.format == "json":
+        import json
+
+        emit(json.dumps(envelope("last-good", run=result.to_json()), indent=2), args.output)
+    elif args.format == "markdown":
+        from ckinspect.report.run_report import markdown_section
+
+        emit("\n".join(["## ckinspect last-good", "", *markdown_section(result.to_json())]), args.output)
+    elif args.format in ("sarif", "junit"):
+        from ckinspect.report.subjects import from_runs
+
+        emit(render_ci(args.format, from_runs([result], candidates=True), args, f"ckinspect last-good {result.path}"),
+             args.output)  # fmt: skip
+    elif best is not None:
+        emit(str(best.path), args.output)  # the path as it is: a launch script passes it on
+    if best is None:
+        print(f"ckinspect: {why_none(result)}", file=sys.stderr)
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def why_none(result) -> str:
+    judged = [c for c in result.checkpoints if c.verdict]
+    if not result.checkpoints:
+        return f"no checkpoint found in {terminal_safe(str(result.path))}"
+    newest = judged[-1] if judged else result.checkpoints[-1]
+    reason = newest.reasons[0] if newest.reasons else newest.verdict
+    return (f"no good checkpoint in {terminal_safe(str(result.path))} ({len(result.checkpoints)} found; the newest, "
+            f"{terminal_safe(newest.path.name)}, is {newest.verdict}: {terminal_safe(reason)})")  # fmt: skip

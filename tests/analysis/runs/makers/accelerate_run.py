@@ -1,0 +1,33 @@
+"""A real Accelerate run on CPU (2 gloo ranks under torchrun): three `accelerator.save_state()` calls with
+automatic checkpoint naming, so `checkpoints/checkpoint_0/1/2` each hold Accelerate's own files:
+model.safetensors, optimizer.bin, scheduler.bin, random_states_0.pkl, random_states_1.pkl.
+
+    torchrun --nproc_per_node 2 accelerate_run.py OUT
+"""
+
+import sys
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import ProjectConfiguration
+
+
+def main(out: str) -> None:
+    accelerator = Accelerator(cpu=True, project_config=ProjectConfiguration(out, automatic_checkpoint_naming=True))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    for step in range(6):
+        x, y = torch.randn(2, 8), torch.randn(2, 4)
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        if (step + 1) % 2 == 0:
+            accelerator.save_state()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,260 @@
+"""The static scan against CPython's own unpickler, on generated opcode streams.
+
+For every stream, pickle.py's `_Unpickler` runs with a `find_class` that records what it is asked
+for and hands back an inert stand-in. The scan must name exactly those globals, in the same order
+(each once), up to the point where CPython stops; when CPython reads the stream to its STOP, the
+scan names nothing more. After a stop the scan may name more (it cannot know what a real global
+would have returned there, so it keeps looking): reporting too much is allowed, too little never.
+
+CI runs DIFFERENTIAL_EXAMPLES (2,000) streams; `CKINSPECT_DIFFERENTIAL_EXAMPLES=100000` runs more by
+hand (see tests/formats/run_differential.sh).
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import os
+import pickle
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckinspect.formats.pickle_scan import normalize, scan_pickle
+
+DIFFERENTIAL_EXAMPLES = int(os.environ.get("CKINSPECT_DIFFERENTIAL_EXAMPLES", "2000"))
+
+NAMES = ["os", "system", "posix", "collections", "OrderedDict", "builtins", "eval", "__builtin__", "copy_reg",
+         "_reconstructor", "torch._utils", "_rebuild_tensor_v2", "subprocess", "Popen", "a.b", ""]  # fmt: skip
+# extension codes registered for the run (EXT opcodes resolve through copyreg's registry)
+EXTENSIONS = {0xF1: ("os", "system"), 0x1F2: ("collections", "OrderedDict"), 0x7FFF_0001: ("posix", "system")}
+EXT_CODES = [*EXTENSIONS, 0xF3, 0]
+
+
+class _Inert:
+    """What the recording find_class hands back: accepts every call the opcodes can make on it."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __setstate__(self, state) -> None:
+        pass
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+    def append(self, value) -> None:
+        pass
+
+    def extend(self, values) -> None:
+        pass
+
+    def add(self, value) -> None:
+        pass
+
+
+class Recorder(pickle._Unpickler):  # type: ignore[name-defined]
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self.asked: list[tuple[str, str]] = []
+
+    def find_class(self, module, name):
+        self.asked.append((module, name))
+        return type("Inert", (_Inert,), {})
+
+    def persistent_load(self, pid):
+        return _Inert()
+
+
+def cpython_globals(data: bytes) -> tuple[list[tuple[str, str]], bool]:
+    """(globals find_class was asked for, first appearance first, under Python 3 names; read to STOP?)"""
+    copyreg._extension_cache.clear()  # type: ignore[attr-defined]  # so every run asks find_class afresh
+    recorder = Recorder(data)
+    try:
+        recorder.load()
+        complete = True
+    except BaseException:  # noqa: BLE001 - whatever stops CPython stops the comparison there
+        complete = False
+    seen: list[tuple[str, str]] = []
+    for module, name in recorder.asked:
+        key = normalize(module, name)
+        if key not in seen:
+            seen.append(key)
+    return seen, complete
+
+
+def _line(text: str) -> bytes:
+    return text.encode() + b"\n"
+
+
+def _string(op: int, text: str) -> bytes:
+    raw = text.encode()
+    if op == 0:
+        return b"\x8c" + bytes([len(raw)]) + raw  # SHORT_BINUNICODE
+    if op == 1:
+        return b"X" + struct.pack("<I", len(raw)) + raw  # BINUNICODE
+    if op == 2:
+        return b"\x8d" + struct.pack("<Q", len(raw)) + raw  # BINUNICODE8
+    if op == 3:
+        return b"V" + _line(text)  # UNICODE
+    if op == 4:
+        return b"S" + _line(repr(text))  # STRING
+    if op == 5:
+        return b"U" + bytes([len(raw)]) + raw  # SHORT_BINSTRING
+    return b"T" + struct.pack("<i", len(raw)) + raw  # BINSTRING
+
+
+_SIMPLE = [b"(", b"0", b"1", b"2", b"N", b"]", b"}", b")", b"\x8f", b"\x88", b"t", b"\x85", b"\x86", b"\x87",
+           b"l", b"d", b"a", b"e", b"s", b"u", b"\x90", b"\x91", b"R", b"\x81", b"\x92", b"b", b"o", b"\x93",
+           b"\x94", b"Q", b"K\x07", b"C\x02ab"]  # fmt: skip
+_memo_index = st.integers(0, 6)
+op = st.one_of(
+    st.sampled_from(_SIMPLE),
+    st.sampled_from(_SIMPLE[:4] + [b"\x93", b"\x94"]),  # the opcodes whose semantics matter most, more often
+    st.builds(_string, st.integers(0, 6), st.sampled_from(NAMES)),
+    st.builds(lambda m, n: b"c" + _line(m) + _line(n), st.sampled_from(NAMES), st.sampled_from(NAMES)),
+    st.builds(lambda m, n: b"i" + _line(m) + _line(n), st.sampled_from(NAMES), st.sampled_from(NAMES)),
+    st.builds(lambda i: b"q" + bytes([i]), _memo_index),
+    st.builds(lambda i: b"r" + struct.pack("<I", i), _memo_index),
+    st.builds(lambda i: b"p" + _line(str(i)), _memo_index),
+    st.builds(lambda i: b"h" + bytes([i]), _memo_index),
+    st.builds(lambda i: b"j" + struct.pack("<I", i), _memo_index),
+    st.builds(lambda i: b"g" + _line(str(i)), _memo_index),
+    st.builds(
+        lambda c: (
+            b"\x82" + bytes([c & 0xFF])
+            if c < 256
+            else b"\x83" + struct.pack("<H", c)
+            if c < 65536
+            else b"\x84" + struct.pack("<i", c)
+        ),
+        st.sampled_from(EXT_CODES),
+    ),  # fmt: skip
+    st.builds(lambda p: b"P" + _line(p), st.sampled_from(["x", "1"])),
+)
+
+
+@st.composite
+def streams(draw) -> bytes:
+    proto = draw(st.sampled_from([None, 0, 1, 2, 3, 4, 5]))
+    body = b"".join(draw(st.lists(op, max_size=40)))
+    head = b"" if proto is None else b"\x80" + bytes([proto])
+    tail = draw(st.sampled_from([b".", b".", b".", b"", b".c\nos\nsystem\n"]))
+    cut = draw(st.sampled_from([None, None, None, None, 1, 2, 5]))
+    data = head + body + tail
+    return data[:-cut] if cut else data
+
+
+def setup_module() -> None:
+    for code, (module, name) in EXTENSIONS.items():
+        copyreg.add_extension(module, name, code)
+
+
+def teardown_module() -> None:
+    for code, (module, name) in EXTENSIONS.items():
+        copyreg.remove_extension(module, name, code)
+
+
+def check(data: bytes) -> None:
+    expected, complete = cpython_globals(data)
+    scan = scan_pickle(data)
+    got = [(g.module, g.name) for g in scan.globals]
+    if complete:
+        assert got == expected, data
+    else:
+        assert got[: len(expected)] == expected, data
+
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+
+
+@pytest.mark.slow  # 2,000 streams through the scan and CPython's unpickler: ~35 s on 2 busy cores
+@settings(max_examples=DIFFERENTIAL_EXAMPLES, deadline=None, derandomize=DIFFERENTIAL_EXAMPLES <= 2000,
+          suppress_health_check=_SLOW_OK)  # fmt: skip
+@given(streams())
+def test_the_scan_names_what_cpython_asks_find_class_for(data):
+    check(data)
+
+
+def test_pop_after_mark_pops_the_mark_as_cpython_does():
+    # MARK POP: CPython pops the mark, so "posix" and "system" are the two strings STACK_GLOBAL takes
+    data = b"\x80\x04\x8c\x05posix\x8c\x06system(0\x93)R."
+    expected, _ = cpython_globals(data)
+    assert expected == [("posix", "system")]
+    scan = scan_pickle(data)
+    assert [(g.module, g.name, g.kind) for g in scan.globals] == [("posix", "system", "unsafe")]
+
+
+def test_ext_codes_resolve_through_copyreg():
+    data = b"\x80\x02\x82\xf1)R."
+    scan = scan_pickle(data)
+    assert [(g.module, g.name, g.kind, g.opcode) for g in scan.globals] == [("os", "system", "unsafe", "EXT")]
+    assert cpython_globals(data)[0] == [("os", "system")]
+    unregistered = scan_pickle(b"\x80\x02\x82\xf3)R.")
+    assert [(g.name, g.kind) for g in unregistered.globals] == [("<extension code 243>", "unsafe")]
+
+
+def test_a_cut_pickle_still_names_what_came_before_the_cut():
+    data = b"\x80\x04\x8c\x02os\x8c\x06system\x93\x8c\x02ls\x85R"  # no STOP: CPython still ran os.system
+    scan = scan_pickle(data)
+    assert scan.truncated and [(g.module, g.name) for g in scan.globals] == [("os", "system")]
+
+
+def random_stream(rng) -> bytes:
+    """The same opcode alphabet as `streams()`, drawn with `random` (for runs of 100,000 and more by hand,
+    where hypothesis's own bookkeeping would cost more than the comparison)."""
+    parts = []
+    if rng.random() < 6 / 7:
+        parts.append(b"\x80" + bytes([rng.randrange(6)]))
+    for _ in range(rng.randrange(41)):
+        kind = rng.randrange(13)
+        name, other, index = rng.choice(NAMES), rng.choice(NAMES), rng.randrange(7)
+        if kind == 0:
+            parts.append(rng.choice(_SIMPLE))
+        elif kind == 1:
+            parts.append(rng.choice(_SIMPLE[:4] + [b"\x93", b"\x94"]))
+        elif kind in (2, 3):
+            parts.append(_string(rng.randrange(7), name))
+        elif kind == 4:
+            parts.append(rng.choice([b"c", b"i"]) + _line(name) + _line(other))
+        elif kind == 5:
+            parts.append(rng.choice([b"q" + bytes([index]), b"r" + struct.pack("<I", index), b"p" + _line(str(index))]))
+        elif kind == 6:
+            parts.append(rng.choice([b"h" + bytes([index]), b"j" + struct.pack("<I", index), b"g" + _line(str(index))]))
+        elif kind == 7:
+            code = rng.choice(EXT_CODES)
+            parts.append(b"\x82" + bytes([code & 0xFF]) if code < 256 else b"\x83" + struct.pack("<H", code)
+                         if code < 65536 else b"\x84" + struct.pack("<i", code))  # fmt: skip
+        elif kind == 8:
+            parts.append(b"P" + _line(rng.choice(["x", "1"])))
+        else:
+            parts.append(rng.choice(_SIMPLE))
+    data = b"".join(parts) + rng.choice([b".", b".", b".", b"", b".c\nos\nsystem\n"])
+    cut = rng.choice([0, 0, 0, 0, 1, 2, 5])
+    return data[:-cut] if cut else data
+
+
+def run_by_hand(count: int, seed: int = 0) -> int:
+    """`count` random streams through check(); prints progress; returns how many were compared."""
+    import random
+
+    rng = random.Random(seed)
+    setup_module()
+    try:
+        for n in range(1, count + 1):
+            data = random_stream(rng)
+            try:
+                check(data)
+            except AssertionError:
+                print(f"MISMATCH after {n} streams: {data!r}")
+                raise
+            if n % 10_000 == 0:
+                print(f"{n} streams: scan == CPython", flush=True)
+    finally:
+        teardown_module()
+    return count
