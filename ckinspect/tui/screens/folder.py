@@ -226,11 +226,11 @@ class FolderScreen(Screen[None]):
             table.move_to_key(str(ckpt_target(best)))
         table.refresh()
         title = self.query_one(".title-line", Label)
-        title.update(Text.assemble(("run ", "bold"), str(self.run.path), " · a timeline of its checkpoints"))
+        title.update(Text.assemble(("run ", "bold"), terminal_safe(self.run.path), " · a timeline of its checkpoints"))
         summary = Text(terminal_safe(verdict_line(self.run.to_json())) + " · Enter opens one")
         for finding in self.run.findings:
             summary.append(f"\n{finding.code}: {terminal_safe(finding.message)}", style=SEVERITY_COLOURS["error"])
-        self.query_one("#folder-summary", Static).update(summary)
+        self.query_one("#folder-summary", Static).update(themed(summary))
         self._show_reasons(table.current_row)
 
     @on(VirtualTable.RowHighlighted)
@@ -248,7 +248,7 @@ class FolderScreen(Screen[None]):
                 text.append(f"\n  {terminal_safe(reason)}")
             for note in ckpt.notes:
                 text.append(f"\n  {terminal_safe(note)}", style="dim")
-        self.query_one("#run-reasons", Static).update(text)
+        self.query_one("#run-reasons", Static).update(themed(text))
 
     def on_target_summarized(self, message: TargetSummarized) -> None:
         self.summaries[message.summary.path] = message.summary
