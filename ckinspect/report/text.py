@@ -37,7 +37,7 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verb
     buffer = io.StringIO()
     console = make_console(buffer, width, color)
     files = report["files"]
-    if len(files) > 1 and not verbose and report.get("diff") is None:
+    if len(files) > 1 and not verbose and report.get("diff") is None and not report.get("runs"):
         console.print(summary_table(files))
         for entry in files:
             if entry["findings"]:
