@@ -38,38 +38,83 @@ def _columns() -> int:
         return 80
 
 
-class _Formatter(argparse.HelpFormatter):
-    """argparse's own layout. argparse builds one per add_argument and, left to find the width
-    itself, imports shutil (with bz2 and lzma: ~3 ms, a twentieth of a quick report)."""
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's own layout, descriptions and examples kept as written. argparse builds one per
+    add_argument and, left to find the width itself, imports shutil (with bz2 and lzma: ~3 ms,
+    a twentieth of a quick report)."""
 
     def __init__(self, prog: str) -> None:
         super().__init__(prog, width=_columns() - 2)
+
+
+def _help_formatter() -> type[argparse.HelpFormatter]:
+    """rich-argparse's coloured layout (colour only on a terminal) when --help is asked for, else argparse's:
+    importing rich costs more than parsing a command line."""
+    if not _HELP_ASKED:
+        return _Formatter
+    try:
+        from rich_argparse import RawDescriptionRichHelpFormatter
+    except ImportError:  # an install without it: plain help, same words
+        return _Formatter
+
+    class RichFormatter(RawDescriptionRichHelpFormatter):
+        def __init__(self, prog: str) -> None:
+            super().__init__(prog, width=_columns() - 2)
+
+    return RichFormatter
+
+
+_HELP_ASKED = False
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit 2 (argparse's default status too)."""
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(formatter_class=_Formatter, **kwargs)  # type: ignore[arg-type]
+        super().__init__(formatter_class=_help_formatter(), **kwargs)  # type: ignore[arg-type]
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_ERROR, f"ckinspect: error: {message}\n(try: {self.prog} --help)\n")
 
 
+MAIN_DESCRIPTION = """\
+Inspect, diff, check and repair training checkpoints without executing them.
+
+commands (ckinspect COMMAND --help for each):
+  ckinspect PATH...             browse files or folders (--report: print)
+  ckinspect diff A B            compare two checkpoints (--report: print)
+  ckinspect repair PATH         plan (then --apply) repairs of cut-short saves
+  ckinspect drift PATH          what fp16/bf16 does to the weights and logits
+  ckinspect salvage BROKEN OUT  recover the whole tensors of a damaged file
+  ckinspect convert IN OUT      resume -> weights, torch -> safetensors ...
+  ckinspect last-good RUN_DIR   the newest whole checkpoint of a run (its path)
+  ckinspect watch RUN_DIR       judge each checkpoint as its save completes
+"""
+
+MAIN_EXAMPLES = """\
+examples:
+  ckinspect runs/step_60_resume.pth            browse one checkpoint
+  ckinspect --report runs/                     every checkpoint found
+  ckinspect --report ckpt.pth --format json    the schema-1 JSON report
+  ckinspect --report --fail-on warning c/*.pth  CI: exit 1 on a warning
+
+exit status: 0 nothing at or above --fail-on, 1 findings at or above it,
+             2 usage or internal error"""
+
+
 def _add_output_options(parser: argparse.ArgumentParser, formats: tuple[str, ...] = REPORT_FORMATS) -> None:
     """--format (sarif and junit only for commands that report findings), --fail-on, --output, --quick."""
-    parser.add_argument("--format", choices=formats, default="text", help="report format (default: text)")
-    parser.add_argument(
+    group = parser.add_argument_group("report options")
+    group.add_argument("--format", choices=formats, default="text", help="report format (default: text)")
+    group.add_argument(
         "--fail-on",
         choices=FAIL_ON_CHOICES,
         default="error",
         help="exit 1 when a finding is at or above this severity (default: error)",
     )
-    parser.add_argument(
-        "--output", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout"
-    )
-    parser.add_argument("--quick", action="store_true", help="structure only: skip the value scan")
-    parser.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    group.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    group.add_argument("--quick", action="store_true", help="structure only: skip the value scan")
+    group.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
 
 
 _PLAIN_FORMATS = ("text", "json", "markdown")  # commands whose output is not a list of findings
@@ -80,11 +125,14 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     if command == "main":
         main = _Parser(
             prog="ckinspect",
-            description="Inspect, diff, check and repair training checkpoints without executing them.",
-            epilog="subcommands: diff, repair, drift, salvage, convert, last-good, watch (ckinspect SUBCOMMAND --help)",
+            description=MAIN_DESCRIPTION,
+            epilog=MAIN_EXAMPLES,
         )
         main.add_argument("paths", nargs="+", metavar="PATH", help="checkpoint file(s) or folder(s)")
         main.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
+        main.add_argument(
+            "--verbose", "-v", action="store_true", help="with several checkpoints: every one's groups and tensors"
+        )
         main.add_argument(
             "--checkpoints-only",
             action="store_true",
@@ -98,9 +146,15 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 
 def _diff_parser() -> argparse.ArgumentParser:
-    diff = _Parser(prog="ckinspect diff", description="Compare two checkpoints tensor by tensor.")
-    diff.add_argument("a", metavar="A")
-    diff.add_argument("b", metavar="B")
+    diff = _Parser(
+        prog="ckinspect diff",
+        description="Compare two checkpoints tensor by tensor, and the values beside them\n(step, lr, loss, config).",
+        epilog="examples:\n  ckinspect diff runs/step_30.pth runs/step_60.pth\n"
+        "  ckinspect diff a_resume.pth b.safetensors --report --only model\n"
+        "  ckinspect diff a.pth b.pth --report --format json --atol 1e-6",
+    )
+    diff.add_argument("a", metavar="A", help="the first checkpoint (file or folder): the reference")
+    diff.add_argument("b", metavar="B", help="the second checkpoint: what changed from A to B")
     diff.add_argument("--report", action="store_true", help="print the diff instead of opening the TUI")
     diff.add_argument(
         "--only",
@@ -246,6 +300,8 @@ def _dispatch(command: str, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in _SUBCOMMANDS else "main"
+    global _HELP_ASKED
+    _HELP_ASKED = "-h" in argv or "--help" in argv
     parser = build_parser(command)
     args = parser.parse_args(argv[1:] if command != "main" else argv)
     try:

@@ -68,6 +68,24 @@ def terminal_safe(text: object, *, keep_lines: bool = False) -> str:
     return str(text).translate(_DOCUMENT_TABLE if keep_lines else _TERMINAL_TABLE)
 
 
+def value_text(value: object, limit: int = 48) -> str:
+    """A non-tensor value from a checkpoint (lr, loss, a config entry) in one short, printable line:
+    floats to 6 significant digits, strings through terminal_safe."""
+    if isinstance(value, bool) or value is None:
+        text = str(value)
+    elif isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, (bytes, bytearray)):
+        text = f"<{len(value):,} bytes>"
+    elif isinstance(value, str):
+        text = terminal_safe(value)
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 # ---------------------------------------------------------------- Markdown
 
 _MD_SPECIAL = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]", "<": "&lt;", ">": "&gt;", "\n": " "}

@@ -23,7 +23,7 @@ from ckinspect.tui.app import create_app  # noqa: E402
 SIZE = (120, 34)
 SHOTS = {
     "inspect": ("main", ["samples/stopped-30/tiny_resume.pth"], "model.layers.0.attn.wq.weight"),
-    "diff": ("diff", ["samples/stopped-30/tiny_resume.pth", "samples/stopped-30/tiny.pth"], None),
+    "diff": ("diff", ["samples/stopped-30/tiny_resume.pth", "samples/straight-60/tiny_resume.pth"], None),
 }
 
 

@@ -18,8 +18,8 @@ def test_a_missing_path_is_a_one_line_error_not_a_tui():
 def test_python_dash_m_ckinspect_help_and_usage_error_in_a_real_process():
     helped = run_cli_process("--help")
     assert helped.returncode == 0 and helped.stderr == ""
-    assert helped.stdout.startswith("usage: ckinspect") and "--report" in helped.stdout
-    assert "subcommands: diff, repair, drift, salvage, convert" in helped.stdout
+    assert helped.stdout.startswith("Usage: ckinspect") and "--report" in helped.stdout
+    assert "ckinspect diff A B " in helped.stdout and "ckinspect salvage BROKEN OUT " in helped.stdout
     wrong = run_cli_process("--format", "yaml", "x")
     assert wrong.returncode == 2 and wrong.stdout == ""
     assert "Traceback" not in wrong.stderr and "invalid choice" in wrong.stderr

@@ -350,3 +350,39 @@ def _attribute(views: list[TensorInfo], extents: list[tuple[int, int]], size: in
         group_bytes[group] += _length(fresh)
         covered = _merge(covered + fresh)
     return _length(covered)
+
+
+# ---------------------------------------------------------------- a file cut short
+
+
+def missing_tensors(ckpt: Checkpoint) -> list[TensorInfo]:
+    """Tensors whose bytes are not in the file: their storage is absent or shorter than they reach
+    (a save cut short keeps the pickle that names them, not their data)."""
+    storages = ckpt.storages
+    out = []
+    for t in ckpt.tensors:
+        if t.numel == 0:
+            continue
+        storage = storages.get(t.storage_key)
+        if storage is None or storage.nbytes < t.byte_offset + t.span_bytes:
+            out.append(t)
+    return out
+
+
+def declared_group_bytes(ckpt: Checkpoint) -> dict[str, int]:
+    """Bytes per group as the tensors declare them, each storage once (by the furthest byte its views
+    reach, given to the first of model, optimizer, rng, other among them): what the whole file held,
+    even when part of it is missing."""
+    reach: dict[str, int] = {}
+    group_of: dict[str, str] = {}
+    rank = {g: i for i, g in enumerate(GROUPS)}
+    for t in ckpt.tensors:
+        key = t.storage_key
+        reach[key] = max(reach.get(key, 0), t.byte_offset + t.span_bytes)
+        group = t.group if t.group in rank else "other"
+        if key not in group_of or rank[group] < rank[group_of[key]]:
+            group_of[key] = group
+    out = dict.fromkeys(GROUPS, 0)
+    for key, nbytes in reach.items():
+        out[group_of[key]] += nbytes
+    return out

@@ -88,6 +88,26 @@ class TensorChange(Record):
         return out
 
 
+class ValueChange(Record):
+    """A non-tensor value (lr, loss, a config entry, a run setting) that differs between A and B."""
+
+    path: str  # dotted, as in the checkpoint tree: optimizer.param_groups.0.lr
+    a: Any
+    b: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "a": plain_value(self.a), "b": plain_value(self.b)}
+
+
+def plain_value(value: Any) -> Any:
+    """A scalar from a checkpoint as JSON can hold it (no NaN/inf literals, bytes by their size)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value):,} bytes>"
+    return value
+
+
 class DiffResult(Record):
     __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
@@ -103,6 +123,9 @@ class DiffResult(Record):
     only_a_groups: dict[str, int] = field(default_factory=dict)  # how many only-in-A tensors per group
     only_b_groups: dict[str, int] = field(default_factory=dict)
     metadata_changed: dict[str, list[Any]] = field(default_factory=dict)  # step/epoch/world_size: [a, b]
+    values_changed: list[ValueChange] = field(default_factory=list)  # non-tensor values on both sides that differ
+    values_only_a: list[str] = field(default_factory=list)  # paths of non-tensor values only A holds
+    values_only_b: list[str] = field(default_factory=list)
     match: str = "names matched exactly"
     only: list[str] | None = None
     atol: float = 0.0
@@ -117,16 +140,19 @@ class DiffResult(Record):
     def identical(self) -> bool:
         if self.not_compared is not None or self.unsafe is not None:
             return self.raw_bytes_differ is False  # byte for byte the same file: nothing inside can differ
+        differs = self.only_a or self.only_b or self.changed or self.metadata_changed or self.values_changed
         if self.unreadable and self.raw_bytes_differ is False:
-            return not (self.only_a or self.only_b or self.changed or self.metadata_changed)
-        return not (self.only_a or self.only_b or self.changed or self.unreadable or self.metadata_changed)
+            return not differs
+        return not (differs or self.unreadable)
 
     @property
     def verdict(self) -> str:
         """ "identical", "different" or "unknown" (the exit status follows: 0, 1, 2)."""
         if self.identical:
             return "identical"
-        if self.only_a or self.only_b or self.changed or self.metadata_changed or self.raw_bytes_differ:
+        if self.only_a or self.only_b or self.changed or self.metadata_changed or self.values_changed:
+            return "different"
+        if self.raw_bytes_differ:
             return "different"
         return "unknown"
 
@@ -147,6 +173,9 @@ class DiffResult(Record):
             "within_atol": list(self.within_atol),
             "relaid": list(self.relaid),
             "metadata_changed": dict(self.metadata_changed),
+            "values_changed": [v.to_json() for v in self.values_changed],
+            "values_only_a": list(self.values_only_a),
+            "values_only_b": list(self.values_only_b),
             "unreadable": [{"name": n, "message": m} for n, m in self.unreadable],
             "bytes_compared": self.bytes_compared,
             "verdict": self.verdict,
@@ -473,8 +502,9 @@ def diff_checkpoints(
                 pool.shutdown()
     for p, vd in verdicts:
         _record_verdict(result, p, vd)
-    if not only:  # the counters that decide what a resume does next are part of "identical"
-        _record_counter_changes(result, a, b)
+    if not only:  # the counters that decide what a resume does next are part of "identical", and so
+        _record_counter_changes(result, a, b)  # is every other value saved beside the tensors
+        _record_value_changes(result, a, b)
     return result
 
 
@@ -640,3 +670,77 @@ def _record_counter_changes(result: DiffResult, a: Checkpoint, b: Checkpoint) ->
         va, vb = a.metadata.get(key), b.metadata.get(key)
         if va is not None and vb is not None and va != vb:
             result.metadata_changed[key] = [va, vb]
+
+
+_SCALAR_TYPES = (str, int, float, bool, bytes, bytearray, type(None))
+
+
+def non_tensor_values(ckpt: Checkpoint) -> dict[str, Any]:
+    """Every scalar the checkpoint holds beside its tensors, by dotted path (`optimizer.param_groups.0.lr`,
+    `loss`, `config.dim`): the decoded tree's leaves, or the reader's metadata when there is no tree."""
+    from ckinspect.formats.tree import walk
+
+    source = ckpt.tree if ckpt.tree is not None else ckpt.metadata
+    return {path: value for path, value in walk(source) if path and isinstance(value, _SCALAR_TYPES)}
+
+
+def same_value(x: Any, y: Any) -> bool:
+    """Equal and of the same type (True is not 1); NaN equals NaN."""
+    if type(x) is not type(y):
+        return False
+    if isinstance(x, float) and math.isnan(x) and math.isnan(y):
+        return True
+    return bool(x == y)
+
+
+def _record_value_changes(result: DiffResult, a: Checkpoint, b: Checkpoint) -> None:
+    """Non-tensor values: those on both sides that differ make A and B different; those on one side only
+    are listed (a weights file or a converted copy legitimately drops them) but decide nothing."""
+    va, vb = non_tensor_values(a), non_tensor_values(b)
+    for path, x in va.items():
+        if path not in vb:
+            result.values_only_a.append(path)
+        elif path not in result.metadata_changed and not same_value(x, vb[path]):
+            result.values_changed.append(ValueChange(path, x, vb[path]))
+    result.values_only_b = [path for path in vb if path not in va]
+
+
+class DeltaHistogram(Record):
+    """How B - A is spread over one tensor's elements: counts in equal bins over [lo, hi]."""
+
+    counts: list[int]
+    lo: float
+    hi: float
+    nonfinite: int = 0  # elements whose difference is NaN or infinite (not in any bin)
+
+
+def delta_histogram(a: Checkpoint, ta: TensorInfo, b: Checkpoint, tb: TensorInfo, bins: int = 24) -> DeltaHistogram:
+    """The histogram of B - A over every element (same shape; dtypes may differ), streamed in bounded blocks.
+
+    Two passes over the values: the first finds the range, the second counts; memory stays one block per side.
+    """
+    import numpy as np
+
+    if tuple(ta.shape) != tuple(tb.shape):
+        raise ValueError(f"{ta.name}: shapes differ, there is no element-wise difference")
+
+    def deltas() -> Iterator[Any]:
+        with Blobs() as blobs_a, Blobs() as blobs_b:
+            for xa, xb in _aligned(value_blocks(blobs_a, a, ta), value_blocks(blobs_b, b, tb)):
+                with np.errstate(invalid="ignore", over="ignore"):
+                    yield decode(xb, tb.dtype).astype(np.float64) - decode(xa, ta.dtype).astype(np.float64)
+
+    lo, hi, nonfinite = math.inf, -math.inf, 0
+    for d in deltas():
+        finite = d[np.isfinite(d)]
+        nonfinite += d.size - finite.size
+        if finite.size:
+            lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+    if lo > hi:  # nothing finite
+        return DeltaHistogram([0] * bins, 0.0, 0.0, nonfinite)
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    counts = np.zeros(bins, dtype=np.int64)
+    for d in deltas():
+        counts += np.histogram(d[np.isfinite(d)], bins=bins, range=(lo, hi))[0]
+    return DeltaHistogram([int(c) for c in counts], lo, hi, nonfinite)

@@ -144,4 +144,4 @@ def render(checkpoints: list[Checkpoint], args: argparse.Namespace, runs: list[A
         return markdown.render(report)
     from ckinspect.report import text
 
-    return text.render(report, *text_layout(args))
+    return text.render(report, *text_layout(args), verbose=bool(getattr(args, "verbose", False)))

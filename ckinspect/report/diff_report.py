@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ckinspect.fmt import human_bytes, md_code, md_text, percent
+from ckinspect.fmt import human_bytes, md_code, md_text, percent, value_text
 from ckinspect.model import Checkpoint
 
 _LIST_LIMIT = 12  # names listed before "... and N more" in text and Markdown (JSON lists all)
@@ -87,6 +87,8 @@ def summary_line(diff: dict[str, Any]) -> str:
         parts.append(f"{len(diff['unreadable']):,} unreadable")
     for key, (va, vb) in (diff.get("metadata_changed") or {}).items():
         parts.append(f"{key} {va} -> {vb}")
+    if values := diff.get("values_changed"):
+        parts.append(f"{len(values):,} other value{'s' if len(values) > 1 else ''} changed")
     if diff.get("unreadable") and diff.get("raw_bytes_differ"):
         parts.append("the files' bytes differ")
     return ("different: " if verdict == "different" else "no verdict: ") + ", ".join(parts)
@@ -130,6 +132,25 @@ def _differing_short(c: dict[str, Any]) -> str:
     if c["n_diff"] is not None and c["n_diff"] == c.get("numel"):
         return f"all {c['n_diff']:,}"
     return _differing(c)
+
+
+def value_rows(diff: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(path, A, B) of each non-tensor value that differs, the counters (step, epoch) first."""
+    rows = [(key, value_text(va), value_text(vb)) for key, (va, vb) in (diff.get("metadata_changed") or {}).items()]
+    rows += [(v["path"], value_text(v["a"]), value_text(v["b"])) for v in diff.get("values_changed") or ()]
+    return rows
+
+
+def _values_table(diff: dict[str, Any]) -> Any:
+    from ckinspect.report.console import Wrapped, make_table
+
+    table = make_table("values that differ (beside the tensors)")
+    table.add_column("value", overflow="fold", ratio=1, min_width=16)
+    table.add_column("A", overflow="fold", max_width=24)
+    table.add_column("B", overflow="fold", max_width=24)
+    for path, va, vb in value_rows(diff):
+        table.add_row(Wrapped(path), va, vb)
+    return table
 
 
 def _changed_table(diff: dict[str, Any]) -> Any:
@@ -205,6 +226,8 @@ def render_text(
     console.print(Text(summary_line(diff), style="bold green" if diff["identical"] else "bold yellow"))
     if diff["changed"]:
         console.print(_changed_table(diff))
+    if value_rows(diff):
+        console.print(_values_table(diff))
     say = functools.partial(console.print, markup=False, soft_wrap=True)  # names and messages are not markup
     for heading, shown, more in _name_lists(diff):
         say(f"{heading}:")
@@ -251,6 +274,10 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
         lines.append("|" + "|".join("---:" if h in _NUMERIC else "---" for h in _HEADERS) + "|")
         for row in _changed_rows(diff):
             lines.append("| " + " | ".join(md_code(c) if i == 0 else md_text(c) for i, c in enumerate(row)) + " |")
+        lines.append("")
+    if rows := value_rows(diff):
+        lines += ["| value | A | B |", "|---|---|---|"]
+        lines += [f"| {md_code(path)} | {md_text(va)} | {md_text(vb)} |" for path, va, vb in rows]
         lines.append("")
     for heading, shown, more in _name_lists(diff):
         lines += [f"<details><summary>{heading[0].upper()}{heading[1:]}</summary>", ""]

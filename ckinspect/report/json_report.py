@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from ckinspect.analysis.anatomy import summarize
+from ckinspect.analysis.params import optimizer_params
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint, Finding, TensorInfo
@@ -67,11 +68,13 @@ def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
         "optimizer_share": round(anatomy.optimizer_share, 6),
         "metadata": metadata,
         "findings": [f.to_json() for f in ckpt.findings],
-        "tensors": tensor_entries(ckpt.tensors),
+        "tensors": tensor_entries(ckpt.tensors, optimizer_params(ckpt)),
     }
 
 
-def tensor_entries(tensors: Sequence[TensorInfo]) -> list[dict[str, Any]]:
+def tensor_entries(tensors: Sequence[TensorInfo], params: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One entry per tensor; an optimizer state tensor tied to its parameter carries it as `param`."""
+    params = params or {}
     bits_of: dict[str, int] = {}
     out = []
     for t in tensors:
@@ -79,7 +82,10 @@ def tensor_entries(tensors: Sequence[TensorInfo]) -> list[dict[str, Any]]:
         if bits is None:
             bits = bits_of[t.dtype] = dtype_info(t.dtype).bits
         nbytes = math.prod(t.shape) * bits + 7 >> 3
-        out.append({"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": nbytes})
+        entry = {"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": nbytes}
+        if t.name in params:
+            entry["param"] = params[t.name]
+        out.append(entry)
     return out
 
 

@@ -86,6 +86,12 @@ _DIFF = {
                 },
             },
         },
+        "values_changed": {
+            "type": "array",
+            "items": {"type": "object", "required": ["path", "a", "b"], "properties": {"path": {"type": "string"}}},
+        },
+        "values_only_a": {"type": "array", "items": {"type": "string"}},
+        "values_only_b": {"type": "array", "items": {"type": "string"}},
     },
 }
 

@@ -46,6 +46,8 @@ def from_diff(a: Checkpoint, b: Checkpoint, result: DiffResult) -> list[Subject]
         on_b.append(diff("TENSOR_CHANGED", f"{change.name}: {_change_text(change)}", change.name))
     for key, (va, vb) in result.metadata_changed.items():
         on_b.append(diff("METADATA_CHANGED", f"{key}: {va} in {a.path}, {vb} in {b.path}"))
+    for value in result.values_changed:
+        on_b.append(diff("METADATA_CHANGED", f"{value.path}: {value.a!r} in {a.path}, {value.b!r} in {b.path}"))
     on_b += [diff("TENSOR_UNREADABLE", f"{name}: {why}", name) for name, why in result.unreadable]
     return [
         Subject(str(a.path), Path(a.path), [*a.findings, *on_a]),

@@ -30,11 +30,24 @@ from ckinspect.vocab import GROUPS
 SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "cyan")}
 
 
-def render(report: Mapping[str, Any], width: int = 80, color: bool = False) -> str:
+def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verbose: bool = False) -> str:
+    """One file: every detail. Several: the summary first, then only what needs a look (findings);
+    `verbose` adds each file's groups and tensors."""
     report = terminal_copy(report)  # names and messages come from the file: no control sequence reaches the terminal
     buffer = io.StringIO()
     console = make_console(buffer, width, color)
     files = report["files"]
+    if len(files) > 1 and not verbose and report.get("diff") is None and not report.get("runs"):
+        console.print(summary_table(files))
+        for entry in files:
+            if entry["findings"]:
+                console.print()
+                console.print(title_line(entry["path"], entry["format"], human_bytes(entry["file_bytes"])))
+                console.print(findings_block(entry["findings"]))
+        console.print()
+        console.print(Text("--verbose adds each checkpoint's groups and tensors", style="dim"))
+        console.print(summary_line(report["summary"]))
+        return finish(buffer)
     for index, entry in enumerate(files):
         if index:
             console.print()

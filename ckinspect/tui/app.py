@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -9,10 +10,18 @@ from typing import Any, ClassVar
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.theme import BUILTIN_THEMES, Theme
 
 from ckinspect.tui.core import Backend
+from ckinspect.tui.widgets.palette import BASE_THEMES, THEME_VARIABLES
 
-THEMES = ("textual-dark", "textual-light")
+THEMES = ("ckinspect-dark", "ckinspect-light")  # textual's own, with status colours that stay readable
+
+
+def ckinspect_theme(name: str) -> Theme:
+    """Textual's dark or light theme plus the colours the widgets name ($ck-error, $ck-model ...)."""
+    base = BUILTIN_THEMES[BASE_THEMES[name]]
+    return dataclasses.replace(base, name=name, variables={**base.variables, **THEME_VARIABLES[name]})
 
 
 class CkinspectApp(App[int]):
@@ -22,7 +31,7 @@ class CkinspectApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark,f1", "help", "Help", key_display="?"),
-        Binding("t", "toggle_theme", "Theme", tooltip="Switch between the dark and the light theme"),
+        Binding("t", "toggle_theme", "Theme", tooltip="Switch between the dark and the light theme", show=False),
         Binding("ctrl+p", "command_palette", "Commands", show=False),
     ]
 
@@ -31,19 +40,32 @@ class CkinspectApp(App[int]):
         first_screen: Screen,
         *,
         backend: Backend | None = None,
-        theme: str = "textual-dark",
+        theme: str = THEMES[0],
         cursor_blink: bool = True,
         quick: bool = False,
     ) -> None:
         super().__init__()
+        for name in THEMES:
+            self.register_theme(ckinspect_theme(name))
         self._first_screen = first_screen
         self.quick = quick  # --quick: structure only, no value scan
         self.backend = backend or Backend()
         self.cursor_blink_enabled = cursor_blink
         self.theme = theme
 
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """Any other theme picked from the palette still has the colours the widgets name."""
+        return dict(THEME_VARIABLES[THEMES[0]])
+
     def get_default_screen(self) -> Screen:
         return self._first_screen
+
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """Textual saves screenshots to ~/Downloads and fails where there is none: then the current folder."""
+        if path is None:
+            downloads = Path.home() / "Downloads"
+            path = str(downloads if downloads.is_dir() else Path.cwd())
+        self.deliver_screenshot(filename, path)
 
     def action_toggle_theme(self) -> None:
         self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
@@ -64,14 +86,19 @@ class CkinspectApp(App[int]):
                 continue
             seen.add(binding.action)
             target = self if binding in self.BINDINGS else screen
+            title = binding.description
+            if binding.action.startswith("sort_by("):  # the footer says "s Size"; the palette, what it does
+                title = f"Sort by {title.lower()}"
             yield SystemCommand(
-                binding.description,
+                title,
                 binding.tooltip or f"key: {binding.key_display or binding.key}",
                 lambda target=target, action=binding.action: self.call_later(target.run_action, action),
             )
         for title, help_text, action in getattr(screen, "palette_commands", lambda: [])():
             yield SystemCommand(title, help_text, lambda action=action: self.call_later(screen.run_action, action))
-        yield from super().get_system_commands(screen)
+        titles = {b.description for b in self.BINDINGS if isinstance(b, Binding)}
+        # Textual's own Quit and Theme would be listed a second time beside ours
+        yield from (c for c in super().get_system_commands(screen) if c.title not in titles)
 
 
 def create_app(
@@ -79,7 +106,7 @@ def create_app(
     paths: Sequence[str | Path],
     *,
     backend: Backend | None = None,
-    theme: str = "textual-dark",
+    theme: str = THEMES[0],
     cursor_blink: bool = True,
     quick: bool = False,
     watch: dict[str, Any] | None = None,

@@ -19,7 +19,7 @@ from ckinspect.record import Record, field
 
 if TYPE_CHECKING:
     from ckinspect.analysis.anatomy import Anatomy
-    from ckinspect.analysis.diff import DiffResult
+    from ckinspect.analysis.diff import DeltaHistogram, DiffResult
     from ckinspect.analysis.drift import TensorDrift
     from ckinspect.ops.repair import ApplyResult, RepairPlan, UndoResult
 
@@ -65,6 +65,15 @@ def scan_checkpoint(ckpt: Checkpoint, progress: Progress | None = None) -> ScanO
         for name, s in result.stats.items()
     }
     return ScanOutcome([f for f in result.findings if (f.code, f.message, f.tensor) not in known], stats)
+
+
+def add_findings(ckpt: Checkpoint, findings: list[Finding]) -> None:
+    """Add the scan's findings to the checkpoint, each once (the folder view and the file view may both scan it)."""
+    known = {(f.code, f.message, f.tensor) for f in ckpt.findings}
+    for f in findings:
+        if (f.code, f.message, f.tensor) not in known:
+            known.add((f.code, f.message, f.tensor))
+            ckpt.findings.append(f)
 
 
 def find_checkpoints(paths: list[Path]) -> list[Path]:
@@ -118,6 +127,14 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
         return lambda name: regex.match(name) is not None
     needle = pattern.lower()
     return lambda name: needle in name.lower()
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Sort key that orders `state.2` before `state.10` (numbers as numbers, the rest as text)."""
+    return tuple(int(part) if i % 2 else part.lower() for i, part in enumerate(_DIGITS.split(name)))
 
 
 # ---------------------------------------------------------------- value statistics
@@ -200,6 +217,44 @@ def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress 
     return stats
 
 
+# ---------------------------------------------------------------- export
+
+
+EXPORT_FIELDS = ("name", "group", "dtype", "shape", "bytes", "param")
+
+
+def export_tensors(ckpt: Checkpoint, names: list[str], fmt: str, folder: Path) -> Path:
+    """The tensors shown (in the order shown) as CSV or JSON, the JSON report's tensor entries; written
+    atomically to a new file in `folder` (never over an existing one). Returns its path."""
+    import csv
+    import io
+    import json
+
+    from ckinspect.analysis.params import optimizer_params
+    from ckinspect.io.atomic import atomic_write_text
+    from ckinspect.report.json_report import tensor_entries
+
+    by_name = {t.name: t for t in ckpt.tensors}
+    entries = tensor_entries([by_name[n] for n in names if n in by_name], optimizer_params(ckpt))
+    if fmt == "json":
+        text = json.dumps({"path": str(ckpt.path), "tensors": entries}, indent=1) + "\n"
+    else:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, EXPORT_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for entry in entries:
+            writer.writerow({**entry, "shape": "x".join(map(str, entry["shape"]))})
+        text = buffer.getvalue()
+    stem = f"{Path(ckpt.path).name}-tensors"
+    target = folder / f"{stem}.{fmt}"
+    n = 1
+    while target.exists():
+        target = folder / f"{stem}-{n}.{fmt}"
+        n += 1
+    atomic_write_text(target, text)
+    return target
+
+
 # ---------------------------------------------------------------- the backend the screens call
 
 
@@ -216,6 +271,11 @@ class Backend:
         from ckinspect.analysis.anatomy import summarize
 
         return summarize(ckpt)
+
+    def optimizer_params(self, ckpt: Checkpoint) -> dict[str, str]:
+        from ckinspect.analysis.params import optimizer_params
+
+        return optimizer_params(ckpt)
 
     def find(self, paths: list[Path]) -> list[Path]:
         return find_checkpoints(paths)
@@ -243,6 +303,11 @@ class Backend:
         from ckinspect.analysis.diff import diff_checkpoints
 
         return diff_checkpoints(a, b, progress=as_fraction(progress))
+
+    def delta_histogram(self, a: Checkpoint, ta: TensorInfo, b: Checkpoint, tb: TensorInfo) -> DeltaHistogram:
+        from ckinspect.analysis.diff import delta_histogram
+
+        return delta_histogram(a, ta, b, tb)
 
     def match_names(self, a: Checkpoint, b: Checkpoint) -> list[tuple[str | None, str | None]]:
         """(A name, B name) pairs as the diff matches them across layouts (model.x vs x)."""

@@ -65,6 +65,7 @@ class TargetSummary(Record):
     step: Any = None
     findings: list[Finding] | None = None
     error: str = ""
+    values: str = "pending"  # the value scan: "pending", "scanned", "not scanned" (--quick) or why it failed
 
 
 @dataclass

@@ -44,3 +44,20 @@ def test_resume_file_against_its_fp16_weights(samples):
     assert {c["reason"] for c in diff["changed"]} == {"dtype"} and 0 < max(
         c["max_abs_diff"] for c in diff["changed"]
     ) < 1e-2
+
+
+def test_values_beside_the_tensors_are_reported(samples):
+    """lr, loss and the epoch position differ between step 30 and step 60: text and JSON both say so."""
+    a, b = samples / "stopped-30" / "tiny_resume.pth", samples / "straight-60" / "tiny_resume.pth"
+    proc = run_cli("diff", a, b, "--report", "--format", "json")
+    diff = json.loads(proc.stdout)["diff"]
+    assert diff["metadata_changed"] == {"step": [30, 60]}
+    values = {v["path"]: (v["a"], v["b"]) for v in diff["values_changed"]}
+    assert sorted(values) == ["epoch_step", "loss", "optimizer.param_groups.0.lr"]
+    assert values["epoch_step"] == (30, 60) and values["loss"][0] > values["loss"][1] > 0
+    assert diff["values_only_a"] == diff["values_only_b"] == []
+    text = run_cli("diff", a, b, "--report").stdout
+    assert "3 other values changed" in text
+    table = text[text.index("values that differ") :].splitlines()
+    assert table[3].split() == ["step", "30", "60"]
+    assert any(line.split()[0] == "optimizer.param_groups.0.lr" for line in table[4:])

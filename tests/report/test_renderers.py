@@ -66,7 +66,7 @@ def test_metadata_of_any_kind_becomes_plain_json():
 
 
 def test_text_fits_80_columns_and_names_findings(report):
-    out = text.render(report, width=80)
+    out = text.render(report, width=80, verbose=True)  # every file's details (without: summary first)
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "UNSAFE_PICKLE" in out and "RESUME_INCOMPLETE" in out and "HALF_PRECISION_RESUME" in out
     assert "✓ no findings" in out

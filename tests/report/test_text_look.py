@@ -43,7 +43,7 @@ def test_80_columns_light_tables_no_colour_in_a_pipe(command):
 def test_summary_of_the_samples_keeps_each_path_on_its_row_at_80_columns():
     proc = run_at(80, "--report", "--quick", SAMPLES)
     assert proc.returncode == 0, proc.stderr
-    summary = proc.stdout[proc.stdout.index("summary of 14 checkpoints in") :].splitlines()
+    summary = proc.stdout[proc.stdout.index("summary of 14 checkpoints in") :].split("\n\n")[0].splitlines()
     rows = [line for line in summary if ".pth" in line]
     assert len(rows) == 14 and max(map(len, summary)) <= 80
     # the longest: ablation-fresh-optimizer/tiny_resume.pth, 40 characters, once folded at 36

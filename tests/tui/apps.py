@@ -85,5 +85,5 @@ def demo_backend(data_dir: Path) -> FixtureBackend:
     return FixtureBackend({DEMO_PATH: a, DEMO_B_PATH: b})
 
 
-def make_app(command: str, paths: list[Path], data_dir: Path, *, theme: str = "textual-dark") -> CkinspectApp:
+def make_app(command: str, paths: list[Path], data_dir: Path, *, theme: str = "ckinspect-dark") -> CkinspectApp:
     return create_app(command, paths, backend=demo_backend(data_dir), theme=theme, cursor_blink=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckinspect.tui.core import Backend
+from ckinspect.tui.core import Backend, natural_key
 from ckinspect.tui.screens.confirm import ConfirmScreen
 from ckinspect.tui.screens.diff import DiffScreen
 from ckinspect.tui.screens.help import HelpScreen
@@ -48,11 +48,11 @@ async def test_sort_by_key_and_by_clicking_a_header(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         table = app.screen.query_one(TensorTable)
-        await pilot.press("s")  # first column: name, ascending
+        await pilot.press("n")  # by name, in natural order
         names = [table.rows[i].key for i in table.view]
-        assert names == sorted(names)
+        assert names == sorted(names, key=natural_key)
         await pilot.press("r")
-        assert [table.rows[i].key for i in table.view] == sorted(names, reverse=True)
+        assert [table.rows[i].key for i in table.view] == sorted(names, key=natural_key, reverse=True)
         size_x = (
             sum(
                 w + 1
@@ -189,7 +189,8 @@ async def test_help_palette_theme_and_quit(tmp_path):
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {
             "Filter",
-            "Sort",
+            "Sort by size",
+            "Sort by name",
             "Tree",
             "Values",
             "Findings",
@@ -199,10 +200,10 @@ async def test_help_palette_theme_and_quit(tmp_path):
             "Help",
             "Theme",
             "Quit",
-            "Sort by size",
+            "Sort by % file",
         } <= titles
         await pilot.press("t")
-        assert app.theme == "textual-light"
+        assert app.theme == "ckinspect-light"
         await pilot.press("q")
     assert app.return_code == 0
 

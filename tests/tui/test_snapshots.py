@@ -31,7 +31,7 @@ def test_inspect_100x30(snap_compare, tmp_path):
 
 
 def test_inspect_wide_light_theme(snap_compare, tmp_path):
-    app = make_app("main", [DEMO_PATH], tmp_path, theme="textual-light")
+    app = make_app("main", [DEMO_PATH], tmp_path, theme="ckinspect-light")
     assert snap_compare(app, terminal_size=(130, 36), run_before=_select("model.layers.1.mlp.w2.weight"))
 
 
@@ -76,3 +76,50 @@ def test_repair_confirmation_100x30(snap_compare, tmp_path):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
+
+
+def test_unreadable_file_80x24(snap_compare, tmp_path):
+    from ckinspect.tui.app import create_app
+    from tests.tui.apps import demo_backend
+
+    class Unreadable(type(demo_backend(tmp_path))):
+        def load(self, target):
+            raise OSError("unexpected end of data: the file is cut short at 300,000 bytes")
+
+    app = create_app("main", [DEMO_PATH], backend=Unreadable({}), cursor_blink=False)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_settle)
+
+
+def test_folder_80x24(snap_compare, tmp_path):
+    from ckinspect.tui.app import create_app
+    from tests.tui.apps import demo_backend
+
+    app = create_app("main", [DEMO_PATH, DEMO_B_PATH], backend=demo_backend(tmp_path), cursor_blink=False)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_settle)
+
+
+def test_help_100x30(snap_compare, tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=_settle, press=["question_mark"])
+
+
+def test_diff_detail_100x30(snap_compare, tmp_path):
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path)
+
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        pilot.app.screen.query_one("#left").move_to_key("model.layers.0.attn.wq.weight")
+        await pilot.press("enter")
+        await _settle(pilot)
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=run_before)
+
+
+def test_inspect_light_theme_80x24(snap_compare, tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path, theme="ckinspect-light")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_select("model.layers.1.mlp.w2.weight"))
+
+
+def test_diff_light_theme_80x24(snap_compare, tmp_path):
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path, theme="ckinspect-light")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_settle)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -17,10 +17,10 @@ from textual.worker import Worker, WorkerState
 from ckinspect.fmt import human_bytes, shape_text, terminal_safe
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record
-from ckinspect.tui.core import name_matcher
+from ckinspect.tui.core import name_matcher, natural_key
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.screens.inspect import failure_text
-from ckinspect.tui.widgets.palette import STATUS_COLOURS
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, STATUS_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
@@ -50,8 +50,16 @@ ONE_NAME_LEFT = (
 ONE_NAME_RIGHT = (
     Column("status", "status", 13),
     Column("delta", "max |Δ|", 8, justify="right"),
+    Column("rel", "max rel", 8, justify="right"),
+    Column("ndiff", "differing", 9, justify="right"),
     Column("dtype", "B dtype", 8),
     Column("shape", "B shape", 12),
+)
+ONLY_WHEN_WIDE = ("dtype", "rel", "ndiff")  # below WIDE_ENOUGH_FOR_DTYPES, Enter on a row shows them
+VALUE_COLUMNS = (  # the values beside the tensors that differ: step, lr, loss, config, run settings
+    Column("path", "value (beside the tensors)", None, min_width=20, keep_end=True),
+    Column("a", "A", 16),
+    Column("b", "B", 16),
 )
 WIDE_ENOUGH_FOR_DTYPES = 110  # below this, the dtypes give way (the status says "dtype changed")
 
@@ -71,6 +79,8 @@ class Pair(Record):
     b: TensorInfo | None
     status: str = "comparing"
     max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+    n_diff: int | None = None
 
     @property
     def differs(self) -> bool:
@@ -129,11 +139,44 @@ def apply_result(pairs: list[Pair], result: DiffResult) -> None:
             continue
         change = changed.get(pair.name)
         if change is not None:
-            pair.max_abs_diff = change.max_abs_diff
+            pair.max_abs_diff, pair.max_rel_diff, pair.n_diff = change.max_abs_diff, change.max_rel_diff, change.n_diff
             if pair.status == "comparing":
                 pair.status = {"shape": "shape changed", "dtype": "dtype changed"}.get(change.reason, "changed")
         elif pair.status == "comparing":
             pair.status = "same"
+
+
+STATUS_ORDER = (
+    "only in A",
+    "only in B",
+    "shape changed",
+    "dtype changed",
+    "changed",
+    "unreadable",
+    "comparing",
+    "same",
+)
+DESCENDING_FIRST = ("delta", "rel", "ndiff")  # a first sort on max |Δ| puts the largest change on top
+
+
+def pair_sort_key(pair: Pair, side: str, column: str) -> Any:
+    """The key one column sorts on, computed from the pair itself, so both panes order alike.
+    `side` is "a" or "b": which tensor a name, dtype or shape column shows."""
+    tensor = pair.a if side == "a" else pair.b
+    if column == "status":
+        return STATUS_ORDER.index(pair.status) if pair.status in STATUS_ORDER else len(STATUS_ORDER)
+    if column in ("delta", "rel", "ndiff"):
+        value = {"delta": pair.max_abs_diff, "rel": pair.max_rel_diff, "ndiff": pair.n_diff}[column]
+        return -1.0 if value is None else value
+    if column == "name":
+        return natural_key(tensor.name if tensor is not None else pair.name)
+    if tensor is None:  # the side without the tensor sorts last, whatever the direction
+        return (1, ())
+    if column == "dtype":
+        return (0, (tensor.dtype,))
+    if column == "shape":
+        return (0, tuple(tensor.shape))
+    return natural_key(pair.name)
 
 
 def _cells(t: TensorInfo | None) -> tuple[str, str, str]:
@@ -157,7 +200,15 @@ def rows_for(
         colour = STATUS_COLOURS.get(p.status) or None
         a, b = _cells(p.a), _cells(p.b)
         a_cells = {"name": p.name if one_name else a[0], "dtype": a[1], "shape": a[2]}
-        b_cells = {"status": p.status, "delta": _delta(p.max_abs_diff), "name": b[0], "dtype": b[1], "shape": b[2]}
+        b_cells = {
+            "status": p.status,
+            "delta": _delta(p.max_abs_diff),
+            "rel": _delta(p.max_rel_diff),
+            "ndiff": "" if p.n_diff is None else f"{p.n_diff:,}",
+            "name": b[0],
+            "dtype": b[1],
+            "shape": b[2],
+        }
         left_cells = tuple(a_cells[k] for k in left_keys)
         right_cells = tuple(b_cells[k] for k in right_keys)
         b_style = None if p.b else "dim"
@@ -167,7 +218,7 @@ def rows_for(
                 p.name,
                 right_cells,
                 (index,) * len(right_cells),
-                tuple(colour if k in ("status", "delta") else b_style for k in right_keys),
+                tuple(colour if k in ("status", "delta", "rel", "ndiff") else b_style for k in right_keys),
             )
         )
     return left, right
@@ -175,10 +226,14 @@ def rows_for(
 
 class DiffScreen(Screen[None]):
     app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    AUTO_FOCUS = ""  # nothing until the tables are there: a filter box focused while loading ate the q of quit
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "toggle_differences", "Diffs only", tooltip="Show only tensors that differ (or show all again)"),
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring or a glob"),
         Binding("n", "next_difference", "Next diff", tooltip="Move to the next tensor that differs"),
+        Binding("y", "copy_name", "Copy", tooltip="Copy the selected tensor's name", show=False),
+        Binding("D", "sort_delta", "Sort Δ", tooltip="Sort both panes by max |Δ|, largest first (again: reverse)"),
+        Binding("enter", "detail", "Detail", tooltip="The selected tensor's diff: max |Δ|, max rel, count, histogram"),
         Binding("escape", "back", "Back", show=False),
     ]
 
@@ -191,6 +246,7 @@ class DiffScreen(Screen[None]):
         self.result: DiffResult | None = None
         self.result_note = "comparing values…"
         self.one_name = False
+        self.sort: tuple[str, str, bool] | None = None  # (side, column, reverse) both panes are sorted on
 
     def compose(self) -> ComposeResult:
         yield Label(
@@ -203,13 +259,15 @@ class DiffScreen(Screen[None]):
         with Vertical(id="diff-loading"):
             yield LoadingIndicator()
         with Horizontal(id="tables"):
-            yield VirtualTable(LEFT_COLUMNS, id="left", empty_text="no tensor to show")
-            yield VirtualTable(RIGHT_COLUMNS, id="right", empty_text="")
+            yield VirtualTable(LEFT_COLUMNS, id="left", empty_text="no tensor to show", sorts_itself=False)
+            yield VirtualTable(RIGHT_COLUMNS, id="right", empty_text="", sorts_itself=False)
+        yield VirtualTable(VALUE_COLUMNS, id="values", empty_text="")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#diff-filter", Input).cursor_blink = self.app.cursor_blink_enabled
         self.query_one("#tables").display = False
+        self.query_one("#values").display = False
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="reading both checkpoints")
@@ -262,7 +320,17 @@ class DiffScreen(Screen[None]):
         apply_result(self.pairs, message.result)
         self.result = message.result
         self.result_note = ""
+        self._show_values(message.result)
         self._refresh_rows()
+
+    def _show_values(self, result: DiffResult) -> None:
+        from ckinspect.report.diff_report import value_rows
+
+        rows = value_rows(result.to_json())
+        table = self.query_one("#values", VirtualTable)
+        table.set_rows([Row(path, (path, va, vb), (natural_key(path), va, vb)) for path, va, vb in rows])
+        table.styles.height = min(len(rows), 5) + 1 + 1  # header, rows, the border above
+        table.display = bool(rows)
 
     def on_resize(self) -> None:
         self._fit_right()
@@ -275,7 +343,7 @@ class DiffScreen(Screen[None]):
             right.styles.width = "1fr"
             return False
         wide = self.size.width >= WIDE_ENOUGH_FOR_DTYPES
-        columns = [c for c in ONE_NAME_RIGHT if wide or c.key != "dtype"]
+        columns = [c for c in ONE_NAME_RIGHT if wide or c.key not in ONLY_WHEN_WIDE]
         # one space before each column, the border, the scrollbar
         right.styles.width = sum(c.width or 0 for c in columns) + len(columns) + 1 + 2
         if [c.key for c in columns] != [c.key for c in right.columns]:
@@ -308,12 +376,12 @@ class DiffScreen(Screen[None]):
             return (not only or row.key in differing) and matches(row.key)
 
         left = self.query_one("#left", VirtualTable)
-        left.empty_text = (
-            "no differences"
-            if only and not differing and not self.query_one("#diff-filter", Input).value
-            else "no tensor matches"
-        )
-        for table in self.query(VirtualTable):
+        values_differ = self.query_one("#values", VirtualTable).row_count
+        if only and not differing and not self.query_one("#diff-filter", Input).value:
+            left.empty_text = "no tensor differs; the values below do" if values_differ else "no differences"
+        else:
+            left.empty_text = "no tensor matches"
+        for table in (left, self.query_one("#right", VirtualTable)):
             table.set_filter(keep)
 
     def _show_summary(self) -> None:
@@ -339,10 +407,14 @@ class DiffScreen(Screen[None]):
             if counts.get(status):
                 text.append(f"{status} {counts[status]:,}", style=STATUS_COLOURS.get(status) or "")
                 text.append("  ")
+        if self.result is not None and (values := len(self.query_one("#values", VirtualTable).rows)):
+            text.append(f"values {values:,}", style=STATUS_COLOURS["changed"])
+            text.append("  ")
         if self.result is not None:
             identical = self.result.identical
             text.append(
-                "IDENTICAL" if identical else "DIFFERENT", style="bold " + ("#3bb58a" if identical else "#e5484d")
+                "IDENTICAL" if identical else "DIFFERENT",
+                style="bold " + SEVERITY_COLOURS["ok" if identical else "error"],
             )
             if self.result.match != "names matched exactly":
                 text.append(f"  ({self.result.match})", style="italic")
@@ -350,9 +422,31 @@ class DiffScreen(Screen[None]):
             text.append(self.result_note, style="italic")
         if self.differences_only:
             text.append("  (differences only)", style="italic")
-        self.query_one("#summary", Static).update(text)
+        self.query_one("#summary", Static).update(themed(text))
 
     # ------------------------------------------------------------ the two tables move together
+
+    @on(VirtualTable.SortRequested)
+    def _sort_requested(self, event: VirtualTable.SortRequested) -> None:
+        if event.table.id in ("left", "right"):
+            self.sort_pairs("a" if event.table.id == "left" else "b", event.column)
+
+    def sort_pairs(self, side: str, column: str, reverse: bool | None = None) -> None:
+        """Sort both panes on one key of the shared pairs (clicking the same header again reverses)."""
+        if reverse is None:
+            same = self.sort is not None and self.sort[:2] == (side, column)
+            reverse = (not self.sort[2]) if same and self.sort else column in DESCENDING_FIRST
+        self.sort = (side, column, reverse)
+        clicked = "left" if side == "a" else "right"
+
+        def key(index: int) -> Any:
+            return pair_sort_key(self.pairs[index], side, column)
+
+        for table in (self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)):
+            marked = column if table.id == clicked or column in ("status", "delta", "rel", "ndiff") else None
+            if marked is not None and marked not in [c.key for c in table.columns]:
+                marked = None
+            table.sort_with(marked, reverse, key)
 
     @on(VirtualTable.Scrolled)
     def _scrolled(self, event: VirtualTable.Scrolled) -> None:
@@ -400,6 +494,29 @@ class DiffScreen(Screen[None]):
                 left.cursor = position
                 return
         self.notify("no further difference", timeout=1.5)
+
+    def action_copy_name(self) -> None:
+        row = self.query_one("#left", VirtualTable).current_row
+        if row is not None:
+            self.app.copy_to_clipboard(row.key)
+            self.notify(f"copied {row.key}", timeout=2)
+
+    def action_sort_delta(self) -> None:
+        self.sort_pairs("b", "delta")
+
+    @on(VirtualTable.RowSelected, "#left, #right")
+    def _row_selected(self) -> None:
+        self.action_detail()
+
+    def action_detail(self) -> None:
+        from ckinspect.tui.screens.diff_detail import DiffDetailScreen
+
+        row = self.query_one("#left", VirtualTable).current_row
+        pair = next((p for p in self.pairs if row is not None and p.name == row.key), None)
+        if pair is None or self.a is None or self.b is None:
+            return
+        change = next((c for c in self.result.changed if c.name == pair.name), None) if self.result else None
+        self.app.push_screen(DiffDetailScreen(self.a, self.b, pair, change))
 
     def action_back(self) -> None:
         box = self.query_one("#diff-filter", Input)

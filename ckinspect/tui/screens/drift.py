@@ -66,7 +66,7 @@ class DriftScreen(Screen[None]):
     app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "sort_next", "Sort", tooltip="Sort on the next column"),
-        Binding("escape", "back", "Back"),
+        Binding("escape", "back", "Back", show=False),
     ]
 
     def __init__(self, target: Path, ckpt: Checkpoint | None = None) -> None:
@@ -150,7 +150,5 @@ class DriftScreen(Screen[None]):
         table.sort_by(following, reverse=following != "name")
 
     def action_back(self) -> None:
-        if len(self.app.screen_stack) > 1:
+        if len(self.app.screen_stack) > 1:  # at the first screen, as everywhere: q quits, Esc does not
             self.app.pop_screen()
-        else:
-            self.app.exit(0)

@@ -20,10 +20,10 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from ckinspect.fmt import human_bytes, terminal_safe
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import severity_badges, verdict_of
+from ckinspect.tui.core import ScanOutcome, add_findings, natural_key, severity_badges, verdict_of
 from ckinspect.tui.messages import RunJudged, TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen, failure_text
-from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 from ckinspect.vocab import SEVERITY_RANK
 
@@ -36,7 +36,7 @@ COLUMNS = (
     Column("format", "format", 12),
     Column("size", "size", 9, justify="right"),
     Column("step", "step", 7, justify="right"),
-    Column("findings", "findings", 9),
+    Column("findings", "findings", 10),
 )
 
 
@@ -96,19 +96,21 @@ def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
         return Row(
             str(summary.path),
             (name, "?", "", "", "unreadable"),
-            (name, "", -1, -1, 3),
+            (natural_key(name), "", -1, -1, 3),
             (None, None, None, None, SEVERITY_COLOURS["error"]),
         )
     if summary.findings is None:
-        return Row(str(summary.path), (name, "…", "", "", ""), (name, "", -1, -1, -1))
+        return Row(str(summary.path), (name, "…", "", "", ""), (natural_key(name), "", -1, -1, -1))
     badges = severity_badges(summary.findings) or "ok"
+    if summary.values != "scanned":
+        badges += "*"  # from the structure alone: the value scan may add errors (NaN, Inf)
     level = verdict_of(summary.findings)
     step = summary.step if summary.step is not None else ""
     return Row(
         str(summary.path),
         (name, summary.format, human_bytes(summary.file_bytes or 0), str(step), badges),
         (
-            name,
+            natural_key(name),
             summary.format,
             summary.file_bytes or 0,
             step if isinstance(step, int) else -1,
@@ -131,6 +133,7 @@ class FolderScreen(Screen[None]):
         self.roots = [Path(p) for p in paths]
         self.summaries: dict[Path, TargetSummary] = {}
         self.loaded: dict[Path, Checkpoint] = {}
+        self.scans: dict[Path, ScanOutcome] = {}  # value scans done here: opening a file does not repeat them
         self.unfinished: list[Path] = []
         self.run: Any = None  # the run this folder holds, once judged (analysis.runs.Run)
 
@@ -168,8 +171,30 @@ class FolderScreen(Screen[None]):
                 self.post_message(TargetSummarized(TargetSummary(path, error=str(exc))))
                 continue
             self.loaded[path] = ckpt
-            summary = TargetSummary(path, ckpt.format, ckpt.file_bytes, ckpt.metadata.get("step"), list(ckpt.findings))
-            self.post_message(TargetSummarized(summary))
+            values = "not scanned" if self.app.quick else "pending"
+            self.post_message(TargetSummarized(self._summary(path, ckpt, values)))
+        if self.app.quick:
+            return
+        # second pass: the badges must agree with what opening a file shows, so values are scanned too
+        for path in paths:
+            scanning = self.loaded.get(path)
+            if worker.is_cancelled:
+                return
+            if scanning is None:
+                continue
+            try:
+                outcome = backend.scan(scanning)
+            except Exception as exc:  # the structural badges stay, marked as such
+                self.post_message(TargetSummarized(self._summary(path, scanning, f"value scan failed: {exc}")))
+                continue
+            add_findings(scanning, outcome.findings)
+            self.scans[path] = outcome
+            self.post_message(TargetSummarized(self._summary(path, scanning, "scanned")))
+
+    @staticmethod
+    def _summary(path: Path, ckpt: Checkpoint, values: str) -> TargetSummary:
+        step = ckpt.metadata.get("step")
+        return TargetSummary(path, ckpt.format, ckpt.file_bytes, step, list(ckpt.findings), values=values)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR:
@@ -201,11 +226,11 @@ class FolderScreen(Screen[None]):
             table.move_to_key(str(ckpt_target(best)))
         table.refresh()
         title = self.query_one(".title-line", Label)
-        title.update(Text.assemble(("run ", "bold"), str(self.run.path), " · a timeline of its checkpoints"))
+        title.update(Text.assemble(("run ", "bold"), terminal_safe(self.run.path), " · a timeline of its checkpoints"))
         summary = Text(terminal_safe(verdict_line(self.run.to_json())) + " · Enter opens one")
         for finding in self.run.findings:
             summary.append(f"\n{finding.code}: {terminal_safe(finding.message)}", style=SEVERITY_COLOURS["error"])
-        self.query_one("#folder-summary", Static).update(summary)
+        self.query_one("#folder-summary", Static).update(themed(summary))
         self._show_reasons(table.current_row)
 
     @on(VirtualTable.RowHighlighted)
@@ -223,7 +248,7 @@ class FolderScreen(Screen[None]):
                 text.append(f"\n  {terminal_safe(reason)}")
             for note in ckpt.notes:
                 text.append(f"\n  {terminal_safe(note)}", style="dim")
-        self.query_one("#run-reasons", Static).update(text)
+        self.query_one("#run-reasons", Static).update(themed(text))
 
     def on_target_summarized(self, message: TargetSummarized) -> None:
         self.summaries[message.summary.path] = message.summary
@@ -235,13 +260,18 @@ class FolderScreen(Screen[None]):
         text = f"{len(self.summaries)} checkpoint(s)"
         if len(done) < len(self.summaries):
             text += f" · reading {len(done)}/{len(self.summaries)}…"
+        scanned = sum(1 for s in self.summaries.values() if s.values == "scanned")
+        if self.app.quick:
+            text += " · * structure only (--quick): values not scanned"
+        elif scanned < len(self.summaries):
+            text += f" · * values not scanned yet ({scanned}/{len(self.summaries)} done)"
         summary = Text(text + " · Enter opens one")
         if self.unfinished:
             names = terminal_safe(", ".join(shown_path(p, self.roots) for p in self.unfinished[:3]))
             more = f" and {len(self.unfinished) - 3} more" if len(self.unfinished) > 3 else ""
             summary.append(f"\nmissing (the save died before its rename): {names}{more} · R plans the repair",
                            style=SEVERITY_COLOURS["warning"])  # fmt: skip
-        self.query_one("#folder-summary", Static).update(summary)
+        self.query_one("#folder-summary", Static).update(themed(summary))
 
     @on(VirtualTable.RowSelected)
     def _selected(self) -> None:
@@ -251,7 +281,7 @@ class FolderScreen(Screen[None]):
         row = self.query_one(VirtualTable).current_row
         if row is not None:
             path = Path(row.key)
-            self.app.push_screen(InspectScreen(path, self.loaded.get(path)))
+            self.app.push_screen(InspectScreen(path, self.loaded.get(path), self.scans.get(path)))
 
     def action_sort_next(self) -> None:
         table = self.query_one(VirtualTable)
@@ -263,5 +293,20 @@ class FolderScreen(Screen[None]):
     def action_repair(self) -> None:
         from ckinspect.tui.screens.repair import RepairScreen
 
+        def closed(changed: bool | None) -> None:
+            if changed:  # files moved: every badge (LEFTOVER_TMP) and every file read before is stale
+                self.rediscover()
+
         folder = next((r for r in self.roots if r.is_dir()), self.roots[0].parent)
-        self.app.push_screen(RepairScreen(folder))
+        self.app.push_screen(RepairScreen(folder), closed)
+
+    def rediscover(self) -> None:
+        self.loaded.clear()
+        self.scans.clear()
+        self.run = None
+        self.summaries = {}
+        table = self.query_one(VirtualTable)
+        table.empty_text = "looking…"
+        table.set_rows([])
+        self.query_one("#folder-summary", Static).update("looking for checkpoints again…")
+        self.discover()

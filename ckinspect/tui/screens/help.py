@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -16,12 +17,15 @@ OVERVIEW = """\
 Opens checkpoints **without executing them** (a restricted unpickler, no `torch.load`).
 
 - **Inspect**: header (path, format, size, step/epoch/world size, safe-load verdict), a bar of
-  bytes per group with the optimizer's share, the tensor table (click a header or press `s`
-  to sort, `/` to filter by substring or glob such as `model.*.attn.*`, `g` for a tree by
-  module path), details of the selected tensor (`v` or Enter computes value statistics), and
-  the findings (`f`; Enter on one jumps to its tensor).
+  bytes per group with the optimizer's share, the tensor table (click a header, or one key per
+  column: `s` size, `n` name, `e` elements, `T` dtype, `G` group, `P` shape; `r` reverses),
+  `/` to filter by substring or glob such as `model.*.attn.*`, `g` for a tree by module path,
+  details of the selected tensor (`v` or Enter computes value statistics; optimizer state names
+  its parameter), `m` for the values beside the tensors (config, lr, loss, run settings), the
+  findings (`f`; Enter on one jumps to its tensor), `y` copies a name, `o` exports the view.
 - **Diff** (`d`, or `ckinspect diff A B`): both checkpoints side by side, aligned by name;
-  `x` shows differences only, `n` goes to the next one.
+  `x` shows differences only, `n` goes to the next one, `D` sorts by max |Δ|, Enter shows one
+  tensor's diff (max rel, count, first index, histogram); values beside the tensors below.
 - **Drift** (`w`): what fp16/bf16 rounding does to each tensor, worst first, and to the logits
   where the model is known.
 - **Repair** (`R`): the plan for interrupted saves in the folder; nothing changes until you
@@ -42,19 +46,48 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="dialog"):
             yield Markdown(OVERVIEW + "\n" + self._keys())
 
+    def key_rows(self) -> list[tuple[str, str, str, str]]:
+        """(section, keys, action, what it does) from the bindings in force: the screen's, the focused
+        widget's (moving around), the app's; each key once, shown as the footer shows it."""
+        from textual.widget import Widget
+
+        from ckinspect.tui.widgets.virtual_table import VirtualTable
+
+        chain: list[Widget] = []
+        node: object = self.behind.focused
+        while isinstance(node, Widget) and node is not self.behind:
+            chain.append(node)
+            node = node.parent
+        moving = [b for w in chain for b in getattr(w, "BINDINGS", [])] or list(VirtualTable.BINDINGS)
+        sections = (
+            ("this screen", getattr(self.behind, "BINDINGS", [])),
+            ("moving around", moving),
+            ("everywhere", self.app.BINDINGS),
+        )
+        rows, seen = [], set()
+        for section, bindings in sections:
+            for b in bindings:
+                if not isinstance(b, Binding) or not b.description:
+                    continue
+                keys = [k.strip() for k in b.key.split(",") if k.strip() not in seen]
+                if not keys:
+                    continue
+                seen.update(keys)
+                shown = b.key_display or " ".join(self.app.get_key_display(dataclasses.replace(b, key=k)) for k in keys)
+                rows.append((section, shown, b.description, b.tooltip or ""))
+        return rows
+
     def _keys(self) -> str:
-        lines = [
-            f"## Keys on this screen ({type(self.behind).__name__.removesuffix('Screen').lower()})",
-            "",
-            "| key | action | what it does |",
-            "|---|---|---|",
-        ]
-        bindings = [*getattr(self.behind, "BINDINGS", []), *self.app.BINDINGS]
-        for b in bindings:
-            if isinstance(b, Binding) and b.description:
-                key = b.key_display or b.key.split(",")[0]
-                lines.append(f"| `{key}` | {b.description} | {b.tooltip or ''} |")
-        lines.append("| `escape` | Back | back to the previous screen (or clear the filter) |")
+        name = type(self.behind).__name__.removesuffix("Screen").lower()
+        lines = []
+        section = ""
+        for where, keys, action, help_text in self.key_rows():
+            if where != section:
+                section = where
+                heading = f"Keys on this screen ({name})" if where == "this screen" else f"Keys {where}"
+                lines += ["", f"## {heading}", "", "| key | action | what it does |", "|---|---|---|"]
+            cell = keys.replace("|", "\\|")
+            lines.append(f"| `{cell}` | {action} | {help_text} |")
         return "\n".join(lines)
 
     async def action_dismiss(self, result: None = None) -> None:

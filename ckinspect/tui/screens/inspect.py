@@ -17,13 +17,14 @@ from textual.worker import Worker, WorkerState
 from ckinspect.fmt import terminal_safe
 from ckinspect.io.blobs import UnreadableStorage
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import ValueStats, name_matcher
+from ckinspect.tui.core import ScanOutcome, ValueStats, add_findings, name_matcher
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
 from ckinspect.tui.widgets.group_bar import GroupBar
-from ckinspect.tui.widgets.tensor_table import COLUMNS, TensorTable, tensor_rows
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
+from ckinspect.tui.widgets.tensor_table import COLUMNS, DESCENDING_FIRST, TensorRow, TensorTable, tensor_rows
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 from ckinspect.vocab import CkinspectError
@@ -42,26 +43,57 @@ def failure_text(error: BaseException | None) -> str:
 
 class InspectScreen(Screen[None]):
     app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    AUTO_FOCUS = ""  # nothing until the tables are there: a filter box focused while loading ate the q of quit
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring, or a glob with * ? ["),
-        Binding("s", "sort_next", "Sort", tooltip="Sort on the next column (click a header to sort on it)"),
-        Binding("r", "sort_reverse", "Reverse", tooltip="Reverse the sort order"),
+        Binding("s", "sort_by('size')", "Size", tooltip="Sort by size, largest first (again: reverse)"),
+        Binding(
+            "n",
+            "sort_by('name')",
+            "Name",
+            tooltip="Sort by name, in natural order: state.2 before state.10",
+            show=False,
+        ),
+        Binding("e", "sort_by('elements')", "Elements", tooltip="Sort by element count", show=False),
+        Binding("T", "sort_by('dtype')", "Dtype", tooltip="Sort by dtype", show=False),
+        Binding("G", "sort_by('group')", "Group", tooltip="Sort by group", show=False),
+        Binding("P", "sort_by('shape')", "Shape", tooltip="Sort by shape", show=False),
+        Binding("r", "sort_reverse", "Reverse", tooltip="Reverse the sort order", show=False),
         Binding("g", "toggle_tree", "Tree", tooltip="Switch between the table and a tree grouped by module path"),
-        Binding("v", "value_stats", "Values", tooltip="Compute value statistics of the selected tensor"),
-        Binding("f", "focus_findings", "Findings", tooltip="Go to the findings; Enter on one jumps to its tensor"),
+        Binding("v", "value_stats", "Values", tooltip="Compute value statistics of the selected tensor", show=False),
+        Binding("y", "copy_name", "Copy", tooltip="Copy the selected tensor's name (Y: the file's path)", show=False),
+        Binding("Y", "copy_path", "Copy path", tooltip="Copy the checkpoint's path", show=False),
+        Binding(
+            "o",
+            "export('csv')",
+            "Export",
+            tooltip="Write the tensors shown (filtered, sorted) to a CSV file",
+            show=False,
+        ),
+        Binding("O", "export('json')", "Export JSON", tooltip="Write the tensors shown to a JSON file", show=False),
+        Binding(
+            "f",
+            "focus_findings",
+            "Findings",
+            tooltip="Go to the findings; Enter on one jumps to its tensor",
+            show=False,
+        ),
+        Binding("m", "metadata", "Metadata", tooltip="Values beside the tensors: config, lr and betas, loss, run"),
         Binding("d", "diff_with", "Diff", tooltip="Compare with another checkpoint"),
-        Binding("w", "drift", "Drift", tooltip="fp16/bf16 rounding error per tensor, and logit drift"),
-        Binding("R", "repair", "Repair", tooltip="Plan repairs of interrupted saves in this folder"),
+        Binding("w", "drift", "Drift", tooltip="fp16/bf16 rounding error per tensor, and logit drift", show=False),
+        Binding("R", "repair", "Repair", tooltip="Plan repairs of interrupted saves in this folder", show=False),
         Binding("escape", "back", "Back", show=False),
     ]
 
-    def __init__(self, target: Path, ckpt: Checkpoint | None = None) -> None:
+    def __init__(self, target: Path, ckpt: Checkpoint | None = None, scanned: ScanOutcome | None = None) -> None:
         super().__init__()
         self.target = Path(target)
         self.ckpt: Checkpoint | None = ckpt
+        self.scanned = scanned  # the folder view's scan of this checkpoint (its findings are already on ckpt)
         self.scan_note = ""
         self.scan_stats: dict[str, ValueStats] = {}
         self.stats_cache: dict[str, ValueStats] = {}
+        self.params: dict[str, str] = {}  # optimizer state -> its parameter, and parameter -> "<prefix>.state.N.*"
 
     def compose(self) -> ComposeResult:
         yield CheckpointHeader(id="ckpt-header")
@@ -92,6 +124,11 @@ class InspectScreen(Screen[None]):
     def load(self) -> None:
         backend = self.app.backend
         ckpt = self.ckpt or backend.load(self.target)
+        params = backend.optimizer_params(ckpt)
+        states: dict[str, str] = {}
+        for state, param in params.items():
+            states.setdefault(param, state.rsplit(".", 1)[0] + ".*")
+        self.params = {**params, **states}
         self.post_message(CheckpointLoaded(ckpt, tensor_rows(ckpt), backend.summarize(ckpt)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scan", description="scanning values")
@@ -114,6 +151,11 @@ class InspectScreen(Screen[None]):
         worker, why = event.worker, failure_text(event.worker.error)
         if worker.group == "load":
             self.query_one("#loading-label", Label).update(Text(f"cannot open {terminal_safe(self.target)}: {why}"))
+            header = Text.assemble(
+                (terminal_safe(self.target), "bold"), "\n", ("cannot be read", f"bold {SEVERITY_COLOURS['error']}")
+            )
+            self.query_one(CheckpointHeader).update(themed(header))
+            self.query_one(GroupBar).display = False  # no "reading…" under a file that cannot be read
             self.query_one("#loading-progress").display = False
         elif worker.group == "scan":
             self.scan_note = f"value scan {why}"
@@ -133,14 +175,27 @@ class InspectScreen(Screen[None]):
         self.ckpt = ckpt = message.ckpt
         self.query_one("#loading").display = False
         self.query_one("#body").display = True
-        self.query_one(CheckpointHeader).show(ckpt)
-        self.query_one(GroupBar).anatomy = message.anatomy
+        missing = sum(1 for row in message.rows if isinstance(row, TensorRow) and row.missing)
+        self.query_one(CheckpointHeader).show(ckpt, missing)
+        bar = self.query_one(GroupBar)
+        if missing:
+            from ckinspect.analysis.anatomy import declared_group_bytes
+
+            bar.declared = declared_group_bytes(ckpt)
+        bar.missing = missing
+        bar.anatomy = message.anatomy
         table = self.query_one(TensorTable)
         if not message.rows:
             table.empty_text = "no tensors in this file" + (" (see the findings)" if ckpt.findings else "")
         table.set_rows(message.rows)
         table.focus()
         self._show_details()
+        if self.scanned is not None:
+            self.scan_stats = self.scanned.stats
+            self.scan_note = ""
+            self._show_findings()
+            self._show_details(refresh_stats=True)
+            return
         if self.app.quick:
             self.scan_note = "--quick: values not scanned"
             self._show_findings()
@@ -151,7 +206,7 @@ class InspectScreen(Screen[None]):
 
     def on_scan_finished(self, message: ScanFinished) -> None:
         if self.ckpt is not None:
-            self.ckpt.findings.extend(message.findings)
+            add_findings(self.ckpt, message.findings)
         self.scan_note = ""
         self.scan_stats = message.stats
         self._show_findings()
@@ -164,7 +219,24 @@ class InspectScreen(Screen[None]):
             pane.show_stats(message.stats)
             pane.scroll_end(animate=False)  # asked for: on a short pane, show the numbers over the facts
 
+    def _mark_rows(self) -> None:
+        """Rows of tensors that findings name carry the worst one's sign and colour."""
+        from ckinspect.vocab import SEVERITY_RANK
+
+        if self.ckpt is None:
+            return
+        worst: dict[str, str] = {}
+        for f in self.ckpt.findings:
+            if f.tensor and SEVERITY_RANK.get(f.severity, 0) > SEVERITY_RANK.get(worst.get(f.tensor, ""), -1):
+                worst[f.tensor] = f.severity
+        table = self.query_one(TensorTable)
+        for row in table.rows:
+            if isinstance(row, TensorRow) and row.flag != worst.get(row.key):
+                row.mark(worst.get(row.key))
+        table.refresh()
+
     def _show_findings(self) -> None:
+        self._mark_rows()
         if self.ckpt is not None:
             self.query_one(FindingsPanel).show(self.ckpt.findings, self.scan_note)
 
@@ -175,7 +247,8 @@ class InspectScreen(Screen[None]):
             row = self.query_one(TensorTable).current_row
             name = row.key if row else None
         pane = self.query_one(DetailsPane)
-        if not pane.show_tensor(self.ckpt, self.ckpt.tensor(name) if name else None) and not refresh_stats:
+        tensor = self.ckpt.tensor(name) if name else None
+        if not pane.show_tensor(self.ckpt, tensor, self.params.get(name or "", "")) and not refresh_stats:
             return  # already showing it (with whatever statistics arrived)
         if name in self.stats_cache:
             pane.show_stats(self.stats_cache[name])
@@ -231,16 +304,13 @@ class InspectScreen(Screen[None]):
         self.query_one(ContentSwitcher).current = "tensors"
         self.query_one("#filter", Input).focus()
 
-    def action_sort_next(self) -> None:
-        table = self.query_one(TensorTable)
-        keys = [c.key for c in COLUMNS]
-        current = table.sort_column
-        following = keys[(keys.index(current) + 1) % len(keys)] if current in keys else keys[0]
-        table.sort_by(following, reverse=following not in ("name", "group", "dtype"))
-        self.notify(f"sorted by {following}", timeout=1.5)
-
     def action_sort_by(self, column: str) -> None:
-        self.query_one(TensorTable).sort_by(column)
+        """Sort on one column; the header's arrow says how (no notice over the rows)."""
+        table = self.query_one(TensorTable)
+        if table.sort_column == column:
+            table.sort_by(column, reverse=not table.sort_reverse)
+        else:
+            table.sort_by(column, reverse=column in DESCENDING_FIRST)
 
     def action_sort_reverse(self) -> None:
         table = self.query_one(TensorTable)
@@ -289,6 +359,35 @@ class InspectScreen(Screen[None]):
 
         self.app.push_screen(PickFileScreen(self.target), chosen)
 
+    def action_copy_name(self) -> None:
+        row = self.query_one(TensorTable).current_row
+        if row is not None:
+            self.app.copy_to_clipboard(row.key)
+            self.notify(f"copied {row.key}", timeout=2)
+
+    def action_copy_path(self) -> None:
+        self.app.copy_to_clipboard(str(self.target))
+        self.notify(f"copied {self.target}", timeout=2)
+
+    def action_export(self, fmt: str) -> None:
+        from ckinspect.tui.core import export_tensors
+
+        if self.ckpt is None:
+            return
+        names = self.query_one(TensorTable).visible_keys()
+        try:
+            written = export_tensors(self.ckpt, names, fmt, Path.cwd())
+        except OSError as exc:
+            self.notify(f"export failed: {exc}", severity="error", timeout=5)
+            return
+        self.notify(f"{len(names):,} tensors written to {written}", timeout=4)
+
+    def action_metadata(self) -> None:
+        from ckinspect.tui.screens.metadata import MetadataScreen
+
+        if self.ckpt is not None:
+            self.app.push_screen(MetadataScreen(self.ckpt))
+
     def action_drift(self) -> None:
         from ckinspect.tui.screens.drift import DriftScreen
 
@@ -306,6 +405,7 @@ class InspectScreen(Screen[None]):
 
     def reload(self) -> None:
         self.ckpt = None
+        self.scanned = None
         self.stats_cache.clear()
         self.scan_stats = {}
         self.query_one(FindingsPanel).show([], "reading again…")
@@ -321,7 +421,9 @@ class InspectScreen(Screen[None]):
 
     def palette_commands(self) -> list[tuple[str, str, str]]:
         """(title, help, action) for the command palette beyond this screen's key bindings."""
+        bound = {b.action for b in self.BINDINGS if isinstance(b, Binding)}
         return [
             (f"Sort by {c.label}", f"Sort the tensor table on {c.label} (again: reverse)", f"sort_by('{c.key}')")
             for c in COLUMNS
+            if f"sort_by('{c.key}')" not in bound
         ]

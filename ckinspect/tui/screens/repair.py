@@ -36,7 +36,7 @@ def shown(path: Path, folder: Path) -> str:
     return terminal_safe(path.relative_to(folder) if path.is_relative_to(folder) else path)
 
 
-ACTION_COLOURS = {"promote": "#3bb58a", "promote-keep-old": "#3bb58a", "set-aside": "#e8a33d", "nothing": "#e5484d"}
+ACTION_COLOURS = {"promote": "$ck-ok", "promote-keep-old": "$ck-ok", "set-aside": "$ck-warning", "nothing": "$ck-error"}
 
 
 def action_rows(plan: RepairPlan, folder: Path) -> list[Row]:
@@ -76,12 +76,15 @@ class RepairScreen(Screen[bool]):
         self.changed = False  # something was applied or undone: the screen below should read again
 
     def compose(self) -> ComposeResult:
-        title = Text.assemble(("repair ", "bold"), terminal_safe(self.folder), " — dry run until you apply")
-        yield Label(title, classes="title-line")
+        yield Label(self._title(), classes="title-line", id="repair-title")
         yield Static("planning…", classes="summary-line", id="repair-summary")
         yield VirtualTable(COLUMNS, id="repair-table", empty_text="planning…")
         yield Static("", id="explain")
         yield Footer()
+
+    def _title(self) -> Text:
+        state = " — applied: u undoes it" if self.applied else " — dry run until you apply"
+        return Text.assemble(("repair ", "bold"), terminal_safe(self.folder), state)
 
     def on_mount(self) -> None:
         self.make_plan()
@@ -107,6 +110,7 @@ class RepairScreen(Screen[bool]):
 
     def on_repair_planned(self, message: RepairPlanned) -> None:
         self.plan = plan = message.plan
+        self.query_one("#repair-title", Label).update(self._title())
         table = self.query_one(VirtualTable)
         table.empty_text = "nothing to repair: no interrupted save found"
         table.set_rows(action_rows(plan, self.folder))

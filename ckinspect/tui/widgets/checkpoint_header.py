@@ -8,7 +8,7 @@ from textual.widgets import Static
 from ckinspect.fmt import human_bytes, terminal_safe
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import safe_load_verdict
-from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 
 
 class CheckpointHeader(Static):
@@ -19,7 +19,7 @@ class CheckpointHeader(Static):
     def show_loading(self, path: str) -> None:
         self.update(Text.assemble((terminal_safe(path), "bold"), "\n", ("reading…", "italic")))
 
-    def show(self, ckpt: Checkpoint) -> None:
+    def show(self, ckpt: Checkpoint, missing: int = 0) -> None:
         meta = ckpt.metadata
         verdict, level = safe_load_verdict(ckpt)
         facts = [f"{key} {meta[key]}" for key in ("step", "epoch", "world_size") if meta.get(key) is not None] or [
@@ -34,4 +34,10 @@ class CheckpointHeader(Static):
             f"  {len(ckpt.tensors):,} tensors",
         )
         second = Text.assemble((verdict, f"bold {SEVERITY_COLOURS.get(level, '')}"), "  ", " · ".join(facts))
-        self.update(Text("\n").join([first, second]))  # two lines whatever the width: the CSS cuts, never wraps
+        if missing:  # a save cut short: say so first, and what recovers the rest
+            second = Text.assemble(
+                (f"{missing:,} tensors missing (cut short)", f"bold {SEVERITY_COLOURS['error']}"),
+                f" · ckinspect salvage {ckpt.path.name} OUT keeps the whole ones  ",
+                second,
+            )
+        self.update(themed(Text("\n").join([first, second])))  # two lines whatever the width: the CSS cuts, never wraps

@@ -10,7 +10,7 @@ from textual.widgets import Static
 from ckinspect.fmt import human_bytes, shape_text, terminal_safe
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.tui.core import ValueStats
-from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS
+from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS, themed
 
 
 def _number(x: float | None) -> str:
@@ -32,7 +32,7 @@ class DetailsPane(VerticalScroll):
 
     tensor_name: str | None = None
 
-    def show_tensor(self, ckpt: Checkpoint, tensor: TensorInfo | None) -> bool:
+    def show_tensor(self, ckpt: Checkpoint, tensor: TensorInfo | None, param: str = "") -> bool:
         """Show a tensor's layout facts; False (nothing redrawn) when it is already shown."""
         name = tensor.name if tensor is not None else None
         if name == self.tensor_name and name is not None:
@@ -52,13 +52,16 @@ class DetailsPane(VerticalScroll):
         text.append(tensor.group, style=GROUP_COLOURS.get(tensor.group, ""))
         text.append(f" · {tensor.dtype} · {shape_text(tensor.shape)}\n")
         text.append(f"{tensor.numel:,} elements · {human_bytes(tensor.nbytes)}\n")
+        if param:  # optimizer state: the parameter it belongs to; a parameter: where its state is
+            text.append("state of " if tensor.group == "optimizer" else "optimizer state ", style="bold")
+            text.append(param + "\n")
         text.append(f"stride {tuple(tensor.stride)}{'' if tensor.is_contiguous else ' (not contiguous)'}\n")
         text.append(f"storage {terminal_safe(tensor.storage_key)} @ {tensor.storage_offset}")
         if storage is not None:
             text.append(f" of {human_bytes(storage.nbytes)}")
         if shared > 1:
             text.append(f"\nshares its storage with {shared - 1} other tensor(s)", style="italic")
-        facts.update(text)
+        facts.update(themed(text))
         return True
 
     def show_stats_note(self, note: str) -> None:
@@ -83,7 +86,7 @@ class DetailsPane(VerticalScroll):
             text.append(f"\n{_number(lo)} … {_number(hi)}" + (" (sampled)" if stats.sampled else ""), style="dim")
         if note:
             text.append(f"\n{note}", style="italic dim")
-        self.query_one("#stats", Static).update(text)
+        self.query_one("#stats", Static).update(themed(text))
 
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
@@ -100,4 +103,4 @@ def histogram_text(counts: list[int], rows: int = 3) -> Text:
             filled = h - level * 8
             line += _EIGHTHS[max(0, min(8, filled))]
         lines.append(line)
-    return Text("\n".join(lines), style="#4f8ff7")
+    return Text("\n".join(lines), style="$ck-info")

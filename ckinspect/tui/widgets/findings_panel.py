@@ -11,7 +11,7 @@ from textual.widgets.option_list import Option
 from ckinspect.fmt import terminal_safe
 from ckinspect.model import Finding
 from ckinspect.tui.core import severity_badges
-from ckinspect.tui.widgets.palette import SEVERITY_COLOURS
+from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.vocab import SEVERITY_RANK
 
 
@@ -52,7 +52,7 @@ class FindingsPanel(OptionList):
                 label.append(" →", style="dim")
             elif finding.code == "LEFTOVER_TMP":
                 label.append("\nEnter: plan the repair (R)", style="dim italic")
-            self.add_option(Option(label, id=str(index)))
+            self.add_option(Option(themed(label), id=str(index)))
         if note:
             self.add_option(Option(Text(note, style="italic"), disabled=True))
 

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import events
+
 from ckinspect.fmt import human_bytes, shape_text
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.tui.widgets.palette import GROUP_COLOURS
+from ckinspect.tui.core import natural_key
+from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
+
+FLAG_SIGNS = {"error": " ✗", "warning": " !", "info": " i"}  # as the text report marks findings
+# the first sort on a number puts the largest on top
+DESCENDING_FIRST = ("shape", "elements", "size", "share")
 
 COLUMNS = (
     Column("name", "name", None, min_width=32, keep_end=True),  # at 80 columns the group gives way first
@@ -24,14 +31,27 @@ class TensorRow(Row):
     """Cells are formatted when first drawn and sort keys computed when sorted on: opening
     50,000 tensors must not format 350,000 strings nobody looks at."""
 
-    __slots__ = ("tensor", "file_bytes", "_cells")
+    __slots__ = ("tensor", "file_bytes", "missing", "flag", "_cells", "_name_key")
 
-    def __init__(self, tensor: TensorInfo, file_bytes: int) -> None:
+    def __init__(self, tensor: TensorInfo, file_bytes: int, missing: bool = False) -> None:
         self.key = tensor.name
         self.tensor = tensor
         self.file_bytes = file_bytes
-        self.styles = (None, GROUP_COLOURS.get(tensor.group))
+        self.missing = missing  # its bytes are not in the file (a save cut short): never a normal row
+        self.styles = (
+            (SEVERITY_COLOURS["error"],) * len(COLUMNS) if missing else (None, GROUP_COLOURS.get(tensor.group))
+        )
         self._cells: tuple[str, ...] | None = None
+        self._name_key: tuple[Any, ...] | None = None
+        self.flag: str | None = None  # the worst severity of the findings about this tensor
+
+    def mark(self, severity: str | None) -> None:
+        """Mark the row of a tensor a finding names: its name ends in the report's sign, in the severity's colour."""
+        self.flag = severity
+        self._cells = None
+        if not self.missing:
+            colour = SEVERITY_COLOURS.get(severity or "")
+            self.styles = (f"bold {colour}" if colour else None, GROUP_COLOURS.get(self.tensor.group))
 
     @property
     def cells(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -39,20 +59,22 @@ class TensorRow(Row):
             t = self.tensor
             nbytes = t.nbytes
             self._cells = (
-                t.name,
+                t.name + FLAG_SIGNS.get(self.flag or "", ""),
                 t.group,
                 t.dtype,
                 shape_text(t.shape),
                 f"{t.numel:,}",
-                human_bytes(nbytes),
-                f"{nbytes / self.file_bytes:.1%}",
+                "missing" if self.missing else human_bytes(nbytes),
+                "—" if self.missing else f"{nbytes / self.file_bytes:.1%}",
             )
         return self._cells
 
     def sort_key(self, position: int) -> Any:
         t = self.tensor
-        if position == 0:
-            return t.name
+        if position == 0:  # natural order: state.2 before state.10
+            if self._name_key is None:
+                self._name_key = natural_key(t.name)
+            return self._name_key
         if position == 1:
             return t.group
         if position == 2:
@@ -66,10 +88,37 @@ class TensorRow(Row):
 
 def tensor_rows(ckpt: Checkpoint) -> list[Row]:
     """One row per tensor; cheap enough to build in the loading thread for any count."""
+    from ckinspect.analysis.anatomy import missing_tensors
+
     file_bytes = max(1, ckpt.file_bytes)
-    return [TensorRow(t, file_bytes) for t in ckpt.tensors]
+    missing = {t.name for t in missing_tensors(ckpt)}
+    return [TensorRow(t, file_bytes, t.name in missing) for t in ckpt.tensors]
+
+
+SHAPE_WIDTH = 12  # at 80 columns; wider terminals give the shape column room for its longest shape
+SHAPE_WIDTH_MAX = 32
 
 
 class TensorTable(VirtualTable):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(COLUMNS, empty_text="no tensor matches", id=id, classes=classes)
+        self.longest_shape = SHAPE_WIDTH
+
+    def set_rows(self, rows: list[Row]) -> None:
+        shapes = {r.tensor.shape for r in rows if isinstance(r, TensorRow)}  # few distinct shapes, even in 50,000
+        self.longest_shape = max((len(shape_text(s)) for s in shapes), default=SHAPE_WIDTH)
+        super().set_rows(rows)
+        self.fit_shape_column()
+
+    def fit_shape_column(self) -> None:
+        """Half of every column beyond 80 goes to the shape, up to its longest (a shape is not cut when it fits)."""
+        room = SHAPE_WIDTH + max(0, self.size.width - 80) // 2
+        width = max(SHAPE_WIDTH, min(self.longest_shape, room, SHAPE_WIDTH_MAX))
+        index = self.column_index("shape")
+        if self.columns[index].width != width:
+            self.columns[index] = self.columns[index].replace(width=width)
+            self.refresh()
+
+    def _on_resize(self, event: events.Resize) -> None:
+        super()._on_resize(event)
+        self.fit_shape_column()

@@ -24,6 +24,7 @@ from textual.strip import Strip
 
 from ckinspect.fmt import terminal_safe
 from ckinspect.record import Record
+from ckinspect.tui.widgets.palette import resolve
 
 
 class Column(Record):
@@ -52,6 +53,9 @@ class Row:
 
     def sort_key(self, position: int) -> Any:
         return self.sort_keys[position]
+
+
+_THEME_COLOURS: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
 @lru_cache(maxsize=256)
@@ -134,6 +138,17 @@ class VirtualTable(ScrollView, can_focus=True):
         def control(self) -> VirtualTable:
             return self.table
 
+    class SortRequested(Message):
+        """A header was clicked; a table that does not sort itself leaves the order to its screen."""
+
+        def __init__(self, table: VirtualTable, column: str) -> None:
+            super().__init__()
+            self.table, self.column = table, column
+
+        @property
+        def control(self) -> VirtualTable:
+            return self.table
+
     class Scrolled(Message):
         """The first visible row changed (the diff screen keeps its two tables in step)."""
 
@@ -150,6 +165,7 @@ class VirtualTable(ScrollView, can_focus=True):
         columns: Sequence[Column],
         *,
         empty_text: str = "nothing to show",
+        sorts_itself: bool = True,  # False: a header click only posts SortRequested (the diff sorts both panes)
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
@@ -161,7 +177,9 @@ class VirtualTable(ScrollView, can_focus=True):
         self.sort_column: str | None = None
         self.sort_reverse = False
         self.empty_text = empty_text
+        self.sorts_itself = sorts_itself
         self._filter: Callable[[Row], bool] | None = None
+        self._sort_fn: Callable[[int], Any] | None = None  # row index -> sort key, set by sort_with
         self._index_of: dict[str, int] = {}
 
     # ------------------------------------------------------------ data
@@ -181,6 +199,15 @@ class VirtualTable(ScrollView, can_focus=True):
         if reverse is None:
             reverse = (not self.sort_reverse) if column == self.sort_column else False
         self.sort_column, self.sort_reverse = column, reverse
+        self._sort_fn = None
+        keep = self.current_row.key if self.current_row else None
+        self._apply_sort()
+        self._restore(keep)
+
+    def sort_with(self, column: str | None, reverse: bool, key: Callable[[int], Any]) -> None:
+        """Sort on a key of each row's index (tables built from one row model sort alike); `column` is
+        the header marked as sorted (None when this table has no such column)."""
+        self.sort_column, self.sort_reverse, self._sort_fn = column, reverse, key
         keep = self.current_row.key if self.current_row else None
         self._apply_sort()
         self._restore(keep)
@@ -189,6 +216,9 @@ class VirtualTable(ScrollView, can_focus=True):
         return next(i for i, c in enumerate(self.columns) if c.key == key)
 
     def _apply_sort(self) -> None:
+        if self._sort_fn is not None:
+            self.view.sort(key=self._sort_fn, reverse=self.sort_reverse)
+            return
         if self.sort_column is None:
             return
         position = self.column_index(self.sort_column)
@@ -315,7 +345,9 @@ class VirtualTable(ScrollView, can_focus=True):
         if offset.y == 0:
             column = self._column_at(offset.x)
             if column is not None:
-                self.sort_by(column)
+                if self.sorts_itself:
+                    self.sort_by(column)
+                self.post_message(self.SortRequested(self, column))
             return
         position = int(self.scroll_y) + offset.y - 1
         if 0 <= position < len(self.view):
@@ -359,10 +391,18 @@ class VirtualTable(ScrollView, can_focus=True):
             style = base
             extra = styles[position] if position < len(styles) else None
             if extra:
-                style = base + _parse(extra)
+                style = base + (resolve(extra, self._theme_colours()) if "$" in extra else _parse(extra))
             segments.append(Segment(" ", base))
             segments.append(Segment(text, style))
         return Strip(segments)
+
+    def _theme_colours(self) -> tuple[tuple[str, str], ...]:
+        """The theme's ck-* colours (cells name them as `$ck-warning`), looked up once per theme."""
+        theme = self.app.theme
+        if theme not in _THEME_COLOURS:
+            variables = self.app.theme_variables
+            _THEME_COLOURS[theme] = tuple(sorted((k, v) for k, v in variables.items() if k.startswith("ck-")))
+        return _THEME_COLOURS[theme]
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width

@@ -1,0 +1,105 @@
+"""The diff screen a user can trust: both panes always show the same rows in the same order."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from ckinspect.tui.screens.diff import DiffScreen
+from ckinspect.tui.widgets.virtual_table import VirtualTable
+from tests.tui.apps import make_app
+from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
+
+SIZE = (100, 30)
+
+
+async def settle(pilot) -> None:
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def panes(screen: DiffScreen) -> tuple[VirtualTable, VirtualTable]:
+    return screen.query_one("#left", VirtualTable), screen.query_one("#right", VirtualTable)
+
+
+async def test_clicking_a_header_sorts_both_panes_alike(tmp_path):
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        left, right = panes(screen)
+        # the left pane's header: the name column starts at x=1 (one space before each column)
+        await pilot.click("#left", offset=(2, 0))
+        await pilot.click("#left", offset=(2, 0))
+        await pilot.pause()
+        assert left.sort_column == "name" and left.sort_reverse
+        assert left.visible_keys() == right.visible_keys()
+        assert left.visible_keys()[0] == "rng.torch"  # reversed natural order of names
+        # the right pane's first header is the status: sorting there orders the left pane too
+        await pilot.click("#right", offset=(2, 0))
+        await pilot.pause()
+        assert right.sort_column == "status"
+        assert left.visible_keys() == right.visible_keys()
+        status = {row.key: row.cells[0] for row in right.rows}
+        assert status[right.visible_keys()[0]] == "only in A"
+        # each name stands next to its own numbers, row by row
+        for index in range(left.row_count):
+            lrow, rrow = left.rows[left.view[index]], right.rows[right.view[index]]
+            assert lrow.key == rrow.key
+        assert "DIFFERENT" in str(screen.query_one("#summary", Static).render())
+
+
+async def test_values_beside_the_tensors_are_diffed_too(tmp_path):
+    """lr, loss and step changed in a copy: the screen says which, even with differences only."""
+    app = make_app("diff", [DEMO_PATH, DEMO_PATH.with_name("copy.pth")], tmp_path)
+    a = app.backend.checkpoints[DEMO_PATH]
+    b = a.replace(path=DEMO_PATH.with_name("copy.pth"), metadata=dict(a.metadata))
+    a.metadata.update(loss=3.13, lr=1e-3)
+    b.metadata.update(loss=2.93, lr=3e-4, step=60)
+    app.backend.checkpoints[b.path] = b
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        values = screen.query_one("#values", VirtualTable)
+        assert values.display
+        assert [row.cells for row in values.rows] == [
+            ("step", "30", "60"),
+            ("loss", "3.13", "2.93"),
+            ("lr", "0.001", "0.0003"),
+        ]
+        await pilot.press("x")
+        left, _ = panes(screen)
+        assert left.row_count == 0 and left.empty_text == "no tensor differs; the values below do"
+        summary = str(screen.query_one("#summary", Static).render())
+        assert "values 3" in summary and "DIFFERENT" in summary
+
+
+async def test_sort_by_delta_and_enter_shows_the_tensors_diff(tmp_path):
+    from ckinspect.tui.screens.diff_detail import DiffDetailScreen
+
+    app = make_app("diff", [DEMO_PATH, DEMO_B_PATH], tmp_path)
+    async with app.run_test(size=(120, 34)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        left, right = panes(screen)
+        assert [c.key for c in right.columns] == ["status", "delta", "rel", "ndiff", "dtype", "shape"]
+        await pilot.press("D")
+        await pilot.pause()
+        assert left.visible_keys() == right.visible_keys()
+        deltas = [screen.pairs[i].max_abs_diff for i in right.view]
+        shown = [d for d in deltas if d is not None]
+        assert shown == sorted(shown, reverse=True) and shown[0] == float("inf")  # A's NaN against a number
+        await pilot.press("down")  # the second largest: a finite change
+        name = left.current_row.key
+        change = next(c for c in screen.result.changed if c.name == name)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, DiffDetailScreen)
+        facts = str(app.screen.query_one("#detail-facts", Static).render())
+        assert name in facts and "max rel Δ" in facts
+        assert f"{change.n_diff:,} of {change.numel:,}" in facts
+        assert "first at   [" in facts
+        histogram = str(app.screen.query_one("#detail-histogram", Static).render())
+        assert "histogram of B - A" in histogram and "computing" not in histogram
+        await pilot.press("escape")
+        assert app.screen is screen

@@ -1,0 +1,85 @@
+"""Keys as in the apps users know: one key per sort column, natural name order, no notice over the rows."""
+
+from __future__ import annotations
+
+from ckinspect.tui.widgets.tensor_table import TensorTable
+from tests.tui.apps import make_app
+from tests.tui.fixtures import DEMO_PATH
+
+SIZE = (100, 30)
+
+
+async def settle(pilot) -> None:
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def test_one_key_per_sort_column_in_natural_order(tmp_path):
+    app = make_app("main", [DEMO_PATH], tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(TensorTable)
+        await pilot.press("s")  # size: one press, largest first
+        sizes = [table.rows[i].tensor.nbytes for i in table.view]
+        assert table.sort_column == "size" and sizes == sorted(sizes, reverse=True)
+        await pilot.press("n")
+        names = [table.rows[i].key for i in table.view]
+        assert names.index("optimizer.state.2.exp_avg") < names.index("optimizer.state.10.exp_avg")
+        await pilot.press("e")
+        counts = [table.rows[i].tensor.numel for i in table.view]
+        assert table.sort_column == "elements" and counts == sorted(counts, reverse=True)
+        await pilot.press("e")
+        assert [table.rows[i].tensor.numel for i in table.view] == sorted(counts)
+        assert not app._notifications  # the header's arrow says it; nothing pops over the rows
+
+
+async def test_the_shape_column_grows_with_the_terminal(tmp_path):
+    from ckinspect.model import Checkpoint, TensorInfo
+    from ckinspect.tui.app import create_app
+    from tests.tui.apps import FixtureBackend
+
+    big = TensorInfo("model.embed.weight", "bfloat16", (32000, 10240, 3), (30720, 3, 1), "0", 0, "model")
+    ckpt = Checkpoint(DEMO_PATH, "torch-zip", 2_000_000_000, tensors=[big])
+    for size, shown in (((200, 50), "32000×10240×3"), ((80, 24), "32000×10240…")):
+        app = create_app("main", [DEMO_PATH], backend=FixtureBackend({DEMO_PATH: ckpt}), cursor_blink=False)
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot)
+            line = "".join(segment.text for segment in app.screen.query_one(TensorTable).render_line(1))
+            assert f" {shown} " in line, line
+
+
+async def test_y_copies_the_name_and_o_exports_the_view(tmp_path, monkeypatch):
+    import csv
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    app = make_app("main", [DEMO_PATH], tmp_path / "data")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.screen.jump_to("model.norm.weight")
+        await pilot.press("y")
+        assert app.clipboard == "model.norm.weight"
+        await pilot.press("Y")
+        assert app.clipboard == str(DEMO_PATH)
+        await pilot.press("slash", *"exp_avg_sq", "enter", "s")
+        await pilot.press("o", "O")
+        rows = list(csv.DictReader((tmp_path / "step_30_resume.pth-tensors.csv").open()))
+        assert len(rows) == 20 and rows[0]["name"] == "optimizer.state.0.exp_avg_sq"  # the largest first, as shown
+        assert rows[0]["shape"] == "256x64" and rows[0]["param"] == "model.tok_embeddings.weight"
+        entries = json.loads((tmp_path / "step_30_resume.pth-tensors.json").read_text())["tensors"]
+        assert [e["name"] for e in entries] == [r["name"] for r in rows]
+        await pilot.press("o")
+        assert (tmp_path / "step_30_resume.pth-tensors-1.csv").is_file()  # never over an earlier export
+
+
+async def test_a_screenshot_without_a_downloads_folder_lands_in_the_current_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    app = make_app("main", [DEMO_PATH], tmp_path / "data")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.action_screenshot("shot.svg")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        assert (tmp_path / "shot.svg").read_text().startswith("<svg")
