@@ -432,7 +432,19 @@ MAX_STACK = 1 << 22  # stack items + marks tracked; beyond, names taken from the
 MAX_MEMO = 1 << 20  # memo slots tracked (string values and sparse indices); beyond, as above
 
 
-class BufferSource:
+class _Range:
+    """What every source over a known byte range shares: a position, an end, and skipping within them."""
+
+    pos: int
+    end: int
+
+    def skip(self, n: int) -> int:
+        step = max(0, min(n, self.end - self.pos))
+        self.pos += step
+        return step
+
+
+class BufferSource(_Range):
     """Bytes already in memory (bytes, mmap, memoryview) from `start` to `end`."""
 
     def __init__(self, data, start: int = 0, end: int | None = None) -> None:
@@ -445,13 +457,8 @@ class BufferSource:
         self.pos += len(chunk)
         return chunk
 
-    def skip(self, n: int) -> int:
-        step = max(0, min(n, self.end - self.pos))
-        self.pos += step
-        return step
 
-
-class FileSource:
+class FileSource(_Range):
     """A range of a file, by positioned reads through `reader` (a FileReader): a window at a time."""
 
     def __init__(self, reader, start: int, end: int) -> None:
@@ -463,11 +470,6 @@ class FileSource:
         chunk = self.reader.read_at(self.pos, max(0, min(n, self.end - self.pos)))
         self.pos += len(chunk)
         return chunk
-
-    def skip(self, n: int) -> int:
-        step = max(0, min(n, self.end - self.pos))
-        self.pos += step
-        return step
 
 
 class InflateSource:
