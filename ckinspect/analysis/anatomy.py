@@ -369,6 +369,33 @@ def missing_tensors(ckpt: Checkpoint) -> list[TensorInfo]:
     return out
 
 
+class CutShort(Record):
+    """A file whose tensors name bytes it does not hold: how many, and what the whole file declared."""
+
+    missing_tensors: int
+    declared_bytes: dict[str, int]  # per group, as declared_group_bytes counts them
+
+    @property
+    def optimizer_share(self) -> float:
+        return declared_optimizer_share(self.declared_bytes)
+
+
+def declared_optimizer_share(declared: dict[str, int]) -> float:
+    """The optimizer's share of the declared sizes (declared_group_bytes): what the whole file held, not
+    what survived."""
+    total = sum(declared.values())
+    return declared["optimizer"] / total if total else 0.0
+
+
+def cut_short(ckpt: Checkpoint, missing: list[TensorInfo] | None = None) -> CutShort | None:
+    """None for a file that holds every byte its tensors reach; else what is missing and what was declared."""
+    if missing is None:
+        missing = missing_tensors(ckpt)
+    if not missing:
+        return None
+    return CutShort(missing_tensors=len(missing), declared_bytes=declared_group_bytes(ckpt))
+
+
 def declared_group_bytes(ckpt: Checkpoint) -> dict[str, int]:
     """Bytes per group as the tensors declare them, each storage once (by the furthest byte its views
     reach, given to the first of model, optimizer, rng, other among them): what the whole file held,

@@ -24,6 +24,13 @@ def largest(tensors: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
 
 
+def optimizer_share(entry: Mapping[str, Any]) -> float:
+    """The share to quote for a file: of the declared sizes when it is cut short (what survived says
+    little about what it held), else of its tensor bytes."""
+    short = entry.get("cut_short")
+    return float(short["declared_optimizer_share"] if short else entry["optimizer_share"])
+
+
 def metadata_line(metadata: Mapping[str, Any]) -> str:
     shown = []
     for key in ("step", "epoch", "world_size"):

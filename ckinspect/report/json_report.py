@@ -2,15 +2,20 @@
 
 Keys beyond the schema (`layout`, `unused_bytes`, `tensors`) are additions; none changes the
 meaning of a schema key. Sizes are exact bytes; `optimizer_share` is a fraction of `tensor_bytes`.
+`cut_short` is null for a file that holds every byte its tensors reach; for a file cut short it gives
+`missing_tensors`, `declared_bytes` per group (what the whole file held), `declared_optimizer_share`
+(the share a reader should quote: `optimizer_share` only counts what survived) and the `salvage`
+command that keeps the whole tensors; those tensors' entries carry `"missing": true`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 
-from ckinspect.analysis.anatomy import summarize
+from ckinspect.analysis.anatomy import cut_short, missing_tensors, summarize
 from ckinspect.analysis.params import optimizer_params
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import no_gc
@@ -51,6 +56,8 @@ def summary(file_count: int, findings: Sequence[Finding]) -> dict[str, int]:
 
 def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
     anatomy = summarize(ckpt)
+    missing = missing_tensors(ckpt)
+    short = cut_short(ckpt, missing)
     metadata = {"step": None, "epoch": None, "world_size": None}
     metadata.update({str(k): jsonable(v) for k, v in ckpt.metadata.items()})
     return {
@@ -68,12 +75,25 @@ def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
         "optimizer_share": round(anatomy.optimizer_share, 6),
         "metadata": metadata,
         "findings": [f.to_json() for f in ckpt.findings],
-        "tensors": tensor_entries(ckpt.tensors, optimizer_params(ckpt)),
+        "cut_short": None
+        if short is None
+        else {
+            "missing_tensors": short.missing_tensors,
+            "declared_bytes": short.declared_bytes,
+            "declared_optimizer_share": round(short.optimizer_share, 6),
+            "salvage": f"ckinspect salvage {shlex.quote(str(ckpt.path))} OUT",
+        },
+        "tensors": tensor_entries(ckpt.tensors, optimizer_params(ckpt), {t.name for t in missing}),
     }
 
 
-def tensor_entries(tensors: Sequence[TensorInfo], params: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """One entry per tensor; an optimizer state tensor tied to its parameter carries it as `param`."""
+def tensor_entries(
+    tensors: Sequence[TensorInfo],
+    params: dict[str, str] | None = None,
+    missing: set[str] | frozenset[str] = frozenset(),
+) -> list[dict[str, Any]]:
+    """One entry per tensor; an optimizer state tensor tied to its parameter carries it as `param`, a
+    tensor whose bytes the file lacks (`missing`: names) `"missing": true`."""
     params = params or {}
     bits_of: dict[str, int] = {}
     out = []
@@ -85,6 +105,8 @@ def tensor_entries(tensors: Sequence[TensorInfo], params: dict[str, str] | None 
         entry = {"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": nbytes}
         if t.name in params:
             entry["param"] = params[t.name]
+        if missing and t.name in missing:
+            entry["missing"] = True
         out.append(entry)
     return out
 

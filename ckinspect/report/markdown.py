@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ckinspect.fmt import human_bytes, md_code, md_text, percent, shape_text
-from ckinspect.report.common import finding_counts, largest, metadata_line, summary_line
+from ckinspect.report.common import finding_counts, largest, metadata_line, optimizer_share, summary_line
 from ckinspect.vocab import GROUPS, SEVERITY_RANK
 
 TYPE_CHECKING = False
@@ -27,7 +27,7 @@ def render(report: Mapping[str, Any]) -> str:
             "|---|---|--:|--:|--:|---|",
         ]
         for entry in files:
-            share = percent(entry["optimizer_share"]) if entry["groups"]["optimizer"]["tensor_count"] else "–"
+            share = percent(optimizer_share(entry)) if entry["groups"]["optimizer"]["tensor_count"] else "–"
             status = _status(entry["findings"])
             out.append(
                 f"| {md_code(entry['path'])} | {entry['format']} | {human_bytes(entry['file_bytes'])} "
@@ -68,24 +68,55 @@ def file_section(entry: Mapping[str, Any]) -> list[str]:
         out.append("✅ no findings")
     out.append("")
     total = entry["tensor_bytes"]
+    short = entry.get("cut_short")
     if entry["tensor_count"]:
-        out += ["| group | tensors | size | share |", "|---|--:|--:|--:|"]
-        for group in GROUPS:
-            stats = entry["groups"][group]
-            if stats["tensor_count"]:
-                share = percent(stats["bytes"] / total) if total else "–"
-                out.append(f"| {group} | {stats['tensor_count']:,} | {human_bytes(stats['bytes'])} | {share} |")
-        out.append(f"| **total** | **{entry['tensor_count']:,}** | **{human_bytes(total)}** | |")
+        out += _groups_table(entry)
         out.append("")
         unused = entry.get("unused_bytes", entry["storage_bytes"] - total)
         line = ""
-        if entry["groups"]["optimizer"]["bytes"]:
+        if short and (entry["groups"]["optimizer"]["bytes"] or short["declared_bytes"]["optimizer"]):
+            line = (
+                f"Optimizer share: **{percent(short['declared_optimizer_share'])}** of the declared sizes "
+                f"({percent(entry['optimizer_share'])} of the bytes present)."
+            )
+        elif entry["groups"]["optimizer"]["bytes"]:
             line = f"Optimizer share: **{percent(entry['optimizer_share'])}** of tensor bytes."
         if unused:
             line += f" {human_bytes(unused)} of storage is used by no tensor."
         if line:
             out += [line.strip(), ""]
+        if short:
+            out += [
+                f"❌ **{short['missing_tensors']:,} of {entry['tensor_count']:,} tensors missing** (cut short): "
+                f"{md_code(short['salvage'])} keeps the whole ones.",
+                "",
+            ]
         out += tensors_details(entry)
+    return out
+
+
+def _groups_table(entry: Mapping[str, Any]) -> list[str]:
+    """As the text report's: for a file cut short, the bytes present, the declared ones and their shares."""
+    total = entry["tensor_bytes"]
+    declared = (entry.get("cut_short") or {}).get("declared_bytes")
+    whole = sum(declared.values()) if declared else 0
+    if declared:
+        out = ["| group | tensors | present | declared | share |", "|---|--:|--:|--:|--:|"]
+    else:
+        out = ["| group | tensors | size | share |", "|---|--:|--:|--:|"]
+    for group in GROUPS:
+        stats = entry["groups"][group]
+        if not stats["tensor_count"]:
+            continue
+        size = human_bytes(stats["bytes"])
+        if declared:
+            share = percent(declared[group] / whole) if whole else "–"
+            out.append(f"| {group} | {stats['tensor_count']:,} | {size} | {human_bytes(declared[group])} | {share} |")
+        else:
+            share = percent(stats["bytes"] / total) if total else "–"
+            out.append(f"| {group} | {stats['tensor_count']:,} | {size} | {share} |")
+    declared_total = f" **{human_bytes(whole)}** |" if declared else ""
+    out.append(f"| **total** | **{entry['tensor_count']:,}** | **{human_bytes(total)}** |{declared_total} |")
     return out
 
 
@@ -102,10 +133,11 @@ def tensors_details(entry: Mapping[str, Any]) -> list[str]:
         "|---|---|---|---|--:|--:|",
     ]
     for t in shown:
-        share = percent(t["bytes"] / file_bytes) if file_bytes else "–"
+        if t.get("missing"):  # its bytes are not in the file (cut short)
+            size, share = "**missing**", "–"
+        else:
+            size, share = human_bytes(t["bytes"]), percent(t["bytes"] / file_bytes) if file_bytes else "–"
         shape = shape_text(t["shape"])
-        out.append(
-            f"| {md_code(t['name'])} | {t['group']} | {t['dtype']} | {shape} | {human_bytes(t['bytes'])} | {share} |"
-        )
+        out.append(f"| {md_code(t['name'])} | {t['group']} | {t['dtype']} | {shape} | {size} | {share} |")
     out += ["", "</details>", ""]
     return out

@@ -26,6 +26,20 @@ _FINDING = {
         "tensor": {"type": "string"},
     },
 }
+_CUT_SHORT = {  # a file whose tensors name bytes it does not hold; not required: earlier reports lack the key
+    "type": "object",
+    "required": ["missing_tensors", "declared_bytes", "declared_optimizer_share", "salvage"],
+    "properties": {
+        "missing_tensors": {"type": "integer", "minimum": 1},
+        "declared_bytes": {
+            "type": "object",
+            "required": ["model", "optimizer", "rng", "other"],
+            "properties": {g: _COUNT for g in ("model", "optimizer", "rng", "other")},
+        },
+        "declared_optimizer_share": {"type": "number", "minimum": 0, "maximum": 1},
+        "salvage": {"type": "string"},
+    },
+}
 _FILE = {
     "type": "object",
     "required": [
@@ -62,6 +76,7 @@ _FILE = {
             },
         },
         "findings": {"type": "array", "items": _FINDING},
+        "cut_short": {"anyOf": [{"type": "null"}, _CUT_SHORT]},
     },
 }
 _DIFF = {

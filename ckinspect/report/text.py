@@ -21,6 +21,7 @@ from ckinspect.report.common import (
     finding_counts,
     largest,
     metadata_line,
+    optimizer_share,
     summary_line,
     terminal_copy,
 )
@@ -40,9 +41,11 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verb
     if len(files) > 1 and not verbose and report.get("diff") is None and not report.get("runs"):
         console.print(summary_table(files))
         for entry in files:
-            if entry["findings"]:
+            if entry["findings"] or entry.get("cut_short"):
                 console.print()
                 console.print(title_line(entry["path"], entry["format"], human_bytes(entry["file_bytes"])))
+                if entry.get("cut_short"):
+                    console.print(cut_short_line(entry))
                 console.print(findings_block(entry["findings"]))
         console.print()
         console.print(Text("--verbose adds each checkpoint's groups and tensors", style="dim"))
@@ -76,6 +79,8 @@ def file_section(entry: Mapping[str, Any]) -> RenderableType:
     if entry["tensor_count"]:
         parts.append(groups_table(entry))
         parts.append(Text(bytes_line(entry)))
+        if entry.get("cut_short"):
+            parts.append(cut_short_line(entry))
         parts.append(tensors_table(entry))
     else:
         parts.append(Text("no tensors", style="dim"))
@@ -84,24 +89,40 @@ def file_section(entry: Mapping[str, Any]) -> RenderableType:
 
 
 def groups_table(entry: Mapping[str, Any]) -> Table:
+    """Bytes and share per group; for a file cut short, the bytes present beside the declared ones, and
+    the share of the declared (what the whole file held)."""
     table = make_table(show_footer=True)
     total = entry["tensor_bytes"]
+    declared = (entry.get("cut_short") or {}).get("declared_bytes")
     table.add_column("group", footer="total")
     table.add_column("tensors", justify="right", footer=f"{entry['tensor_count']:,}")
-    table.add_column("size", justify="right", footer=human_bytes(total))
+    table.add_column("present" if declared else "size", justify="right", footer=human_bytes(total))
+    if declared:
+        table.add_column("declared", justify="right", footer=human_bytes(sum(declared.values())))
     table.add_column("share", justify="right", footer="100.0%" if total else "-")
     for group in GROUPS:
         stats = entry["groups"][group]
         if not stats["tensor_count"]:
             continue
-        share = percent(stats["bytes"] / total) if total else "-"
-        table.add_row(group, f"{stats['tensor_count']:,}", human_bytes(stats["bytes"]), share)
+        if declared:
+            whole = sum(declared.values())
+            share = percent(declared[group] / whole) if whole else "-"
+            row = (human_bytes(stats["bytes"]), human_bytes(declared[group]), share)
+        else:
+            row = (human_bytes(stats["bytes"]), percent(stats["bytes"] / total) if total else "-")
+        table.add_row(group, f"{stats['tensor_count']:,}", *row)
     return table
 
 
 def bytes_line(entry: Mapping[str, Any]) -> str:
     parts = []
-    if entry["groups"]["optimizer"]["bytes"]:
+    short = entry.get("cut_short")
+    if short and (entry["groups"]["optimizer"]["bytes"] or short["declared_bytes"]["optimizer"]):
+        parts.append(
+            f"optimizer share {percent(short['declared_optimizer_share'])} of the declared sizes "
+            f"({percent(entry['optimizer_share'])} of the bytes present)"
+        )
+    elif entry["groups"]["optimizer"]["bytes"]:
         parts.append(f"optimizer share {percent(entry['optimizer_share'])} of tensor bytes")
     unused = entry.get("unused_bytes", entry["storage_bytes"] - entry["tensor_bytes"])
     parts.append(f"storages {human_bytes(entry['storage_bytes'])}")
@@ -128,11 +149,22 @@ def tensors_table(entry: Mapping[str, Any]) -> Table:
     table.add_column("size", justify="right", no_wrap=True)
     table.add_column("of file", justify="right", no_wrap=True)
     for t in shown:
-        share = percent(t["bytes"] / file_bytes) if file_bytes else "-"
-        table.add_row(
-            Wrapped(t["name"]), t["group"], t["dtype"], shape_text(t["shape"]), human_bytes(t["bytes"]), share
-        )
+        if t.get("missing"):  # its bytes are not in the file (cut short): as the TUI shows it
+            size, share = Text("missing", style="bold red"), "—"
+        else:
+            size, share = Text(human_bytes(t["bytes"])), percent(t["bytes"] / file_bytes) if file_bytes else "-"
+        table.add_row(Wrapped(t["name"]), t["group"], t["dtype"], shape_text(t["shape"]), size, share)
     return table
+
+
+def cut_short_line(entry: Mapping[str, Any]) -> RenderableType:
+    """A file cut short says so, and what recovers the rest (`ckinspect salvage`), as the TUI's header does."""
+    short = entry["cut_short"]
+    return Wrapped(
+        f"✗ {short['missing_tensors']:,} of {entry['tensor_count']:,} tensors missing (cut short): "
+        f"{short['salvage']} keeps the whole ones",
+        style="bold red",
+    )
 
 
 def findings_block(findings: list[Mapping[str, Any]]) -> RenderableType:
@@ -165,7 +197,7 @@ def summary_table(files: list[Mapping[str, Any]]) -> RenderableType:
             escape(os.path.relpath(entry["path"], base) if base else entry["path"]),
             entry["format"],
             human_bytes(entry["file_bytes"]),
-            percent(entry["optimizer_share"]) if entry["groups"]["optimizer"]["tensor_count"] else "-",
+            percent(optimizer_share(entry)) if entry["groups"]["optimizer"]["tensor_count"] else "-",
             finding_counts(entry["findings"]) or "none",
         )
     return Group(title, table)

@@ -9,6 +9,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from ckinspect.analysis.anatomy import declared_optimizer_share
 from ckinspect.fmt import human_bytes
 from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS, themed
 from ckinspect.vocab import GROUPS
@@ -50,7 +51,7 @@ class GroupBar(Widget):
         legend = Text("optimizer share ", style="bold")
         if self.missing and self.declared:
             # what is present says little about a file cut short: the share of what it declares
-            share = self.declared["optimizer"] / max(1, sum(self.declared.values()))
+            share = declared_optimizer_share(self.declared)
             legend.append(f"{share:.1%} of the declared sizes", style="bold")
             legend.append(f"  {self.missing:,} tensors missing", style=f"bold {SEVERITY_COLOURS['error']}")
         else:
