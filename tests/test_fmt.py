@@ -43,3 +43,41 @@ def test_sizes_read_as_humanize_writes_them_including_where_rounding_reaches_the
     values = edges + [rng.randrange(1 << rng.randrange(1, 70)) for _ in range(20_000)]
     assert [human_bytes(v) for v in values] == [theirs(v) for v in values]
     assert human_bytes(1024**2 - 51) == "1.0 MiB"  # 1023.95 KiB rounds up: the unit steps up with it
+
+
+def _strings_users_read(tree):
+    """Every string literal and f-string of a module, docstrings left out (they are for the reader of the code)."""
+    import ast
+
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            docstrings.update(id(v) for v in node.values)  # an f-string's pieces: read once, as the whole
+            yield node.lineno, "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+def test_no_size_unit_is_written_outside_fmt():
+    """One size formatter everywhere: no "GB" beside "GiB", no "418.7 KiB" beside "419 KiB". Any text a user
+    reads that names a size unit comes from fmt.human_bytes, so a unit in a literal elsewhere is a second writer."""
+    import ast
+    import re
+    from pathlib import Path
+
+    unit = re.compile(r"(?<![A-Za-z])(?:[KMGTPE]i?B|bytes?/s)(?![A-Za-z])")
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for folder in ("ckinspect", "trainer"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name == "fmt.py" and path.parent.name == "ckinspect":
+                continue
+            for line, text in _strings_users_read(ast.parse(path.read_text(encoding="utf-8"))):
+                if unit.search(text):
+                    found.append(f"{path.relative_to(root)}:{line}: {text!r}")
+    assert found == []

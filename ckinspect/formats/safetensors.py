@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
+from ckinspect.fmt import human_bytes
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
@@ -61,7 +62,11 @@ def read_safetensors(path: str | os.PathLike[str], member: str | None = None, re
                 return ckpt
             header_len = int.from_bytes(prefix, "little")
             if header_len > MAX_HEADER_BYTES:
-                ckpt.add("CORRUPT", f"safetensors header length {header_len:,} bytes exceeds the 100 MB limit")
+                ckpt.add(
+                    "CORRUPT",
+                    f"safetensors header length {header_len:,} bytes exceeds safetensors' limit of "
+                    f"{MAX_HEADER_BYTES:,} bytes ({human_bytes(MAX_HEADER_BYTES)})",
+                )
                 return ckpt
             if 8 + header_len > file_bytes:
                 ckpt.add(

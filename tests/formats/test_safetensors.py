@@ -71,7 +71,10 @@ def test_listing_matches_safe_open(tmp_path):
     "make, expected",
     [
         (lambda p: p.write_bytes(b"\x05\x00\x00"), "3 bytes, shorter than the 8-byte header length"),
-        (lambda p: write_raw(p, {}, header_len=200_000_000), "exceeds the 100 MB limit"),
+        (
+            lambda p: write_raw(p, {}, header_len=200_000_000),
+            "exceeds safetensors' limit of 100,000,000 bytes (95.4 MiB)",
+        ),
         (lambda p: write_raw(p, b'{"a": 1}', header_len=5000), "runs past the end of the 16-byte file"),
         (lambda p: write_raw(p, b'{"\xff\xfe": 1}'), "header is not valid UTF-8"),
         (lambda p: write_raw(p, b'{"a": [1, 2'), "header is not valid JSON at line 1"),
