@@ -25,6 +25,27 @@ def test_round_trip_errors_match_torch_casts(tmp_path):
     assert (d.fp16.overflow, d.fp16.underflow, d.bf16.overflow) == (2, 1, 1)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_round_trip_counts_with_zeros_and_non_finite_values_match_torch(dtype):
+    from ckinspect.analysis.drift import block_drift
+
+    x = (np.random.default_rng(2).standard_normal(10_000) * 0.02).astype(dtype)
+    x[::7], x[::11], x[::13], x[::17] = 0.0, 1e-9, 7e4, -1e6  # zeros, fp16 underflow, fp16 overflow
+    x[:5] = [np.nan, np.inf, -np.inf, -0.0, 5e-39]
+    ref = torch.from_numpy(x)
+    finite = torch.isfinite(ref)
+    for got, narrow in zip(block_drift(x), (torch.float16, torch.bfloat16), strict=True):
+        back = ref.to(narrow).to(ref.dtype)
+        kept = finite & torch.isfinite(back)
+        err = (back - ref).abs()[kept]
+        assert got.overflow == int((finite & ~torch.isfinite(back)).sum())
+        assert got.changed == int((err != 0).sum())
+        assert got.underflow == int(((back == 0) & (ref != 0))[kept].sum())
+        assert got.max_abs == err.max().item()
+        nonzero = ref[kept] != 0
+        assert got.max_rel == pytest.approx((err[nonzero] / ref[kept][nonzero].abs()).max().item(), rel=1e-12)
+
+
 def test_bf16_rounding_is_torchs_round_to_nearest_even():
     x = np.random.default_rng(1).standard_normal(100_000).astype(np.float32) * 1000
     x[:4] = [np.nan, np.inf, -0.0, 1.00390625]  # a tie: rounds to even
