@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -182,12 +183,17 @@ def main() -> int:
         formats = lg["formats"]
         same = all(lg[f] == whole["logits"][f] for f in formats)
         base = rows[0].peak_rss
-        print(f"\n{'run':<36} {'exit':>4} {'seconds':>8} {'peak RSS':>10} {'vs block by block':>18}")
+        print(f"\n{'run':<36} {'exit':>4} {'seconds':>8} {'CPU s':>7} {'peak RSS':>10} {'vs block by block':>18}")
         for r in rows:
             print(
-                f"{r.label:<36} {r.returncode:>4} {r.wall:>8.1f} {r.peak_rss / GIB:>8.2f} GiB "
+                f"{r.label:<36} {r.returncode:>4} {r.wall:>8.1f} {r.cpu:>7.1f} {r.peak_rss / GIB:>6.2f} GiB "
                 f"{r.peak_rss / base:>17.2f}x"
             )
+        print(f"load average after the runs: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores)")
+        print(
+            f"fp32 weights / limit: {weights / limit:.2f}; block by block peak RSS / limit: {base / limit:.2f} "
+            f"(RSS also counts file-backed pages: libraries, and the weights' mapped windows while read)"
+        )
         print(
             f"\nblock by block under {limit / 1e9:.2f} GB: {lg['blocks']} blocks, "
             f"{lg['weights_held_peak_bytes'] / GIB:.3f} GiB of fp32 weights held at once, at most"
