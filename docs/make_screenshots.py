@@ -21,13 +21,15 @@ from ckinspect.io.atomic import atomic_write_text  # noqa: E402
 from ckinspect.tui.app import create_app  # noqa: E402
 
 SIZE = (120, 34)
+OUT = REPO / "docs" / "screenshots"
 SHOTS = {
     "inspect": ("main", ["samples/stopped-30/tiny_resume.pth"], "model.layers.0.attn.wq.weight"),
     "diff": ("diff", ["samples/stopped-30/tiny_resume.pth", "samples/straight-60/tiny_resume.pth"], None),
 }
 
 
-async def shoot(name: str, command: str, paths: list[str], select: str | None) -> Path:
+async def shoot(name: str, command: str, paths: list[str], select: str | None, folder: Path = OUT) -> Path:
+    """One screenshot, written to `folder` (a test writes to a scratch folder and compares)."""
     app = create_app(command, paths, cursor_blink=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -39,7 +41,7 @@ async def shoot(name: str, command: str, paths: list[str], select: str | None) -
             await pilot.pause()
             await app.workers.wait_for_complete()
         await pilot.pause(0.2)
-        out = REPO / "docs" / "screenshots" / f"{name}.svg"
+        out = folder / f"{name}.svg"
         out.parent.mkdir(parents=True, exist_ok=True)
         svg = app.export_screenshot(title=f"ckinspect {' '.join(([command] if command != 'main' else []) + paths)}")
         atomic_write_text(out, svg)
