@@ -168,8 +168,14 @@ def _diff_parser() -> argparse.ArgumentParser:
 
 
 def _repair_parser() -> argparse.ArgumentParser:
-    repair = _Parser(prog="ckinspect repair", description="Find interrupted saves and plan (or apply) their repair.")
-    repair.add_argument("path", metavar="PATH")
+    repair = _Parser(
+        prog="ckinspect repair",
+        description="Find interrupted saves and plan (or apply) their repair.",
+        epilog="examples:\n  ckinspect repair runs/                 the plan (a dry run)\n"
+        "  ckinspect repair runs/ --apply         carry it out\n"
+        "  ckinspect repair runs/ --undo          put back what --apply replaced",
+    )
+    repair.add_argument("path", metavar="PATH", help="a checkpoint file or a run folder")
     mode = repair.add_mutually_exclusive_group()
     mode.add_argument("--apply", action="store_true", help="carry out the plan (default: dry run)")
     mode.add_argument("--undo", action="store_true", help="restore what the last --apply replaced or set aside")
@@ -180,10 +186,13 @@ def _repair_parser() -> argparse.ArgumentParser:
 def _drift_parser() -> argparse.ArgumentParser:
     drift = _Parser(
         prog="ckinspect drift",
-        description="What fp16/bf16 does to the weights and, where the model is known (the bundled trainer's, "
-        "a Hugging Face causal LM folder), the logits. PATH may be a Hugging Face model folder.",
+        description="What fp16/bf16 does to the weights and, where the model is known (the bundled\n"
+        "trainer's, a Hugging Face causal LM folder), the logits. PATH may be a Hugging\nFace model folder.",
+        epilog="examples:\n  ckinspect drift runs/step_60_resume.pth --report\n"
+        "  ckinspect drift ./Llama-3.2-1B --report --fp8         block by block\n"
+        "  ckinspect drift model/ --report --format json -o drift.json",
     )
-    drift.add_argument("path", metavar="PATH")
+    drift.add_argument("path", metavar="PATH", help="a checkpoint, or a Hugging Face model folder")
     drift.add_argument("--report", action="store_true", help="print instead of opening the TUI")
     drift.add_argument(
         "--fp8",
@@ -201,10 +210,13 @@ def _drift_parser() -> argparse.ArgumentParser:
 
 def _salvage_parser() -> argparse.ArgumentParser:
     salvage = _Parser(
-        prog="ckinspect salvage", description="Recover every whole, CRC-valid tensor of a damaged checkpoint."
+        prog="ckinspect salvage",
+        description="Recover every whole, CRC-valid tensor of a damaged checkpoint.",
+        epilog="examples:\n  ckinspect salvage cut_short.pth recovered.pth\n"
+        "  ckinspect salvage cut_short.pth recovered.safetensors --format json",
     )
-    salvage.add_argument("broken", metavar="BROKEN")
-    salvage.add_argument("out", metavar="OUT")
+    salvage.add_argument("broken", metavar="BROKEN", help="the damaged checkpoint (never changed)")
+    salvage.add_argument("out", metavar="OUT", help="where the whole tensors go (.safetensors, else a torch zip)")
     _add_output_options(salvage, _PLAIN_FORMATS)
     return salvage
 
@@ -212,10 +224,13 @@ def _salvage_parser() -> argparse.ArgumentParser:
 def _convert_parser() -> argparse.ArgumentParser:
     convert = _Parser(
         prog="ckinspect convert",
-        description="Convert a checkpoint: resume -> weights, torch -> safetensors, legacy -> zip, DCP -> one file.",
+        description="Convert a checkpoint: resume -> weights, torch -> safetensors, legacy -> zip,\nDCP -> one file.",
+        epilog="examples:\n  ckinspect convert step_60_resume.pth weights.safetensors --only model\n"
+        "  ckinspect convert model.pth model_bf16.safetensors --dtype bf16\n"
+        "  ckinspect convert dcp_checkpoint/ one_file.pth",
     )
-    convert.add_argument("input", metavar="IN")
-    convert.add_argument("out", metavar="OUT")
+    convert.add_argument("input", metavar="IN", help="the checkpoint to read (file or folder)")
+    convert.add_argument("out", metavar="OUT", help="the file to write (.safetensors, else a torch zip)")
     convert.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), help="cast floating tensors")
     convert.add_argument("--only", action="append", metavar="GROUP", help="keep only this group; repeatable")
     convert.add_argument("--trust", action="store_true", help="allow a file whose pickle names code-running globals")
@@ -226,9 +241,11 @@ def _convert_parser() -> argparse.ArgumentParser:
 def _last_good_parser() -> argparse.ArgumentParser:
     last_good = _Parser(
         prog="ckinspect last-good",
-        description="Print the newest checkpoint of a run that is whole, intact, safe and resumable (exit 1: none).",
+        description="Print the newest checkpoint of a run that is whole, intact, safe and resumable\n(exit 1: none).",
+        epilog='examples:\n  python train.py --resume "$(ckinspect last-good runs/)"\n'
+        "  ckinspect last-good runs/ --verify --format json",
     )
-    last_good.add_argument("run_dir", metavar="RUN_DIR")
+    last_good.add_argument("run_dir", metavar="RUN_DIR", help="the folder the run writes its checkpoints to")
     last_good.add_argument("--verify", action="store_true", help="also check every CRC and scan every value")
     last_good.add_argument(
         "--format",
@@ -245,8 +262,11 @@ def _watch_parser() -> argparse.ArgumentParser:
     watch = _Parser(
         prog="ckinspect watch",
         description="Follow a run live: judge each checkpoint once, the moment its save has finished.",
+        epilog="examples:\n  ckinspect watch runs/\n"
+        "  ckinspect watch runs/ --report --format json --fail-on error\n"
+        "  ckinspect watch runs/ --report --once",
     )
-    watch.add_argument("run_dir", metavar="RUN_DIR")
+    watch.add_argument("run_dir", metavar="RUN_DIR", help="the folder the run writes its checkpoints to")
     watch.add_argument("--report", action="store_true", help="print one line per checkpoint instead of the TUI")
     watch.add_argument("--once", action="store_true", help="judge what is there now and exit (with --report)")
     watch.add_argument(

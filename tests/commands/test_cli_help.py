@@ -34,3 +34,14 @@ def test_a_folder_report_is_summary_first(samples):
     assert any("LEFTOVER_TMP" in line for line in short)  # what needs a look is still there
     full = run_cli("--report", samples, "--verbose", env={"COLUMNS": "80"}).stdout.splitlines()
     assert len(full) > 300 and any(line.startswith("model.tok_embeddings.weight") for line in full)
+
+
+def test_every_command_has_examples_and_says_what_each_argument_is():
+    from ckinspect.cli import _SUBCOMMANDS, build_parser
+
+    for command in _SUBCOMMANDS:
+        out = run_cli(command, "--help", env={"COLUMNS": "80"}).stdout
+        assert "examples:" in out and f"ckinspect {command} " in out.split("examples:", 1)[1], command
+        assert max(len(line) for line in out.splitlines()) <= 80, command
+        positionals = [a for a in build_parser(command)._actions if not a.option_strings]
+        assert positionals and all(a.help for a in positionals), command
