@@ -26,7 +26,7 @@ Imports torch: only logit drift uses this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ckinspect.model import Checkpoint, TensorInfo
 
 _READ_ELEMENTS = 1 << 20  # a weight is read in blocks of this many elements, straight into its tensor
+_ROUND_ELEMENTS = 1 << 20  # and rounded in chunks of this many: no narrow copy of a whole embedding
 MAX_NAMED = 3  # weight names quoted in one error line
 
 
@@ -59,18 +60,24 @@ def round_weight(ref: Any, fmt: str) -> Any:
     if fmt == REFERENCE_FORMAT:
         return ref
     dtype = torch_dtype(fmt)
+    out = torch.empty(ref.shape, dtype=ref.dtype)  # contiguous, whatever the strides of `ref`
+    flat, into = ref.reshape(-1), out.view(-1)
     if fmt not in FP8_FORMATS:
-        return ref.to(dtype).float()
+        # a chunk at a time: the narrow copy is never as large as the tensor (an embedding, the head)
+        for i in range(0, flat.numel(), _ROUND_ELEMENTS):
+            into[i : i + _ROUND_ELEMENTS].copy_(flat[i : i + _ROUND_ELEMENTS].to(dtype))
+        return out
     if ref.numel() == 0:
-        return ref.clone()
+        return out
     low, high = torch.aminmax(ref)  # no temporary as large as the tensor: it may be an embedding
     amax = max(-low.item(), high.item())
     if not math.isfinite(amax):  # inf or NaN among the weights: scale by the finite ones
         finite = ref[torch.isfinite(ref)]
         amax = finite.abs().max().item() if finite.numel() else 0.0
     scale = amax / torch.finfo(dtype).max if amax > 0 else 1.0
-    narrow = ref.div(scale).to(dtype)
-    return narrow.float().mul_(scale)
+    for i in range(0, flat.numel(), _ROUND_ELEMENTS):
+        into[i : i + _ROUND_ELEMENTS].copy_(flat[i : i + _ROUND_ELEMENTS].div(scale).to(dtype)).mul_(scale)
+    return out
 
 
 @contextmanager
@@ -264,16 +271,30 @@ def _hidden(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, tuple[A
     return rest.pop("hidden_states"), (), rest
 
 
-class BlockRun:
-    """What one run measured: each input's logits per format, and how it ran."""
+Measure = Callable[[str, Any, Any], Any]  # (input name, reference logits, a rounding's logits) -> its figures
 
-    def __init__(self) -> None:
+
+class BlockRun:
+    """What one run measured: each input's logits per format (with a `measure`, only the reference's,
+    and the figures of the others), and how it ran."""
+
+    def __init__(self, measure: Measure | None = None) -> None:
         self.logits: dict[str, dict[str, Any]] = {}  # input name -> format -> logits
+        self.measured: dict[str, dict[str, Any]] = {}  # input name -> format -> what `measure` gave
+        self._measure = measure
         self.blocks = 0
         self.bytes_read = 0
         self.mode = ""
         self.used: set[str] = set()  # the checkpoint tensors the model's parameters came from
         self.peak_held = 0  # bytes of float32 reference weights held at once, at most
+
+    def keep(self, name: str, fmt: str, logits: Any) -> None:
+        """A format's logits of one input, as they come (the reference first): measured against the
+        reference at once and dropped, so a vocabulary-wide tensor per format never piles up."""
+        if self._measure is None or fmt == REFERENCE_FORMAT:
+            self.logits.setdefault(name, {})[fmt] = logits
+        else:
+            self.measured.setdefault(name, {})[fmt] = self._measure(name, self.logits[name][REFERENCE_FORMAT], logits)
 
 
 def run_formats(
@@ -283,9 +304,11 @@ def run_formats(
     formats: tuple[str, ...],
     whole: bool = False,
     must_use: tuple[str, ...] = (),
+    measure: Measure | None = None,
 ) -> BlockRun:
     """Logits of every input under the reference weights and each rounding, block by block (or with the
-    whole model as one block)."""
+    whole model as one block). With `measure`, each rounding's logits are measured against the
+    reference's as soon as they exist (BlockRun.measured) instead of kept."""
     import torch
 
     with parameters_on_meta():
@@ -295,17 +318,16 @@ def run_formats(
     loader = _Loader(module, source)
     fmts = (REFERENCE_FORMAT, *formats)
     layers = None if whole else model.layers(module)
-    run = BlockRun()
+    run = BlockRun(measure)
     run.used = source.used
     try:
         with torch.no_grad():
             if layers is None or len(layers) == 0:
                 run.mode, run.blocks = "whole model", 1
-                run.logits = {name: {} for name in inputs}
                 for fmt in fmts:
                     loader.fmt = fmt
                     for name, tokens in inputs.items():
-                        run.logits[name][fmt] = model.logits(module, tokens, True).float()
+                        run.keep(name, fmt, model.logits(module, tokens, True).float())
             else:
                 run.mode, run.blocks = "block by block", len(layers) + 2
                 _by_blocks(model, module, layers, loader, source, inputs, fmts, run)
@@ -356,14 +378,12 @@ def _by_blocks(
         source.drop_block()
     calls.clear()
 
-    for name in inputs:
-        run.logits[name] = {}
     for fmt in fmts:  # the last block: final norm and head, on each format's last layer output
         loader.fmt = fmt
         for name, tokens in inputs.items():
-            stand_ins = [_replayer(torch, last[fmt, name] if i == n - 1 else None) for i in range(n)]
+            stand_ins = [_replayer(torch, last.pop((fmt, name)) if i == n - 1 else None) for i in range(n)]
             with _layers_swapped(layers, stand_ins):
-                run.logits[name][fmt] = model.logits(module, tokens, False).float()
+                run.keep(name, fmt, model.logits(module, tokens, False).float())
     source.drop_block()
 
 

@@ -297,7 +297,12 @@ def measure_logit_drift(
     inputs = {"batch": batch} if text is None else {"batch": batch, "text": text}
     weights = model_tensors(ckpt, tied_once=False)
     strict = getattr(model, "strict", False)  # every model tensor of the file must be a weight of the model
-    run = run_formats(ckpt, model, inputs, formats, whole, tuple(t.name for t in weights) if strict else ())
+
+    def measure(name: str, reference: Any, got: Any) -> Any:
+        return compare_logits(reference, got) if name == "batch" else perplexity(got, text)
+
+    must_use = tuple(t.name for t in weights) if strict else ()
+    run = run_formats(ckpt, model, inputs, formats, whole, must_use, measure)
     out: dict[str, Any] = {
         "model": model.label,
         "seed": seed,
@@ -309,9 +314,8 @@ def measure_logit_drift(
         "weights_read_bytes": run.bytes_read,
         "weights_held_peak_bytes": run.peak_held,  # float32 reference weights in memory at once, at most
     }
-    ref = run.logits["batch"][REFERENCE_FORMAT]
     for fmt in formats:
-        out[fmt] = compare_logits(ref, run.logits["batch"][fmt])
+        out[fmt] = run.measured["batch"][fmt]
     if text is None:
         out["text"] = {"source": BUNDLED_TEXT, "skipped": text_how}
     else:
@@ -319,7 +323,7 @@ def measure_logit_drift(
         out["text"] = {"source": BUNDLED_TEXT, "tokenizer": text_how, "windows": list(text.shape)}
         out["text"]["perplexity"] = ref_ppl
         for fmt in formats:
-            ppl = perplexity(run.logits["text"][fmt], text)
+            ppl = run.measured["text"][fmt]
             out[fmt]["perplexity"] = ppl
             out[fmt]["perplexity_change"] = (ppl - ref_ppl) / ref_ppl if ref_ppl else None
     stored = sorted({t.dtype for t in weights})
