@@ -104,6 +104,7 @@ def groups_table(entry: Mapping[str, Any]) -> Table:
         stats = entry["groups"][group]
         if not stats["tensor_count"]:
             continue
+        row: tuple[str, ...]
         if declared:
             whole = sum(declared.values())
             share = percent(declared[group] / whole) if whole else "-"
