@@ -15,8 +15,17 @@ fresh process:
   4. what a transformers user would otherwise run, without a limit: `from_pretrained` in fp32 and a
      copy whose weights went through fp16 (and one through bf16), each run on the same batch.
 
-Printed: wall time and peak RSS (`/usr/bin/time`) of each, and the ratio of each peak RSS to the
-block-by-block one. Run by hand; not part of the test suite.
+Printed: wall time, CPU time and peak RSS (`/usr/bin/time`) of each, and the ratio of each peak RSS
+to the block-by-block one. Run by hand; not part of the test suite.
+
+Which limit: RLIMIT_DATA (Linux 4.7 and later) counts the private writable mappings, heap and
+anonymous mmap, where every weight, rounded copy and activation lives: on a machine without swap that
+memory cannot be given back while in use, so a run that fits under it needs no more RAM than that.
+Mapped file pages (the weights' windows, read and unmapped at once) are page cache the kernel can drop,
+and it rightly leaves them out. RLIMIT_AS also counts library code and untouched reservations
+(`import torch, transformers` alone: ~760 MiB of address space, ~330 MiB of it data); RLIMIT_RSS is
+not enforced by Linux; a cgroup's memory.max would be the other honest bound, but needs a cgroup v2
+memory controller, which this bench cannot assume it may create.
 """
 
 from __future__ import annotations
