@@ -21,18 +21,18 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, TensorStats, moments_of_array, moments_of_bytes
+from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, TensorStats, moments_of_array
 from ckinspect.formats.tree import no_gc
 from ckinspect.io.blobs import DEFAULT_CHUNK, Blobs, UnreadableStorage
 from ckinspect.io.crc import crc32, crc32_combine
-from ckinspect.io.values import WIDEN_BLOCK, iter_view_blocks
+from ckinspect.io.values import iter_view_blocks, raw_numpy_dtype
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
 
 Progress = Callable[[int, int], None]
 
 SCANNED_DTYPES = ("float32", "float16", "bfloat16", "float64")
-_BLOCK = WIDEN_BLOCK  # bytes per numpy pass: several passes over one block stay in L2
+SCAN_BLOCK = 1 << 20  # bytes per CRC + numeric pass: read from memory once by the CRC, then from cache
 
 
 def worker_count() -> int:
@@ -167,33 +167,41 @@ def _units(pieces: list[_Piece]) -> Iterator[list[_Piece]]:
         yield batch
 
 
-def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece]):
+def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece]) -> list[Any]:
     """CRC and moments of each piece in one pass: block by block, so the numpy passes find the block in
     cache right after the CRC has read it from memory."""
+    import numpy as np
+
     out = []
-    for p in unit:
-        storage = storages[p.storage_index]
-        moments = [Moments() for _ in p.views]
-        crc = 0
-        if p.length:
-            with blobs.window(storage.file, storage.offset + p.start, p.length) as view:  # type: ignore[operator]
-                for start in range(0, p.length, _BLOCK):
-                    end = min(start + _BLOCK, p.length)
-                    if p.crc:
-                        crc = crc32(view[start:end], crc)
-                    for i, v in enumerate(p.views):
-                        a = max(v.start - p.start, start)
-                        b = min(v.start + v.nbytes - p.start, end)
-                        if a < b:
-                            moments[i].merge(moments_of_bytes(view[a:b], v.dtype))
-        out.append((p, crc, list(zip(p.views, moments, strict=True))))
+    with np.errstate(all="ignore"):  # signalling-NaN patterns in min/max: counted, not warned about
+        for p in unit:
+            storage = storages[p.storage_index]
+            moments = [Moments() for _ in p.views]
+            kinds = [(raw_numpy_dtype(v.dtype), v.dtype, v.dtype in OVERFLOW_DTYPES) for v in p.views]
+            crc = 0
+            if p.length:
+                with blobs.window(storage.file, storage.offset + p.start, p.length) as view:  # type: ignore[operator]
+                    for start in range(0, p.length, SCAN_BLOCK):
+                        end = min(start + SCAN_BLOCK, p.length)
+                        if p.crc:
+                            crc = crc32(view[start:end], crc)
+                        for i, v in enumerate(p.views):
+                            a = max(v.start - p.start, start)
+                            b = min(v.start + v.nbytes - p.start, end)
+                            if a < b:
+                                raw, dtype, over = kinds[i]
+                                moments[i].add_raw(np.frombuffer(view[a:b], raw), dtype, over)
+            out.append((p, crc, list(zip(p.views, moments, strict=True))))
     return out
 
 
 def _run_strided(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo) -> Moments:
+    import numpy as np
+
     total = Moments()
-    for block in iter_view_blocks(blobs, storage, tensor, logical=False):
-        total.merge(moments_of_array(block, tensor.dtype))
+    with np.errstate(all="ignore"):
+        for block in iter_view_blocks(blobs, storage, tensor, logical=False):
+            total.merge(moments_of_array(block, tensor.dtype))
     return total
 
 
