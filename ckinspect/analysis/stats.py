@@ -88,11 +88,19 @@ class Moments(Record):
     nan: int = 0
     inf: int = 0
     over: int = 0
+    summed: bool = True  # False: the checks only (min, max, counts), no mean or std (Moments.checks_only)
+
+    @classmethod
+    def checks_only(cls) -> Moments:
+        """Moments that keep min, max and the NaN/Inf/beyond-float16 counts, not mean and std: two numpy
+        passes per block fewer, for callers that only need the findings (the CLI's report)."""
+        return cls(summed=False)
 
     def merge(self, other: Moments) -> None:
         self.nan += other.nan
         self.inf += other.inf
         self.over += other.over
+        self.summed = self.summed and other.summed
         if other.n:
             self._fold(other.n, other.mean, other.m2, other.mn, other.mx)
 
@@ -120,7 +128,8 @@ class Moments(Record):
         mn, mx = float(np.minimum.reduce(x)), float(np.maximum.reduce(x))
         limit = FP16_MAX if count_overflow else _SQUARES_FIT[x.itemsize]
         if mn >= -limit and mx <= limit:  # False for NaN too
-            self._fold(x.size, *_finite_moments(x), mn, mx)
+            mean, m2 = _finite_moments(x) if self.summed else (0.0, 0.0)
+            self._fold(x.size, mean, m2, mn, mx)
         else:
             self.merge(block_moments(x, count_overflow))
 
@@ -141,8 +150,8 @@ class Moments(Record):
         return TensorStats(
             float(self.mn),
             float(self.mx),
-            self.mean,
-            std,
+            self.mean if self.summed else None,
+            std if self.summed else None,
             self.nan + self.inf,
             self.over,
             max(abs(self.mn), abs(self.mx)),
@@ -248,10 +257,10 @@ def moments_of_bytes(buf: memoryview | bytes, dtype: str) -> Moments:
     return total
 
 
-def moments_of_array(arr: Any, dtype: str) -> Moments:
+def moments_of_array(arr: Any, dtype: str, summed: bool = True) -> Moments:
     """Moments of raw elements already in memory (a strided view's block), any shape."""
     import numpy as np
 
-    total = Moments()
+    total = Moments(summed=summed)
     total.add_raw(np.ascontiguousarray(arr).reshape(-1), dtype, dtype in OVERFLOW_DTYPES)
     return total
