@@ -14,8 +14,10 @@ fresh process, best wall time of --repeat:
 
   cat FILE > /dev/null                    the speed of just reading the file
   ckinspect --report FILE                 what users run: the checks (CRC, NaN/Inf, fp16 range), end to end
-  scan_values, checks only                open_checkpoint + scan_values(mean_std=False), what --report scans
-  scan_values, checks + mean/std          the same with the statistics the TUI shows (two more numpy passes)
+  scan_values, checks only                open_checkpoint + scan_values(mean_std=False), what --report scans:
+                                          the CRC and one BLAS pass (row sums of squares) per 1 MiB block
+  scan_values, checks + mean/std          the same findings plus min/max/mean/std, what the TUI shows: the
+                                          CRC and four numpy passes (min, max, row sums, row squares)
   scan_values, CRC-32 by zlib             checks + mean/std with zlib's CRC (CKINSPECT_CRC=zlib): the old path
   torch.load + isfinite per tensor        the alternative
 

@@ -4,25 +4,32 @@ min, max, mean, std (with Bessel's correction, as torch.std), NaN/Inf and beyond
 accumulated block by block and merged in any order (Chan et al.'s parallel update), so the threads of
 the scan can each take a part. No torch; numpy inside the functions.
 
-    m = Moments()
+    m = Moments()                        # Moments(summed=False): the checks only (what --report needs)
     for block in blocks:                 # float32/float64 arrays, any size
         m.add(block, count_overflow=True)
     m.stats()                            # TensorStats: min, max, mean, std, nonfinite, fp16_overflow, max_abs ...
 
-How a block is reduced, and why (measured with `python bench/bench_scan.py`, see its docstring):
+How a block is reduced, and why (measured on the project's 2-core machine; figures in bench/bench_scan.py):
 
-- Four numpy/BLAS calls per block, each releasing the GIL: `minimum.reduce`, `maximum.reduce`, a
-  matrix-vector product for the sums and `vecdot` for the sums of squares. NaN propagates through
-  min and max and +-Inf shows as a bound, and so does anything beyond float16's range: the findings
-  follow from min and max alone, and only a block whose min or max says something is wrong takes the
-  careful path (`block_moments`: exact NaN/Inf/overflow counts, moments of the finite values).
-- Sums in the data's own width, but never long ones: the block is viewed as rows of ROW values; a
-  row's sum and sum of squares are BLAS dot products over ROW values (float32 error ~ ROW/32 ulp), and
-  the rows' results are added in float64. One BLAS dot over a whole 256 KiB float32 block was as fast
-  but up to 2e-5 off in the sum of squares; numpy's float32 `sum` is pairwise but 3x slower.
+- Full statistics: four numpy/BLAS calls per block, each releasing the GIL: `minimum.reduce`,
+  `maximum.reduce`, and row-wise dot products (`vecdot`) for the sums and the sums of squares. NaN
+  propagates through min and max, +-Inf shows as a bound, and so does anything beyond float16's range:
+  only a block whose min or max says something is wrong takes the careful path (`block_moments`: exact
+  NaN/Inf/overflow counts, moments of the finite values).
+- The checks only (`summed=False`): one BLAS pass. A NaN makes a sum of squares NaN, an Inf makes it
+  Inf, and one |x| > 65504 makes it at least 65504^2 (all terms >= 0, rounding is monotone, 65504^2 is
+  exact in float32): a block whose every row's sum of squares is below 65504^2 holds no finding, any
+  other block takes the careful path. Same findings as the full path, value for value (tested at the
+  edges); min, max, mean and std are then not known (None), max_abs only where values overflow.
+- Sums in the data's own width, but never long ones: the block is viewed as rows of ROW values, a row is
+  one BLAS dot of ROW values (float32 error ~ ROW/32 ulp), and the rows' results are added in float64.
+  Measured against exact sums (math.fsum) on 3M values of random and adversarial data: std within
+  1.8e-8 and mean within 1e-9 std (or one ulp); the whole-block float32 sum and dot before were up to
+  3.3e-6 off in std and 1.9e-4 std in mean. Short rows also keep every BLAS call single-threaded
+  (OpenBLAS goes multi-threaded on long vectors, which doubled the CPU time of 2 MiB blocks).
 - The spread: M2 = sum(x^2) - sum(x)^2/n, unless it is under 1% of sum(x^2) (values far from zero
-  with a small spread, where that difference cancels): then the block is centred first and summed
-  again (two more passes, only for such blocks). Blocks merge in float64 by Chan's update.
+  with a small spread, where that difference cancels): then the block is shifted by its rounded mean
+  and summed again (two more passes, only for such blocks). Blocks merge in float64 by Chan's update.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ckinspect.io.values import WIDEN_ELEMENTS, raw_numpy_dtype, widen_block
+from ckinspect.io.values import WIDEN_ELEMENTS, widen_block
 from ckinspect.record import Record
 from ckinspect.vocab import FP16_MAX
 
@@ -40,6 +47,7 @@ OVERFLOW_DTYPES = ("float32", "bfloat16", "float64")
 ROW = 1024  # values one BLAS dot adds up before float64 takes over
 _ROWS_AT_ONCE = 256  # rows per numpy call: bounds the scratch of per-row results for big arrays (the TUI's)
 _SQUARES_FIT = {4: 1e17, 8: 1e150}  # |x| below this: ROW squares add up without overflowing the dtype
+_FP16_SQUARE = FP16_MAX * FP16_MAX  # 65504^2, exact in float32 and float64
 _CENTRE_BELOW = 1e-2  # M2 under this share of sum(x^2): the subtraction cancelled, centre the block first
 
 
@@ -88,13 +96,7 @@ class Moments(Record):
     nan: int = 0
     inf: int = 0
     over: int = 0
-    summed: bool = True  # False: the checks only (min, max, counts), no mean or std (Moments.checks_only)
-
-    @classmethod
-    def checks_only(cls) -> Moments:
-        """Moments that keep min, max and the NaN/Inf/beyond-float16 counts, not mean and std: two numpy
-        passes per block fewer, for callers that only need the findings (the CLI's report)."""
-        return cls(summed=False)
+    summed: bool = True  # False: the checks only (NaN/Inf/beyond-float16 counts), no min, max, mean or std
 
     def merge(self, other: Moments) -> None:
         self.nan += other.nan
@@ -125,11 +127,19 @@ class Moments(Record):
 
         if x.size == 0:
             return
+        if not self.summed:
+            # the checks alone: NaN makes a sum of squares NaN, Inf makes it Inf, and one |x| > 65504
+            # makes it at least 65504^2 (every term is >= 0 and rounding is monotone): one BLAS pass
+            # clears a block, only a block it does not clear is looked at value by value
+            if _squares_below(x, _FP16_SQUARE if count_overflow else math.inf):
+                self.n += x.size
+            else:
+                self.merge(block_moments(x, count_overflow))
+            return
         mn, mx = float(np.minimum.reduce(x)), float(np.maximum.reduce(x))
         limit = FP16_MAX if count_overflow else _SQUARES_FIT[x.itemsize]
         if mn >= -limit and mx <= limit:  # False for NaN too
-            mean, m2 = _finite_moments(x) if self.summed else (0.0, 0.0)
-            self._fold(x.size, mean, m2, mn, mx)
+            self._fold(x.size, *_finite_moments(x), mn, mx)
         else:
             self.merge(block_moments(x, count_overflow))
 
@@ -146,12 +156,15 @@ class Moments(Record):
         count = self.n + self.nan + self.inf
         if self.n == 0:
             return TensorStats(None, None, None, None, self.nan + self.inf, self.over, None, self.nan, count)
+        if not self.summed:  # the checks only: min and max are known for the blocks that needed a look
+            max_abs = max(abs(self.mn), abs(self.mx)) if self.over else None  # then it is the largest overall
+            return TensorStats(None, None, None, None, self.nan + self.inf, self.over, max_abs, self.nan, count)
         std = math.sqrt(max(self.m2, 0.0) / (self.n - 1)) if self.n > 1 else (math.nan if self.n == 1 else None)
         return TensorStats(
             float(self.mn),
             float(self.mx),
-            self.mean if self.summed else None,
-            std if self.summed else None,
+            self.mean,
+            std,
             self.nan + self.inf,
             self.over,
             max(abs(self.mn), abs(self.mx)),
@@ -196,6 +209,19 @@ def row_sums(x: Any) -> tuple[float, float]:
         total += float(tail.sum())
         squares += float(np.dot(tail, tail))
     return total, squares
+
+
+def _squares_below(x: Any, limit: float) -> bool:
+    """Is every row's sum of squares (rows of ROW values) below `limit`? False if any value is NaN."""
+    import numpy as np
+
+    n = x.size
+    whole = n - n % ROW
+    for start in range(0, whole, _ROWS_AT_ONCE * ROW):
+        rows = x[start : min(whole, start + _ROWS_AT_ONCE * ROW)].reshape(-1, ROW)
+        if not float(np.maximum.reduce(_vecdot(rows, rows, out=None))) < limit:  # NaN propagates through maximum
+            return False
+    return whole == n or float(np.dot(x[whole:], x[whole:])) < limit
 
 
 def _vecdot(a: Any, b: Any, out: Any) -> Any:
@@ -246,15 +272,6 @@ def block_moments(x: Any, count_overflow: bool) -> Moments:
         x = x.astype(np.float64)
     m.mean, m.m2 = _finite_moments(x)
     return m
-
-
-def moments_of_bytes(buf: memoryview | bytes, dtype: str) -> Moments:
-    """Moments of a run of raw little-endian elements of a 16/32/64-bit float."""
-    import numpy as np
-
-    total = Moments()
-    total.add_raw(np.frombuffer(buf, dtype=raw_numpy_dtype(dtype)), dtype, dtype in OVERFLOW_DTYPES)
-    return total
 
 
 def moments_of_array(arr: Any, dtype: str, summed: bool = True) -> Moments:
