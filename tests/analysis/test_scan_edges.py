@@ -135,6 +135,25 @@ def test_fp32_just_past_fp16s_range_and_far_past_it(tmp_path, mean_std):
 
 
 @BOTH
+def test_bf16_just_below_and_past_fp16s_range_either_sign(tmp_path, mean_std):
+    below = np.zeros(3 * WIDEN_ELEMENTS, np.uint16)
+    below[-1], below[5] = 0x477F, 0xC77F  # +-65280, the largest bfloat16 magnitude float16 can hold
+    past = below.copy()
+    past[-2] = 0xC780  # -65536
+    result = scan(
+        simple_checkpoint(
+            tmp_path / "b.pt", {"below": below, "past": past}, dtypes=dict.fromkeys(["below", "past"], "bfloat16")
+        ),
+        mean_std,
+    )
+    assert [(f.code, f.tensor) for f in result.findings] == [("FP16_OVERFLOW", "past")]
+    assert f"1 of {past.size:,} values" in result.findings[0].message
+    assert result.stats["past"].max_abs == 65536.0 and result.stats["below"].fp16_overflow == 0
+    if mean_std:
+        assert (result.stats["below"].min, result.stats["below"].max) == (-65280.0, 65280.0)
+
+
+@BOTH
 def test_a_crc_mismatch_in_the_last_chunk_outside_every_view_is_corrupt(tmp_path, mean_std):
     rng = np.random.default_rng(3)
     storage = rng.standard_normal(LONG).astype(np.float32)
