@@ -97,6 +97,10 @@ examples:
   ckinspect --report runs/                     every checkpoint found
   ckinspect --report ckpt.pth --format json    the schema-1 JSON report
   ckinspect --report --fail-on warning c/*.pth  CI: exit 1 on a warning
+  ckinspect --report --jobs 4 model.safetensors.index.json   4 shards at once
+  torchrun --nnodes 2 --nproc_per_node 8 -m ckinspect --report ckpt/
+      every rank scans its share of the parts; rank 0 writes the report and
+      every rank exits with its status (CKINSPECT_DISTRIBUTED=0: do not join)
 
 exit status: 0 nothing at or above --fail-on, 1 findings at or above it,
              2 usage or internal error"""
@@ -141,6 +145,15 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
         main.add_argument("--version", action="version", version=f"ckinspect {VERSION}")
         _add_output_options(main)
+        main.add_argument(
+            "--jobs",
+            "-j",
+            type=int,
+            metavar="N",
+            help="with --report: scan the files of sharded and DCP checkpoints, and the checkpoints of a "
+            "folder, on N processes (default: the number of cores, for 512 MiB or more of data; 1: this "
+            "process only). Under torchrun each rank scans its share and rank 0 writes the report",
+        )
         return main
     return _SUBCOMMANDS[command]()
 
