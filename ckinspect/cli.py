@@ -151,7 +151,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
             type=int,
             metavar="N",
             help="with --report: scan the files of sharded and DCP checkpoints, and the checkpoints of a "
-            "folder, on N processes (default: the number of cores, for 512 MiB or more of data; 1: this "
+            "folder, on N processes (default: the number of cores, for 1 GiB or more of data; 1: this "
             "process only). Under torchrun each rank scans its share and rank 0 writes the report",
         )
         return main

@@ -28,7 +28,8 @@ checkpoints in this process; an explicit `--jobs N` always uses N processes when
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from ckinspect.io.remote import is_url
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 Progress = Callable[[int, int], None]
 
 VALUE_CODES = ("NONFINITE", "FP16_OVERFLOW")  # made from the merged stats of the whole checkpoint
-MIN_POOL_BYTES = 512 << 20  # below this (default --jobs) one process finishes before a pool has started
+MIN_POOL_BYTES = 1 << 30  # below this (default --jobs) one process finishes before a pool has started
 
 
 class ScanUnit(Record):
@@ -76,8 +77,9 @@ class PartScan(Record):
     findings: list[Finding]  # CORRUPT (CRC mismatch, cut short ...): every scan finding but the value ones
     flagged: dict[str, TensorStats]  # only tensors with NaN/Inf or values beyond float16
     bytes_scanned: int
-    error: str = ""  # not a finding: the scan itself failed (a rank reports it, exit 2)
     skipped: list[str] = field(default_factory=list)
+    cpu_seconds: float = 0.0  # CPU time of the process that scanned it, while it did (benches; never reported)
+    pid: int = 0  # the process that scanned it
 
 
 def default_jobs() -> int:
@@ -126,10 +128,14 @@ def scan_unit(unit: ScanUnit, progress: Progress | None = None) -> PartScan:
         tensors=list(unit.tensors),
         storages={s.key: s for s in unit.storages},
     )
+    cpu = time.process_time()
     result = scan_values(part, progress)
+    cpu = time.process_time() - cpu
     findings = [f for f in result.findings if f.code not in VALUE_CODES]
     flagged = {name: s for name, s in result.stats.items() if s.nonfinite or s.fp16_overflow}
-    return PartScan(unit.checkpoint, unit.part, findings, flagged, result.bytes_scanned, skipped=result.skipped)
+    return PartScan(
+        unit.checkpoint, unit.part, findings, flagged, result.bytes_scanned, result.skipped, cpu, os.getpid()
+    )
 
 
 def scan_units(units: Sequence[ScanUnit], jobs: int | None = None, progress: Progress | None = None) -> list[PartScan]:
@@ -150,7 +156,7 @@ def scan_units(units: Sequence[ScanUnit], jobs: int | None = None, progress: Pro
     for result in _scan_here(here, total, progress):
         results[(result.checkpoint, result.part)] = result
         done += result.bytes_scanned
-    for result in _pool_map(pooled, min(workers, len(pooled))):
+    for result in pool_scan(pooled, min(workers, len(pooled))):
         results[(result.checkpoint, result.part)] = result
         done += result.bytes_scanned
         if progress:
@@ -173,15 +179,16 @@ def _scan_here(units: Sequence[ScanUnit], total: int, progress: Progress | None)
     return out
 
 
-def _pool_map(units: Sequence[ScanUnit], workers: int):
-    """Each unit's PartScan as it finishes, largest units first so that the last to start is small."""
+def pool_scan(units: Sequence[ScanUnit], workers: int, method: str | None = None) -> Iterator[PartScan]:
+    """Each unit's PartScan as it finishes, on `workers` processes started by `method` (default:
+    start_method()), largest units first so that the last to start is small."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    context = multiprocessing.get_context(start_method())
+    context = multiprocessing.get_context(method or start_method())
     if context.get_start_method() == "forkserver":
-        context.set_forkserver_preload([__name__])
+        context.set_forkserver_preload([__name__, "ckinspect.analysis.scan"])  # numpy and the scanner, once
     threads = _threads_per_worker(workers)
     order = sorted(units, key=lambda u: -u.nbytes)
     try:
