@@ -5,6 +5,8 @@ and against what a user would otherwise run (load every shard and check `isfinit
     python bench/bench_parallel.py --mib 64 --rounds 3   # smaller and quicker
     python bench/bench_parallel.py --start-methods       # also: a 2-worker pool's start-up, fork/forkserver/spawn
 
+The one line to re-run on an idle machine:  python bench/bench_parallel.py --start-methods
+
 The shards are a sharded safetensors set (`model.safetensors.index.json`, fp32 tensors, page-cached by a
 first read). Each configuration runs in a fresh process that lists the set (not timed) and then times
 `ckinspect.analysis.parallel.scan_units` (for a pool: its start-up included): wall time, and CPU time
@@ -81,6 +83,7 @@ print(json.dumps({"first": first, "all": time.perf_counter() - started}))
 def write_set(folder: Path, shard_bytes: int) -> Path:
     """A 4-shard safetensors set of fp32 ramps (the values do not change the scan's speed), written by a
     child process so that this one stays small."""
+    folder.mkdir()
     code = f"""
 import json, numpy as np
 from pathlib import Path
@@ -133,11 +136,11 @@ def main() -> int:
 
     folder = Path(tempfile.mkdtemp(prefix="ckinspect-parallel-", dir=args.dir or "/tmp"))
     try:
-        index = write_set(folder, args.mib * MIB)
-        shards = sorted(folder.glob("*.safetensors"))
+        index = write_set(folder / "set", args.mib * MIB)
+        shards = sorted(index.parent.glob("*.safetensors"))
         nbytes = sum(f.stat().st_size for f in shards)
         warm(shards)
-        print(f"{SHARDS} shards x {args.mib} MiB ({nbytes / MIB:,.0f} MiB) in {folder}, page-cached; "
+        print(f"{SHARDS} shards x {args.mib} MiB ({nbytes / MIB:,.0f} MiB) in {index.parent}, page-cached; "
               f"{os.cpu_count()} cores; load average before: {load_average()}")  # fmt: skip
         configs = {
             "1 process, 1 thread": (1, 1),
@@ -186,12 +189,13 @@ def main() -> int:
         )
         print(f"load average after: {load_average()}")
         if args.start_methods:
-            print("\na 2-worker pool over 2 shards: seconds to the first result / to both (start-up included)")
+            tiny = write_set(folder / "tiny", MIB)  # the start-up alone: shards of 1 MiB scan in no time
+            print("\na 2-worker pool over two 1 MiB shards: seconds to the first result / to both")
             for method in ("fork", "forkserver", "spawn"):
                 times = [
                     json.loads(
                         subprocess.run(
-                            [sys.executable, "-c", START_CHILD, str(index), method],
+                            [sys.executable, "-c", START_CHILD, str(tiny), method],
                             check=True,
                             capture_output=True,
                             text=True,

@@ -17,12 +17,14 @@ one after another in this process, so its report is the reference the others are
 Why forkserver (spawn where there is none): the parent has threads running when it starts the pool
 (rich's progress refresher, torch's gloo threads under torchrun, the TUI's workers), and fork copies a
 process whose other threads may hold locks that then stay held in the child forever (CPython 3.12
-warns about exactly this). forkserver forks each worker from a clean single-threaded server that has
-imported this module (numpy and the scanner) once: measured on the 2-core box, a 2-worker pool's first
-result came back after ~0.08 s with fork, ~0.25 s with forkserver and ~0.45 s with spawn, which imports
-everything again in every worker (`python bench/bench_parallel.py --start-methods`). Below
-`MIN_POOL_BYTES` of scanning the pool costs more than it saves, so a default `--jobs` scans small
-checkpoints in this process; an explicit `--jobs N` always uses N processes when there are 2+ units.
+warns about exactly this), so fork is out whatever it costs. Of the two safe methods, forkserver forks
+each worker from a clean single-threaded server that has imported this module and the scanner (numpy)
+once, where spawn imports everything again in every worker. Measured for a 2-worker pool over two
+tiny shards, seconds to both results (`python bench/bench_parallel.py --start-methods` runs it), on
+the shared 2-core box at load average 7 to 9, so only the order means much: fork 1.06-1.20,
+forkserver 1.39-1.85, spawn 2.27-3.53. Below `MIN_POOL_BYTES` of scanning the pool costs more than
+it saves (one process scans with two threads already), so a default `--jobs` scans smaller work in
+this process; an explicit `--jobs N` always uses N processes when there are 2+ units.
 """
 
 from __future__ import annotations

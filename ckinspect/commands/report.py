@@ -109,7 +109,7 @@ def _run_ranks(args: argparse.Namespace, rank: int, world: int) -> int:
             mine: list[Any] | str
             try:
                 mine = scan_units(share(units, rank, world), _jobs(args))
-            except CkinspectError as exc:
+            except (CkinspectError, OSError) as exc:  # a file gone or unreadable on this rank's node
                 mine = str(exc)
             except Exception as exc:  # noqa: BLE001 - a bug of ours: sent to rank 0, which says it in one line
                 mine = f"internal error: {type(exc).__name__}: {exc}"
