@@ -50,9 +50,13 @@ jobs = int(sys.argv[2])
 cpu, wall = time.process_time(), time.perf_counter()
 results = scan_units(units, jobs)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+busy = {}
+for r in results:
+    busy[r.pid] = busy.get(r.pid, 0.0) + r.seconds
 if jobs > 1:  # the workers' CPU is theirs: add what each spent scanning
     cpu += sum(r.cpu_seconds for r in results)
-print(json.dumps({"wall": wall, "cpu": cpu, "bytes": sum(r.bytes_scanned for r in results),
+print(json.dumps({"wall": wall, "cpu": cpu, "busiest": max(busy.values()),
+                  "bytes": sum(r.bytes_scanned for r in results),
                   "units": len(units), "findings": [f.code for r in results for f in r.findings]}))
 """
 
@@ -149,6 +153,7 @@ def main() -> int:
         }
         walls: dict[str, list[float]] = {k: [] for k in configs}
         cpus: dict[str, list[float]] = {k: [] for k in configs}
+        busiest: list[float] = []  # 2 processes: the busiest worker's scan time (the wall without start-up)
         report_walls: list[float] = []
         user_walls: list[float] = []
         user_cpus: list[float] = []
@@ -157,6 +162,8 @@ def main() -> int:
                 got = scan_child(index, jobs, threads)
                 assert got["bytes"] >= nbytes - 4096 * SHARDS, got
                 walls[label].append(got["wall"])
+                if jobs == 2:
+                    busiest.append(got["busiest"])
                 cpus[label].append(got["cpu"])
             report = run("report", [sys.executable, "-m", "ckinspect", "--report", str(index), "--format", "json"],
                          env=child_env(), expect=None)  # fmt: skip
@@ -180,6 +187,12 @@ def main() -> int:
         speedup = statistics.median(one) / statistics.median(two)
         print(f"\nspeed-up 1 -> 2 processes: {speedup:.2f}x (ideal 2.00x; {speedup / 2:.0%} of it); "
               f"per round {min(per_round):.2f}x..{max(per_round):.2f}x")  # fmt: skip
+        started = statistics.median(two) - statistics.median(busiest)
+        steady = statistics.median(one) / statistics.median(busiest)
+        print(
+            f"  of the 2-process wall, the pool's start-up is {started:.3f} s (wall - the busiest worker's scan); "
+            f"without it: {steady:.2f}x ({steady / 2:.0%} of ideal)"
+        )
         threaded = statistics.median(walls["1 process, 2 threads"]) / statistics.median(two)
         print(f"2 processes vs 1 process with 2 scan threads: {threaded:.2f}x")
         user_ratio = statistics.median(user_walls) / statistics.median(two)

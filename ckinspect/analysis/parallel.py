@@ -82,6 +82,7 @@ class PartScan(Record):
     skipped: list[str] = field(default_factory=list)
     cpu_seconds: float = 0.0  # CPU time of the process that scanned it, while it did (benches; never reported)
     pid: int = 0  # the process that scanned it
+    seconds: float = 0.0  # wall time of its scan in that process (benches; never reported)
 
 
 def default_jobs() -> int:
@@ -136,7 +137,15 @@ def scan_unit(unit: ScanUnit, progress: Progress | None = None) -> PartScan:
     findings = [f for f in result.findings if f.code not in VALUE_CODES]
     flagged = {name: s for name, s in result.stats.items() if s.nonfinite or s.fp16_overflow}
     return PartScan(
-        unit.checkpoint, unit.part, findings, flagged, result.bytes_scanned, result.skipped, cpu, os.getpid()
+        unit.checkpoint,
+        unit.part,
+        findings,
+        flagged,
+        result.bytes_scanned,
+        result.skipped,
+        cpu,
+        os.getpid(),
+        result.seconds,
     )
 
 
