@@ -244,6 +244,14 @@ def _last_good_parser() -> argparse.ArgumentParser:
     last_good.add_argument("run_dir", metavar="RUN_DIR")
     last_good.add_argument("--verify", action="store_true", help="also check every CRC and scan every value")
     last_good.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        metavar="N",
+        help="with --verify: scan the files of each checkpoint (rank files, shards) on N processes "
+        "(default: the number of cores, for 1 GiB or more of data; 1: this process only)",
+    )
+    last_good.add_argument(
         "--format",
         choices=REPORT_FORMATS,
         default="text",

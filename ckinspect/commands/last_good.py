@@ -15,12 +15,15 @@ import sys
 from ckinspect.analysis.runs import last_good
 from ckinspect.commands.emit import emit, envelope, render_ci
 from ckinspect.fmt import terminal_safe
-from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
+from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK, CkinspectError
 
 
 def run(args: argparse.Namespace) -> int:
     listing = args.format != "text"
-    result = last_good(args.run_dir, verify=args.verify, everything=listing)
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None and jobs < 1:
+        raise CkinspectError(f"--jobs must be 1 or more, not {jobs}")
+    result = last_good(args.run_dir, verify=args.verify, everything=listing, jobs=jobs)
     best = result.last_good
     if args.format == "json":
         import json

@@ -64,7 +64,7 @@ def _list(targets: list[Any], args: argparse.Namespace) -> list[Checkpoint]:
 def _finish(checkpoints: list[Checkpoint], orphans: list[Checkpoint], args: argparse.Namespace) -> int:
     for orphan in orphans:
         checkpoints.insert(_place(checkpoints, orphan.path), orphan)
-    runs = run_views(args.paths, checkpoints, quick=args.quick)
+    runs = run_views(args.paths, checkpoints, quick=args.quick, jobs=_jobs(args))
     emit(render(checkpoints, args, runs), args.output)
     findings = [f for ckpt in checkpoints for f in ckpt.findings]
     findings += [f for run in runs for f in run.findings]
@@ -128,13 +128,13 @@ def _run_ranks(args: argparse.Namespace, rank: int, world: int) -> int:
         return ranks.settle(status)
 
 
-def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool) -> list[Any]:
+def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool, jobs: int | None = 1) -> list[Any]:
     """The run view of each folder that holds a run: several checkpoints, or one made of several files.
     The parts already read for the report are not read again."""
     from ckinspect.analysis.runs import Reader, collect, is_run, judge_run
 
     runs = []
-    reader = Reader(verify=not quick)
+    reader = Reader(verify=not quick, jobs=jobs)
     reader.cache.update({Path(ckpt.path): ckpt for ckpt in checkpoints})
     for raw in paths:
         folder = Path(raw)
