@@ -85,6 +85,13 @@ class PartScan(Record):
     seconds: float = 0.0  # wall time of its scan in that process (benches; never reported)
 
 
+def checked_jobs(jobs: int | None) -> int | None:
+    """A --jobs value as given (None: the default), or CkinspectError (one line, exit 2) below 1."""
+    if jobs is not None and jobs < 1:
+        raise CkinspectError(f"--jobs must be 1 or more, not {jobs}")
+    return jobs
+
+
 def default_jobs() -> int:
     """The number of cores this process may use; under torchrun, its share of the node's cores."""
     try:

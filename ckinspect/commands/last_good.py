@@ -15,14 +15,14 @@ import sys
 from ckinspect.analysis.runs import last_good
 from ckinspect.commands.emit import emit, envelope, render_ci
 from ckinspect.fmt import terminal_safe
-from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK, CkinspectError
+from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
     listing = args.format != "text"
-    jobs = getattr(args, "jobs", None)
-    if jobs is not None and jobs < 1:
-        raise CkinspectError(f"--jobs must be 1 or more, not {jobs}")
+    from ckinspect.analysis.parallel import checked_jobs
+
+    jobs = checked_jobs(getattr(args, "jobs", None))
     result = last_good(args.run_dir, verify=args.verify, everything=listing, jobs=jobs)
     best = result.last_good
     if args.format == "json":

@@ -73,10 +73,9 @@ def _finish(checkpoints: list[Checkpoint], orphans: list[Checkpoint], args: argp
 
 
 def _jobs(args: argparse.Namespace) -> int | None:
-    jobs = getattr(args, "jobs", None)
-    if jobs is not None and jobs < 1:
-        raise CkinspectError(f"--jobs must be 1 or more, not {jobs}")
-    return jobs
+    from ckinspect.analysis.parallel import checked_jobs
+
+    return checked_jobs(getattr(args, "jobs", None))
 
 
 def _progress(args: argparse.Namespace, checkpoints: list[Checkpoint]) -> Any:
@@ -98,7 +97,9 @@ def _run_ranks(args: argparse.Namespace, rank: int, world: int) -> int:
         try:
             found, checkpoints, units = None, [], []
             plan: Any
+            jobs: int | None = 1
             try:
+                jobs = _jobs(args)
                 found = _find(args)
                 checkpoints = _list(found[0], args) if found else []
                 units = plan_units(checkpoints) if not args.quick else []
@@ -108,7 +109,7 @@ def _run_ranks(args: argparse.Namespace, rank: int, world: int) -> int:
             ranks.agree(plan)
             mine: list[Any] | str
             try:
-                mine = scan_units(share(units, rank, world), _jobs(args))
+                mine = scan_units(share(units, rank, world), jobs)
             except (CkinspectError, OSError) as exc:  # a file gone or unreadable on this rank's node
                 mine = str(exc)
             except Exception as exc:  # noqa: BLE001 - a bug of ours: sent to rank 0, which says it in one line
