@@ -16,6 +16,8 @@ first read). Each configuration runs in a fresh process that lists the set (not 
   1 process, 2 threads   --jobs 1 with the scan's default threads: what --jobs 1 does on this box
   ckinspect --report     the whole command, default --jobs, in a fresh process (wall only)
   user: load + isfinite  safetensors.torch.load_file of every shard, torch.isfinite(t).all() per tensor
+and a control without ckinspect's pool: two plain processes started together, each scanning 2 of the
+shards, against one process scanning all 4: on a shared machine, the speed-up two processes can get at all.
 The headline is the speed-up from the first row to the second (ideal 2.00x on 2 idle cores); the machine's
 load average before and after is printed, since a shared machine takes its share of any speed-up.
 Run by hand; not part of the test suite.
@@ -31,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,6 +61,15 @@ if jobs > 1:  # the workers' CPU is theirs: add what each spent scanning
 print(json.dumps({"wall": wall, "cpu": cpu, "busiest": max(busy.values()),
                   "bytes": sum(r.bytes_scanned for r in results),
                   "units": len(units), "findings": [f.code for r in results for f in r.findings]}))
+"""
+
+SHARDS_CHILD = r"""
+import sys
+from pathlib import Path
+from ckinspect.formats import open_checkpoint
+from ckinspect.analysis.scan import scan_values
+for shard in sys.argv[1:]:
+    scan_values(open_checkpoint(Path(shard)))
 """
 
 USER_CHECK = r"""
@@ -125,6 +137,22 @@ def scan_child(index: Path, jobs: int, threads: int | None) -> dict[str, float]:
     return json.loads(out.stdout)
 
 
+def control(shards: list[Path]) -> float:
+    """Wall time of two plain processes (no pool, one scan thread each) started together, each scanning half
+    the shards: the parallel speed-up this machine can give right now, whatever ckinspect does."""
+    env = child_env()
+    env["CKINSPECT_THREADS"] = "1"
+    half = len(shards) // 2
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SHARDS_CHILD, *map(str, part)], env=env)
+        for part in (shards[:half], shards[half:])
+    ]
+    if any(p.wait() for p in procs):
+        raise SystemExit("control scan failed")
+    return time.perf_counter() - started
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -155,6 +183,8 @@ def main() -> int:
         cpus: dict[str, list[float]] = {k: [] for k in configs}
         busiest: list[float] = []  # 2 processes: the busiest worker's scan time (the wall without start-up)
         report_walls: list[float] = []
+        control_walls: list[float] = []
+        alone_walls: list[float] = []
         user_walls: list[float] = []
         user_cpus: list[float] = []
         for _ in range(args.rounds):  # interleaved, so the machine's drift hits every row alike
@@ -165,6 +195,11 @@ def main() -> int:
                 if jobs == 2:
                     busiest.append(got["busiest"])
                 cpus[label].append(got["cpu"])
+            control_walls.append(control(shards))
+            alone = time.perf_counter()
+            subprocess.run([sys.executable, "-c", SHARDS_CHILD, *map(str, shards)], check=True,
+                           env={**child_env(), "CKINSPECT_THREADS": "1"})  # fmt: skip
+            alone_walls.append(time.perf_counter() - alone)
             report = run("report", [sys.executable, "-m", "ckinspect", "--report", str(index), "--format", "json"],
                          env=child_env(), expect=None)  # fmt: skip
             report_walls.append(report.wall)
@@ -193,6 +228,9 @@ def main() -> int:
             f"  of the 2-process wall, the pool's start-up is {started:.3f} s (wall - the busiest worker's scan); "
             f"without it: {steady:.2f}x ({steady / 2:.0%} of ideal)"
         )
+        ceiling = statistics.median(alone_walls) / statistics.median(control_walls)
+        print(f"  control, no pool: 2 plain processes with 2 shards each vs 1 with all 4 (imports included): "
+              f"{ceiling:.2f}x: what this machine gave two processes during the run")  # fmt: skip
         threaded = statistics.median(walls["1 process, 2 threads"]) / statistics.median(two)
         print(f"2 processes vs 1 process with 2 scan threads: {threaded:.2f}x")
         user_ratio = statistics.median(user_walls) / statistics.median(two)
