@@ -97,6 +97,10 @@ examples:
   ckinspect --report runs/                     every checkpoint found
   ckinspect --report ckpt.pth --format json    the schema-1 JSON report
   ckinspect --report --fail-on warning c/*.pth  CI: exit 1 on a warning
+  ckinspect --report --jobs 4 model.safetensors.index.json   4 shards at once
+  torchrun --nnodes 2 --nproc_per_node 8 -m ckinspect --report ckpt/
+      every rank scans its share of the parts; rank 0 writes the report and
+      every rank exits with its status (CKINSPECT_DISTRIBUTED=0: do not join)
 
 exit status: 0 nothing at or above --fail-on, 1 findings at or above it,
              2 usage or internal error"""
@@ -141,6 +145,15 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
         main.add_argument("--version", action="version", version=f"ckinspect {VERSION}")
         _add_output_options(main)
+        main.add_argument(
+            "--jobs",
+            "-j",
+            type=int,
+            metavar="N",
+            help="with --report: scan the files of sharded and DCP checkpoints, and the checkpoints of a "
+            "folder, on N processes (default: the number of cores, for 1 GiB or more of data; 1: this "
+            "process only). Under torchrun each rank scans its share and rank 0 writes the report",
+        )
         return main
     return _SUBCOMMANDS[command]()
 
@@ -230,6 +243,14 @@ def _last_good_parser() -> argparse.ArgumentParser:
     )
     last_good.add_argument("run_dir", metavar="RUN_DIR")
     last_good.add_argument("--verify", action="store_true", help="also check every CRC and scan every value")
+    last_good.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        metavar="N",
+        help="with --verify: scan the files of each checkpoint (rank files, shards) on N processes "
+        "(default: the number of cores, for 1 GiB or more of data; 1: this process only)",
+    )
     last_good.add_argument(
         "--format",
         choices=REPORT_FORMATS,

@@ -356,6 +356,12 @@ def _check_crcs(scan: _Scan) -> int:
     return crc_checked
 
 
+def value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Finding]:
+    """The NONFINITE and FP16_OVERFLOW findings of these stats, as scan_values makes them: public so that
+    a scan split into parts (analysis.parallel) makes them once from the parts' merged stats."""
+    return _value_findings(ckpt, stats)
+
+
 def _value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Finding]:
     """NONFINITE and FP16_OVERFLOW, in checkpoint order (a family of like findings grouped into one)."""
     order = {t.name: i for i, t in enumerate(ckpt.tensors)}

@@ -20,7 +20,10 @@ from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
 def run(args: argparse.Namespace) -> int:
     listing = args.format != "text"
-    result = last_good(args.run_dir, verify=args.verify, everything=listing)
+    from ckinspect.analysis.parallel import checked_jobs
+
+    jobs = checked_jobs(getattr(args, "jobs", None))
+    result = last_good(args.run_dir, verify=args.verify, everything=listing, jobs=jobs)
     best = result.last_good
     if args.format == "json":
         import json

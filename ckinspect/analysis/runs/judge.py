@@ -43,11 +43,25 @@ FRAMEWORK_GLOBALS: dict[str, dict[str, str]] = {
 
 
 class Reader:
-    """Reads each part once (recognisers and the judge share it)."""
+    """Reads each part once (recognisers and the judge share it). With `verify` and `jobs` other than 1
+    (None: analysis.parallel's default), the value scan of a checkpoint's parts runs on a process pool."""
 
-    def __init__(self, verify: bool = False) -> None:
+    def __init__(self, verify: bool = False, jobs: int | None = 1) -> None:
         self.verify = verify
+        self.jobs = jobs
         self.cache: dict[Path, Checkpoint] = {}
+
+    def prefetch(self, paths: list[Path]) -> None:
+        """Read these parts now, their value scans side by side (one checkpoint's rank files or shards);
+        the same Checkpoints `inspect` would give one by one."""
+        todo = [p for p in dict.fromkeys(paths) if p not in self.cache]
+        if not self.verify or self.jobs == 1 or len(todo) < 2:
+            return  # inspect() reads them one by one
+        from ckinspect.analysis.parallel import scan_checkpoints
+
+        listed = [inspect_path(p, quick=True) for p in todo]
+        scan_checkpoints(listed, self.jobs)
+        self.cache.update(zip(todo, listed, strict=True))
 
     def inspect(self, path: Path) -> Checkpoint:
         ckpt = self.cache.get(path)
@@ -60,6 +74,7 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     """Read the parts, then set verdict, reasons and notes. Never raises for bad content."""
     ckpt.read_deferred(reader)
     ckpt.measure()
+    reader.prefetch([part.path for part in ckpt.parts if part.role not in RECORD_ROLES])
     for part in ckpt.parts:
         if part.role in RECORD_ROLES:
             continue
