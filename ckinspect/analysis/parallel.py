@@ -139,7 +139,7 @@ def scan_unit(unit: ScanUnit, progress: Progress | None = None) -> PartScan:
         storages={s.key: s for s in unit.storages},
     )
     cpu = time.process_time()
-    result = scan_values(part, progress)
+    result = scan_values(part, progress, mean_std=False)  # findings only, as the report path scans
     cpu = time.process_time() - cpu
     findings = [f for f in result.findings if f.code not in VALUE_CODES]
     flagged = {name: s for name, s in result.stats.items() if s.nonfinite or s.fp16_overflow}
