@@ -78,11 +78,14 @@ def as_path(path: str | os.PathLike[str]) -> Path:
     return RemotePath(os.fspath(path)) if is_url(path) else Path(path)  # type: ignore[return-value]  # a URL as a Path
 
 
-def refuse_remote(path: object, what: str) -> None:
-    """CkinspectError (one line) when `path` is a URL: `what` writes beside the file, which an object store lacks."""
+WATCH_LOCAL_ONLY = "watch follows the saves of a local folder; a remote path cannot be watched"
+LOCAL_OUTPUT = "the output must be a local path (it is written to a temporary file, fsynced, then renamed)"
+
+
+def refuse_remote(path: object, why: str) -> None:
+    """CkinspectError (one line: the URL and `why`) when `path` is a URL, for commands that need a local file."""
     if is_url(path):
-        raise CkinspectError(f"{path}: {what} writes files beside the checkpoint; a remote path is read-only "
-                             "here (download it first)")  # fmt: skip
+        raise CkinspectError(f"{shown(os.fspath(path) if isinstance(path, os.PathLike) else str(path))}: {why}")
 
 
 def _timeout() -> float:

@@ -29,9 +29,9 @@ def run(command: str, args: argparse.Namespace) -> int:
 
     watch = None
     if command == "watch":
-        from ckinspect.io.remote import refuse_remote
+        from ckinspect.io.remote import WATCH_LOCAL_ONLY, refuse_remote
 
-        refuse_remote(args.run_dir, "watch follows a folder's saves and")
+        refuse_remote(args.run_dir, WATCH_LOCAL_ONLY)
         if not Path(args.run_dir).is_dir():
             raise CkinspectError(f"{args.run_dir}: not a folder")
         watch = {"settle": args.settle, "interval": args.interval, "poll": args.poll, "jobs": args.jobs}
