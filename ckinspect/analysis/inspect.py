@@ -30,5 +30,6 @@ def inspect_path(target: Any, quick: bool = False, progress: Any = None) -> Chec
     if not quick and ckpt.tensors:
         from ckinspect.analysis.scan import scan_values  # here, so --quick never pays for the value scanner
 
-        ckpt.findings.extend(scan_values(ckpt, progress).findings)
+        # the report shows findings only: the checks alone (no min, max, mean or std) decide them all
+        ckpt.findings.extend(scan_values(ckpt, progress, mean_std=False).findings)
     return ckpt
