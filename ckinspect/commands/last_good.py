@@ -15,10 +15,12 @@ import sys
 from ckinspect.analysis.runs import last_good
 from ckinspect.commands.emit import emit, envelope, render_ci
 from ckinspect.fmt import terminal_safe
+from ckinspect.io.remote import refuse_remote
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_remote(args.run_dir, "last-good reads a local run folder; a run under a URL prefix is not supported yet")
     listing = args.format != "text"
     from ckinspect.analysis.parallel import checked_jobs
 

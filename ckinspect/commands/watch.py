@@ -13,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ckinspect.io.remote import WATCH_LOCAL_ONLY, refuse_remote
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK, CkinspectError
 
 TYPE_CHECKING = False
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_remote(args.run_dir, WATCH_LOCAL_ONLY)
     run_dir = check_run_dir(args.run_dir)
     from ckinspect.analysis.runs.watch import Follower
     from ckinspect.model import fails

@@ -264,7 +264,10 @@ def _x2nmodp(n: int, k: int) -> int:
 
 
 def files_differ(a: Path, b: Path, chunk: int = 1 << 22) -> bool | None:
-    """Do two files differ byte for byte? Sizes first, then bounded chunks; None when either cannot be read."""
+    """Do two files differ byte for byte? Sizes first, then bounded chunks; None when either cannot be read.
+    Either may be a URL (a RemotePath): its bytes come by range reads, a chunk at a time."""
+    if isinstance(a, RemotePath) or isinstance(b, RemotePath):
+        return _files_differ_by_reads(a, b, chunk)
     try:
         if a.stat().st_size != b.stat().st_size:
             return True
@@ -276,4 +279,21 @@ def files_differ(a: Path, b: Path, chunk: int = 1 << 22) -> bool | None:
                 if not xa:
                     return False
     except OSError:
+        return None
+
+
+def _files_differ_by_reads(a: Path, b: Path, chunk: int) -> bool | None:
+    from ckinspect.vocab import CkinspectError
+
+    try:
+        with Blobs() as blobs:
+            size = blobs.size(a)
+            if size != blobs.size(b):
+                return True
+            for offset in range(0, size, chunk):
+                n = min(chunk, size - offset)
+                if blobs.pread(a, offset, n) != blobs.pread(b, offset, n):
+                    return True
+            return False
+    except (OSError, UnreadableStorage, CkinspectError):
         return None
