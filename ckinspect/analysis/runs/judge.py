@@ -15,7 +15,10 @@ from ckinspect.model import Checkpoint, Finding
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    from ckinspect.analysis.scan import Kept
 
 # Frameworks whose checkpoint is one file: its own checks decide whether it is a resume file.
 SINGLE_FILE = ("file", "lightning", "trainer")
@@ -43,16 +46,20 @@ FRAMEWORK_GLOBALS: dict[str, dict[str, str]] = {
 
 
 class Reader:
-    """Reads each part once (recognisers and the judge share it)."""
+    """Reads each part once (recognisers and the judge share it).
 
-    def __init__(self, verify: bool = False) -> None:
+    `keep(listed)`, when given, says which values the value scan of each part keeps (a `scan.Kept`, which
+    the scan fills): see analysis.inspect."""
+
+    def __init__(self, verify: bool = False, keep: Callable[[Checkpoint], Kept] | None = None) -> None:
         self.verify = verify
+        self.keep = keep
         self.cache: dict[Path, Checkpoint] = {}
 
     def inspect(self, path: Path) -> Checkpoint:
         ckpt = self.cache.get(path)
         if ckpt is None:
-            ckpt = self.cache[path] = inspect_path(path, quick=not self.verify)
+            ckpt = self.cache[path] = inspect_path(path, quick=not self.verify, keep=self.keep)
         return ckpt
 
 

@@ -16,9 +16,16 @@ Each finished checkpoint is judged once (structure, CRC and value scan: the judg
 compared with the previous save of the same series (analysis.updates): the relative update per group and
 layer, the step delta, the optimizer's moments. Three anomalies become findings: UPDATE_RATIO_OUTLIER (an
 update far outside the run's own history), LAYER_FROZEN (a layer that changed before and stopped), and
-NONFINITE_ONSET (the first checkpoint of the run holding NaN/Inf, naming its step). The follower keeps
-only the listing of the newest save per series and the history of ratios: memory does not grow with the
-checkpoints' size.
+NONFINITE_ONSET (the first checkpoint of the run holding NaN/Inf, naming its step).
+
+Each save is read once: its value scan keeps a copy of what the comparison needs (the float tensors of
+the model and optimizer groups, raw, as read: `updates.compared_values`), the comparison takes the
+current save's values from that copy and the previous save's from the copy kept when it was judged, and
+the copy of the previous save is released as the new one takes its place. So the follower holds, per
+series, the newest save's listing, its kept values (at most `keep_bytes`, DEFAULT_KEEP: a save with
+more is kept up to that, and the rest of its tensors are read from its files, held open, as needed) and
+the history of ratios; at its peak, while a save is compared, two saves' kept values. Memory does not
+grow over the run, and is bounded whatever the checkpoints' size.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ckinspect.analysis.runs import collect
@@ -36,7 +43,7 @@ from ckinspect.analysis.runs.hf import TRAINER_STATE
 from ckinspect.analysis.runs.judge import Reader, judge
 from ckinspect.analysis.runs.megatron import TRACKER
 from ckinspect.analysis.runs.model import GOOD, RunCheckpoint, read_text, step_in_name
-from ckinspect.analysis.updates import RATIO_GROUPS, Updates, compare_saves
+from ckinspect.analysis.updates import RATIO_GROUPS, Updates, compare_saves, compared_values
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.model import Checkpoint, Finding
 from ckinspect.record import Record, field
@@ -46,12 +53,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ckinspect.analysis.scan import Kept
+
 DEFAULT_SETTLE = 30.0  # seconds a save must stay unchanged, and unfinished, before its writer counts as gone
 # An update this many times above or below the median of the series' earlier ones is far outside its history.
 OUTLIER_FACTOR = 10.0
 HISTORY_NEEDED = 3  # earlier comparisons needed before a ratio can be far outside them
 # Only the latest comparisons count: a schedule's warmup and decay move the ratio slowly, a blow-up at once.
 HISTORY_WINDOW = 8
+# Values of one save kept for the comparison with the next (per series; two saves' worth at the peak).
+DEFAULT_KEEP = 256 << 20
 # Structural verdicts that a save still being written would also get: held back until its files are quiet.
 STRUCTURE_CODES = ("CORRUPT", "MISSING_PARTS", "LEFTOVER_TMP", "PARTS_DISAGREE")
 
@@ -106,6 +117,7 @@ class _Series(Record):
     path: Path | None = None  # the newest judged save
     parts: dict[str, Checkpoint] = field(default_factory=dict)  # its parts' listings, by part key
     files: Blobs | None = None  # its files, held open: a save written again under its name replaces them
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)  # its kept values, by part key, then tensor
     ratios: dict[str, list[float]] = field(default_factory=dict)  # per group, per step, oldest first
     changing: set[str] = field(default_factory=set)  # model layers that changed at the last comparison
 
@@ -120,9 +132,11 @@ class Follower:
         verify: bool = True,
         clock: Callable[[], float] = time.time,
         jobs: int = 1,
+        keep_bytes: int = DEFAULT_KEEP,
     ) -> None:
         self.run_dir = run_dir
         self.jobs = max(1, jobs)
+        self.keep_bytes = max(0, keep_bytes)
         self.settle = settle
         self.verify = verify
         self.clock = clock
@@ -138,6 +152,7 @@ class Follower:
             if series.files is not None:
                 series.files.close()
                 series.files = None
+            series.values = {}
 
     # ------------------------------------------------------------------------------------------ polling
 
@@ -162,14 +177,16 @@ class Follower:
                     plan.append((ckpt, files, IN_PROGRESS, False))
                 continue
             plan.append((ckpt, files, JUDGED if finished else ABANDONED, quiet))
-        self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
+        readings = self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
         out: list[Event] = []
         for ckpt, files, kind, quiet in plan:
             key = str(ckpt.path)
             if kind == IN_PROGRESS:
                 out.append(self._event(Event(IN_PROGRESS, ckpt)))
                 continue
-            event = self._judge(ckpt, files, kind)
+            read, kept = next(readings)
+            assert read is ckpt  # read in the plan's order
+            event = self._judge(ckpt, files, kind, kept)
             if event.kind == JUDGED and not quiet and _structure_broken(event):
                 # finished by its marker, yet broken the way a save in flight looks: look again once quiet
                 self.waiting[key] = files
@@ -178,28 +195,36 @@ class Follower:
                 continue
             self.judged[key] = files
             self.waiting.pop(key, None)
-            self._remember(ckpt, event, files)
+            self._remember(ckpt, event, files, kept)
             out.append(self._event(event))
         for key in list(self.waiting):
             if key not in seen:
                 del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
         return out
 
-    def _read_all(self, checkpoints: list[RunCheckpoint]) -> None:
-        """The run's judge on each (structure, CRC, value scan): `jobs` at a time, so a backlog of saves is
-        read in parallel; comparing and the anomalies follow in order, one by one."""
+    def _read_all(self, checkpoints: list[RunCheckpoint]) -> Iterator[tuple[RunCheckpoint, dict[Path, Kept]]]:
+        """The run's judge on each (structure, CRC, value scan), in order, with the values each part's scan
+        kept for the comparison (by part path)."""
+        for ckpt in checkpoints:
+            yield ckpt, self._read_here(ckpt)
 
-        def read(ckpt: RunCheckpoint) -> None:
-            judge(ckpt, Reader(verify=self.verify))
+    def _read_here(self, ckpt: RunCheckpoint) -> dict[Path, Kept]:
+        kept: dict[Path, Kept] = {}
+        judge(ckpt, Reader(verify=self.verify, keep=self._keep(kept)))
+        return kept
 
-        if self.jobs > 1 and len(checkpoints) > 1:
-            from concurrent.futures import ThreadPoolExecutor
+    def _keep(self, kept: dict[Path, Kept]) -> Callable[[Checkpoint], Kept] | None:
+        """What each part's scan keeps (into `kept`, by the part's path): the compared values, within what
+        is left of the save's budget."""
+        if not self.keep_bytes:
+            return None
 
-            with ThreadPoolExecutor(min(self.jobs, len(checkpoints)), thread_name_prefix="ckinspect-watch") as pool:
-                list(pool.map(read, checkpoints))
-        else:
-            for ckpt in checkpoints:
-                read(ckpt)
+        def keep(listed: Checkpoint) -> Kept:
+            room = self.keep_bytes - sum(k.nbytes for k in kept.values())
+            wanted = kept[listed.path] = compared_values(listed, max(0, room))
+            return wanted
+
+        return keep
 
     def _event(self, event: Event) -> Event:
         self.events += 1
@@ -208,7 +233,7 @@ class Follower:
 
     # ------------------------------------------------------------------------------------------ judging
 
-    def _judge(self, ckpt: RunCheckpoint, files: Signature, kind: str) -> Event:
+    def _judge(self, ckpt: RunCheckpoint, files: Signature, kind: str, kept: dict[Path, Kept]) -> Event:
         """The event of a checkpoint the judge has read: its findings, the comparison, the anomalies."""
         # a tmp beside a whole part is the next save in flight: this watch reports that save on its own
         own = ckpt.findings + [f for p in ckpt.parts for f in p.findings if f.code != "LEFTOVER_TMP"]
@@ -219,18 +244,19 @@ class Follower:
         series = self.series.get(series_key(ckpt))
         if series is not None and series.parts:
             event.previous = series.path
-            event.updates = self._compare(series, ckpt)
+            event.updates = self._compare(series, ckpt, kept)
             event.findings.extend(self._anomalies(series, ckpt, event.updates))
         event.findings.extend(self._nonfinite_onset(ckpt, event))
         return event
 
-    def _compare(self, series: _Series, ckpt: RunCheckpoint) -> Updates | None:
+    def _compare(self, series: _Series, ckpt: RunCheckpoint, kept: dict[Path, Kept]) -> Updates | None:
         total: Updates | None = None
         for key, opened in _parts(ckpt).items():
             before = series.parts.get(key)
             if before is None:
                 continue
-            updates = compare_saves(before, opened, series.files)
+            now = kept.get(opened.path)
+            updates = compare_saves(before, opened, series.files, series.values.get(key), now and now.values)
             if total is None:
                 total = updates
             else:
@@ -241,7 +267,7 @@ class Follower:
             total.previous_step = step_in_name(series.path.name) if series.path.is_dir() else None
         return total
 
-    def _remember(self, ckpt: RunCheckpoint, event: Event, files: Signature) -> None:
+    def _remember(self, ckpt: RunCheckpoint, event: Event, files: Signature, kept: dict[Path, Kept]) -> None:
         if event.kind != JUDGED:
             return
         series = self.series.setdefault(series_key(ckpt), _Series())
@@ -251,8 +277,10 @@ class Follower:
         if series.files is not None:
             series.files.close()
         series.path, series.parts, series.files = ckpt.path, parts, _hold_open(ckpt, parts, files)
+        # the previous save's kept values go here (released), this save's take their place
+        series.values = {key: kept[opened.path].values for key, opened in parts.items() if opened.path in kept}
         if series.files is None:
-            series.parts = {}  # replaced before it could be held open: nothing to compare the next save with
+            series.parts, series.values = {}, {}  # replaced before it could be held open: nothing to compare with
         updates = event.updates
         if updates is None:
             return

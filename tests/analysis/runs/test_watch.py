@@ -4,6 +4,7 @@ written never judged, one whose writer is gone judged after the settle time, and
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -231,3 +232,61 @@ def test_jobs_read_a_backlog_in_parallel_with_the_same_events(tmp_path):
         (6, 60, "damaged", ["NONFINITE", "NONFINITE_ONSET"]),
     ]
     assert three == one
+
+
+# ---------------------------------------------------------------------------------------------- reads
+
+
+def assert_each_file_read_once(log, files: list) -> None:
+    """Every byte a Blobs read touched was read once, and each save's file was read (its values scanned)."""
+    from ckinspect.io.blobs import ReadLog
+
+    assert isinstance(log, ReadLog)
+    read = log.bytes_read()
+    for key, size in files:
+        name = Path(key[0]).name
+        assert read.get(key, 0) > 0, f"{name} never read"
+        assert read[key] <= size, f"{name}: {read[key]:,} bytes read of {size:,}"
+    assert log.read_again() == dict.fromkeys(log.ranges, 0)
+    assert set(log.ranges) == {key for key, _ in files}  # nothing else read through Blobs
+
+
+def identity(path) -> tuple[tuple[str, int, int], int]:
+    """The read log's key of a file (path, inode, modification time), and its size."""
+    st = path.stat()
+    return (str(path), st.st_ino, st.st_mtime_ns), st.st_size
+
+
+def test_each_save_is_read_once_over_a_run(tmp_path):
+    from ckinspect.io.blobs import logging_reads
+
+    watch = follower(tmp_path)
+    files, events = [], []
+    with logging_reads() as log:
+        for step in range(10, 70, 10):  # saved one by one, each judged before the next: the live case
+            files.append(identity(save(tmp_path / f"ckpt-{step:04d}.pt", step, frozen_from={"layers.0.wk": 40})))
+            events += watch.poll()
+        for step in (70, 80, 90):  # a backlog of three, judged in one poll
+            files.append(identity(save(tmp_path / f"ckpt-{step:04d}.pt", step)))
+        events += watch.poll()
+    watch.close()
+    assert [(e.step, codes(e)) for e in events][4:] == [(50, ["LAYER_FROZEN"]), (60, []), (70, []), (80, []), (90, [])]
+    assert all(e.updates is not None and e.updates.ratio("model") > 0 for e in events[1:])
+    assert_each_file_read_once(log, files)
+
+
+def test_a_file_saved_again_under_its_name_is_read_once_each_time(tmp_path):
+    from ckinspect.io.blobs import logging_reads
+
+    path = tmp_path / "run_resume.pth"
+    watch = follower(tmp_path)
+    files, ratios = [], []
+    with logging_reads() as log:
+        for step in (10, 20, 30, 40):
+            files.append(identity(save(path, step)))  # os.replace: a new file under the same name
+            [event] = watch.poll()
+            ratios.append(event.updates and event.updates.ratio("model"))
+    watch.close()
+    assert len({key for key, _ in files}) == 4
+    assert ratios[0] is None and all(r is not None and r > 0 for r in ratios[1:])
+    assert_each_file_read_once(log, files)
