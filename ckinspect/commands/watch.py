@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from ckinspect.analysis.runs.watch import Follower
     from ckinspect.model import fails
 
-    follower = Follower(run_dir, settle=args.settle, verify=not args.quick, jobs=args.jobs)
+    follower = Follower(run_dir, settle=args.settle, verify=not args.quick, jobs=args.jobs, keep_bytes=args.keep << 20)
     out = open_output(args.output)
     try:
         write = line_writer(args.format, str(run_dir), out)

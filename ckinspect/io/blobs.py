@@ -42,7 +42,7 @@ class ReadLog:
 
     def read_again(self) -> dict[FileKey, int]:
         """Per file, the bytes read more than once (each extra read of a byte counts)."""
-        out: dict[tuple[str, int], int] = {}
+        out: dict[FileKey, int] = {}
         for key, ranges in self.ranges.items():
             again, reach = 0, -1
             for offset, length in sorted(ranges):

@@ -26,6 +26,13 @@ series, the newest save's listing, its kept values (at most `keep_bytes`, DEFAUL
 more is kept up to that, and the rest of its tensors are read from its files, held open, as needed) and
 the history of ratios; at its peak, while a save is compared, two saves' kept values. Memory does not
 grow over the run, and is bounded whatever the checkpoints' size.
+
+With `jobs` > 1, a backlog of saves (a run that saves faster than one core can judge) is read by `jobs`
+worker processes, up to `jobs` saves ahead: each part listed and scanned there (the readers and the
+pickle scan are Python: threads would queue on the GIL), its listing and kept values sent back; the
+judge's verdict, the comparison and the anomalies follow here, one save after another, in order. The
+pool starts at the first backlog (forkserver: forked from a clean process that has imported the
+readers once, never from this one, whose other threads may hold locks) and lives until `close()`.
 """
 
 from __future__ import annotations
@@ -34,23 +41,27 @@ import os
 import re
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from ckinspect.analysis.inspect import inspect_path
 from ckinspect.analysis.runs import collect
 from ckinspect.analysis.runs.deepspeed import LATEST
 from ckinspect.analysis.runs.hf import TRAINER_STATE
-from ckinspect.analysis.runs.judge import Reader, judge
+from ckinspect.analysis.runs.judge import RECORD_ROLES, Reader, judge
 from ckinspect.analysis.runs.megatron import TRACKER
 from ckinspect.analysis.runs.model import GOOD, RunCheckpoint, read_text, step_in_name
 from ckinspect.analysis.updates import RATIO_GROUPS, Updates, compare_saves, compared_values
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.model import Checkpoint, Finding
 from ckinspect.record import Record, field
-from ckinspect.vocab import DCP_METADATA, TMP_SUFFIX
+from ckinspect.vocab import DCP_METADATA, TMP_SUFFIX, WATCH_KEEP_MIB
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
     from typing import Any
 
     from ckinspect.analysis.scan import Kept
@@ -62,7 +73,7 @@ HISTORY_NEEDED = 3  # earlier comparisons needed before a ratio can be far outsi
 # Only the latest comparisons count: a schedule's warmup and decay move the ratio slowly, a blow-up at once.
 HISTORY_WINDOW = 8
 # Values of one save kept for the comparison with the next (per series; two saves' worth at the peak).
-DEFAULT_KEEP = 256 << 20
+DEFAULT_KEEP = WATCH_KEEP_MIB << 20
 # Structural verdicts that a save still being written would also get: held back until its files are quiet.
 STRUCTURE_CODES = ("CORRUPT", "MISSING_PARTS", "LEFTOVER_TMP", "PARTS_DISAGREE")
 
@@ -145,9 +156,11 @@ class Follower:
         self.series: dict[tuple[str, str, str], _Series] = {}
         self.nonfinite_seen: Path | None = None  # the first checkpoint holding NaN/Inf
         self.events = 0
+        self.pool: ProcessPoolExecutor | None = None  # with jobs > 1, from the first backlog on
 
     def close(self) -> None:
-        """Close the files held open for the next comparison."""
+        """Close the files held open for the next comparison, and stop the worker processes."""
+        self._drop_workers()
         for series in self.series.values():
             if series.files is not None:
                 series.files.close()
@@ -204,13 +217,68 @@ class Follower:
 
     def _read_all(self, checkpoints: list[RunCheckpoint]) -> Iterator[tuple[RunCheckpoint, dict[Path, Kept]]]:
         """The run's judge on each (structure, CRC, value scan), in order, with the values each part's scan
-        kept for the comparison (by part path)."""
-        for ckpt in checkpoints:
-            yield ckpt, self._read_here(ckpt)
+        kept for the comparison (by part path). A backlog with jobs > 1: parts read by the worker processes,
+        at most `jobs` saves ahead of the one yielded (so at most that many saves' kept values wait)."""
+        if self.jobs == 1 or len(checkpoints) < 2:
+            for ckpt in checkpoints:
+                yield ckpt, self._read_here(ckpt)
+            return
+        ahead: deque[tuple[RunCheckpoint, list[Future[tuple[Checkpoint, Kept | None]]]]] = deque()
+        waiting = iter(checkpoints)
+        for ckpt in waiting:
+            ahead.append((ckpt, self._submit(ckpt)))
+            if len(ahead) >= self.jobs:
+                break
+        while ahead:
+            ckpt, futures = ahead.popleft()
+            read = [_result(future) for future in futures]  # in this save's part order
+            following = next(waiting, None)
+            if following is not None:
+                ahead.append((following, self._submit(following)))
+            yield ckpt, self._read_here(ckpt, [r for r in read if r is not None])
 
-    def _read_here(self, ckpt: RunCheckpoint) -> dict[Path, Kept]:
+    def _submit(self, ckpt: RunCheckpoint) -> list[Future[tuple[Checkpoint, Kept | None]]]:
+        """Each part the judge will open, to the workers (parts a record names only once read are read here)."""
+        paths = list(dict.fromkeys(part.path for part in ckpt.parts if part.role not in RECORD_ROLES))
+        room = self.keep_bytes // max(1, len(paths))  # the save's budget shared by its parts
+        try:
+            pool = self._workers()
+            return [pool.submit(read_part, path, self.verify, room) for path in paths]
+        except (BrokenProcessPool, RuntimeError, OSError):  # a worker died, or none could start: read here
+            self._drop_workers()
+            return []
+
+    def _workers(self) -> ProcessPoolExecutor:
+        if self.pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            context = multiprocessing.get_context(method)
+            if method == "forkserver":
+                context.set_forkserver_preload([__name__])
+            threads = max(1, (os.cpu_count() or 1) // self.jobs)  # each worker's scan threads: cores shared out
+            self.pool = ProcessPoolExecutor(
+                self.jobs, mp_context=context, initializer=_start_worker, initargs=(threads,)
+            )
+        return self.pool
+
+    def _drop_workers(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def _read_here(
+        self, ckpt: RunCheckpoint, read: list[tuple[Checkpoint, Kept | None]] | None = None
+    ) -> dict[Path, Kept]:
+        """Judge here; parts the workers read already (`read`) are not read again, the others are."""
         kept: dict[Path, Kept] = {}
-        judge(ckpt, Reader(verify=self.verify, keep=self._keep(kept)))
+        reader = Reader(verify=self.verify, keep=self._keep(kept))
+        for opened, values in read or []:
+            reader.cache[opened.path] = opened
+            if values is not None:
+                kept[opened.path] = values
+        judge(ckpt, reader)
         return kept
 
     def _keep(self, kept: dict[Path, Kept]) -> Callable[[Checkpoint], Kept] | None:
@@ -256,7 +324,8 @@ class Follower:
             if before is None:
                 continue
             now = kept.get(opened.path)
-            updates = compare_saves(before, opened, series.files, series.values.get(key), now and now.values)
+            values = now.values if now is not None else None
+            updates = compare_saves(before, opened, series.files, series.values.get(key), values)
             if total is None:
                 total = updates
             else:
@@ -328,6 +397,35 @@ class Follower:
         message = (f"NaN/Inf first appears at {step} ({ckpt.path.name}); every earlier checkpoint of the run "
                    f"this watch judged held none{named}")  # fmt: skip
         return [Finding("NONFINITE_ONSET", message, tensors[0] if tensors else None)]
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+
+def read_part(path: Path, verify: bool, keep_bytes: int) -> tuple[Checkpoint, Kept | None]:
+    """One part of a save, as the judge's reader reads it (in a worker process): its listing, checks and
+    value scan, and the values the scan kept for the comparison."""
+    kept: list[Kept] = []
+
+    def keep(listed: Checkpoint) -> Kept:
+        kept.append(compared_values(listed, keep_bytes))
+        return kept[-1]
+
+    opened = inspect_path(path, quick=not verify, keep=keep if keep_bytes else None)
+    return opened, (kept[0] if kept else None)
+
+
+def _start_worker(threads: int) -> None:
+    os.environ["CKINSPECT_THREADS"] = str(threads)
+
+
+def _result(future: Future[tuple[Checkpoint, Kept | None]]) -> tuple[Checkpoint, Kept | None] | None:
+    """A worker's reading, or None when it failed (the judge then reads the part here, as without workers:
+    the same findings, or the same error)."""
+    try:
+        return future.result()
+    except Exception:  # noqa: BLE001 - a broken pool or a part that cannot be opened: read here instead
+        return None
 
 
 # ---------------------------------------------------------------------------------------------- helpers

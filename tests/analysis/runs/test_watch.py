@@ -290,3 +290,22 @@ def test_a_file_saved_again_under_its_name_is_read_once_each_time(tmp_path):
     assert len({key for key, _ in files}) == 4
     assert ratios[0] is None and all(r is not None and r > 0 for r in ratios[1:])
     assert_each_file_read_once(log, files)
+
+
+def test_worker_processes_read_a_backlog_and_this_process_reads_nothing_again(tmp_path):
+    """With --jobs 2 each save is read (listed, scanned, its values kept) by a worker process; the comparison
+    here takes the values the workers sent, so this process reads no stored byte at all."""
+    from ckinspect.io.blobs import logging_reads
+
+    for step in range(10, 60, 10):
+        save(tmp_path / f"ckpt-{step:04d}.pt", step)
+    watch = Follower(tmp_path, settle=SETTLE, jobs=2)
+    try:
+        with logging_reads() as log:
+            events = watch.poll()
+        assert watch.pool is not None  # a backlog of five: read by the workers
+    finally:
+        watch.close()
+    assert [e.step for e in events] == [10, 20, 30, 40, 50]
+    assert all(e.updates is not None and e.updates.ratio("model") > 0 for e in events[1:])
+    assert log.ranges == {}
