@@ -215,15 +215,26 @@ def _save_dcp(folder, model, optimizer, rng):
     return folder
 
 
+# The marked groups: tests that start real work (frameworks, servers, torchrun, training runs, kills,
+# downloads). Every other test is `core`: `pytest -n 2 -m core` is the quick suite to run while working.
+GROUPS = ("slow", "torchrun", "training", "corpus", "integration", "frameworks", "kill", "live", "remote")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`-n`, README's test command, `--dist loadgroup`), tests that share something
     built once per session go to one worker: the trainer's experiment (a 60-step training run) is made once,
     not once per worker, the corpus cache is filled by one process, never by two at once, and the tiny
-    Hugging Face models are written once."""
+    Hugging Face models are written once.
+
+    Tests that need the experiment are also marked `training`: it trains the bundled model eleven times
+    (about 22 s of CPU), so they sit outside the core suite, like the other groups that start real work."""
     for item in items:
         if "experiment" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.training)
             item.add_marker(pytest.mark.xdist_group("trainer-experiment"))
         elif item.get_closest_marker("corpus"):
             item.add_marker(pytest.mark.xdist_group("corpus"))
         elif item.get_closest_marker("frameworks"):  # transformers imported and the tiny models built once
             item.add_marker(pytest.mark.xdist_group("frameworks"))
+        if not any(item.get_closest_marker(group) for group in GROUPS):
+            item.add_marker(pytest.mark.core)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
+from ckinspect.io.zipdir import FileReader
 from ckinspect.model import Checkpoint
 from ckinspect.vocab import CkinspectError
 
@@ -122,6 +125,15 @@ def _check_readable(path: Path) -> None:
         raise CkinspectError(f"{path}: no such file or folder") from None
     except OSError as exc:
         raise CkinspectError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+@contextlib.contextmanager
+def local_file(path: Path, kind: str) -> Iterator[tuple[Checkpoint, FileReader]]:
+    """A single-file reader's start: the Checkpoint it fills (format, size, the file) and positioned reads
+    on the open file, closed when the reader is done. OSError only if it cannot be opened."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        yield Checkpoint(path=path, format=kind, file_bytes=size, files=[path]), FileReader(f.fileno(), size)
 
 
 def _empty(path: Path, kind: str) -> Checkpoint:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ckinspect.formats import local_file
 from ckinspect.formats.joblib_walk import JoblibError, JoblibStream, names_joblib, walk_joblib
 from ckinspect.formats.pickle_findings import PLAIN_PICKLE_LOAD, check_views, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import scan_file, scan_stream
 from ckinspect.formats.tree import no_gc
-from ckinspect.io.zipdir import FileReader
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 MAX_DECODE_BYTES = 256 << 20  # larger plain pickles are scanned only: decoding holds the whole object tree
@@ -25,15 +25,14 @@ def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
     """Scan a plain pickle (decoded only when every global is allowed or benign). Never raises for bad content:
     problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
     path = Path(path)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        ckpt = Checkpoint(path=path, format="pickle", file_bytes=size, files=[path])
+    with local_file(path, "pickle") as (ckpt, reader):
+        size = reader.size
         if size == 0:
             ckpt.add("CORRUPT", f"{path.name} is empty")
             return ckpt
         if size > MAX_DECODE_BYTES:  # scanned a window at a time, never decoded: memory stays flat
-            return _scan_and_decode(ckpt, None, path, size, scan_file(FileReader(f.fileno(), size), 0, size))
-        data = FileReader(f.fileno(), size).read_at(0, size)
+            return _scan_and_decode(ckpt, None, path, size, scan_file(reader, 0, size))
+        data = reader.read_at(0, size)
     return _scan_and_decode(ckpt, data, path, size, scan_stream(data))
 
 

@@ -8,13 +8,13 @@ finding instead of an exception. The checks mirror safetensors' own `validate`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 from pathlib import Path
 
 from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
 from ckinspect.formats.tree import no_gc
+from ckinspect.io.zipdir import FileReader
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
@@ -51,7 +51,7 @@ def read_safetensors(path: str | os.PathLike[str], member: str | None = None, re
                 fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
                 stack.callback(os.close, fd)
                 file_bytes = os.fstat(fd).st_size
-                read = functools.partial(_pread, fd)
+                read = FileReader(fd, file_bytes).read_at
             else:
                 file_bytes, read = reader.size, reader.read_at
             ckpt.file_bytes = file_bytes
@@ -77,18 +77,6 @@ def read_safetensors(path: str | os.PathLike[str], member: str | None = None, re
     with no_gc():  # 50,000 entries allocate ~1M objects and no cycles: collector passes would add ~30%
         _parse_header(ckpt, raw, header_len, file_bytes, member)
     return ckpt
-
-
-def _pread(fd: int, offset: int, length: int) -> bytes:
-    chunks = []
-    while length > 0:
-        chunk = os.pread(fd, length, offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        offset += len(chunk)
-        length -= len(chunk)
-    return b"".join(chunks)
 
 
 def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int, member: str | None) -> None:

@@ -13,6 +13,7 @@ import struct
 from pathlib import Path
 
 from ckinspect.dtypes import dtype_info
+from ckinspect.formats import local_file
 from ckinspect.formats.errors import CorruptPickle
 from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, scan_file
@@ -47,10 +48,7 @@ def read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
     """List a legacy torch.save file. Never raises for bad content:
     problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
     path = Path(path)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        ckpt = Checkpoint(path=path, format="torch-legacy", file_bytes=size, files=[path])
-        reader = FileReader(f.fileno(), size)
+    with local_file(path, "torch-legacy") as (ckpt, reader):
         _read(ckpt, reader, path)
     return ckpt
 

@@ -10,6 +10,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from ckinspect.formats import local_file
 from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
@@ -47,10 +48,7 @@ def read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
     """List a torch.save zip. Never raises for bad content:
     problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
     path = Path(path)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        ckpt = Checkpoint(path=path, format="torch-zip", file_bytes=size, files=[path])
-        reader = FileReader(f.fileno(), size)
+    with local_file(path, "torch-zip") as (ckpt, reader):
         try:
             read_zip_into(ckpt, reader, path)
         except ZipError as exc:

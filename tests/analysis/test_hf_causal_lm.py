@@ -6,24 +6,35 @@ be built says why instead of reporting a zero."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import math
+from typing import Any
 
 import pytest
+import torch
 
-pytest.importorskip("transformers")
+from ckinspect.analysis.blockwise import round_weight
+from ckinspect.analysis.drift import logit_drift
+from ckinspect.formats import open_checkpoint
+from ckinspect.formats.discover import model_folder_weights
+from tests.conftest import REPO, run_cli
+from tests.helpers import hf_models
 
-import torch  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+# transformers is imported by the tests that run, not at collection: importing it costs seconds in
+# every pytest process, and the core suite deselects this module's `frameworks` marker.
+pytestmark = [
+    pytest.mark.frameworks,
+    pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs the `hf` extra"),
+]
 
-from ckinspect.analysis.blockwise import round_weight  # noqa: E402
-from ckinspect.analysis.drift import logit_drift  # noqa: E402
-from ckinspect.formats import open_checkpoint  # noqa: E402
-from ckinspect.formats.discover import model_folder_weights  # noqa: E402
-from tests.conftest import REPO, run_cli  # noqa: E402
-from tests.helpers import hf_models  # noqa: E402
 
-pytestmark = pytest.mark.frameworks
+def auto_model(folder: Any, **kwargs: Any) -> torch.nn.Module:
+    """transformers' own `AutoModelForCausalLM.from_pretrained`, the reference the figures are checked against."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+
 
 FIGURES = ("max_abs", "mean_abs", "top1_agreement", "kl_mean")
 ALL_FORMATS = ("fp16", "bf16", "fp8_e4m3fn", "fp8_e5m2")
@@ -62,7 +73,7 @@ def _drift(folder, *flags):
 
 def _direct(folder, dtype):
     """What a transformers user computes: the model in fp32, and a copy whose weights went through `dtype`."""
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model = auto_model(folder, dtype=torch.float32).eval()
     rounded = copy.deepcopy(model)
     with torch.no_grad():
         for param in rounded.parameters():
@@ -137,7 +148,7 @@ def test_block_by_block_equals_the_whole_model_and_holds_one_block(folders, fami
     for fmt in ALL_FORMATS:
         assert blocks[fmt] == whole[fmt]
     assert blocks["text"] == whole["text"]
-    weights = sum(p.numel() * 4 for p in AutoModelForCausalLM.from_pretrained(folder).parameters())
+    weights = sum(p.numel() * 4 for p in auto_model(folder).parameters())
     assert whole["weights_held_peak_bytes"] == weights  # the whole model at once, tied weights once
     assert blocks["weights_held_peak_bytes"] < weights / 2  # here the embedding: the largest block
     # fp8 keeps 3 (e4m3) or 2 (e5m2) mantissa bits: further from fp32 than bf16 (7) and fp16 (10)

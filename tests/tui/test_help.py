@@ -20,25 +20,35 @@ async def settle(pilot) -> None:
     await pilot.pause()
 
 
-@pytest.mark.parametrize("command", SCREENS)
-@pytest.mark.parametrize("width", [80, 120])
-async def test_the_footer_is_never_cut_off(tmp_path, command, width):
-    app = make_app(command, SCREENS[command], tmp_path)
-    async with app.run_test(size=(width, 24)) as pilot:
-        await settle(pilot)
-        footer = app.screen.query_one(Footer)
-        keys = [k for k in footer.query(FooterKey) if k.description]
-        palette = max(k.region.x for k in footer.query(FooterKey))  # ^p Commands, docked right
-        shown = [k for k in keys if k.region.x < palette]
-        assert shown and all(k.region.right <= palette for k in shown), [(k.description, k.region) for k in shown]
-        assert {"Quit", "Help"} <= {k.description for k in shown}
+def assert_footer_fits(app) -> None:
+    footer = app.screen.query_one(Footer)
+    keys = [k for k in footer.query(FooterKey) if k.description]
+    palette = max(k.region.x for k in footer.query(FooterKey))  # ^p Commands, docked right
+    shown = [k for k in keys if k.region.x < palette]
+    assert shown and all(k.region.right <= palette for k in shown), [(k.description, k.region) for k in shown]
+    assert {"Quit", "Help"} <= {k.description for k in shown}
 
 
 @pytest.mark.parametrize("command", SCREENS)
-async def test_help_lists_each_key_once_as_displayed_with_navigation(tmp_path, command):
+async def test_footer_escape_and_help_on_each_screen(tmp_path, command):
+    """One session per screen (each app start costs about a second of CPU): the footer is never cut off
+    at 80 or 120 columns, Esc at the first screen does not quit, and `?` lists each key once as the
+    footer shows it, navigation included."""
     app = make_app(command, SCREENS[command], tmp_path)
-    async with app.run_test(size=(100, 30)) as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
+        assert_footer_fits(app)
+        await pilot.resize_terminal(120, 24)
+        await settle(pilot)
+        assert_footer_fits(app)
+
+        await pilot.resize_terminal(100, 30)
+        await settle(pilot)
+        first = app.screen
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not app._exit and app.screen is first
+
         await pilot.press("question_mark")
         help_screen = app.screen
         assert isinstance(help_screen, HelpScreen)
@@ -58,14 +68,3 @@ async def test_the_palette_lists_quit_and_theme_once(tmp_path):
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert titles.count("Quit") == 1 and titles.count("Theme") == 1
         assert len(titles) == len(set(titles)), titles
-
-
-@pytest.mark.parametrize("command", SCREENS)
-async def test_escape_at_the_first_screen_does_not_quit(tmp_path, command):
-    app = make_app(command, SCREENS[command], tmp_path)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await settle(pilot)
-        first = app.screen
-        await pilot.press("escape")
-        await pilot.pause()
-        assert not app._exit and app.screen is first
