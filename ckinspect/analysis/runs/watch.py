@@ -1,8 +1,9 @@
 """Following a run live: each checkpoint judged once, the moment its save has finished.
 
     follower = Follower(Path("runs/"), settle=30.0)
-    for event in follower.poll():          # call again whenever the folder may have changed
-        event.checkpoint.verdict, event.findings, event.updates
+    for event in follower.poll_each():     # call again whenever the folder may have changed
+        event.checkpoint.verdict, event.findings, event.updates   # each as soon as it is judged
+    follower.close()                       # the files held open, the worker processes (--jobs)
 
 A save is finished when its framework says so: the file exists under its own name (the trainer's and
 torch's atomic rename), its DCP folder has `.metadata` (written last, after every rank's data), its HF
@@ -72,6 +73,9 @@ OUTLIER_FACTOR = 10.0
 HISTORY_NEEDED = 3  # earlier comparisons needed before a ratio can be far outside them
 # Only the latest comparisons count: a schedule's warmup and decay move the ratio slowly, a blow-up at once.
 HISTORY_WINDOW = 8
+# Imported once by the forkserver, before it forks the workers (their first save would import them, ~0.2 s
+# each): numpy and the readers of the saves trainers write. A name that fails to import is skipped.
+WORKER_PRELOAD = ("numpy", "ckinspect.formats.dcp", "ckinspect.formats.torch_zip", "ckinspect.formats.safetensors")
 # Values of one save kept for the comparison with the next (per series; two saves' worth at the peak).
 DEFAULT_KEEP = WATCH_KEEP_MIB << 20
 # Structural verdicts that a save still being written would also get: held back until its files are quiet.
@@ -172,6 +176,11 @@ class Follower:
     def poll(self, once: bool = False) -> list[Event]:
         """Judge what has finished since the last call, oldest first. With `once`, also report the saves
         still being written (as IN_PROGRESS events, without findings) instead of waiting for them."""
+        return list(self.poll_each(once))
+
+    def poll_each(self, once: bool = False) -> Iterator[Event]:
+        """`poll`, each event as soon as it is judged: the first saves of a backlog are not held back until
+        the last is judged. Consume it whole before the next call."""
         run = collect(self.run_dir)
         now = self.clock()
         seen: set[str] = set()
@@ -190,12 +199,16 @@ class Follower:
                     plan.append((ckpt, files, IN_PROGRESS, False))
                 continue
             plan.append((ckpt, files, JUDGED if finished else ABANDONED, quiet))
+        for key in list(self.waiting):
+            if key not in seen:
+                del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
+        if self.jobs > 1:
+            self._workers()  # started before the first backlog, so that one does not wait for them
         readings = self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
-        out: list[Event] = []
         for ckpt, files, kind, quiet in plan:
             key = str(ckpt.path)
             if kind == IN_PROGRESS:
-                out.append(self._event(Event(IN_PROGRESS, ckpt)))
+                yield self._event(Event(IN_PROGRESS, ckpt))
                 continue
             read, kept = next(readings)
             assert read is ckpt  # read in the plan's order
@@ -204,16 +217,12 @@ class Follower:
                 # finished by its marker, yet broken the way a save in flight looks: look again once quiet
                 self.waiting[key] = files
                 if once:
-                    out.append(self._event(Event(IN_PROGRESS, ckpt)))
+                    yield self._event(Event(IN_PROGRESS, ckpt))
                 continue
             self.judged[key] = files
             self.waiting.pop(key, None)
             self._remember(ckpt, event, files, kept)
-            out.append(self._event(event))
-        for key in list(self.waiting):
-            if key not in seen:
-                del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
-        return out
+            yield self._event(event)
 
     def _read_all(self, checkpoints: list[RunCheckpoint]) -> Iterator[tuple[RunCheckpoint, dict[Path, Kept]]]:
         """The run's judge on each (structure, CRC, value scan), in order, with the values each part's scan
@@ -256,11 +265,13 @@ class Follower:
             method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
             context = multiprocessing.get_context(method)
             if method == "forkserver":
-                context.set_forkserver_preload([__name__])
+                context.set_forkserver_preload([__name__, *WORKER_PRELOAD])
             threads = max(1, (os.cpu_count() or 1) // self.jobs)  # each worker's scan threads: cores shared out
             self.pool = ProcessPoolExecutor(
                 self.jobs, mp_context=context, initializer=_start_worker, initargs=(threads,)
             )
+            for _ in range(self.jobs):
+                self.pool.submit(_start_worker, threads)  # each submit starts a worker while there are fewer
         return self.pool
 
     def _drop_workers(self) -> None:

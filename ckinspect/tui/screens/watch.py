@@ -110,10 +110,10 @@ class WatchScreen(Screen[None]):
         changes = Changes(self.run_dir, interval=self.interval, poll=self.poll)
         self.post_message(self.Following(changes.mode + (f" ({changes.why})" if changes.why else "")))
         try:
-            for event in follower.poll():
+            for event in follower.poll_each():
                 self.post_message(self.CheckpointJudged(event.to_json()))
             for _ in changes.wakeups(self.stop):
-                for event in follower.poll():
+                for event in follower.poll_each():
                     if self.stop.is_set():
                         return
                     self.post_message(self.CheckpointJudged(event.to_json()))
