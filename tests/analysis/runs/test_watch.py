@@ -309,3 +309,27 @@ def test_worker_processes_read_a_backlog_and_this_process_reads_nothing_again(tm
     assert [e.step for e in events] == [10, 20, 30, 40, 50]
     assert all(e.updates is not None and e.updates.ratio("model") > 0 for e in events[1:])
     assert log.ranges == {}
+
+
+def test_each_dcp_save_is_read_once(tmp_path):
+    """The bundled trainer's --save-format dcp: a folder per save, its tensors in one .distcp file."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    from ckinspect.io.blobs import logging_reads
+
+    watch = follower(tmp_path)
+    files, events = [], []
+    with logging_reads() as log:
+        for step in (10, 20, 30, 40):
+            folder = tmp_path / f"run_step{step:06d}"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "torch.distributed is disabled ... single process"
+                dcp.save(state(step), checkpoint_id=str(folder))
+            files += [identity(p) for p in sorted(folder.glob("*.distcp"))]
+            events += watch.poll()
+    watch.close()
+    assert [(e.step, e.checkpoint.framework, codes(e)) for e in events] == [(s, "dcp", []) for s in (10, 20, 30, 40)]
+    assert all(e.updates.ratio("model") > 0 and e.updates.ratio("optimizer") > 0 for e in events[1:])
+    assert_each_file_read_once(log, files)
