@@ -117,6 +117,7 @@ class Watch:
 
     def stop(self) -> str:
         self._stop.set()
+        self.backlog.append((time.monotonic(), self.finished - len(self.events)))  # after the last verdict
         os.killpg(self.proc.pid, signal.SIGINT)
         _, err = self.proc.communicate(timeout=120)
         return err

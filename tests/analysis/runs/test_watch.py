@@ -251,6 +251,10 @@ def assert_each_file_read_once(log, files: list) -> None:
     assert set(log.ranges) == {key for key, _ in files}  # nothing else read through Blobs
 
 
+def kept_bytes(watch: Follower) -> int:
+    return sum(a.nbytes for series in watch.series.values() for part in series.values.values() for a in part.values())
+
+
 def identity(path) -> tuple[tuple[str, int, int], int]:
     """The read log's key of a file (path, inode, modification time), and its size."""
     st = path.stat()
@@ -269,6 +273,8 @@ def test_each_save_is_read_once_over_a_run(tmp_path):
         for step in (70, 80, 90):  # a backlog of three, judged in one poll
             files.append(identity(save(tmp_path / f"ckpt-{step:04d}.pt", step)))
         events += watch.poll()
+    # what stays held: the newest save's compared values (4 weights and 8 moments of 16x16 float32), nothing more
+    assert kept_bytes(watch) == 12 * 16 * 16 * 4
     watch.close()
     assert [(e.step, codes(e)) for e in events][4:] == [(50, ["LAYER_FROZEN"]), (60, []), (70, []), (80, []), (90, [])]
     assert all(e.updates is not None and e.updates.ratio("model") > 0 for e in events[1:])
@@ -333,3 +339,26 @@ def test_each_dcp_save_is_read_once(tmp_path):
     assert [(e.step, e.checkpoint.framework, codes(e)) for e in events] == [(s, "dcp", []) for s in (10, 20, 30, 40)]
     assert all(e.updates.ratio("model") > 0 and e.updates.ratio("optimizer") > 0 for e in events[1:])
     assert_each_file_read_once(log, files)
+
+
+def test_a_save_larger_than_the_keep_budget_is_kept_in_part_with_the_same_figures(tmp_path):
+    from ckinspect.io.blobs import logging_reads
+
+    for step in range(10, 60, 10):
+        save(tmp_path / f"ckpt-{step:04d}.pt", step, frozen_from={"layers.1.wk": 30})
+
+    def run(keep_bytes: int) -> tuple[list, int, int]:
+        watch = Follower(tmp_path, settle=SETTLE, keep_bytes=keep_bytes)
+        with logging_reads() as log:
+            events = [(e.step, codes(e), e.updates and e.updates.to_json()) for e in watch.poll()]
+        held = kept_bytes(watch)
+        watch.close()
+        return events, held, sum(log.read_again().values())
+
+    whole, held, again = run(1 << 20)
+    assert (held, again) == (12 * 1024, 0)
+    part, held, again = run(5000)  # four of the twelve 1 KiB tensors: the others are read again when compared
+    assert part == whole
+    assert held == 4 * 1024 and again > 0
+    assert run(0)[0] == whole  # nothing kept: every comparison reads both saves from their files
+    assert [c for _, c, _ in whole] == [[], [], [], ["LAYER_FROZEN"], []]
