@@ -31,9 +31,10 @@ grow over the run, and is bounded whatever the checkpoints' size.
 With `jobs` > 1, a backlog of saves (a run that saves faster than one core can judge) is read by `jobs`
 worker processes, up to `jobs` saves ahead: each part listed and scanned there (the readers and the
 pickle scan are Python: threads would queue on the GIL), its listing and kept values sent back; the
-judge's verdict, the comparison and the anomalies follow here, one save after another, in order. The
-pool starts at the first backlog (forkserver: forked from a clean process that has imported the
-readers once, never from this one, whose other threads may hold locks) and lives until `close()`.
+judge's verdict, the comparison and the anomalies follow here, one save after another, in order. A
+single new save is read here (a worker would only add the trip). The pool starts at the first poll, so
+that the first backlog does not wait for it (forkserver: forked from a clean process that has imported
+the readers once, never from this one, whose other threads may hold locks), and lives until `close()`.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ ABANDONED = "abandoned"
 IN_PROGRESS = "in-progress"
 
 Signature = tuple[tuple[str, int, int, int], ...]  # (relative name, size, mtime_ns, inode) of every file
+Read = tuple[Checkpoint, "Kept | None"]  # one part as a worker read it: its listing, the values its scan kept
 
 
 class Event(Record):
@@ -160,7 +162,7 @@ class Follower:
         self.series: dict[tuple[str, str, str], _Series] = {}
         self.nonfinite_seen: Path | None = None  # the first checkpoint holding NaN/Inf
         self.events = 0
-        self.pool: ProcessPoolExecutor | None = None  # with jobs > 1, from the first backlog on
+        self.pool: ProcessPoolExecutor | None = None  # with jobs > 1, from the first poll on
 
     def close(self) -> None:
         """Close the files held open for the next comparison, and stop the worker processes."""
@@ -232,7 +234,7 @@ class Follower:
             for ckpt in checkpoints:
                 yield ckpt, self._read_here(ckpt)
             return
-        ahead: deque[tuple[RunCheckpoint, list[Future[tuple[Checkpoint, Kept | None]]]]] = deque()
+        ahead: deque[tuple[RunCheckpoint, list[tuple[Path, Future[Read]]]]] = deque()
         waiting = iter(checkpoints)
         for ckpt in waiting:
             ahead.append((ckpt, self._submit(ckpt)))
@@ -240,19 +242,19 @@ class Follower:
                 break
         while ahead:
             ckpt, futures = ahead.popleft()
-            read = [_result(future) for future in futures]  # in this save's part order
+            read = [(path, _result(future)) for path, future in futures]  # in this save's part order
             following = next(waiting, None)
             if following is not None:
                 ahead.append((following, self._submit(following)))
-            yield ckpt, self._read_here(ckpt, [r for r in read if r is not None])
+            yield ckpt, self._read_here(ckpt, [(path, r) for path, r in read if r is not None])
 
-    def _submit(self, ckpt: RunCheckpoint) -> list[Future[tuple[Checkpoint, Kept | None]]]:
+    def _submit(self, ckpt: RunCheckpoint) -> list[tuple[Path, Future[Read]]]:
         """Each part the judge will open, to the workers (parts a record names only once read are read here)."""
         paths = list(dict.fromkeys(part.path for part in ckpt.parts if part.role not in RECORD_ROLES))
         room = self.keep_bytes // max(1, len(paths))  # the save's budget shared by its parts
         try:
             pool = self._workers()
-            return [pool.submit(read_part, path, self.verify, room) for path in paths]
+            return [(path, pool.submit(read_part, path, self.verify, room)) for path in paths]
         except (BrokenProcessPool, RuntimeError, OSError):  # a worker died, or none could start: read here
             self._drop_workers()
             return []
@@ -279,14 +281,13 @@ class Follower:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
 
-    def _read_here(
-        self, ckpt: RunCheckpoint, read: list[tuple[Checkpoint, Kept | None]] | None = None
-    ) -> dict[Path, Kept]:
-        """Judge here; parts the workers read already (`read`) are not read again, the others are."""
+    def _read_here(self, ckpt: RunCheckpoint, read: list[tuple[Path, Read]] | None = None) -> dict[Path, Kept]:
+        """Judge here; parts the workers read already (`read`: by the path the judge opens) are not read
+        again, the others are."""
         kept: dict[Path, Kept] = {}
         reader = Reader(verify=self.verify, keep=self._keep(kept))
-        for opened, values in read or []:
-            reader.cache[opened.path] = opened
+        for path, (opened, values) in read or []:
+            reader.cache[path] = opened
             if values is not None:
                 kept[opened.path] = values
         judge(ckpt, reader)
@@ -413,7 +414,7 @@ class Follower:
 # ---------------------------------------------------------------------------------------------- workers
 
 
-def read_part(path: Path, verify: bool, keep_bytes: int) -> tuple[Checkpoint, Kept | None]:
+def read_part(path: Path, verify: bool, keep_bytes: int) -> Read:
     """One part of a save, as the judge's reader reads it (in a worker process): its listing, checks and
     value scan, and the values the scan kept for the comparison."""
     kept: list[Kept] = []
@@ -430,7 +431,7 @@ def _start_worker(threads: int) -> None:
     os.environ["CKINSPECT_THREADS"] = str(threads)
 
 
-def _result(future: Future[tuple[Checkpoint, Kept | None]]) -> tuple[Checkpoint, Kept | None] | None:
+def _result(future: Future[Read]) -> Read | None:
     """A worker's reading, or None when it failed (the judge then reads the part here, as without workers:
     the same findings, or the same error)."""
     try:
