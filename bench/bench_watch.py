@@ -292,9 +292,9 @@ def replay_mode(args: argparse.Namespace, work: Path) -> int:
         t += args.every
     if len(args.jobs) == 2:
         (a, ra), (b, rb) = sorted(results.items())
-        shorter = statistics.median(ra[2]) / max(1e-9, statistics.median(rb[2]))
-        print(f"--jobs {b} vs --jobs {a}: median lag {shorter:.2f}x shorter, drained {ra[3] / max(1e-9, rb[3]):.2f}x "
-              "sooner")  # fmt: skip
+        lag = statistics.median(ra[2]) / max(1e-9, statistics.median(rb[2]))
+        print(f"--jobs {a} / --jobs {b}: median lag {lag:.2f}x, time to drain after the last save "
+              f"{ra[3] / max(1e-9, rb[3]):.2f}x (above 1: --jobs {b} keeps up better)")  # fmt: skip
     return 0
 
 
