@@ -23,7 +23,15 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ckinspect.vocab import EXIT_ERROR, EXIT_OK, FAIL_ON_CHOICES, REPORT_FORMATS, VERSION, CkinspectError
+from ckinspect.vocab import (
+    EXIT_ERROR,
+    EXIT_OK,
+    FAIL_ON_CHOICES,
+    REPORT_FORMATS,
+    VERSION,
+    WATCH_KEEP_MIB,
+    CkinspectError,
+)
 
 
 def _columns() -> int:
@@ -291,9 +299,41 @@ def _watch_parser() -> argparse.ArgumentParser:
     watch.add_argument("--output", "-o", metavar="FILE", help="append the lines to FILE instead of stdout")
     watch.add_argument("--quick", action="store_true", help="structure only: skip the CRC and value scan")
     watch.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="read up to N waiting checkpoints at once (default: 1)"
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="read up to N waiting checkpoints at once, in N worker processes (default: 1)",
+    )
+    watch.add_argument(
+        "--keep",
+        type=_mib,
+        default=WATCH_KEEP_MIB,
+        metavar="MIB",
+        help="keep up to MIB of each save's weights and moments for the comparison with the next save, so each "
+        f"save is read once (default: {WATCH_KEEP_MIB}; 0: read the previous save again instead)",
     )
     return watch
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
+    return value
+
+
+def _mib(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of MiB (0 or more), got {text!r}")
+    return value
 
 
 _SUBCOMMANDS = {

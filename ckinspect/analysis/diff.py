@@ -385,6 +385,13 @@ def value_blocks(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo) -> Iterator[Any]
     yield from raw_blocks(blobs, ckpt.storages[t.storage_key], t, _DECODE_ELEMENTS, logical=True)
 
 
+def kept_blocks(raw: Any) -> Iterator[Any]:
+    """A tensor's raw elements held in memory, cut into the blocks `value_blocks` reads from its file
+    (block by block sums then come out the same to the last bit)."""
+    for start in range(0, len(raw), _DECODE_ELEMENTS):
+        yield raw[start : start + _DECODE_ELEMENTS]
+
+
 def _aligned(xs: Iterator[Any], ys: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
     """Pairs of equally long blocks from two streams of the same total length."""
     xbuf = ybuf = None

@@ -9,6 +9,7 @@ per-call overhead, 2 MiB ones sent OpenBLAS to its own threads. `python bench/be
 it with cat.
 
     result = scan_values(ckpt, progress)   # progress(done_bytes, total_bytes), called on this thread
+    scan_values(ckpt, keep=Kept({"model.w"}, budget))   # also copy those tensors' raw elements out (see Kept)
     result.findings                        # CORRUPT (CRC mismatch / cut short), NONFINITE, FP16_OVERFLOW
     result.stats["model.tok_emb.weight"]   # TensorStats(min, max, mean, std, nonfinite, fp16_overflow, max_abs)
     scan_values(ckpt, mean_std=False)      # the same findings, one numeric pass per block instead of four
@@ -46,6 +47,20 @@ def worker_count() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+class Kept(Record):
+    """Raw elements of some float tensors, copied out of the scan's own reads while they are in cache, so
+    that a later use of their values (the watch's comparison with the next save, analysis.updates) needs
+    no second read of the file. Only contiguous tensors the scan read whole, and only up to `budget` bytes
+    (tensors in storage order; one that does not fit is left out and read from the file when needed)."""
+
+    __hash__ = None  # type: ignore[assignment]  # filled by the scan
+
+    names: set[str]  # the tensors wanted
+    budget: int
+    values: dict[str, Any] = field(default_factory=dict)  # name -> raw elements (io.values.raw_numpy_dtype), C order
+    nbytes: int = 0  # held by `values` (tied names share one array)
+
+
 class ScanResult(Record):
     __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
@@ -71,6 +86,8 @@ class _View(Record):
     dtype: str
     names: list[str]
     moments: Moments = field(default_factory=Moments)
+    kept: Any = None  # a numpy array the scan copies this view's raw elements into (Kept), or None
+    copied: int = 0  # bytes copied into `kept` so far
 
 
 class _Piece(Record):
@@ -172,7 +189,7 @@ def _units(pieces: list[_Piece]) -> Iterator[list[_Piece]]:
 
 def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece], mean_std: bool) -> list[Any]:
     """CRC and moments of each piece in one pass: block by block, so the numpy passes find the block in
-    cache right after the CRC has read it from memory."""
+    cache right after the CRC has read it from memory (and a kept view is copied out from there too)."""
     import numpy as np
 
     out = []
@@ -181,6 +198,7 @@ def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece], m
             storage = storages[p.storage_index]
             moments = [Moments(summed=mean_std) for _ in p.views]
             kinds = [(raw_numpy_dtype(v.dtype), v.dtype, v.dtype in OVERFLOW_DTYPES) for v in p.views]
+            copied = [0] * len(p.views)
             crc = 0
             if p.length:
                 with blobs.window(storage.file, storage.offset + p.start, p.length) as view:  # type: ignore[operator]
@@ -194,7 +212,11 @@ def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece], m
                             if a < b:
                                 raw, dtype, over = kinds[i]
                                 moments[i].add_raw(np.frombuffer(view[a:b], raw), dtype, over)
-            out.append((p, crc, list(zip(p.views, moments, strict=True))))
+                                if v.kept is not None:  # disjoint ranges of one array: threads never overlap
+                                    at = p.start + a - v.start
+                                    memoryview(v.kept).cast("B")[at : at + b - a] = view[a:b]
+                                    copied[i] += b - a
+            out.append((p, crc, list(zip(p.views, moments, copied, strict=True))))
     return out
 
 
@@ -208,14 +230,16 @@ def _run_strided(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, mean_st
     return total
 
 
-def scan_values(ckpt: Checkpoint, progress: Progress | None = None, mean_std: bool = True) -> ScanResult:
+def scan_values(
+    ckpt: Checkpoint, progress: Progress | None = None, keep: Kept | None = None, mean_std: bool = True
+) -> ScanResult:
     """CRC every storage whose CRC is known, and take min/max/mean/std/NaN/Inf/fp16-range of every float tensor.
 
-    Memory stays at a few chunks per thread whatever the file size. Findings are returned, not added
-    to `ckpt`; the caller decides where they go. `mean_std=False` runs the checks only: the same
-    findings, but min, max, mean and std are None (max_abs is kept where values overflow float16), for
-    one BLAS pass per block instead of four numpy passes (the CLI's report shows findings only; the
-    TUI's details pane shows the statistics).
+    Memory stays at a few chunks per thread whatever the file size (plus, with `keep`, the kept values,
+    at most its budget). Findings are returned, not added to `ckpt`; the caller decides where they go.
+    `mean_std=False` runs the checks only: the same findings, but min, max, mean and std are None
+    (max_abs is kept where values overflow float16), for one BLAS pass per block instead of four numpy
+    passes (the CLI's report shows findings only; the TUI's details pane shows the statistics).
     """
     started = time.perf_counter()
     findings: list[Finding] = []
@@ -223,6 +247,8 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None, mean_std: bo
     with Blobs() as blobs:
         with no_gc():  # ~150k small objects without cycles for a 50,000-tensor file
             storages, pieces, strided, views = _plan(ckpt, blobs, findings, skipped)
+            if keep is not None:
+                _allocate_kept(views, keep)
         total = sum(p.length for p in pieces) + sum(t.span_bytes for _, t, _ in strided)
         scan = _Scan(ckpt, blobs, storages, findings, progress, total, mean_std)
         if progress:
@@ -238,8 +264,37 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None, mean_std: bo
             stats[name] = s
     for name, m in scan.strided_moments.items():
         stats[name] = m.stats()
+    if keep is not None:
+        _collect_kept(views, keep)
     findings += _value_findings(ckpt, stats)
     return ScanResult(findings, stats, scan.done, time.perf_counter() - started, crc_checked, skipped)
+
+
+def _allocate_kept(views: list[_View], keep: Kept) -> None:
+    """An array for each wanted view that fits the budget, which the pieces fill as they are read."""
+    import numpy as np
+
+    from ckinspect.io.values import raw_numpy_dtype
+
+    room = keep.budget - keep.nbytes
+    for v in views:
+        if v.nbytes <= room and any(name in keep.names for name in v.names):
+            dtype = raw_numpy_dtype(v.dtype)
+            v.kept = np.empty(v.nbytes // dtype.itemsize, dtype=dtype)
+            room -= v.nbytes
+
+
+def _collect_kept(views: list[_View], keep: Kept) -> None:
+    """Hand over the arrays the scan filled whole; one a failed read left short is dropped (read again later)."""
+    for v in views:
+        if v.kept is None:
+            continue
+        if v.copied == v.nbytes:
+            keep.nbytes += v.nbytes
+            for name in v.names:
+                if name in keep.names:
+                    keep.values[name] = v.kept
+        v.kept = None
 
 
 class _Scan(Record):
@@ -280,8 +335,9 @@ class _PiecesJob(Record):
         for p, crc, partial in result:
             if p.crc:
                 scan.crc_parts.setdefault(p.storage_index, {})[p.chunk_index] = (crc, p.length)
-            for v, m in partial:
+            for v, m, copied in partial:
                 v.moments.merge(m)
+                v.copied += copied
         scan.advanced(sum(p.length for p, _, _ in result))
 
 

@@ -34,7 +34,13 @@ def run(command: str, args: argparse.Namespace) -> int:
         refuse_remote(args.run_dir, WATCH_LOCAL_ONLY)
         if not Path(args.run_dir).is_dir():
             raise CkinspectError(f"{args.run_dir}: not a folder")
-        watch = {"settle": args.settle, "interval": args.interval, "poll": args.poll, "jobs": args.jobs}
+        watch = {
+            "settle": args.settle,
+            "interval": args.interval,
+            "poll": args.poll,
+            "jobs": args.jobs,
+            "keep_bytes": args.keep << 20,
+        }
     app = create_app(command, paths, quick=bool(getattr(args, "quick", False)), watch=watch)
     app.run()
     return app.return_code or 0  # 1 when the app stopped on an unhandled error (Textual printed it)

@@ -15,7 +15,10 @@ from ckinspect.model import Checkpoint, Finding
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    from ckinspect.analysis.scan import Kept
 
 # Frameworks whose checkpoint is one file: its own checks decide whether it is a resume file.
 SINGLE_FILE = ("file", "lightning", "trainer")
@@ -44,18 +47,25 @@ FRAMEWORK_GLOBALS: dict[str, dict[str, str]] = {
 
 class Reader:
     """Reads each part once (recognisers and the judge share it). With `verify` and `jobs` other than 1
-    (None: analysis.parallel's default), the value scan of a checkpoint's parts runs on a process pool."""
+    (None: analysis.parallel's default), the value scan of a checkpoint's parts runs on a process pool.
 
-    def __init__(self, verify: bool = False, jobs: int | None = 1) -> None:
+    `keep(listed)`, when given, says which values the value scan of each part keeps (a `scan.Kept`, which
+    the scan fills): see analysis.inspect. Kept values fill in this process only, so a Reader that keeps
+    scans here, whatever `jobs` says."""
+
+    def __init__(
+        self, verify: bool = False, jobs: int | None = 1, keep: Callable[[Checkpoint], Kept] | None = None
+    ) -> None:
         self.verify = verify
         self.jobs = jobs
+        self.keep = keep
         self.cache: dict[Path, Checkpoint] = {}
 
     def prefetch(self, paths: list[Path]) -> None:
         """Read these parts now, their value scans side by side (one checkpoint's rank files or shards);
         the same Checkpoints `inspect` would give one by one."""
         todo = [p for p in dict.fromkeys(paths) if p not in self.cache]
-        if not self.verify or self.jobs == 1 or len(todo) < 2:
+        if not self.verify or self.jobs == 1 or self.keep is not None or len(todo) < 2:
             return  # inspect() reads them one by one
         from ckinspect.analysis.parallel import scan_checkpoints
 
@@ -66,7 +76,7 @@ class Reader:
     def inspect(self, path: Path) -> Checkpoint:
         ckpt = self.cache.get(path)
         if ckpt is None:
-            ckpt = self.cache[path] = inspect_path(path, quick=not self.verify)
+            ckpt = self.cache[path] = inspect_path(path, quick=not self.verify, keep=self.keep)
         return ckpt
 
 
