@@ -1,6 +1,6 @@
 """CRC-32 implementations side by side: zlib (CPython's), zlib-ng's and ISA-L's Python bindings.
 
-    python bench/bench_crc.py            # 256 MiB of random bytes, in the value scan's 512 KiB blocks
+    python bench/bench_crc.py            # 256 MiB of random bytes, in the value scan's blocks (SCAN_BLOCK)
     python bench/bench_crc.py --mib 1024
 
 Rows: GB/s on one thread and on two (each thread one half), and each as a ratio to zlib, which is
@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ckinspect.analysis.scan import SCAN_BLOCK  # noqa: E402
 from ckinspect.io.crc import CRC_IMPL, available  # noqa: E402
-from ckinspect.io.values import WIDEN_BLOCK  # noqa: E402
 
 
 def rate(crc, data: memoryview, threads: int, repeat: int) -> float:
@@ -27,8 +27,8 @@ def rate(crc, data: memoryview, threads: int, repeat: int) -> float:
 
     def work(i: int) -> None:
         c = 0
-        for s in range(i * part, (i + 1) * part, WIDEN_BLOCK):
-            c = crc(data[s : min(s + WIDEN_BLOCK, (i + 1) * part)], c)
+        for s in range(i * part, (i + 1) * part, SCAN_BLOCK):
+            c = crc(data[s : min(s + SCAN_BLOCK, (i + 1) * part)], c)
 
     best = float("inf")
     for _ in range(repeat):

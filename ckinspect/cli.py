@@ -23,7 +23,15 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ckinspect.vocab import EXIT_ERROR, EXIT_OK, FAIL_ON_CHOICES, REPORT_FORMATS, VERSION, CkinspectError
+from ckinspect.vocab import (
+    EXIT_ERROR,
+    EXIT_OK,
+    FAIL_ON_CHOICES,
+    REPORT_FORMATS,
+    VERSION,
+    WATCH_KEEP_MIB,
+    CkinspectError,
+)
 
 
 def _columns() -> int:
@@ -97,6 +105,10 @@ examples:
   ckinspect --report runs/                     every checkpoint found
   ckinspect --report ckpt.pth --format json    the schema-1 JSON report
   ckinspect --report --fail-on warning c/*.pth  CI: exit 1 on a warning
+  ckinspect --report --jobs 4 model.safetensors.index.json   4 shards at once
+  torchrun --nnodes 2 --nproc_per_node 8 -m ckinspect --report ckpt/
+      every rank scans its share of the parts; rank 0 writes the report and
+      every rank exits with its status (CKINSPECT_DISTRIBUTED=0: do not join)
 
 exit status: 0 nothing at or above --fail-on, 1 findings at or above it,
              2 usage or internal error"""
@@ -141,6 +153,15 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
         main.add_argument("--version", action="version", version=f"ckinspect {VERSION}")
         _add_output_options(main)
+        main.add_argument(
+            "--jobs",
+            "-j",
+            type=int,
+            metavar="N",
+            help="with --report: scan the files of sharded and DCP checkpoints, and the checkpoints of a "
+            "folder, on N processes (default: the number of cores, for 1 GiB or more of data; 1: this "
+            "process only). Under torchrun each rank scans its share and rank 0 writes the report",
+        )
         return main
     return _SUBCOMMANDS[command]()
 
@@ -248,6 +269,14 @@ def _last_good_parser() -> argparse.ArgumentParser:
     last_good.add_argument("run_dir", metavar="RUN_DIR", help="the folder the run writes its checkpoints to")
     last_good.add_argument("--verify", action="store_true", help="also check every CRC and scan every value")
     last_good.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        metavar="N",
+        help="with --verify: scan the files of each checkpoint (rank files, shards) on N processes "
+        "(default: the number of cores, for 1 GiB or more of data; 1: this process only)",
+    )
+    last_good.add_argument(
         "--format",
         choices=REPORT_FORMATS,
         default="text",
@@ -290,9 +319,41 @@ def _watch_parser() -> argparse.ArgumentParser:
     watch.add_argument("--output", "-o", metavar="FILE", help="append the lines to FILE instead of stdout")
     watch.add_argument("--quick", action="store_true", help="structure only: skip the CRC and value scan")
     watch.add_argument(
-        "--jobs", type=int, default=1, metavar="N", help="read up to N waiting checkpoints at once (default: 1)"
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="read up to N waiting checkpoints at once, in N worker processes (default: 1)",
+    )
+    watch.add_argument(
+        "--keep",
+        type=_mib,
+        default=WATCH_KEEP_MIB,
+        metavar="MIB",
+        help="keep up to MIB of each save's weights and moments for the comparison with the next save, so each "
+        f"save is read once (default: {WATCH_KEEP_MIB}; 0: read the previous save again instead)",
     )
     return watch
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
+    return value
+
+
+def _mib(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of MiB (0 or more), got {text!r}")
+    return value
 
 
 _SUBCOMMANDS = {

@@ -99,6 +99,8 @@ STEP_KEYS = (
 EPOCH_KEYS = ("epoch", "epochs", "cur_epoch", "current_epoch")
 WORLD_SIZE_KEYS = ("world_size", "num_processes", "n_gpus", "ngpus")
 
+# `watch --keep`: MiB of one save's weights and moments kept for the comparison with the next save
+WATCH_KEEP_MIB = 256
 FP16_MAX = 65504.0  # the largest finite float16; beyond it a half-precision save stores inf
 
 # Logit drift: the reference the roundings are measured against, the formats measured by default, and

@@ -23,6 +23,7 @@ from typing import Any
 from ckinspect.analysis.scan import worker_count
 from ckinspect.dtypes import dtype_info
 from ckinspect.io.blobs import Blobs, UnreadableStorage, files_differ
+from ckinspect.io.remote import RemotePath
 from ckinspect.io.values import decode, raw_blocks
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record, field
@@ -220,8 +221,10 @@ def why_not_comparable(a: Checkpoint, b: Checkpoint) -> str | None:
 
 def raw_bytes_differ(a: Path, b: Path, chunk: int = COMPARE_CHUNK) -> bool | None:
     """Do two files differ byte for byte? None when either is no regular file (folders, sharded sets)."""
+    if a.name.endswith(".index.json") or b.name.endswith(".index.json"):
+        return None
     try:
-        if not (a.is_file() and b.is_file()) or a.name.endswith(".index.json") or b.name.endswith(".index.json"):
+        if not all(isinstance(p, RemotePath) or p.is_file() for p in (a, b)):  # a URL names one object
             return None
     except OSError:
         return None
@@ -380,6 +383,13 @@ def _byte_ranges(ckpt: Checkpoint, blobs: Blobs, t: TensorInfo) -> tuple[Path, i
 def value_blocks(blobs: Blobs, ckpt: Checkpoint, t: TensorInfo) -> Iterator[Any]:
     """The tensor's raw elements in C order as numpy blocks (copies), bounded in size."""
     yield from raw_blocks(blobs, ckpt.storages[t.storage_key], t, _DECODE_ELEMENTS, logical=True)
+
+
+def kept_blocks(raw: Any) -> Iterator[Any]:
+    """A tensor's raw elements held in memory, cut into the blocks `value_blocks` reads from its file
+    (block by block sums then come out the same to the last bit)."""
+    for start in range(0, len(raw), _DECODE_ELEMENTS):
+        yield raw[start : start + _DECODE_ELEMENTS]
 
 
 def _aligned(xs: Iterator[Any], ys: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
@@ -605,7 +615,8 @@ def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
 
 def _chunk_equal(run: _Run, chunk: _Chunk) -> tuple[bool, list[_Pair]]:
     fa, oa, fb, ob, n, ps = chunk
-    if _MEMCMP is not None and n >= (256 << 10) and hasattr(mmap, "MAP_PRIVATE"):
+    remote = isinstance(fa, RemotePath) or isinstance(fb, RemotePath)  # fetched by range reads: nothing to map
+    if _MEMCMP is not None and n >= (256 << 10) and hasattr(mmap, "MAP_PRIVATE") and not remote:
         # no numpy on the all-identical path: importing it would cost more than comparing a GiB
         with run.blobs_a.address(fa, oa, n) as xa, run.blobs_b.address(fb, ob, n) as xb:
             return _MEMCMP(xa, xb, n) == 0, ps

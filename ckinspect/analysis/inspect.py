@@ -1,6 +1,7 @@
 """The one call the CLI and the TUI both make: open, analyze, check, and (unless quick) scan values.
 
     ckpt = inspect_path(target, quick=False, progress=None)
+    ckpt = inspect_path(target, keep=lambda listed: Kept(names, budget))   # the scan also keeps those values
 
 `target` is a `discover.Target` or a path. Never raises for bad content (that is a CORRUPT finding);
 raises CkinspectError only for a path that cannot be opened at all.
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def inspect_path(target: Any, quick: bool = False, progress: Any = None) -> Checkpoint:
+def inspect_path(target: Any, quick: bool = False, progress: Any = None, keep: Any = None) -> Checkpoint:
     raw = target.path if hasattr(target, "path") else target
     ckpt = open_checkpoint(raw if is_url(raw) else Path(os.fspath(raw)))
     layout = analyze_layout(ckpt)
@@ -30,5 +31,7 @@ def inspect_path(target: Any, quick: bool = False, progress: Any = None) -> Chec
     if not quick and ckpt.tensors:
         from ckinspect.analysis.scan import scan_values  # here, so --quick never pays for the value scanner
 
-        ckpt.findings.extend(scan_values(ckpt, progress).findings)
+        kept = keep(ckpt) if keep is not None else None  # what to keep depends on what the listing found
+        # the report shows findings only: the checks alone (no min, max, mean or std) decide them all
+        ckpt.findings.extend(scan_values(ckpt, progress, kept, mean_std=False).findings)
     return ckpt

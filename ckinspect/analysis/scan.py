@@ -1,14 +1,18 @@
 """The value scan: every stored byte checked against its CRC, every floating value checked for NaN/Inf
 and for values half precision cannot hold. Streams bounded chunks on two threads; never imports torch.
 
-One pass over memory: each chunk is walked in L2-sized blocks (WIDEN_BLOCK); a block is CRC'd by the
-fast CRC-32 (`ckinspect.io.crc`: ISA-L or zlib-ng, zlib when neither is installed) and then, while it
-is still in cache, its float views get their min/max (NaN and Inf show there, so the finiteness check
-costs no pass of its own), sum and sum of squares. `python bench/bench_scan.py` compares it with cat.
+One pass over memory: each chunk is mapped (an mmap window: page-cache pages are mapped, not copied;
+a pread into a reused buffer cost more CPU than the page faults, measured) and walked in SCAN_BLOCK
+blocks. The fast CRC-32 (`ckinspect.io.crc`) reads a block from memory, then the numeric passes
+(`analysis.stats`) find it in cache. 1 MiB blocks measured best: 256 KiB blocks cost ~40% more CPU in
+per-call overhead, 2 MiB ones sent OpenBLAS to its own threads. `python bench/bench_scan.py` compares
+it with cat.
 
     result = scan_values(ckpt, progress)   # progress(done_bytes, total_bytes), called on this thread
+    scan_values(ckpt, keep=Kept({"model.w"}, budget))   # also copy those tensors' raw elements out (see Kept)
     result.findings                        # CORRUPT (CRC mismatch / cut short), NONFINITE, FP16_OVERFLOW
     result.stats["model.tok_emb.weight"]   # TensorStats(min, max, mean, std, nonfinite, fp16_overflow, max_abs)
+    scan_values(ckpt, mean_std=False)      # the same findings, one numeric pass per block instead of four
 """
 
 from __future__ import annotations
@@ -21,18 +25,18 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, TensorStats, moments_of_array, moments_of_bytes
+from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, TensorStats, moments_of_array
 from ckinspect.formats.tree import no_gc
 from ckinspect.io.blobs import DEFAULT_CHUNK, Blobs, UnreadableStorage
 from ckinspect.io.crc import crc32, crc32_combine
-from ckinspect.io.values import WIDEN_BLOCK, iter_view_blocks
+from ckinspect.io.values import iter_view_blocks, raw_numpy_dtype
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
 
 Progress = Callable[[int, int], None]
 
 SCANNED_DTYPES = ("float32", "float16", "bfloat16", "float64")
-_BLOCK = WIDEN_BLOCK  # bytes per numpy pass: several passes over one block stay in L2
+SCAN_BLOCK = 1 << 20  # bytes per CRC + numeric pass: read from memory once by the CRC, then from cache
 
 
 def worker_count() -> int:
@@ -41,6 +45,20 @@ def worker_count() -> int:
     if env.isdigit() and int(env) > 0:
         return int(env)
     return max(1, min(2, os.cpu_count() or 1))
+
+
+class Kept(Record):
+    """Raw elements of some float tensors, copied out of the scan's own reads while they are in cache, so
+    that a later use of their values (the watch's comparison with the next save, analysis.updates) needs
+    no second read of the file. Only contiguous tensors the scan read whole, and only up to `budget` bytes
+    (tensors in storage order; one that does not fit is left out and read from the file when needed)."""
+
+    __hash__ = None  # type: ignore[assignment]  # filled by the scan
+
+    names: set[str]  # the tensors wanted
+    budget: int
+    values: dict[str, Any] = field(default_factory=dict)  # name -> raw elements (io.values.raw_numpy_dtype), C order
+    nbytes: int = 0  # held by `values` (tied names share one array)
 
 
 class ScanResult(Record):
@@ -68,6 +86,8 @@ class _View(Record):
     dtype: str
     names: list[str]
     moments: Moments = field(default_factory=Moments)
+    kept: Any = None  # a numpy array the scan copies this view's raw elements into (Kept), or None
+    copied: int = 0  # bytes copied into `kept` so far
 
 
 class _Piece(Record):
@@ -167,41 +187,59 @@ def _units(pieces: list[_Piece]) -> Iterator[list[_Piece]]:
         yield batch
 
 
-def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece]):
+def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece], mean_std: bool) -> list[Any]:
     """CRC and moments of each piece in one pass: block by block, so the numpy passes find the block in
-    cache right after the CRC has read it from memory."""
+    cache right after the CRC has read it from memory (and a kept view is copied out from there too)."""
+    import numpy as np
+
     out = []
-    for p in unit:
-        storage = storages[p.storage_index]
-        moments = [Moments() for _ in p.views]
-        crc = 0
-        if p.length:
-            with blobs.window(storage.file, storage.offset + p.start, p.length) as view:  # type: ignore[operator]
-                for start in range(0, p.length, _BLOCK):
-                    end = min(start + _BLOCK, p.length)
-                    if p.crc:
-                        crc = crc32(view[start:end], crc)
-                    for i, v in enumerate(p.views):
-                        a = max(v.start - p.start, start)
-                        b = min(v.start + v.nbytes - p.start, end)
-                        if a < b:
-                            moments[i].merge(moments_of_bytes(view[a:b], v.dtype))
-        out.append((p, crc, list(zip(p.views, moments, strict=True))))
+    with np.errstate(all="ignore"):  # signalling-NaN patterns in min/max: counted, not warned about
+        for p in unit:
+            storage = storages[p.storage_index]
+            moments = [Moments(summed=mean_std) for _ in p.views]
+            kinds = [(raw_numpy_dtype(v.dtype), v.dtype, v.dtype in OVERFLOW_DTYPES) for v in p.views]
+            copied = [0] * len(p.views)
+            crc = 0
+            if p.length:
+                with blobs.window(storage.file, storage.offset + p.start, p.length) as view:  # type: ignore[operator]
+                    for start in range(0, p.length, SCAN_BLOCK):
+                        end = min(start + SCAN_BLOCK, p.length)
+                        if p.crc:
+                            crc = crc32(view[start:end], crc)
+                        for i, v in enumerate(p.views):
+                            a = max(v.start - p.start, start)
+                            b = min(v.start + v.nbytes - p.start, end)
+                            if a < b:
+                                raw, dtype, over = kinds[i]
+                                moments[i].add_raw(np.frombuffer(view[a:b], raw), dtype, over)
+                                if v.kept is not None:  # disjoint ranges of one array: threads never overlap
+                                    at = p.start + a - v.start
+                                    memoryview(v.kept).cast("B")[at : at + b - a] = view[a:b]
+                                    copied[i] += b - a
+            out.append((p, crc, list(zip(p.views, moments, copied, strict=True))))
     return out
 
 
-def _run_strided(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo) -> Moments:
-    total = Moments()
-    for block in iter_view_blocks(blobs, storage, tensor, logical=False):
-        total.merge(moments_of_array(block, tensor.dtype))
+def _run_strided(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, mean_std: bool) -> Moments:
+    import numpy as np
+
+    total = Moments(summed=mean_std)
+    with np.errstate(all="ignore"):
+        for block in iter_view_blocks(blobs, storage, tensor, logical=False):
+            total.merge(moments_of_array(block, tensor.dtype, mean_std))
     return total
 
 
-def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResult:
+def scan_values(
+    ckpt: Checkpoint, progress: Progress | None = None, keep: Kept | None = None, mean_std: bool = True
+) -> ScanResult:
     """CRC every storage whose CRC is known, and take min/max/mean/std/NaN/Inf/fp16-range of every float tensor.
 
-    Memory stays at a few chunks per thread whatever the file size. Findings are returned, not added
-    to `ckpt`; the caller decides where they go.
+    Memory stays at a few chunks per thread whatever the file size (plus, with `keep`, the kept values,
+    at most its budget). Findings are returned, not added to `ckpt`; the caller decides where they go.
+    `mean_std=False` runs the checks only: the same findings, but min, max, mean and std are None
+    (max_abs is kept where values overflow float16), for one BLAS pass per block instead of four numpy
+    passes (the CLI's report shows findings only; the TUI's details pane shows the statistics).
     """
     started = time.perf_counter()
     findings: list[Finding] = []
@@ -209,8 +247,10 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
     with Blobs() as blobs:
         with no_gc():  # ~150k small objects without cycles for a 50,000-tensor file
             storages, pieces, strided, views = _plan(ckpt, blobs, findings, skipped)
+            if keep is not None:
+                _allocate_kept(views, keep)
         total = sum(p.length for p in pieces) + sum(t.span_bytes for _, t, _ in strided)
-        scan = _Scan(ckpt, blobs, storages, findings, progress, total)
+        scan = _Scan(ckpt, blobs, storages, findings, progress, total, mean_std)
         if progress:
             progress(0, total)
         jobs: list[_Job] = [_PiecesJob(unit) for unit in _units(pieces)]
@@ -224,8 +264,37 @@ def scan_values(ckpt: Checkpoint, progress: Progress | None = None) -> ScanResul
             stats[name] = s
     for name, m in scan.strided_moments.items():
         stats[name] = m.stats()
+    if keep is not None:
+        _collect_kept(views, keep)
     findings += _value_findings(ckpt, stats)
     return ScanResult(findings, stats, scan.done, time.perf_counter() - started, crc_checked, skipped)
+
+
+def _allocate_kept(views: list[_View], keep: Kept) -> None:
+    """An array for each wanted view that fits the budget, which the pieces fill as they are read."""
+    import numpy as np
+
+    from ckinspect.io.values import raw_numpy_dtype
+
+    room = keep.budget - keep.nbytes
+    for v in views:
+        if v.nbytes <= room and any(name in keep.names for name in v.names):
+            dtype = raw_numpy_dtype(v.dtype)
+            v.kept = np.empty(v.nbytes // dtype.itemsize, dtype=dtype)
+            room -= v.nbytes
+
+
+def _collect_kept(views: list[_View], keep: Kept) -> None:
+    """Hand over the arrays the scan filled whole; one a failed read left short is dropped (read again later)."""
+    for v in views:
+        if v.kept is None:
+            continue
+        if v.copied == v.nbytes:
+            keep.nbytes += v.nbytes
+            for name in v.names:
+                if name in keep.names:
+                    keep.values[name] = v.kept
+        v.kept = None
 
 
 class _Scan(Record):
@@ -239,6 +308,7 @@ class _Scan(Record):
     findings: list[Finding]
     progress: Progress | None
     total: int
+    mean_std: bool
     done: int = 0
     crc_parts: dict[int, dict[int, tuple[int, int]]] = field(default_factory=dict)  # storage -> chunk -> crc, length
     strided_moments: dict[str, Moments] = field(default_factory=dict)
@@ -256,7 +326,7 @@ class _PiecesJob(Record):
 
     def run(self, scan: _Scan) -> Any:
         try:
-            return _run_pieces(scan.blobs, scan.storages, self.unit)
+            return _run_pieces(scan.blobs, scan.storages, self.unit, scan.mean_std)
         except (UnreadableStorage, OSError) as exc:  # the file changed under us since planning
             scan.findings.append(Finding("CORRUPT", f"{scan.ckpt.path.name}: {exc}"))
             return []
@@ -265,8 +335,9 @@ class _PiecesJob(Record):
         for p, crc, partial in result:
             if p.crc:
                 scan.crc_parts.setdefault(p.storage_index, {})[p.chunk_index] = (crc, p.length)
-            for v, m in partial:
+            for v, m, copied in partial:
                 v.moments.merge(m)
+                v.copied += copied
         scan.advanced(sum(p.length for p, _, _ in result))
 
 
@@ -278,7 +349,7 @@ class _StridedJob(Record):
 
     def run(self, scan: _Scan) -> Any:
         try:
-            return _run_strided(scan.blobs, self.storage, self.tensor)
+            return _run_strided(scan.blobs, self.storage, self.tensor, scan.mean_std)
         except UnreadableStorage as exc:
             scan.findings.append(Finding("CORRUPT", f"{self.tensor.name}: {exc}", self.tensor.name))
             return Moments()
@@ -339,6 +410,12 @@ def _check_crcs(scan: _Scan) -> int:
                 )
             )
     return crc_checked
+
+
+def value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Finding]:
+    """The NONFINITE and FP16_OVERFLOW findings of these stats, as scan_values makes them: public so that
+    a scan split into parts (analysis.parallel) makes them once from the parts' merged stats."""
+    return _value_findings(ckpt, stats)
 
 
 def _value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Finding]:

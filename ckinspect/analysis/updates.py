@@ -8,6 +8,10 @@ group and per layer, the step delta, and the optimizer's moment statistics.
 
 Tensors are paired the way `ckinspect diff` pairs them (analysis.diff.match_names) and streamed in bounded
 blocks through the one value decoder (io.values): memory does not grow with the checkpoint. No torch.
+
+A save's values can come from memory instead of its file: `compared_values(listed, budget)` asks the
+value scan to keep them (scan.Kept) as it reads the save once, and `compare_saves(..., previous_values=,
+current_values=)` takes them; blocks are cut exactly as from the file, so every figure is the same.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import math
 
-from ckinspect.analysis.diff import _aligned, match_names, roles, value_blocks
+from ckinspect.analysis.diff import _aligned, kept_blocks, match_names, roles, value_blocks
+from ckinspect.analysis.scan import Kept
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.io.values import decode
 from ckinspect.model import Checkpoint, TensorInfo
@@ -23,6 +28,7 @@ from ckinspect.record import Record, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -146,11 +152,33 @@ def moment_of(name: str) -> str | None:
     return last if last in MOMENT_NAMES else None
 
 
-def compare_saves(previous: Checkpoint, current: Checkpoint, previous_files: Blobs | None = None) -> Updates:
+def compared_values(listed: Checkpoint, budget: int) -> Kept:
+    """What `compare_saves` reads of this save, for its value scan to keep (up to `budget` bytes): the
+    float tensors of the ratio groups, but for the optimizer's per-parameter step counters."""
+    groups = roles(listed)
+    names = {t.name for t in listed.tensors if _compared(groups.get(t.name, t.group), t)}
+    return Kept(names, budget)
+
+
+def _compared(group: str, t: TensorInfo) -> bool:
+    if group not in RATIO_GROUPS or t.dtype not in FLOAT_DTYPES:
+        return False
+    return not (group == "optimizer" and t.numel <= 1)  # a step counter would swamp the moments' norms
+
+
+def compare_saves(
+    previous: Checkpoint,
+    current: Checkpoint,
+    previous_files: Blobs | None = None,
+    previous_values: dict[str, Any] | None = None,
+    current_values: dict[str, Any] | None = None,
+) -> Updates:
     """||Δw|| / ||w|| per group and model layer, the step delta and the moment statistics (see module doc).
 
     `previous_files`: the previous save's files, opened when it was read. A trainer that saves again under
     the same name replaces the file; descriptors opened before still read the older bytes.
+    `previous_values`, `current_values`: raw elements kept by each save's value scan (scan.Kept.values);
+    a tensor not among them is read from its file.
     """
     out = Updates(previous_step=_step(previous), step=_step(current))
     groups = roles(current)
@@ -165,15 +193,18 @@ def compare_saves(previous: Checkpoint, current: Checkpoint, previous_files: Blo
                 continue
             before, now = theirs[before_name], mine[now_name]
             group = groups.get(now.name, now.group)
-            if group not in RATIO_GROUPS or now.dtype not in FLOAT_DTYPES or before.dtype not in FLOAT_DTYPES:
+            if not _compared(group, now) or before.dtype not in FLOAT_DTYPES:
                 continue
             if before.shape != now.shape:
                 out.unpaired += 1
                 continue
-            if group == "optimizer" and now.numel <= 1:
-                continue  # a per-parameter step counter, not a moment: it would swamp the moments' norms
             try:
-                norms, moment = _tensor_update(blobs_prev, previous, before, blobs_cur, current, now)
+                norms, moment = _tensor_update(
+                    _blocks(previous_values, blobs_prev, previous, before),
+                    before,
+                    _blocks(current_values, blobs_cur, current, now),
+                    now,
+                )
             except (UnreadableStorage, KeyError, OSError, ValueError) as exc:
                 out.unreadable.append(f"{now.name}: {exc}")
                 continue
@@ -190,15 +221,23 @@ def compare_saves(previous: Checkpoint, current: Checkpoint, previous_files: Blo
     return out
 
 
+def _blocks(values: dict[str, Any] | None, blobs: Blobs, ckpt: Checkpoint, t: TensorInfo) -> Iterator[Any]:
+    """The tensor's raw elements in blocks: from the values its scan kept, else from its file."""
+    kept = values.get(t.name) if values else None
+    if kept is not None and t.is_contiguous and len(kept) == t.numel:
+        return kept_blocks(kept)
+    return value_blocks(blobs, ckpt, t)
+
+
 def _tensor_update(
-    blobs_prev: Blobs, previous: Checkpoint, before: TensorInfo, blobs_cur: Blobs, current: Checkpoint, now: TensorInfo
+    blocks_before: Iterator[Any], before: TensorInfo, blocks_now: Iterator[Any], now: TensorInfo
 ) -> tuple[Norms, MomentStats]:
     import numpy as np
 
     norms = Norms(tensors=1, full_precision=now.dtype in FULL_PRECISION and before.dtype in FULL_PRECISION)
     moment = MomentStats()
     changed = False
-    for xa, xb in _aligned(value_blocks(blobs_prev, previous, before), value_blocks(blobs_cur, current, now)):
+    for xa, xb in _aligned(blocks_before, blocks_now):
         fa, fb = decode(xa, before.dtype), decode(xb, now.dtype)
         finite_a, finite_b = np.isfinite(fa), np.isfinite(fb)
         if not (finite_a.all() and finite_b.all()):

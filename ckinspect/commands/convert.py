@@ -11,11 +11,14 @@ import sys
 
 from ckinspect.commands.emit import emit, envelope
 from ckinspect.fmt import md_text
+from ckinspect.io.remote import LOCAL_OUTPUT, refuse_remote
 from ckinspect.ops.convert import ConvertResult, convert
 from ckinspect.vocab import EXIT_OK
 
 
 def run(args) -> int:
+    refuse_remote(args.input, "convert reads local files; download it first (--report and diff read URLs)")
+    refuse_remote(args.out, LOCAL_OUTPUT)
     fmt = getattr(args, "format", "text")
     # the --trust announcement goes to stderr so it is seen before the load runs, whatever --format
     result = convert(

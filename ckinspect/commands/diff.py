@@ -7,12 +7,15 @@ from pathlib import Path
 
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.commands.emit import emit, render_ci, text_layout
+from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint
 from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, CkinspectError
 
 
 def open_for_command(path: str | Path) -> Checkpoint:
     """Open + analyze + structural checks, with a usage error (exit 2) for a path that does not exist."""
+    if is_url(path):  # opened by range reads; a missing or denied object is a one-line error from the read
+        return inspect_path(path, quick=True)
     target = Path(path)
     if not target.exists():
         raise CkinspectError(f"{path}: no such file or folder")

@@ -15,12 +15,17 @@ import sys
 from ckinspect.analysis.runs import last_good
 from ckinspect.commands.emit import emit, envelope, render_ci
 from ckinspect.fmt import terminal_safe
+from ckinspect.io.remote import refuse_remote
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_remote(args.run_dir, "last-good reads a local run folder; a run under a URL prefix is not supported yet")
     listing = args.format != "text"
-    result = last_good(args.run_dir, verify=args.verify, everything=listing)
+    from ckinspect.analysis.parallel import checked_jobs
+
+    jobs = checked_jobs(getattr(args, "jobs", None))
+    result = last_good(args.run_dir, verify=args.verify, everything=listing, jobs=jobs)
     best = result.last_good
     if args.format == "json":
         import json

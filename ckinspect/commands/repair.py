@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ckinspect.commands.emit import emit, envelope, exit_for, render_ci
 from ckinspect.fmt import md_code, md_text, terminal_safe
+from ckinspect.io.remote import refuse_remote
 from ckinspect.ops.repair import RepairPlan, apply_plan, plan_repairs, undo
 from ckinspect.vocab import CkinspectError
 
@@ -29,6 +30,7 @@ _VERB = {
 
 
 def run(args) -> int:
+    refuse_remote(args.path, "repair moves and rewrites files in a local folder; a remote path is read-only here")
     path = Path(args.path)
     fmt = getattr(args, "format", "text")
     fail_on = getattr(args, "fail_on", "error")

@@ -7,6 +7,7 @@ unwritable --output: one line, raised as CkinspectError and printed by the CLI).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ckinspect.analysis.inspect import inspect_path
@@ -14,7 +15,7 @@ from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
 from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint, fails
-from ckinspect.vocab import CHECKPOINT_SUFFIXES, EXIT_OK, CkinspectError
+from ckinspect.vocab import CHECKPOINT_SUFFIXES, EXIT_ERROR, EXIT_OK, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,6 +23,27 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ckinspect.analysis.ranks import torchrun_world
+
+    world = torchrun_world()
+    if world is not None:
+        return _run_ranks(args, *world)
+    found = _find(args)
+    if found is None:
+        return EXIT_OK
+    targets, orphans = found
+    checkpoints = _list(targets, args)
+    if not args.quick:
+        from ckinspect.analysis.parallel import merge_scans, plan_units, scan_units
+
+        units = plan_units(checkpoints)
+        with _progress(args, checkpoints) as progress:
+            merge_scans(checkpoints, units, scan_units(units, _jobs(args), progress))
+    return _finish(checkpoints, orphans, args)
+
+
+def _find(args: argparse.Namespace) -> tuple[list[Any], list[Checkpoint]] | None:
+    """The targets and the saves that died before their file was written; None: nothing to do (exit 0)."""
     targets = find_checkpoints(args.paths)
     if getattr(args, "checkpoints_only", False):
         targets = [t for t in targets if t.kind != "file" or is_url(t.path) or is_checkpoint(t.path)]
@@ -29,12 +51,20 @@ def run(args: argparse.Namespace) -> int:
     orphans = unfinished_saves(local, known={Path(t.path) for t in targets}) if local else []
     if not targets and not orphans:
         if getattr(args, "checkpoints_only", False):
-            return EXIT_OK  # a commit of source files and pictures: nothing for us to say
+            return None  # a commit of source files and pictures: nothing for us to say
         raise CkinspectError(f"no checkpoint found in {', '.join(map(str, args.paths))}")
-    checkpoints = [_inspect(target, args, index, len(targets)) for index, target in enumerate(targets)]
+    return targets, orphans
+
+
+def _list(targets: list[Any], args: argparse.Namespace) -> list[Checkpoint]:
+    """Each target read, its layout recognised and checked: everything but the value scan (inspect_path)."""
+    return [inspect_path(target, quick=True) for target in targets]
+
+
+def _finish(checkpoints: list[Checkpoint], orphans: list[Checkpoint], args: argparse.Namespace) -> int:
     for orphan in orphans:
         checkpoints.insert(_place(checkpoints, orphan.path), orphan)
-    runs = run_views(args.paths, checkpoints, quick=args.quick)
+    runs = run_views(args.paths, checkpoints, quick=args.quick, jobs=_jobs(args))
     emit(render(checkpoints, args, runs), args.output)
     findings = [f for ckpt in checkpoints for f in ckpt.findings]
     findings += [f for run in runs for f in run.findings]
@@ -42,13 +72,70 @@ def run(args: argparse.Namespace) -> int:
     return 1 if fails(findings, args.fail_on) else 0
 
 
-def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool) -> list[Any]:
+def _jobs(args: argparse.Namespace) -> int | None:
+    from ckinspect.analysis.parallel import checked_jobs
+
+    return checked_jobs(getattr(args, "jobs", None))
+
+
+def _progress(args: argparse.Namespace, checkpoints: list[Checkpoint]) -> Any:
+    from ckinspect.analysis.scan import terminal_progress
+
+    names = [Path(c.path).name for c in checkpoints if c.tensors]
+    label = f"scanning {names[0]}" if len(names) == 1 else f"scanning {len(names)} checkpoints"
+    return terminal_progress(label, enabled=not getattr(args, "no_progress", False))
+
+
+def _run_ranks(args: argparse.Namespace, rank: int, world: int) -> int:
+    """The report under torchrun (analysis.ranks): every rank lists and scans its share, rank 0 writes.
+    Every rank reaches the same exchanges in the same order whatever fails, so none waits for ever."""
+    from ckinspect.analysis.parallel import merge_scans, plan_units, scan_units
+    from ckinspect.analysis.ranks import Ranks, share
+
+    with Ranks(rank, world) as ranks:
+        status = EXIT_ERROR
+        try:
+            found, checkpoints, units = None, [], []
+            plan: Any
+            jobs: int | None = 1
+            try:
+                jobs = _jobs(args)
+                found = _find(args)
+                checkpoints = _list(found[0], args) if found else []
+                units = plan_units(checkpoints) if not args.quick else []
+                plan = ([str(c.path) for c in checkpoints], [u.key() for u in units])
+            except CkinspectError as exc:
+                plan = str(exc)
+            ranks.agree(plan)
+            mine: list[Any] | str
+            try:
+                mine = scan_units(share(units, rank, world), jobs)
+            except (CkinspectError, OSError) as exc:  # a file gone or unreadable on this rank's node
+                mine = str(exc)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: sent to rank 0, which says it in one line
+                mine = f"internal error: {type(exc).__name__}: {exc}"
+            gathered = ranks.gather(mine)
+            if gathered is not None:  # rank 0 writes the report
+                by_part = {(r.checkpoint, r.part): r for r in gathered}
+                merge_scans(checkpoints, units, [by_part[(u.checkpoint, u.part)] for u in units])
+                status = EXIT_OK if found is None else _finish(checkpoints, found[1], args)
+        except CkinspectError as exc:
+            if rank == 0 or ranks.broken:  # rank 0 speaks for the job; a rank that lost it speaks for itself
+                print(f"ckinspect: {exc}", file=sys.stderr)
+            status = EXIT_ERROR
+        except Exception as exc:  # a bug of ours: one line, and the other ranks are still told
+            print(f"ckinspect: internal error on rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            status = EXIT_ERROR
+        return ranks.settle(status)
+
+
+def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool, jobs: int | None = 1) -> list[Any]:
     """The run view of each folder that holds a run: several checkpoints, or one made of several files.
     The parts already read for the report are not read again."""
     from ckinspect.analysis.runs import Reader, collect, is_run, judge_run
 
     runs = []
-    reader = Reader(verify=not quick)
+    reader = Reader(verify=not quick, jobs=jobs)
     reader.cache.update({Path(ckpt.path): ckpt for ckpt in checkpoints})
     for raw in paths:
         folder = Path(raw)
@@ -71,16 +158,6 @@ def is_checkpoint(path: Path) -> bool:
 
 
 _SUFFIX_SAYS_CHECKPOINT = frozenset(CHECKPOINT_SUFFIXES) - {".tar"}  # a .tar is mostly just an archive: content decides
-
-
-def _inspect(target: Any, args: argparse.Namespace, index: int, count: int) -> Checkpoint:
-    if args.quick:
-        return inspect_path(target, quick=True)
-    from ckinspect.analysis.scan import terminal_progress
-
-    label = f"scanning {Path(target.path).name}" + (f" ({index + 1}/{count})" if count > 1 else "")
-    with terminal_progress(label, enabled=not getattr(args, "no_progress", False)) as progress:
-        return inspect_path(target, quick=False, progress=progress)
 
 
 def unfinished_saves(paths: list[str], known: set[Path]) -> list[Checkpoint]:

@@ -11,12 +11,15 @@ import json
 
 from ckinspect.commands.emit import emit, envelope, exit_for
 from ckinspect.fmt import md_code, md_text, terminal_safe
+from ckinspect.io.remote import LOCAL_OUTPUT, refuse_remote
 from ckinspect.ops.salvage import SalvageResult, salvage
 
 TEXT_LIMIT = 25
 
 
 def run(args) -> int:
+    refuse_remote(args.broken, "salvage reads every byte of a damaged file from disk; download it first")
+    refuse_remote(args.out, LOCAL_OUTPUT)
     result = salvage(args.broken, args.out)
     emit(render(result, getattr(args, "format", "text")), getattr(args, "output", None))
     return exit_for(bool(result.missing or result.unsafe), getattr(args, "fail_on", "error"))

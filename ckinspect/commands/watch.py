@@ -13,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+from ckinspect.io.remote import WATCH_LOCAL_ONLY, refuse_remote
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK, CkinspectError
 
 TYPE_CHECKING = False
@@ -24,19 +25,21 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_remote(args.run_dir, WATCH_LOCAL_ONLY)
     run_dir = check_run_dir(args.run_dir)
     from ckinspect.analysis.runs.watch import Follower
     from ckinspect.model import fails
 
-    follower = Follower(run_dir, settle=args.settle, verify=not args.quick, jobs=args.jobs)
+    follower = Follower(run_dir, settle=args.settle, verify=not args.quick, jobs=args.jobs, keep_bytes=args.keep << 20)
     out = open_output(args.output)
     try:
         write = line_writer(args.format, str(run_dir), out)
         if args.once:
-            events = follower.poll(once=True)
-            for event in events:
+            failed = False
+            for event in follower.poll_each(once=True):
                 write(event)
-            return EXIT_FINDINGS if any(fails(e.findings, args.fail_on) for e in events) else EXIT_OK
+                failed = failed or fails(event.findings, args.fail_on)
+            return EXIT_FINDINGS if failed else EXIT_OK
         return follow(follower, write, args.fail_on, interval=args.interval, poll=args.poll)
     finally:
         follower.close()
@@ -60,13 +63,13 @@ def follow(
     changes = Changes(follower.run_dir, interval=interval, poll=poll)
     if changes.mode == "polling" and changes.why and changes.why != "asked for":
         print(f"ckinspect: watching by polling every {changes.interval:g} s: {changes.why}", file=sys.stderr)
-    for event in follower.poll():
+    for event in follower.poll_each():
         write(event)
         if fails(event.findings, fail_on):
             return EXIT_FINDINGS
     try:
         for _ in changes.wakeups(stop):
-            for event in follower.poll():
+            for event in follower.poll_each():
                 write(event)
                 if fails(event.findings, fail_on):
                     return EXIT_FINDINGS

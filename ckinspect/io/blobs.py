@@ -21,6 +21,51 @@ DEFAULT_CHUNK = 8 << 20  # 8 MiB: big enough to amortise syscalls, small enough 
 _SMALL = 256 << 10  # below this a pread copy is cheaper than setting up a mapping
 
 
+FileKey = tuple[str, int, int]  # path, inode, mtime_ns
+
+
+class ReadLog:
+    """Every byte range read through `Blobs` while it is active, per file: its path, inode and modification
+    time (a file saved again under its name is another file). Tests and benches use it to prove what is
+    read how often."""
+
+    def __init__(self) -> None:
+        self.ranges: dict[FileKey, list[tuple[int, int]]] = {}  # (path, inode, mtime_ns) -> [(offset, length)]
+        self._lock = threading.Lock()
+
+    def note(self, key: FileKey, offset: int, length: int) -> None:
+        with self._lock:
+            self.ranges.setdefault(key, []).append((offset, length))
+
+    def bytes_read(self) -> dict[FileKey, int]:
+        return {key: sum(n for _, n in ranges) for key, ranges in self.ranges.items()}
+
+    def read_again(self) -> dict[FileKey, int]:
+        """Per file, the bytes read more than once (each extra read of a byte counts)."""
+        out: dict[FileKey, int] = {}
+        for key, ranges in self.ranges.items():
+            again, reach = 0, -1
+            for offset, length in sorted(ranges):
+                again += max(0, min(offset + length, reach) - offset)
+                reach = max(reach, offset + length)
+            out[key] = again
+        return out
+
+
+_log: ReadLog | None = None  # set only while `logging_reads` runs: a read costs one global lookup otherwise
+
+
+@contextlib.contextmanager
+def logging_reads() -> Iterator[ReadLog]:
+    """Log every read through `Blobs` (any thread) until the `with` ends."""
+    global _log
+    log = _log = ReadLog()
+    try:
+        yield log
+    finally:
+        _log = None
+
+
 class UnreadableStorage(Exception):
     """The bytes of a storage cannot be read directly (no raw offset, file gone, file cut short)."""
 
@@ -47,6 +92,7 @@ class Blobs:
     def __init__(self) -> None:
         self._fds: dict[str, int] = {}  # keyed by the path string: hashing a Path re-parses it every time
         self._sizes: dict[str, int] = {}
+        self._identity: dict[str, tuple[int, int]] = {}  # inode, mtime_ns: for the read log only
         self._remote: dict[str, RemoteFile] = {}  # URLs: ranged reads (io.remote), never mapped
         self._lock = threading.Lock()
 
@@ -75,7 +121,8 @@ class Blobs:
                     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
                 except OSError as exc:
                     raise UnreadableStorage(f"cannot open {path}: {exc.strerror or exc}") from None
-                self._sizes[key] = os.fstat(fd).st_size
+                st = os.fstat(fd)
+                self._sizes[key], self._identity[key] = st.st_size, (st.st_ino, st.st_mtime_ns)
                 self._fds[key] = fd
             return fd
 
@@ -88,6 +135,11 @@ class Blobs:
             self.fd(path)
             size = self._sizes[key]
         return size
+
+    def _logged(self, path: Path, offset: int, length: int) -> None:
+        if _log is not None:
+            key = os.fspath(path)
+            _log.note((key, *self._identity.get(key, (-1, -1))), offset, length)
 
     def remote(self, path: RemotePath) -> RemoteFile:
         key = str(path)
@@ -112,11 +164,13 @@ class Blobs:
 
     def pread(self, path: Path, offset: int, length: int) -> bytes:
         if isinstance(path, RemotePath):
+            self._logged(path, offset, length)
             data = self.remote(path).read_at(offset, length)
             if len(data) < length:
                 raise UnreadableStorage(f"{path.name} ends at {offset + len(data):,}, wanted {offset + length:,}")
             return data
         fd = self.fd(path)
+        self._logged(path, offset, length)
         data = os.pread(fd, length, offset)
         while len(data) < length:  # pread may return short on some filesystems; stop only at EOF
             more = os.pread(fd, length - len(data), offset + len(data))
@@ -128,8 +182,10 @@ class Blobs:
     def pread_into(self, path: Path, offset: int, buffer: bytearray | memoryview) -> int:
         """Fill `buffer` from `offset` (releases the GIL while the kernel copies); returns bytes read."""
         if isinstance(path, RemotePath):
+            self._logged(path, offset, len(buffer))
             return self.remote(path).read_into(offset, memoryview(buffer))
         fd = self.fd(path)
+        self._logged(path, offset, len(buffer))
         view = memoryview(buffer)
         done = 0
         while done < len(view):
@@ -153,6 +209,7 @@ class Blobs:
         aligned = offset - offset % mmap.ALLOCATIONGRANULARITY
         if offset + length > self.size(path):
             raise UnreadableStorage(f"{Path(path).name} ends at {self.size(path):,}, wanted {offset + length:,}")
+        self._logged(path, offset, length)
         mapped = mmap.mmap(fd, offset + length - aligned, prot=mmap.PROT_READ, offset=aligned)
         view = memoryview(mapped)[offset - aligned :]
         try:
@@ -178,6 +235,7 @@ class Blobs:
         fd = self.fd(path)
         if offset + length > self.size(path):
             raise UnreadableStorage(f"{Path(path).name} ends at {self.size(path):,}, wanted {offset + length:,}")
+        self._logged(path, offset, length)
         aligned = offset - offset % mmap.ALLOCATIONGRANULARITY
         mapped = mmap.mmap(
             fd, offset + length - aligned, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=aligned
@@ -264,7 +322,10 @@ def _x2nmodp(n: int, k: int) -> int:
 
 
 def files_differ(a: Path, b: Path, chunk: int = 1 << 22) -> bool | None:
-    """Do two files differ byte for byte? Sizes first, then bounded chunks; None when either cannot be read."""
+    """Do two files differ byte for byte? Sizes first, then bounded chunks; None when either cannot be read.
+    Either may be a URL (a RemotePath): its bytes come by range reads, a chunk at a time."""
+    if isinstance(a, RemotePath) or isinstance(b, RemotePath):
+        return _files_differ_by_reads(a, b, chunk)
     try:
         if a.stat().st_size != b.stat().st_size:
             return True
@@ -276,4 +337,21 @@ def files_differ(a: Path, b: Path, chunk: int = 1 << 22) -> bool | None:
                 if not xa:
                     return False
     except OSError:
+        return None
+
+
+def _files_differ_by_reads(a: Path, b: Path, chunk: int) -> bool | None:
+    from ckinspect.vocab import CkinspectError
+
+    try:
+        with Blobs() as blobs:
+            size = blobs.size(a)
+            if size != blobs.size(b):
+                return True
+            for offset in range(0, size, chunk):
+                n = min(chunk, size - offset)
+                if blobs.pread(a, offset, n) != blobs.pread(b, offset, n):
+                    return True
+            return False
+    except (OSError, UnreadableStorage, CkinspectError):
         return None

@@ -17,8 +17,11 @@ by side), and ship wheels for the usual platforms. Measured on this project's 2-
 An earlier measurement on a quiet machine had zlib-ng ahead (23.6 vs 15.5 GB/s); on every run here
 ISA-L came first by about 1.2-1.3x, so ISA-L (`isal`) is tried first, zlib-ng (`zlib-ng`) second,
 and zlib last: either binding is 3-4x zlib, and the order between them matters far less than having
-one. `CKINSPECT_CRC=zlib` (or `isal`, `zlib-ng`) forces one, for benchmarks and for the tests that
-prove the fallback.
+one. Re-measured for the fused scan (1 MiB blocks, CPU s per GiB, busy machine): on a block already in
+cache zlib-ng 0.08, ISA-L 0.10; as the scan's first touch of each block (memory and page faults
+included, `bench/bench_scan.py`) the two were within noise of each other (0.41-0.53 vs 0.46-0.47 for
+the whole scan), so the order stays. `CKINSPECT_CRC=zlib` (or `isal`, `zlib-ng`) forces one, for
+benchmarks and for the tests that prove the fallback.
 
 Installed by the `fast` extra (`pip install ckinspect[fast]`); the core install stays without them.
 """

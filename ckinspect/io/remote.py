@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from ckinspect.vocab import CkinspectError
 
@@ -73,6 +73,21 @@ class RemotePath(PurePosixPath):
         return isinstance(other, RemotePath) and str(self) == str(other)
 
 
+def as_path(path: str | os.PathLike[str]) -> Path:
+    """A RemotePath for a URL, else a Path: what a screen or command keeps as its target."""
+    return RemotePath(os.fspath(path)) if is_url(path) else Path(path)  # type: ignore[return-value]  # a URL as a Path
+
+
+WATCH_LOCAL_ONLY = "watch follows the saves of a local folder; a remote path cannot be watched"
+LOCAL_OUTPUT = "the output must be a local path (it is written to a temporary file, fsynced, then renamed)"
+
+
+def refuse_remote(path: object, why: str) -> None:
+    """CkinspectError (one line: the URL and `why`) when `path` is a URL, for commands that need a local file."""
+    if is_url(path):
+        raise CkinspectError(f"{shown(os.fspath(path) if isinstance(path, os.PathLike) else str(path))}: {why}")
+
+
 def _timeout() -> float:
     try:
         return max(0.1, float(os.environ.get("CKINSPECT_REMOTE_TIMEOUT", "30")))
@@ -98,19 +113,20 @@ def _filesystem(url: str) -> tuple[Any, str]:
 
         options["client_kwargs"] = {"timeout": aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)}
     elif protocol in ("s3", "s3a"):
-        # botocore's own retries are ours to bound; the endpoint may come from AWS_ENDPOINT_URL
+        # one attempt per call in botocore and in s3fs: the retries are ours (RemoteFile._call), so their
+        # number is what CKINSPECT_REMOTE_RETRIES says, not its cube; the endpoint may come from AWS_ENDPOINT_URL
         options["config_kwargs"] = {
             "connect_timeout": timeout,
             "read_timeout": timeout,
-            "retries": {"max_attempts": _retries() + 1, "mode": "standard"},
+            "retries": {"total_max_attempts": 1, "mode": "standard"},
         }
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
             options["endpoint_url"] = endpoint
     try:
         fs, key = url_to_fs(url, **options)
-        if hasattr(fs, "retries"):  # s3fs retries throttled calls on its own: bounded like ours
-            fs.retries = _retries() + 1
+        if hasattr(fs, "retries"):  # s3fs retries throttled calls on its own: once here, the retries are ours
+            fs.retries = 1
         return fs, key
     except ImportError as exc:
         raise CkinspectError(f"{url}: no fsspec backend for {protocol}:// ({exc}); pip install 'ckinspect[remote]'") \
@@ -119,11 +135,22 @@ def _filesystem(url: str) -> tuple[Any, str]:
         raise CkinspectError(f"{url}: {exc}") from None
 
 
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+://)[^/@?#]*@")
+
+
+def shown(url: str) -> str:
+    """The URL as an error line may print it: no `user:password@`, no query (a presigned URL's signature)."""
+    url = _USERINFO.sub(r"\1", url)
+    return url.split("?", 1)[0] + ("?…" if "?" in url else "")
+
+
 def explain(url: str, exc: BaseException) -> str:
-    """One line saying what went wrong with a remote read, in the user's terms."""
+    """One line saying what went wrong with a remote read, in the user's terms (never a credential)."""
+    raw, url = url, shown(url)
     chain = _chain(exc)
     status = next((st for st in map(_status, chain) if st is not None), None)
     text = next((str(e).splitlines()[0] for e in reversed(chain) if str(e)), type(exc).__name__)
+    text = _USERINFO.sub(r"\1", text.replace(raw, url))  # aiohttp's messages carry the URL it was given
     names = " ".join(type(e).__name__ for e in chain)
     if status in (401, 403) or any(isinstance(e, PermissionError) for e in chain) or "AccessDenied" in text:
         return f"{url}: access denied (HTTP {status or 403}); check the credentials for this bucket or host"
@@ -159,6 +186,39 @@ def _status(exc: BaseException) -> int | None:
     if status is None and isinstance(response, dict):
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return status if isinstance(status, int) else None
+
+
+MAX_RETRY_AFTER = 30.0  # seconds: a server asking for a longer pause gets the one-line error sooner
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The pause a throttling server asked for (Retry-After in seconds), from aiohttp's or botocore's error."""
+    for e in _chain(exc):
+        headers = getattr(e, "headers", None)
+        response = getattr(e, "response", None)
+        if headers is None and isinstance(response, dict):
+            headers = response.get("ResponseMetadata", {}).get("HTTPHeaders")
+        value = None
+        if headers is not None:
+            try:
+                value = headers.get("Retry-After") or headers.get("retry-after")
+            except AttributeError:
+                value = None
+        if value is not None:
+            try:
+                return max(0.0, float(str(value).strip()))
+            except ValueError:
+                return None  # an HTTP date: fall back to our own backoff
+    return None
+
+
+def backoff(attempt: int, exc: BaseException) -> float:
+    """Seconds to wait before retry number `attempt + 1`: what the server asked for (capped), else
+    0.1, 0.2, 0.4 ... up to 2 s."""
+    asked = retry_after(exc)
+    if asked is not None:
+        return min(asked, MAX_RETRY_AFTER, _timeout())
+    return min(2.0, 0.1 * 2**attempt)
 
 
 def _is_timeout(exc: BaseException) -> bool:
@@ -203,7 +263,7 @@ class RemoteFile:
             except Exception as exc:  # noqa: BLE001 - every backend raises its own kinds; explain() sorts them
                 if attempt + 1 >= attempts or not _transient(exc):
                     raise CkinspectError(explain(self.url, exc)) from None
-                time.sleep(min(2.0, 0.1 * 2**attempt))
+                time.sleep(backoff(attempt, exc))
         raise AssertionError("unreachable")
 
     def read_at(self, offset: int, length: int) -> bytes:

@@ -26,8 +26,10 @@ from ckinspect.io.zipdir import (
 )
 from ckinspect.record import Record
 
-_CRC_CHUNK = 1 << 22
-_FIND_WINDOW = 8 << 20  # a signature search over a mapped file looks at this much at a time (then lets it go)
+# a mapped file is read this much at a time, then its pages are let go: salvage's resident set beside torch's
+# import stays a few MiB whatever the file's size (8 MiB windows put salvage -> .pth over 256 MB)
+_CRC_CHUNK = 1 << 20
+_FIND_WINDOW = 1 << 20  # a signature search over a mapped file looks at this much at a time
 
 
 class LocalMember(Record):
@@ -112,13 +114,20 @@ def _find(buf, needle: bytes, start: int) -> int:
     return bytes(buf).find(needle, start)
 
 
+# a fault in a file mapping may map the whole page-cache folio around it (up to 2 MiB on x86-64 with large
+# folios), pages before and after the range read included: release that much on either side too, or the
+# pages of windows already let go come back and stay (1 MiB windows then left 55 MiB resident on 2 GiB)
+_FOLIO = 2 << 20
+
+
 def release(buf, start: int, end: int) -> None:
     """Drop pages of a read-only file mapping from this process's resident set once read (the page cache
     keeps them; a later read faults them back in). A no-op for bytes."""
     if not isinstance(buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
         return
+    start = max(0, start - _FOLIO)
     start -= start % mmap.PAGESIZE
-    end = min(end, len(buf))
+    end = min(end + _FOLIO, len(buf))
     if end > start:
         buf.madvise(mmap.MADV_DONTNEED, start, end - start)
 

@@ -20,12 +20,15 @@ from typing import Any
 
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import MAX_TREE_DEPTH
-from ckinspect.io.blobs import DEFAULT_CHUNK as CHUNK
 from ckinspect.io.blobs import Blobs, read_chunks
 from ckinspect.io.safetensors_write import Entry, write_safetensors
 from ckinspect.io.values import raw_blocks, raw_numpy_dtype
 from ckinspect.model import StorageInfo, TensorInfo
 
+# the pieces a written file streams in: 1 MiB keeps convert and salvage to .pth under 256 MB beside
+# torch's own ~225 MB (8 MiB pieces cost 16 MiB more, two buffers alive across a storage boundary),
+# and a pwrite of 1 MiB is still far from the syscall-bound regime
+CHUNK = 1 << 20
 SCALARS = (str, int, float, bool, bytes, type(None), complex)
 MISSING = object()  # a tensor whose bytes are not available
 SKIP = object()  # a tensor or value left out on purpose

@@ -181,11 +181,7 @@ def _fill_archive(fd: int, sources: dict[str, Any]) -> None:
                 crcs.append(member.crc32)
             continue
         start = data_offset(reader, member)
-        crc = written = 0
-        for chunk in source.chunks():
-            os.pwrite(fd, chunk, start + written)
-            crc = crc32(chunk, crc)
-            written += len(chunk)
+        crc, written = _write_record(fd, source, start)
         if written != member.file_size:
             raise CkinspectError(f"{record}: {written} bytes written where torch.save left {member.file_size}")
         _patch_crc(fd, reader, member, entry, start, crc)
@@ -203,6 +199,17 @@ def _fill_archive(fd: int, sources: dict[str, Any]) -> None:
         new = old[:20] + f"{combined:020d}".encode()
         os.pwrite(fd, new, start)
         _patch_crc(fd, reader, member, entry, start, crc32(new))
+
+
+def _write_record(fd: int, source: Any, start: int) -> tuple[int, int]:
+    """Write a source's bytes from `start`; (CRC-32, bytes written). A function of its own so the last
+    piece's buffer is freed on return, before the next record's is allocated."""
+    crc = written = 0
+    for chunk in source.chunks():
+        os.pwrite(fd, chunk, start + written)
+        crc = crc32(chunk, crc)
+        written += len(chunk)
+    return crc, written
 
 
 def _patch_crc(fd: int, reader: FileReader, member: ZipMember, entry: int, start: int, crc: int) -> None:

@@ -12,6 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.theme import BUILTIN_THEMES, Theme
 
+from ckinspect.io.remote import RemotePath
 from ckinspect.tui.core import Backend
 from ckinspect.tui.widgets.palette import BASE_THEMES, THEME_VARIABLES
 
@@ -113,7 +114,9 @@ def create_app(
 ) -> CkinspectApp:
     """`main` PATH... (a file, or folders to choose from), `diff` A B, `drift` PATH, or `watch` RUN_DIR
     (`watch`: the WatchScreen's settle, interval and poll)."""
-    targets = [Path(p) for p in paths]
+    from ckinspect.io.remote import as_path
+
+    targets = [as_path(p) for p in paths]  # a URL stays a URL (RemotePath): read by range requests
     screen: Screen
     if command == "diff":
         from ckinspect.tui.screens.diff import DiffScreen
@@ -127,7 +130,7 @@ def create_app(
         from ckinspect.tui.screens.drift import DriftScreen
 
         screen = DriftScreen(targets[0])
-    elif len(targets) == 1 and not targets[0].is_dir():
+    elif len(targets) == 1 and (isinstance(targets[0], RemotePath) or not targets[0].is_dir()):
         from ckinspect.tui.screens.inspect import InspectScreen
 
         screen = InspectScreen(targets[0])

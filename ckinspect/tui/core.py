@@ -43,8 +43,9 @@ def as_fraction(report: Progress | None) -> Callable[[int, int], None] | None:
 def load_checkpoint(target: str | Path) -> Checkpoint:
     """Structure only (quick): the first screen must not wait for a value scan."""
     from ckinspect.analysis.inspect import inspect_path
+    from ckinspect.io.remote import as_path
 
-    return inspect_path(Path(target), quick=True)
+    return inspect_path(as_path(target), quick=True)
 
 
 class ScanOutcome(Record):

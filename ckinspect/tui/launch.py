@@ -19,17 +19,28 @@ def run(command: str, args: argparse.Namespace) -> int:
         paths = [args.run_dir]
     else:
         paths = list(args.paths)
+    from ckinspect.io.remote import is_url
+
     for path in paths:
-        if not Path(path).exists():
+        if not is_url(path) and not Path(path).exists():  # a URL's absence is found (one line) when it is read
             raise CkinspectError(f"{path}: no such file or folder")
 
     from ckinspect.tui.app import create_app
 
     watch = None
     if command == "watch":
+        from ckinspect.io.remote import WATCH_LOCAL_ONLY, refuse_remote
+
+        refuse_remote(args.run_dir, WATCH_LOCAL_ONLY)
         if not Path(args.run_dir).is_dir():
             raise CkinspectError(f"{args.run_dir}: not a folder")
-        watch = {"settle": args.settle, "interval": args.interval, "poll": args.poll, "jobs": args.jobs}
+        watch = {
+            "settle": args.settle,
+            "interval": args.interval,
+            "poll": args.poll,
+            "jobs": args.jobs,
+            "keep_bytes": args.keep << 20,
+        }
     app = create_app(command, paths, quick=bool(getattr(args, "quick", False)), watch=watch)
     app.run()
     return app.return_code or 0  # 1 when the app stopped on an unhandled error (Textual printed it)

@@ -16,7 +16,7 @@ from ckinspect.commands.watch import follow, line_writer
 from ckinspect.io import changes
 from ckinspect.io.changes import EVENTS, POLLING, Changes
 from tests.analysis.runs.saves import age, half_written, save
-from tests.conftest import REPO, cli_env
+from tests.conftest import REPO, cli_env, run_cli_process
 
 
 def lines_of(stdout: str) -> list[dict]:
@@ -70,6 +70,43 @@ def test_a_missing_run_dir_is_one_line_and_exit_2(run_cli, tmp_path):
     result = run_cli("watch", tmp_path / "nope", "--report")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.strip() == f"ckinspect: {tmp_path / 'nope'}: no such file or folder"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [("--jobs", "0", "expected a whole number of 1 or more, got '0'"),
+     ("--keep", "-1", "expected a whole number of MiB (0 or more), got '-1'")],
+)  # fmt: skip
+def test_jobs_and_keep_out_of_range_are_usage_errors(run_cli, tmp_path, option, value, expected):
+    result = run_cli("watch", tmp_path, "--report", "--once", option, value)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"ckinspect: error: argument {option}: {expected}",
+        "(try: ckinspect watch --help)",
+    ]
+
+
+def test_keep_and_jobs_give_the_same_lines(tmp_path):
+    """A backlog read by two worker processes (a real `python -m ckinspect`), and with nothing kept (every
+    comparison reads both saves from their files): the same events as one process keeping the values."""
+    for step in range(10, 60, 10):
+        save(tmp_path / f"ckpt-{step:04d}.pt", step, nan=step == 50, frozen_from={"layers.0.wk": 30})
+
+    def events(*args: str) -> list[dict]:
+        result = run_cli_process("watch", tmp_path, "--report", "--once", "--format", "json", *args, timeout=300)
+        assert result.returncode == 1, result.stderr  # the NaN at step 50
+        return [{k: v for k, v in e.items() if k != "seconds_after_save"} for e in lines_of(result.stdout)]
+
+    kept = events()
+    assert [(e["index"], e["step"], sorted({f["code"] for f in e["findings"]})) for e in kept] == [
+        (1, 10, []),
+        (2, 20, []),
+        (3, 30, []),
+        (4, 40, ["LAYER_FROZEN"]),
+        (5, 50, ["NONFINITE", "NONFINITE_ONSET"]),
+    ]
+    assert events("--jobs", "2") == kept
+    assert events("--keep", "0") == kept
 
 
 @pytest.mark.parametrize("poll", [False, True], ids=["events", "polling"])

@@ -4,6 +4,7 @@ what it sends, and moto's S3 API server (a separate process, moto_server)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 import subprocess
@@ -20,7 +21,11 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 class RangeServer(ThreadingHTTPServer):
     """Serves files of `root` with Range support; `bytes_sent` counts body bytes. Special names:
     `/denied/...` answers 403, `/stall/...` accepts and never answers, `/short/NAME` announces NAME's
-    size but sends only half of any range (a truncated transfer)."""
+    size but sends only half of any range (a truncated transfer).
+
+    `throttle(n, status, retry_after)` answers the next n requests (None: every request) with `status`
+    (429 or 503) and a Retry-After header, and an S3-style `SlowDown` error body, as S3 and CDNs do;
+    `hits` counts every request the server saw, answered or not, so a test can prove retries are bounded."""
 
     daemon_threads = True
 
@@ -29,8 +34,28 @@ class RangeServer(ThreadingHTTPServer):
         self.root = root
         self.bytes_sent = 0
         self.requests = 0
+        self.hits = 0
+        self.throttled = 0
+        self._throttle_left: int | None = 0
+        self._throttle_status = 503
+        self._retry_after: str | None = None
         self.lock = threading.Lock()
         self.release = threading.Event()
+
+    def throttle(self, n: int | None, status: int = 503, retry_after: str | None = "0") -> None:
+        with self.lock:
+            self._throttle_left, self._throttle_status, self._retry_after = n, status, retry_after
+
+    def arrive(self) -> tuple[int, str | None] | None:
+        """Count a request; (status, Retry-After) when it is to be throttled."""
+        with self.lock:
+            self.hits += 1
+            if self._throttle_left is not None and self._throttle_left <= 0:
+                return None
+            if self._throttle_left is not None:
+                self._throttle_left -= 1
+            self.throttled += 1
+            return self._throttle_status, self._retry_after
 
     @property
     def url(self) -> str:
@@ -62,6 +87,21 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(body=True)
 
     def _serve(self, body: bool) -> None:
+        throttled = self.server.arrive()
+        if throttled is not None:
+            status, retry_after = throttled
+            code = "SlowDown" if status == 503 else "TooManyRequests"
+            text = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>" \
+                   "<Message>Please reduce your request rate.</Message></Error>"  # fmt: skip
+            payload = text.encode() if body else b""
+            self.send_response(status)
+            if retry_after is not None:
+                self.send_header("Retry-After", retry_after)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(payload) if body else len(text)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         mode, path = self._target()
         if mode == "stall":
             self.server.release.wait(60)
@@ -122,13 +162,20 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def moto_s3() -> Iterator[dict[str, str]]:
-    """moto's S3 API server in its own process on 127.0.0.1; yields the env a client needs (fake credentials)."""
+def moto_s3(auth_after: int | None = None) -> Iterator[dict[str, str]]:
+    """moto's S3 API server in its own process on 127.0.0.1; yields the env a client needs (fake credentials).
+
+    `auth_after=N`: moto checks credentials against its IAM after the first N requests (its
+    INITIAL_NO_AUTH_ACTION_COUNT), so the fake credentials fill buckets and are then denied (403)."""
     port = free_port()
+    server_env = dict(os.environ)
+    if auth_after is not None:
+        server_env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(auth_after)
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=server_env,
     )
     env = {
         "AWS_ACCESS_KEY_ID": "testing",

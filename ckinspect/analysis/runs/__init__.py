@@ -29,12 +29,15 @@ SKIP_DIRS = frozenset({QUARANTINE_DIR, ".git", "__pycache__"})
 MAX_DEPTH = 6  # run/experiment/checkpoint-N/global_stepN/... is four
 
 
-def last_good(run_dir: str | os.PathLike[str], verify: bool = False, everything: bool = False) -> Run:
-    """The run with its checkpoints judged (newest first until one is good, or all with `everything`)."""
+def last_good(
+    run_dir: str | os.PathLike[str], verify: bool = False, everything: bool = False, jobs: int | None = 1
+) -> Run:
+    """The run with its checkpoints judged (newest first until one is good, or all with `everything`);
+    `jobs`: processes for the value scan of each checkpoint's parts (analysis.parallel)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
-    reader = Reader(verify=verify)
+    reader = Reader(verify=verify, jobs=jobs)
     run = collect(path)
     judge_run(run, reader, everything=everything)
     return run

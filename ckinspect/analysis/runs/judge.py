@@ -15,7 +15,10 @@ from ckinspect.model import Checkpoint, Finding
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    from ckinspect.analysis.scan import Kept
 
 # Frameworks whose checkpoint is one file: its own checks decide whether it is a resume file.
 SINGLE_FILE = ("file", "lightning", "trainer")
@@ -43,16 +46,37 @@ FRAMEWORK_GLOBALS: dict[str, dict[str, str]] = {
 
 
 class Reader:
-    """Reads each part once (recognisers and the judge share it)."""
+    """Reads each part once (recognisers and the judge share it). With `verify` and `jobs` other than 1
+    (None: analysis.parallel's default), the value scan of a checkpoint's parts runs on a process pool.
 
-    def __init__(self, verify: bool = False) -> None:
+    `keep(listed)`, when given, says which values the value scan of each part keeps (a `scan.Kept`, which
+    the scan fills): see analysis.inspect. Kept values fill in this process only, so a Reader that keeps
+    scans here, whatever `jobs` says."""
+
+    def __init__(
+        self, verify: bool = False, jobs: int | None = 1, keep: Callable[[Checkpoint], Kept] | None = None
+    ) -> None:
         self.verify = verify
+        self.jobs = jobs
+        self.keep = keep
         self.cache: dict[Path, Checkpoint] = {}
+
+    def prefetch(self, paths: list[Path]) -> None:
+        """Read these parts now, their value scans side by side (one checkpoint's rank files or shards);
+        the same Checkpoints `inspect` would give one by one."""
+        todo = [p for p in dict.fromkeys(paths) if p not in self.cache]
+        if not self.verify or self.jobs == 1 or self.keep is not None or len(todo) < 2:
+            return  # inspect() reads them one by one
+        from ckinspect.analysis.parallel import scan_checkpoints
+
+        listed = [inspect_path(p, quick=True) for p in todo]
+        scan_checkpoints(listed, self.jobs)
+        self.cache.update(zip(todo, listed, strict=True))
 
     def inspect(self, path: Path) -> Checkpoint:
         ckpt = self.cache.get(path)
         if ckpt is None:
-            ckpt = self.cache[path] = inspect_path(path, quick=not self.verify)
+            ckpt = self.cache[path] = inspect_path(path, quick=not self.verify, keep=self.keep)
         return ckpt
 
 
@@ -60,6 +84,7 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     """Read the parts, then set verdict, reasons and notes. Never raises for bad content."""
     ckpt.read_deferred(reader)
     ckpt.measure()
+    reader.prefetch([part.path for part in ckpt.parts if part.role not in RECORD_ROLES])
     for part in ckpt.parts:
         if part.role in RECORD_ROLES:
             continue

@@ -1,8 +1,9 @@
 """Following a run live: each checkpoint judged once, the moment its save has finished.
 
     follower = Follower(Path("runs/"), settle=30.0)
-    for event in follower.poll():          # call again whenever the folder may have changed
-        event.checkpoint.verdict, event.findings, event.updates
+    for event in follower.poll_each():     # call again whenever the folder may have changed
+        event.checkpoint.verdict, event.findings, event.updates   # each as soon as it is judged
+    follower.close()                       # the files held open, the worker processes (--jobs)
 
 A save is finished when its framework says so: the file exists under its own name (the trainer's and
 torch's atomic rename), its DCP folder has `.metadata` (written last, after every rank's data), its HF
@@ -16,9 +17,24 @@ Each finished checkpoint is judged once (structure, CRC and value scan: the judg
 compared with the previous save of the same series (analysis.updates): the relative update per group and
 layer, the step delta, the optimizer's moments. Three anomalies become findings: UPDATE_RATIO_OUTLIER (an
 update far outside the run's own history), LAYER_FROZEN (a layer that changed before and stopped), and
-NONFINITE_ONSET (the first checkpoint of the run holding NaN/Inf, naming its step). The follower keeps
-only the listing of the newest save per series and the history of ratios: memory does not grow with the
-checkpoints' size.
+NONFINITE_ONSET (the first checkpoint of the run holding NaN/Inf, naming its step).
+
+Each save is read once: its value scan keeps a copy of what the comparison needs (the float tensors of
+the model and optimizer groups, raw, as read: `updates.compared_values`), the comparison takes the
+current save's values from that copy and the previous save's from the copy kept when it was judged, and
+the copy of the previous save is released as the new one takes its place. So the follower holds, per
+series, the newest save's listing, its kept values (at most `keep_bytes`, DEFAULT_KEEP: a save with
+more is kept up to that, and the rest of its tensors are read from its files, held open, as needed) and
+the history of ratios; at its peak, while a save is compared, two saves' kept values. Memory does not
+grow over the run, and is bounded whatever the checkpoints' size.
+
+With `jobs` > 1, a backlog of saves (a run that saves faster than one core can judge) is read by `jobs`
+worker processes, up to `jobs` saves ahead: each part listed and scanned there (the readers and the
+pickle scan are Python: threads would queue on the GIL), its listing and kept values sent back; the
+judge's verdict, the comparison and the anomalies follow here, one save after another, in order. A
+single new save is read here (a worker would only add the trip). The pool starts at the first poll, so
+that the first backlog does not wait for it (forkserver: forked from a clean process that has imported
+the readers once, never from this one, whose other threads may hold locks), and lives until `close()`.
 """
 
 from __future__ import annotations
@@ -27,24 +43,30 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from ckinspect.analysis.inspect import inspect_path
 from ckinspect.analysis.runs import collect
 from ckinspect.analysis.runs.deepspeed import LATEST
 from ckinspect.analysis.runs.hf import TRAINER_STATE
-from ckinspect.analysis.runs.judge import Reader, judge
+from ckinspect.analysis.runs.judge import RECORD_ROLES, Reader, judge
 from ckinspect.analysis.runs.megatron import TRACKER
 from ckinspect.analysis.runs.model import GOOD, RunCheckpoint, read_text, step_in_name
-from ckinspect.analysis.updates import RATIO_GROUPS, Updates, compare_saves
+from ckinspect.analysis.updates import RATIO_GROUPS, Updates, compare_saves, compared_values
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.model import Checkpoint, Finding
 from ckinspect.record import Record, field
-from ckinspect.vocab import DCP_METADATA, TMP_SUFFIX
+from ckinspect.vocab import DCP_METADATA, TMP_SUFFIX, WATCH_KEEP_MIB
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
     from typing import Any
+
+    from ckinspect.analysis.scan import Kept
 
 DEFAULT_SETTLE = 30.0  # seconds a save must stay unchanged, and unfinished, before its writer counts as gone
 # An update this many times above or below the median of the series' earlier ones is far outside its history.
@@ -52,6 +74,11 @@ OUTLIER_FACTOR = 10.0
 HISTORY_NEEDED = 3  # earlier comparisons needed before a ratio can be far outside them
 # Only the latest comparisons count: a schedule's warmup and decay move the ratio slowly, a blow-up at once.
 HISTORY_WINDOW = 8
+# Imported once by the forkserver, before it forks the workers (their first save would import them, ~0.2 s
+# each): numpy and the readers of the saves trainers write. A name that fails to import is skipped.
+WORKER_PRELOAD = ("numpy", "ckinspect.formats.dcp", "ckinspect.formats.torch_zip", "ckinspect.formats.safetensors")
+# Values of one save kept for the comparison with the next (per series; two saves' worth at the peak).
+DEFAULT_KEEP = WATCH_KEEP_MIB << 20
 # Structural verdicts that a save still being written would also get: held back until its files are quiet.
 STRUCTURE_CODES = ("CORRUPT", "MISSING_PARTS", "LEFTOVER_TMP", "PARTS_DISAGREE")
 
@@ -62,6 +89,7 @@ ABANDONED = "abandoned"
 IN_PROGRESS = "in-progress"
 
 Signature = tuple[tuple[str, int, int, int], ...]  # (relative name, size, mtime_ns, inode) of every file
+Read = tuple[Checkpoint, "Kept | None"]  # one part as a worker read it: its listing, the values its scan kept
 
 
 class Event(Record):
@@ -106,6 +134,7 @@ class _Series(Record):
     path: Path | None = None  # the newest judged save
     parts: dict[str, Checkpoint] = field(default_factory=dict)  # its parts' listings, by part key
     files: Blobs | None = None  # its files, held open: a save written again under its name replaces them
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)  # its kept values, by part key, then tensor
     ratios: dict[str, list[float]] = field(default_factory=dict)  # per group, per step, oldest first
     changing: set[str] = field(default_factory=set)  # model layers that changed at the last comparison
 
@@ -120,9 +149,11 @@ class Follower:
         verify: bool = True,
         clock: Callable[[], float] = time.time,
         jobs: int = 1,
+        keep_bytes: int = DEFAULT_KEEP,
     ) -> None:
         self.run_dir = run_dir
         self.jobs = max(1, jobs)
+        self.keep_bytes = max(0, keep_bytes)
         self.settle = settle
         self.verify = verify
         self.clock = clock
@@ -131,19 +162,27 @@ class Follower:
         self.series: dict[tuple[str, str, str], _Series] = {}
         self.nonfinite_seen: Path | None = None  # the first checkpoint holding NaN/Inf
         self.events = 0
+        self.pool: ProcessPoolExecutor | None = None  # with jobs > 1, from the first poll on
 
     def close(self) -> None:
-        """Close the files held open for the next comparison."""
+        """Close the files held open for the next comparison, and stop the worker processes."""
+        self._drop_workers()
         for series in self.series.values():
             if series.files is not None:
                 series.files.close()
                 series.files = None
+            series.values = {}
 
     # ------------------------------------------------------------------------------------------ polling
 
     def poll(self, once: bool = False) -> list[Event]:
         """Judge what has finished since the last call, oldest first. With `once`, also report the saves
         still being written (as IN_PROGRESS events, without findings) instead of waiting for them."""
+        return list(self.poll_each(once))
+
+    def poll_each(self, once: bool = False) -> Iterator[Event]:
+        """`poll`, each event as soon as it is judged: the first saves of a backlog are not held back until
+        the last is judged. Consume it whole before the next call."""
         run = collect(self.run_dir)
         now = self.clock()
         seen: set[str] = set()
@@ -162,44 +201,110 @@ class Follower:
                     plan.append((ckpt, files, IN_PROGRESS, False))
                 continue
             plan.append((ckpt, files, JUDGED if finished else ABANDONED, quiet))
-        self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
-        out: list[Event] = []
+        for key in list(self.waiting):
+            if key not in seen:
+                del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
+        if self.jobs > 1:
+            self._workers()  # started before the first backlog, so that one does not wait for them
+        readings = self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
         for ckpt, files, kind, quiet in plan:
             key = str(ckpt.path)
             if kind == IN_PROGRESS:
-                out.append(self._event(Event(IN_PROGRESS, ckpt)))
+                yield self._event(Event(IN_PROGRESS, ckpt))
                 continue
-            event = self._judge(ckpt, files, kind)
+            read, kept = next(readings)
+            assert read is ckpt  # read in the plan's order
+            event = self._judge(ckpt, files, kind, kept)
             if event.kind == JUDGED and not quiet and _structure_broken(event):
                 # finished by its marker, yet broken the way a save in flight looks: look again once quiet
                 self.waiting[key] = files
                 if once:
-                    out.append(self._event(Event(IN_PROGRESS, ckpt)))
+                    yield self._event(Event(IN_PROGRESS, ckpt))
                 continue
             self.judged[key] = files
             self.waiting.pop(key, None)
-            self._remember(ckpt, event, files)
-            out.append(self._event(event))
-        for key in list(self.waiting):
-            if key not in seen:
-                del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
-        return out
+            self._remember(ckpt, event, files, kept)
+            yield self._event(event)
 
-    def _read_all(self, checkpoints: list[RunCheckpoint]) -> None:
-        """The run's judge on each (structure, CRC, value scan): `jobs` at a time, so a backlog of saves is
-        read in parallel; comparing and the anomalies follow in order, one by one."""
-
-        def read(ckpt: RunCheckpoint) -> None:
-            judge(ckpt, Reader(verify=self.verify))
-
-        if self.jobs > 1 and len(checkpoints) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(min(self.jobs, len(checkpoints)), thread_name_prefix="ckinspect-watch") as pool:
-                list(pool.map(read, checkpoints))
-        else:
+    def _read_all(self, checkpoints: list[RunCheckpoint]) -> Iterator[tuple[RunCheckpoint, dict[Path, Kept]]]:
+        """The run's judge on each (structure, CRC, value scan), in order, with the values each part's scan
+        kept for the comparison (by part path). A backlog with jobs > 1: parts read by the worker processes,
+        at most `jobs` saves ahead of the one yielded (so at most that many saves' kept values wait)."""
+        if self.jobs == 1 or len(checkpoints) < 2:
             for ckpt in checkpoints:
-                read(ckpt)
+                yield ckpt, self._read_here(ckpt)
+            return
+        ahead: deque[tuple[RunCheckpoint, list[tuple[Path, Future[Read]]]]] = deque()
+        waiting = iter(checkpoints)
+        for ckpt in waiting:
+            ahead.append((ckpt, self._submit(ckpt)))
+            if len(ahead) >= self.jobs:
+                break
+        while ahead:
+            ckpt, futures = ahead.popleft()
+            read = [(path, _result(future)) for path, future in futures]  # in this save's part order
+            following = next(waiting, None)
+            if following is not None:
+                ahead.append((following, self._submit(following)))
+            yield ckpt, self._read_here(ckpt, [(path, r) for path, r in read if r is not None])
+
+    def _submit(self, ckpt: RunCheckpoint) -> list[tuple[Path, Future[Read]]]:
+        """Each part the judge will open, to the workers (parts a record names only once read are read here)."""
+        paths = list(dict.fromkeys(part.path for part in ckpt.parts if part.role not in RECORD_ROLES))
+        room = self.keep_bytes // max(1, len(paths))  # the save's budget shared by its parts
+        try:
+            pool = self._workers()
+            return [(path, pool.submit(read_part, path, self.verify, room)) for path in paths]
+        except (BrokenProcessPool, RuntimeError, OSError):  # a worker died, or none could start: read here
+            self._drop_workers()
+            return []
+
+    def _workers(self) -> ProcessPoolExecutor:
+        if self.pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            context = multiprocessing.get_context(method)
+            if method == "forkserver":
+                context.set_forkserver_preload([__name__, *WORKER_PRELOAD])
+            threads = max(1, (os.cpu_count() or 1) // self.jobs)  # each worker's scan threads: cores shared out
+            self.pool = ProcessPoolExecutor(
+                self.jobs, mp_context=context, initializer=_start_worker, initargs=(threads,)
+            )
+            for _ in range(self.jobs):
+                self.pool.submit(_start_worker, threads)  # each submit starts a worker while there are fewer
+        return self.pool
+
+    def _drop_workers(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
+
+    def _read_here(self, ckpt: RunCheckpoint, read: list[tuple[Path, Read]] | None = None) -> dict[Path, Kept]:
+        """Judge here; parts the workers read already (`read`: by the path the judge opens) are not read
+        again, the others are."""
+        kept: dict[Path, Kept] = {}
+        reader = Reader(verify=self.verify, keep=self._keep(kept))
+        for path, (opened, values) in read or []:
+            reader.cache[path] = opened
+            if values is not None:
+                kept[opened.path] = values
+        judge(ckpt, reader)
+        return kept
+
+    def _keep(self, kept: dict[Path, Kept]) -> Callable[[Checkpoint], Kept] | None:
+        """What each part's scan keeps (into `kept`, by the part's path): the compared values, within what
+        is left of the save's budget."""
+        if not self.keep_bytes:
+            return None
+
+        def keep(listed: Checkpoint) -> Kept:
+            room = self.keep_bytes - sum(k.nbytes for k in kept.values())
+            wanted = kept[listed.path] = compared_values(listed, max(0, room))
+            return wanted
+
+        return keep
 
     def _event(self, event: Event) -> Event:
         self.events += 1
@@ -208,7 +313,7 @@ class Follower:
 
     # ------------------------------------------------------------------------------------------ judging
 
-    def _judge(self, ckpt: RunCheckpoint, files: Signature, kind: str) -> Event:
+    def _judge(self, ckpt: RunCheckpoint, files: Signature, kind: str, kept: dict[Path, Kept]) -> Event:
         """The event of a checkpoint the judge has read: its findings, the comparison, the anomalies."""
         # a tmp beside a whole part is the next save in flight: this watch reports that save on its own
         own = ckpt.findings + [f for p in ckpt.parts for f in p.findings if f.code != "LEFTOVER_TMP"]
@@ -219,18 +324,20 @@ class Follower:
         series = self.series.get(series_key(ckpt))
         if series is not None and series.parts:
             event.previous = series.path
-            event.updates = self._compare(series, ckpt)
+            event.updates = self._compare(series, ckpt, kept)
             event.findings.extend(self._anomalies(series, ckpt, event.updates))
         event.findings.extend(self._nonfinite_onset(ckpt, event))
         return event
 
-    def _compare(self, series: _Series, ckpt: RunCheckpoint) -> Updates | None:
+    def _compare(self, series: _Series, ckpt: RunCheckpoint, kept: dict[Path, Kept]) -> Updates | None:
         total: Updates | None = None
         for key, opened in _parts(ckpt).items():
             before = series.parts.get(key)
             if before is None:
                 continue
-            updates = compare_saves(before, opened, series.files)
+            now = kept.get(opened.path)
+            values = now.values if now is not None else None
+            updates = compare_saves(before, opened, series.files, series.values.get(key), values)
             if total is None:
                 total = updates
             else:
@@ -241,7 +348,7 @@ class Follower:
             total.previous_step = step_in_name(series.path.name) if series.path.is_dir() else None
         return total
 
-    def _remember(self, ckpt: RunCheckpoint, event: Event, files: Signature) -> None:
+    def _remember(self, ckpt: RunCheckpoint, event: Event, files: Signature, kept: dict[Path, Kept]) -> None:
         if event.kind != JUDGED:
             return
         series = self.series.setdefault(series_key(ckpt), _Series())
@@ -251,8 +358,10 @@ class Follower:
         if series.files is not None:
             series.files.close()
         series.path, series.parts, series.files = ckpt.path, parts, _hold_open(ckpt, parts, files)
+        # the previous save's kept values go here (released), this save's take their place
+        series.values = {key: kept[opened.path].values for key, opened in parts.items() if opened.path in kept}
         if series.files is None:
-            series.parts = {}  # replaced before it could be held open: nothing to compare the next save with
+            series.parts, series.values = {}, {}  # replaced before it could be held open: nothing to compare with
         updates = event.updates
         if updates is None:
             return
@@ -300,6 +409,35 @@ class Follower:
         message = (f"NaN/Inf first appears at {step} ({ckpt.path.name}); every earlier checkpoint of the run "
                    f"this watch judged held none{named}")  # fmt: skip
         return [Finding("NONFINITE_ONSET", message, tensors[0] if tensors else None)]
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+
+def read_part(path: Path, verify: bool, keep_bytes: int) -> Read:
+    """One part of a save, as the judge's reader reads it (in a worker process): its listing, checks and
+    value scan, and the values the scan kept for the comparison."""
+    kept: list[Kept] = []
+
+    def keep(listed: Checkpoint) -> Kept:
+        kept.append(compared_values(listed, keep_bytes))
+        return kept[-1]
+
+    opened = inspect_path(path, quick=not verify, keep=keep if keep_bytes else None)
+    return opened, (kept[0] if kept else None)
+
+
+def _start_worker(threads: int) -> None:
+    os.environ["CKINSPECT_THREADS"] = str(threads)
+
+
+def _result(future: Future[Read]) -> Read | None:
+    """A worker's reading, or None when it failed (the judge then reads the part here, as without workers:
+    the same findings, or the same error)."""
+    try:
+        return future.result()
+    except Exception:  # noqa: BLE001 - a broken pool or a part that cannot be opened: read here instead
+        return None
 
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -15,6 +15,7 @@ from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import human_bytes, shape_text, terminal_safe
+from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record
 from ckinspect.tui.core import name_matcher, natural_key
@@ -239,7 +240,7 @@ class DiffScreen(Screen[None]):
 
     def __init__(self, a_path: Path, b_path: Path, *, a: Checkpoint | None = None, b: Checkpoint | None = None) -> None:
         super().__init__()
-        self.a_path, self.b_path = Path(a_path), Path(b_path)
+        self.a_path, self.b_path = as_path(a_path), as_path(b_path)
         self.a, self.b = a, b
         self.pairs: list[Pair] = []
         self.differences_only = False

@@ -14,6 +14,7 @@ from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
+from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import format_value
 from ckinspect.tui.messages import DriftComputed, Progress
@@ -71,7 +72,7 @@ class DriftScreen(Screen[None]):
 
     def __init__(self, target: Path, ckpt: Checkpoint | None = None) -> None:
         super().__init__()
-        self.target, self.ckpt = Path(target), ckpt
+        self.target, self.ckpt = as_path(target), ckpt
 
     def compose(self) -> ComposeResult:
         yield Label(

@@ -16,6 +16,7 @@ from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
 from ckinspect.io.blobs import UnreadableStorage
+from ckinspect.io.remote import as_path, is_url
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, ValueStats, add_findings, name_matcher
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
@@ -87,7 +88,7 @@ class InspectScreen(Screen[None]):
 
     def __init__(self, target: Path, ckpt: Checkpoint | None = None, scanned: ScanOutcome | None = None) -> None:
         super().__init__()
-        self.target = Path(target)
+        self.target = as_path(target)
         self.ckpt: Checkpoint | None = ckpt
         self.scanned = scanned  # the folder view's scan of this checkpoint (its findings are already on ckpt)
         self.scan_note = ""
@@ -400,6 +401,10 @@ class InspectScreen(Screen[None]):
             if changed:  # files moved: the findings (LEFTOVER_TMP) describe a folder that is gone
                 self.reload()
 
+        if is_url(self.target):  # repairs move and rewrite files beside the checkpoint
+            self.notify(f"{terminal_safe(self.target)}: repair works on local folders only; a remote path is "
+                        "read-only here", severity="error", markup=False)  # fmt: skip
+            return
         folder = self.target if self.target.is_dir() else self.target.parent
         self.app.push_screen(RepairScreen(folder), closed)
 

@@ -17,6 +17,7 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
+from ckinspect.io.remote import as_path, is_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ class PickFileScreen(ModalScreen[Path | None]):
 
     def __init__(self, current: Path) -> None:
         super().__init__()
-        self.current = Path(current)
+        self.current = as_path(current)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -52,7 +53,8 @@ class PickFileScreen(ModalScreen[Path | None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="pick", description="checkpoints nearby")
     def look_around(self) -> None:
-        folder = self.current.parent
+        # a remote checkpoint has no folder here to look in: offer what lies in the working folder
+        folder = Path.cwd() if is_url(self.current) else self.current.parent
         paths = [p for p in self.app.backend.find([folder]) if p != self.current]
         self.post_message(self.Candidates(paths))
 
@@ -76,11 +78,15 @@ class PickFileScreen(ModalScreen[Path | None]):
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
         if event.option.id:
-            self.dismiss(Path(event.option.id))
+            self.dismiss(as_path(event.option.id))
 
     @on(Input.Submitted)
     def _typed(self, event: Input.Submitted) -> None:
-        path = Path(event.value.strip()).expanduser()
+        typed = event.value.strip()
+        if is_url(typed):  # read (and a missing object reported) by the diff screen
+            self.dismiss(as_path(typed))
+            return
+        path = Path(typed).expanduser()
         if path.exists():
             self.dismiss(path)
         else:

@@ -26,6 +26,7 @@ from ckinspect.analysis.updates import RATIO_GROUPS
 from ckinspect.fmt import terminal_safe
 from ckinspect.report.watch_report import ratio_text, shown
 from ckinspect.tui.screens.inspect import failure_text
+from ckinspect.vocab import WATCH_KEEP_MIB
 
 if TYPE_CHECKING:
     from ckinspect.tui.app import CkinspectApp
@@ -61,10 +62,17 @@ class WatchScreen(Screen[None]):
         mode: str
 
     def __init__(
-        self, run_dir: Path, settle: float = 30.0, interval: float = 1.0, poll: bool = False, jobs: int = 1
+        self,
+        run_dir: Path,
+        settle: float = 30.0,
+        interval: float = 1.0,
+        poll: bool = False,
+        jobs: int = 1,
+        keep_bytes: int = WATCH_KEEP_MIB << 20,
     ) -> None:
         super().__init__()
         self.run_dir, self.settle, self.interval, self.poll, self.jobs = Path(run_dir), settle, interval, poll, jobs
+        self.keep_bytes = keep_bytes
         self.stop = threading.Event()
         self.events: list[dict[str, Any]] = []
         self.ratios: dict[str, list[float]] = {group: [] for group in RATIO_GROUPS}
@@ -96,14 +104,16 @@ class WatchScreen(Screen[None]):
         from ckinspect.analysis.runs.watch import Follower
         from ckinspect.io.changes import Changes
 
-        follower = Follower(self.run_dir, settle=self.settle, verify=not self.app.quick, jobs=self.jobs)
+        follower = Follower(
+            self.run_dir, settle=self.settle, verify=not self.app.quick, jobs=self.jobs, keep_bytes=self.keep_bytes
+        )
         changes = Changes(self.run_dir, interval=self.interval, poll=self.poll)
         self.post_message(self.Following(changes.mode + (f" ({changes.why})" if changes.why else "")))
         try:
-            for event in follower.poll():
+            for event in follower.poll_each():
                 self.post_message(self.CheckpointJudged(event.to_json()))
             for _ in changes.wakeups(self.stop):
-                for event in follower.poll():
+                for event in follower.poll_each():
                     if self.stop.is_set():
                         return
                     self.post_message(self.CheckpointJudged(event.to_json()))

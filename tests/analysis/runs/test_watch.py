@@ -4,6 +4,7 @@ written never judged, one whose writer is gone judged after the settle time, and
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -231,3 +232,133 @@ def test_jobs_read_a_backlog_in_parallel_with_the_same_events(tmp_path):
         (6, 60, "damaged", ["NONFINITE", "NONFINITE_ONSET"]),
     ]
     assert three == one
+
+
+# ---------------------------------------------------------------------------------------------- reads
+
+
+def assert_each_file_read_once(log, files: list) -> None:
+    """Every byte a Blobs read touched was read once, and each save's file was read (its values scanned)."""
+    from ckinspect.io.blobs import ReadLog
+
+    assert isinstance(log, ReadLog)
+    read = log.bytes_read()
+    for key, size in files:
+        name = Path(key[0]).name
+        assert read.get(key, 0) > 0, f"{name} never read"
+        assert read[key] <= size, f"{name}: {read[key]:,} bytes read of {size:,}"
+    assert log.read_again() == dict.fromkeys(log.ranges, 0)
+    assert set(log.ranges) == {key for key, _ in files}  # nothing else read through Blobs
+
+
+def kept_bytes(watch: Follower) -> int:
+    return sum(a.nbytes for series in watch.series.values() for part in series.values.values() for a in part.values())
+
+
+def identity(path) -> tuple[tuple[str, int, int], int]:
+    """The read log's key of a file (path, inode, modification time), and its size."""
+    st = path.stat()
+    return (str(path), st.st_ino, st.st_mtime_ns), st.st_size
+
+
+def test_each_save_is_read_once_over_a_run(tmp_path):
+    from ckinspect.io.blobs import logging_reads
+
+    watch = follower(tmp_path)
+    files, events = [], []
+    with logging_reads() as log:
+        for step in range(10, 70, 10):  # saved one by one, each judged before the next: the live case
+            files.append(identity(save(tmp_path / f"ckpt-{step:04d}.pt", step, frozen_from={"layers.0.wk": 40})))
+            events += watch.poll()
+        for step in (70, 80, 90):  # a backlog of three, judged in one poll
+            files.append(identity(save(tmp_path / f"ckpt-{step:04d}.pt", step)))
+        events += watch.poll()
+    # what stays held: the newest save's compared values (4 weights and 8 moments of 16x16 float32), nothing more
+    assert kept_bytes(watch) == 12 * 16 * 16 * 4
+    watch.close()
+    assert [(e.step, codes(e)) for e in events][4:] == [(50, ["LAYER_FROZEN"]), (60, []), (70, []), (80, []), (90, [])]
+    assert all(e.updates is not None and e.updates.ratio("model") > 0 for e in events[1:])
+    assert_each_file_read_once(log, files)
+
+
+def test_a_file_saved_again_under_its_name_is_read_once_each_time(tmp_path):
+    from ckinspect.io.blobs import logging_reads
+
+    path = tmp_path / "run_resume.pth"
+    watch = follower(tmp_path)
+    files, ratios = [], []
+    with logging_reads() as log:
+        for step in (10, 20, 30, 40):
+            files.append(identity(save(path, step)))  # os.replace: a new file under the same name
+            [event] = watch.poll()
+            ratios.append(event.updates and event.updates.ratio("model"))
+    watch.close()
+    assert len({key for key, _ in files}) == 4
+    assert ratios[0] is None and all(r is not None and r > 0 for r in ratios[1:])
+    assert_each_file_read_once(log, files)
+
+
+def test_worker_processes_read_a_backlog_and_this_process_reads_nothing_again(tmp_path):
+    """With --jobs 2 each save is read (listed, scanned, its values kept) by a worker process; the comparison
+    here takes the values the workers sent, so this process reads no stored byte at all."""
+    from ckinspect.io.blobs import logging_reads
+
+    for step in range(10, 60, 10):
+        save(tmp_path / f"ckpt-{step:04d}.pt", step)
+    watch = Follower(tmp_path, settle=SETTLE, jobs=2)
+    try:
+        with logging_reads() as log:
+            events = watch.poll()
+        assert watch.pool is not None  # a backlog of five: read by the workers
+    finally:
+        watch.close()
+    assert [e.step for e in events] == [10, 20, 30, 40, 50]
+    assert all(e.updates is not None and e.updates.ratio("model") > 0 for e in events[1:])
+    assert log.ranges == {}
+
+
+def test_each_dcp_save_is_read_once(tmp_path):
+    """The bundled trainer's --save-format dcp: a folder per save, its tensors in one .distcp file."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    from ckinspect.io.blobs import logging_reads
+
+    watch = follower(tmp_path)
+    files, events = [], []
+    with logging_reads() as log:
+        for step in (10, 20, 30, 40):
+            folder = tmp_path / f"run_step{step:06d}"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "torch.distributed is disabled ... single process"
+                dcp.save(state(step), checkpoint_id=str(folder))
+            files += [identity(p) for p in sorted(folder.glob("*.distcp"))]
+            events += watch.poll()
+    watch.close()
+    assert [(e.step, e.checkpoint.framework, codes(e)) for e in events] == [(s, "dcp", []) for s in (10, 20, 30, 40)]
+    assert all(e.updates.ratio("model") > 0 and e.updates.ratio("optimizer") > 0 for e in events[1:])
+    assert_each_file_read_once(log, files)
+
+
+def test_a_save_larger_than_the_keep_budget_is_kept_in_part_with_the_same_figures(tmp_path):
+    from ckinspect.io.blobs import logging_reads
+
+    for step in range(10, 60, 10):
+        save(tmp_path / f"ckpt-{step:04d}.pt", step, frozen_from={"layers.1.wk": 30})
+
+    def run(keep_bytes: int) -> tuple[list, int, int]:
+        watch = Follower(tmp_path, settle=SETTLE, keep_bytes=keep_bytes)
+        with logging_reads() as log:
+            events = [(e.step, codes(e), e.updates and e.updates.to_json()) for e in watch.poll()]
+        held = kept_bytes(watch)
+        watch.close()
+        return events, held, sum(log.read_again().values())
+
+    whole, held, again = run(1 << 20)
+    assert (held, again) == (12 * 1024, 0)
+    part, held, again = run(5000)  # four of the twelve 1 KiB tensors: the others are read again when compared
+    assert part == whole
+    assert held == 4 * 1024 and again > 0
+    assert run(0)[0] == whole  # nothing kept: every comparison reads both saves from their files
+    assert [c for _, c, _ in whole] == [[], [], [], ["LAYER_FROZEN"], []]

@@ -1,0 +1,74 @@
+"""The TUI on URLs: `ckinspect https://host/x.pt` opens the inspect screen over range reads, `diff` takes a
+URL on either side, and repair (which rewrites files beside the checkpoint) is refused with one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckinspect.tui.app import create_app
+from ckinspect.tui.screens.diff import DiffScreen
+from ckinspect.tui.screens.inspect import InspectScreen
+from ckinspect.tui.widgets.tensor_table import TensorTable
+from tests.conftest import REPO
+from tests.helpers.remote_servers import range_server
+
+pytestmark = pytest.mark.remote
+
+RESUME = "stopped-30/tiny_resume.pth"
+
+
+@pytest.fixture
+def server():
+    if not (REPO / "samples" / RESUME).exists():
+        pytest.skip("samples/ missing (python -m trainer samples)")
+    with range_server(REPO / "samples") as srv:
+        yield srv
+
+
+async def _settle(pilot) -> None:
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def test_a_url_opens_the_inspect_screen_and_refuses_repair(server):
+    url = f"{server.url}/{RESUME}"
+    app = create_app("main", [url], cursor_blink=False)
+    async with app.run_test(size=(110, 30)) as pilot:
+        await _settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, InspectScreen) and str(screen.target) == url
+        names = screen.query_one(TensorTable).visible_keys()
+        assert len(names) == 83 and "model.tok_embeddings.weight" in names
+        depth = len(app.screen_stack)
+        await pilot.press("R")
+        await pilot.pause()
+        assert len(app.screen_stack) == depth  # no repair screen over a remote file
+        messages = [str(n.message) for n in app._notifications]
+        assert messages == [f"{url}: repair works on local folders only; a remote path is read-only here"]
+
+
+async def test_diff_of_a_url_and_a_local_file(server):
+    app = create_app(
+        "diff", [f"{server.url}/{RESUME}", REPO / "samples" / "stopped-30" / "tiny.pth"], cursor_blink=False
+    )
+    async with app.run_test(size=(110, 30)) as pilot:
+        screen = app.screen
+        for _ in range(50):  # the comparison starts once both sides are read: a worker after the loader
+            await _settle(pilot)
+            if screen.result is not None:
+                break
+        assert isinstance(screen, DiffScreen) and screen.result is not None
+        b_name = {p.name: p.b.name for p in screen.pairs if p.b is not None}
+        assert b_name["model.tok_embeddings.weight"] == "tok_embeddings.weight"
+        assert "DIFFERENT" in str(screen.query_one("#summary").render())
+
+
+async def test_a_missing_url_says_so_on_the_screen_without_a_traceback(server):
+    url = f"{server.url}/gone.pth"
+    app = create_app("main", [url], cursor_blink=False)
+    async with app.run_test(size=(110, 30)) as pilot:
+        await _settle(pilot)
+        assert isinstance(app.screen, InspectScreen)
+        shown = str(app.screen.query_one("#loading-label").render())
+        assert "not found (no such object)" in shown, shown
