@@ -45,10 +45,16 @@ def test_sizes_read_as_humanize_writes_them_including_where_rounding_reaches_the
     assert human_bytes(1024**2 - 51) == "1.0 MiB"  # 1023.95 KiB rounds up: the unit steps up with it
 
 
-def _strings_users_read(tree):
-    """Every string literal and f-string of a module, docstrings left out (they are for the reader of the code)."""
+def _size_texts_outside_fmt(tree):
+    """(line, text) of each string a user reads that writes a size itself: a decimal unit anywhere ("100 MB"
+    beside the reports' MiB), or a value formatted in an f-string right before a unit ("{n / 2**20:.1f} MiB").
+    Docstrings are left out (they are for the reader of the code); a binary unit in prose ("1 GiB or more",
+    "a whole number of MiB") is no size written by hand."""
     import ast
+    import re
 
+    decimal = re.compile(r"(?<![A-Za-z])[KMGTPE]B(?![A-Za-z])")
+    unit_first = re.compile(r"^\s?[KMGTPE]i?B(?![A-Za-z])")
     docstrings = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
@@ -58,26 +64,40 @@ def _strings_users_read(tree):
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
             docstrings.update(id(v) for v in node.values)  # an f-string's pieces: read once, as the whole
-            yield node.lineno, "".join(v.value for v in node.values if isinstance(v, ast.Constant))
+            pieces = node.values
+            for before, piece in zip(pieces, pieces[1:], strict=False):
+                formatted = isinstance(before, ast.FormattedValue) and isinstance(piece, ast.Constant)
+                if formatted and unit_first.match(str(piece.value)):
+                    yield node.lineno, ast.unparse(node)
+            text = "".join(str(v.value) for v in pieces if isinstance(v, ast.Constant))
+            if decimal.search(text):
+                yield node.lineno, text
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            yield node.lineno, node.value
+            written = decimal.search(node.value)
+            if written:
+                yield node.lineno, node.value
 
 
 def test_no_size_unit_is_written_outside_fmt():
-    """One size formatter everywhere: no "GB" beside "GiB", no "418.7 KiB" beside "419 KiB". Any text a user
-    reads that names a size unit comes from fmt.human_bytes, so a unit in a literal elsewhere is a second writer."""
+    """One size formatter everywhere: no "GB" beside "GiB", no "418.7 KiB" beside "419 KiB". Sizes a user
+    reads come from fmt.human_bytes; a decimal unit, or a unit after a value formatted by hand, elsewhere
+    is a second writer."""
     import ast
-    import re
     from pathlib import Path
 
-    unit = re.compile(r"(?<![A-Za-z])(?:[KMGTPE]i?B|bytes?/s)(?![A-Za-z])")
     root = Path(__file__).resolve().parents[1]
     found = []
     for folder in ("ckinspect", "trainer"):
         for path in sorted((root / folder).rglob("*.py")):
             if path.name == "fmt.py" and path.parent.name == "ckinspect":
                 continue
-            for line, text in _strings_users_read(ast.parse(path.read_text(encoding="utf-8"))):
-                if unit.search(text):
-                    found.append(f"{path.relative_to(root)}:{line}: {text!r}")
+            for line, text in _size_texts_outside_fmt(ast.parse(path.read_text(encoding="utf-8"))):
+                found.append(f"{path.relative_to(root)}:{line}: {text!r}")
     assert found == []
+
+
+def test_the_size_check_sees_a_hand_formatted_size():
+    import ast
+
+    code = 'a = f"{n / 2**20:.1f} MiB"\nb = "over the 100 MB limit"\nc = "1 GiB or more"\nd = f"{n:,} bytes"\n'
+    assert [line for line, _ in _size_texts_outside_fmt(ast.parse(code))] == [1, 2]
