@@ -238,3 +238,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("frameworks"))
         if not any(item.get_closest_marker(group) for group in GROUPS):
             item.add_marker(pytest.mark.core)
+
+
+@pytest.fixture
+def samples_server() -> Iterator:
+    """The HTTP range server (tests/helpers/remote_servers.py) over the bundled samples/, on 127.0.0.1."""
+    from tests.helpers.remote_servers import range_server
+
+    if not (REPO / "samples" / "stopped-30").is_dir():
+        pytest.skip("samples/ missing (python -m trainer samples)")
+    with range_server(REPO / "samples") as srv:
+        yield srv

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.helpers.remote_servers import moto_s3, put_objects, range_server
+from tests.helpers.remote_servers import moto_s3, put_objects
 
 pytestmark = pytest.mark.remote
 
@@ -16,11 +16,8 @@ STRAIGHT, RESUMED, STOPPED = "straight-60/tiny_resume.pth", "resumed-60/tiny_res
 
 
 @pytest.fixture
-def server():
-    if not (REPO / "samples" / STOPPED).exists():
-        pytest.skip("samples/ missing (python -m trainer samples)")
-    with range_server(REPO / "samples") as srv:
-        yield srv
+def server(samples_server):
+    return samples_server
 
 
 def _diff_json(a: str, b: str, env: dict[str, str] | None = None):

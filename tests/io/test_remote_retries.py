@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.helpers.remote_servers import moto_s3, put_objects, range_server
+from tests.helpers.remote_servers import moto_s3, put_objects
 
 pytestmark = pytest.mark.remote
 
@@ -18,11 +18,8 @@ SAMPLE = "stopped-30/tiny.pth"
 
 
 @pytest.fixture
-def server():
-    if not (REPO / "samples" / SAMPLE).exists():
-        pytest.skip("samples/ missing (python -m trainer samples)")
-    with range_server(REPO / "samples") as srv:
-        yield srv
+def server(samples_server):
+    return samples_server
 
 
 def _one_line(stderr: str) -> str:

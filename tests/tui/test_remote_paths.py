@@ -10,7 +10,6 @@ from ckinspect.tui.screens.diff import DiffScreen
 from ckinspect.tui.screens.inspect import InspectScreen
 from ckinspect.tui.widgets.tensor_table import TensorTable
 from tests.conftest import REPO
-from tests.helpers.remote_servers import range_server
 
 pytestmark = pytest.mark.remote
 
@@ -18,11 +17,8 @@ RESUME = "stopped-30/tiny_resume.pth"
 
 
 @pytest.fixture
-def server():
-    if not (REPO / "samples" / RESUME).exists():
-        pytest.skip("samples/ missing (python -m trainer samples)")
-    with range_server(REPO / "samples") as srv:
-        yield srv
+def server(samples_server):
+    return samples_server
 
 
 async def _settle(pilot) -> None:
