@@ -147,11 +147,9 @@ def main() -> int:
             )
         return 0 if verdicts[0] else 1
     finally:
-        if args.file:
-            pass
-        elif args.keep:
+        if args.keep and not args.file:
             print(f"kept {folder}")
-        else:
+        elif not args.file:  # a file given by the user is theirs: nothing to delete
             shutil.rmtree(folder, ignore_errors=True)
 
 

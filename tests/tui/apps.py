@@ -87,3 +87,10 @@ def demo_backend(data_dir: Path) -> FixtureBackend:
 
 def make_app(command: str, paths: list[Path], data_dir: Path, *, theme: str = "ckinspect-dark") -> CkinspectApp:
     return create_app(command, paths, backend=demo_backend(data_dir), theme=theme, cursor_blink=False)
+
+
+async def settle(pilot) -> None:
+    """Let the app finish what it started: mount, the loading worker, and the redraw after it."""
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()

@@ -6,16 +6,10 @@ from textual.widgets import Static
 
 from ckinspect.tui.screens.diff import DiffScreen
 from ckinspect.tui.widgets.virtual_table import VirtualTable
-from tests.tui.apps import make_app
+from tests.tui.apps import make_app, settle
 from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
 
 SIZE = (100, 30)
-
-
-async def settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 def panes(screen: DiffScreen) -> tuple[VirtualTable, VirtualTable]:

@@ -5,14 +5,8 @@ from __future__ import annotations
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
 from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.tensor_table import TensorTable
-from tests.tui.apps import make_app
+from tests.tui.apps import make_app, settle
 from tests.tui.fixtures import DEMO_PATH
-
-
-async def settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 async def test_rows_named_by_findings_are_marked(tmp_path):

@@ -14,17 +14,11 @@ from ckinspect.tui.screens.folder import FolderScreen
 from ckinspect.tui.screens.inspect import InspectScreen
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
 from ckinspect.tui.widgets.virtual_table import VirtualTable
-from tests.tui.apps import FixtureBackend, demo_backend
+from tests.tui.apps import FixtureBackend, demo_backend, settle
 from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
 
 SIZE = (100, 30)
 NAN = Finding("NONFINITE", "model.norm.weight: 3 NaN", "model.norm.weight")
-
-
-async def settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 class ScanningBackend(FixtureBackend):

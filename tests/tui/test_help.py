@@ -8,16 +8,10 @@ from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
 from ckinspect.tui.screens.help import HelpScreen
-from tests.tui.apps import make_app
+from tests.tui.apps import make_app, settle
 from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
 
 SCREENS = {"main": [DEMO_PATH], "diff": [DEMO_PATH, DEMO_B_PATH], "drift": [DEMO_PATH]}
-
-
-async def settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 def assert_footer_fits(app) -> None:

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 from ckinspect.tui.widgets.tensor_table import TensorTable
-from tests.tui.apps import make_app
+from tests.tui.apps import make_app, settle
 from tests.tui.fixtures import DEMO_PATH
 
 SIZE = (100, 30)
-
-
-async def settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 async def test_one_key_per_sort_column_in_natural_order(tmp_path):

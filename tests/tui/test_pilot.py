@@ -17,16 +17,10 @@ from ckinspect.tui.widgets.tensor_table import TensorTable
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 from ckinspect.vocab import CkinspectError
-from tests.tui.apps import make_app
+from tests.tui.apps import make_app, settle
 from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
 
 SIZE = (100, 30)
-
-
-async def settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 async def test_open_shows_names_sizes_and_the_optimizer_share(tmp_path):

@@ -10,6 +10,7 @@ from ckinspect.tui.screens.diff import DiffScreen
 from ckinspect.tui.screens.inspect import InspectScreen
 from ckinspect.tui.widgets.tensor_table import TensorTable
 from tests.conftest import REPO
+from tests.tui.apps import settle
 
 pytestmark = pytest.mark.remote
 
@@ -21,17 +22,11 @@ def server(samples_server):
     return samples_server
 
 
-async def _settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-
-
 async def test_a_url_opens_the_inspect_screen_and_refuses_repair(server):
     url = f"{server.url}/{RESUME}"
     app = create_app("main", [url], cursor_blink=False)
     async with app.run_test(size=(110, 30)) as pilot:
-        await _settle(pilot)
+        await settle(pilot)
         screen = app.screen
         assert isinstance(screen, InspectScreen) and str(screen.target) == url
         names = screen.query_one(TensorTable).visible_keys()
@@ -51,7 +46,7 @@ async def test_diff_of_a_url_and_a_local_file(server):
     async with app.run_test(size=(110, 30)) as pilot:
         screen = app.screen
         for _ in range(50):  # the comparison starts once both sides are read: a worker after the loader
-            await _settle(pilot)
+            await settle(pilot)
             if screen.result is not None:
                 break
         assert isinstance(screen, DiffScreen) and screen.result is not None
@@ -64,7 +59,7 @@ async def test_a_missing_url_says_so_on_the_screen_without_a_traceback(server):
     url = f"{server.url}/gone.pth"
     app = create_app("main", [url], cursor_blink=False)
     async with app.run_test(size=(110, 30)) as pilot:
-        await _settle(pilot)
+        await settle(pilot)
         assert isinstance(app.screen, InspectScreen)
         shown = str(app.screen.query_one("#loading-label").render())
         assert "not found (no such object)" in shown, shown

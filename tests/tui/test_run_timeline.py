@@ -14,13 +14,7 @@ from ckinspect.tui.screens.folder import FolderScreen
 from ckinspect.tui.screens.inspect import InspectScreen
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 from tests.analysis.runs.test_runs import ds_tag
-from tests.tui.apps import demo_backend
-
-
-async def settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
+from tests.tui.apps import demo_backend, settle
 
 
 async def test_a_deepspeed_run_as_a_timeline(tmp_path):

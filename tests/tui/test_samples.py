@@ -14,6 +14,7 @@ from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.tensor_table import TensorTable
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 from tests.conftest import REPO
+from tests.tui.apps import settle
 
 RESUME = Path("samples/stopped-30/tiny_resume.pth")
 WEIGHTS = Path("samples/stopped-30/tiny.pth")
@@ -22,12 +23,6 @@ WEIGHTS = Path("samples/stopped-30/tiny.pth")
 def _needs_samples() -> None:
     if not (REPO / RESUME).exists():
         pytest.skip("samples/ missing (python -m trainer samples)")
-
-
-async def _settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +37,7 @@ async def test_a_resume_sample_shows_names_sizes_and_the_optimizer_share():
     _needs_samples()
     app = create_app("main", [RESUME], cursor_blink=False)
     async with app.run_test(size=(100, 30)) as pilot:
-        await _settle(pilot)
+        await settle(pilot)
         table = app.screen.query_one(TensorTable)
         names = table.visible_keys()
         assert "model.tok_embeddings.weight" in names and any(n.endswith("exp_avg_sq") for n in names)
@@ -57,7 +52,7 @@ async def test_diff_of_a_resume_file_and_its_weights_aligns_renamed_tensors():
     _needs_samples()
     app = create_app("diff", [RESUME, WEIGHTS], cursor_blink=False)
     async with app.run_test(size=(100, 30)) as pilot:
-        await _settle(pilot)
+        await settle(pilot)
         screen = app.screen
         assert isinstance(screen, DiffScreen)
         left, right = screen.query_one("#left", VirtualTable), screen.query_one("#right", VirtualTable)
@@ -88,23 +83,23 @@ async def test_repair_of_an_interrupted_save_applies_after_yes_and_undoes(tmp_pa
     tmp_file = folder / "tiny_resume.pth.tmp"
     app = create_app("main", [folder / "tiny_resume.pth"], cursor_blink=False, quick=True)
     async with app.run_test(size=(100, 30)) as pilot:
-        await _settle(pilot)
+        await settle(pilot)
         await pilot.press("R")
-        await _settle(pilot)
+        await settle(pilot)
         assert isinstance(app.screen, RepairScreen)
         table = app.screen.query_one(VirtualTable)
         assert table.rows[0].cells[:2] == ("set-aside", "tiny_resume.pth.tmp")
         await pilot.press("a")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("escape")  # cancel: nothing moves
-        await _settle(pilot)
+        await settle(pilot)
         assert tmp_file.exists()
         await pilot.press("a", "y")
-        await _settle(pilot)
+        await settle(pilot)
         assert not tmp_file.exists() and any((folder / ".ckinspect-quarantine").rglob("tiny_resume.pth.tmp"))
         assert "press u to undo" in str(app.screen.query_one("#repair-summary").render())
         await pilot.press("u", "y")
-        await _settle(pilot)
+        await settle(pilot)
         assert tmp_file.exists()
 
 
@@ -118,13 +113,13 @@ async def test_a_save_that_died_before_its_rename_is_shown_in_the_folder_and_lea
     torch.save({"model": {"w": torch.ones(4)}, "step": 60}, tmp_path / "x.pth.tmp")  # complete, never renamed
     app = create_app("main", [tmp_path], cursor_blink=False, quick=True)
     async with app.run_test(size=(80, 24)) as pilot:
-        await _settle(pilot)
+        await settle(pilot)
         assert isinstance(app.screen, FolderScreen)  # one whole checkpoint, but not opened: the listing has news
         assert [row.key for row in app.screen.query_one(VirtualTable).rows] == [str(tmp_path / "a.pth")]
         summary = str(app.screen.query_one("#folder-summary").render())
         assert "missing (the save died before its rename): x.pth · R plans the repair" in summary
         await pilot.press("R")
-        await _settle(pilot)
+        await settle(pilot)
         assert isinstance(app.screen, RepairScreen)
         cells = app.screen.query_one(VirtualTable).rows[0].cells
         assert cells[0].startswith("promote") and cells[1] == "x.pth.tmp"
@@ -137,7 +132,7 @@ async def test_a_folder_holding_only_a_tmp_says_so_instead_of_empty(tmp_path):
     torch.save({"model": {"w": torch.ones(4)}}, tmp_path / "only.pth.tmp")
     app = create_app("main", [tmp_path], cursor_blink=False, quick=True)
     async with app.run_test(size=(80, 24)) as pilot:
-        await _settle(pilot)
+        await settle(pilot)
         table = app.screen.query_one(VirtualTable)
         assert (
             table.rows == [] and table.empty_text == "no whole checkpoint here: R shows what the interrupted save left"

@@ -8,12 +8,7 @@ from ckinspect.tui.app import create_app
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.tensor_table import TensorTable
-
-
-async def settle(pilot) -> None:
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
+from tests.tui.apps import settle
 
 
 async def test_a_truncated_file_shows_its_missing_tensors_and_points_to_salvage(tmp_path, samples):
