@@ -139,7 +139,10 @@ def write_in_child(path: Path, size_bytes: int) -> int:
 
 
 def child_env() -> dict[str, str]:
+    """This environment for the measured children, but with bytecode caching on, as in a user's Python:
+    with PYTHONDONTWRITEBYTECODE set, every run compiled ckinspect's modules again (~0.17 s a process)."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     return env
 
