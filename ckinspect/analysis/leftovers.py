@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
+from ckinspect.io import folders
 from ckinspect.io.blobs import files_differ
 from ckinspect.io.zipdir import LOCAL_SIG, STORED, FileReader, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
@@ -113,7 +114,7 @@ def main_for_tmp(tmp: Path) -> Leftover | None:
     if _has_checkpoint_suffix(stem) or _checkpoint_pair(tmp, folder / stem):
         return Leftover(tmp, folder / stem)
     # <stem>.tmp beside <stem>.pt: the extension is not in the tmp's name
-    siblings = [folder / (stem + s) for s in CHECKPOINT_SUFFIXES if (folder / (stem + s)).is_file()]
+    siblings = [folder / (stem + s) for s in CHECKPOINT_SUFFIXES if folders.is_file(folder / (stem + s))]
     if len(siblings) == 1:
         return Leftover(tmp, siblings[0])
     if not siblings and _looks_like_checkpoint(tmp):
@@ -127,13 +128,12 @@ def _has_checkpoint_suffix(name: str) -> bool:
 
 def _checkpoint_pair(tmp: Path, main: Path) -> bool:
     """An extension-less main counts when one of the two holds checkpoint bytes (not a report.json's tmp)."""
-    return main.is_file() and (_looks_like_checkpoint(tmp) or _looks_like_checkpoint(main))
+    return folders.is_file(main) and (_looks_like_checkpoint(tmp) or _looks_like_checkpoint(main))
 
 
 def _looks_like_checkpoint(path: Path) -> bool:
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(8)
+        head = folders.read_bytes(path, 8)
     except OSError:
         return False
     if head.startswith((LOCAL_SIG, b"\x80")) or _safetensors_header_len(head) is not None:
