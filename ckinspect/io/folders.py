@@ -149,6 +149,13 @@ def open_folder(path: str | os.PathLike[str]) -> Path:
     return root  # type: ignore[return-value]  # a URL where a Path is expected (pure operations only)
 
 
+def listed_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder of a URL prefix this command has listed already (else listed now), as `open_folder` gives it."""
+    root = RemotePath(str(RemotePath(os.fspath(path)).folder()).rstrip("/"))
+    known = next((x.root for x in reversed(_listings) if x.url == str(root)), None)
+    return known if known is not None else open_folder(root)  # type: ignore[return-value]  # a URL as a Path
+
+
 def _find(path: RemotePath) -> tuple[RemoteListing, str]:
     for listing in reversed(_listings):
         rel = listing.relative(path)
