@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if found is None:
         return EXIT_OK
     targets, orphans = found
-    checkpoints = _list(targets, args)
+    checkpoints = _list(targets)
     if not args.quick:
         from ckinspect.analysis.parallel import merge_scans, plan_units, scan_units
 
@@ -56,7 +56,7 @@ def _find(args: argparse.Namespace) -> tuple[list[Any], list[Checkpoint]] | None
     return targets, orphans
 
 
-def _list(targets: list[Any], args: argparse.Namespace) -> list[Checkpoint]:
+def _list(targets: list[Any]) -> list[Checkpoint]:
     """Each target read, its layout recognised and checked: everything but the value scan (inspect_path)."""
     return [inspect_path(target, quick=True) for target in targets]
 
@@ -101,7 +101,7 @@ def _run_ranks(args: argparse.Namespace, rank: int, world: int) -> int:
             try:
                 jobs = _jobs(args)
                 found = _find(args)
-                checkpoints = _list(found[0], args) if found else []
+                checkpoints = _list(found[0]) if found else []
                 units = plan_units(checkpoints) if not args.quick else []
                 plan = ([str(c.path) for c in checkpoints], [u.key() for u in units])
             except CkinspectError as exc:
