@@ -133,7 +133,6 @@ def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool, jobs
     """The run view of each folder that holds a run: several checkpoints, or one made of several files.
     The parts already read for the report are not read again."""
     from ckinspect.analysis.runs import Reader, collect, is_run, judge_run
-
     from ckinspect.io.folders import listed_folder
     from ckinspect.io.remote import RemotePath
 

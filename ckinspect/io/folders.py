@@ -24,8 +24,10 @@ from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
     from typing import Any
 
+_HTTP_DEPTH = 8  # folders below a prefix listed over plain HTTP (index pages): a link loop ends here
 _KEEP = 4  # listings kept at once (a report of several prefixes); each is a few hundred bytes per object
 
 
@@ -59,9 +61,7 @@ class RemoteListing:
         self.fs, key = filesystem(self.url)
         self.key = key.rstrip("/")
         try:
-            found: dict[str, dict[str, Any]] = with_retries(
-                str(root.folder()), lambda: self.fs.find(self.key, withdirs=True, detail=True)
-            )
+            found = self._list_all(str(root.folder()))
         except CkinspectError as exc:
             if str(exc).endswith("not found (no such object)"):  # the bucket (or host path) itself is missing
                 raise CkinspectError(f"{shown(str(root.folder()))}: no such folder (no such bucket or prefix)") \
@@ -78,6 +78,31 @@ class RemoteListing:
             self._add(rel, _Object(is_dir, None if is_dir or size is None else int(size), _mtime(info)))
         if not self.objects:
             raise CkinspectError(f"{shown(str(root.folder()))}: no such folder (nothing under this prefix)")
+
+    def _list_all(self, url: str) -> dict[str, dict[str, Any]]:
+        """name -> info of everything under the prefix: one `find` on an object store (a paginated LIST);
+        over plain HTTP, the index page of each folder (links under the prefix only, a bounded depth)."""
+        if not url.lower().startswith(("http://", "https://")):
+            found: dict[str, dict[str, Any]] = with_retries(
+                url, lambda: self.fs.find(self.key, withdirs=True, detail=True)
+            )
+            return found
+        out: dict[str, dict[str, Any]] = {}
+        todo, seen = [(url, 0)], {url}
+        while todo:
+            folder, depth = todo.pop(0)
+            listed = with_retries(folder, lambda folder=folder: self.fs.ls(folder, detail=True))
+            for info in listed:
+                name = str(info.get("name", ""))
+                if not name.startswith(url) or name.rstrip("/") == folder.rstrip("/"):
+                    continue  # a link out of the prefix, or the index page itself
+                if name.endswith("/") or info.get("type") == "directory":
+                    info = {**info, "type": "directory"}
+                    if name not in seen and depth < _HTTP_DEPTH:
+                        seen.add(name)
+                        todo.append((name if name.endswith("/") else name + "/", depth + 1))
+                out[name] = info
+        return out
 
     def _relative(self, name: str) -> str | None:
         name = name.split("://", 1)[-1].rstrip("/")  # http's names are whole URLs, object stores' are keys
@@ -197,7 +222,7 @@ def _kind(entry: os.DirEntry[str]) -> str | None:
         return None
 
 
-def walk(folder: Path, skip: frozenset[str] = frozenset()) -> list[tuple[Path, list[str]]]:
+def walk(folder: Path, skip: AbstractSet[str] = frozenset()) -> list[tuple[Path, list[str]]]:
     """Every folder under `folder` (itself first, subfolders by name, those named in `skip` left out)
     with its file names, sorted: what os.walk gives, for either kind of folder."""
     out: list[tuple[Path, list[str]]] = []

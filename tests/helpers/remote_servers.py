@@ -111,6 +111,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if path.is_dir() and self.path.endswith("/"):
+            self._index(path, body)
+            return
         if not path.is_file():
             self.send_response(404)
             self.send_header("Content-Length", "0")
@@ -140,6 +143,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.count(len(data))
         if mode == "short":
             self.close_connection = True
+
+    def _index(self, folder: Path, body: bool) -> None:
+        """A folder's index page, as static web servers give one: a link per file and per subfolder
+        (what fsspec's HTTP backend lists a URL prefix by); its bytes are counted like any others."""
+        links = [f'<a href="{p.name}/">{p.name}/</a>' if p.is_dir() else f'<a href="{p.name}">{p.name}</a>'
+                 for p in sorted(folder.iterdir())]  # fmt: skip
+        data = ("<html><body>\n" + "\n".join(links) + "\n</body></html>\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+            self.server.count(len(data))
 
 
 @contextlib.contextmanager
