@@ -231,3 +231,56 @@ def put_objects(env: dict[str, str], bucket: str, files: dict[str, Path]) -> Non
     client.create_bucket(Bucket=bucket)
     for key, path in files.items():
         client.upload_file(str(path), bucket, key)
+
+
+@contextlib.contextmanager
+def gcs_emulator() -> Iterator[dict[str, str]]:
+    """A Google Cloud Storage API server on 127.0.0.1 (gcp-storage-emulator, pure Python, in memory, its own
+    process); yields the env a client needs. gcsfs finds it by STORAGE_EMULATOR_HOST; its zonal-bucket probe
+    (gRPC, which the emulator does not serve) is switched off by gcsfs's own GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port),
+         "--in-memory"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    env = {
+        "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}",
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        "NO_GCE_CHECK": "true",  # google-auth: no probe of a metadata server that is not there
+    }
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the GCS emulator did not start")
+            time.sleep(0.1)
+        yield env
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def put_gcs_objects(env: dict[str, str], bucket: str, files: dict[str, Path]) -> None:
+    """Fill a GCS bucket through the JSON API (gcsfs, as an uploader would), anonymous against the emulator."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        from gcsfs.core import GCSFileSystem  # the plain client, whatever the environment was at gcsfs's import
+
+        fs = GCSFileSystem(token="anon", project="test", skip_instance_cache=True)
+        fs.mkdir(bucket)
+        for key, path in files.items():
+            fs.put_file(str(path), f"{bucket}/{key}")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

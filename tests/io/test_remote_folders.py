@@ -175,3 +175,44 @@ def test_an_object_url_that_names_a_prefix_says_to_add_the_slash(s3):
         "ckinspect: s3://ckpts/runs/exp1: a folder (a prefix), not an object; end it with / to search it for "
         "checkpoints"
     )
+
+
+# ---------------------------------------------------------------- gs://: a real GCS JSON API server
+
+
+@pytest.fixture(scope="module")
+def gcs(run_dir):
+    pytest.importorskip("gcsfs")
+    pytest.importorskip("gcp_storage_emulator")
+    from tests.helpers.remote_servers import gcs_emulator, put_gcs_objects
+
+    with gcs_emulator() as env:
+        put_gcs_objects(env, "ckpts", {f"exp1/{p.relative_to(run_dir).as_posix()}": p
+                                       for p in sorted(run_dir.rglob("*")) if p.is_file()})  # fmt: skip
+        yield env
+
+
+def test_gs_objects_and_prefixes_list_and_report_like_local_ones(run_dir, gcs):
+    """A subprocess each: gcsfs picks its client class when it is first imported, from the environment."""
+    from tests.conftest import run_cli_process
+
+    one = run_cli_process("--report", "--quick", "--format", "json", "gs://ckpts/exp1/stopped-30/tiny_resume.pth",
+                          env=gcs)  # fmt: skip
+    local_one = run_cli("--report", "--quick", "--format", "json", run_dir / "stopped-30" / "tiny_resume.pth")
+    assert one.returncode == local_one.returncode == 0, one.stderr
+    assert _same(one.stdout, "gs://ckpts/exp1") == _same(local_one.stdout, str(run_dir))
+
+    best = run_cli_process("last-good", "gs://ckpts/exp1/", "--format", "json", env=gcs)
+    local = run_cli("last-good", run_dir, "--format", "json")
+    assert best.returncode == 0, best.stderr
+    assert _same(best.stdout, "gs://ckpts/exp1") == _same(local.stdout, str(run_dir))
+
+    missing = run_cli_process("last-good", "gs://ckpts/nothing/", env=gcs)
+    assert missing.returncode == 2 and _one_line(missing.stderr) == (
+        "ckinspect: gs://ckpts/nothing/: no such folder (nothing under this prefix)"
+    )
+    gone = run_cli_process("--report", "gs://ckpts/exp1/gone.pth", env=gcs)
+    assert (
+        gone.returncode == 2
+        and _one_line(gone.stderr) == "ckinspect: gs://ckpts/exp1/gone.pth: not found (no such object)"
+    )
