@@ -1,6 +1,6 @@
 """The TUI on URLs: `ckinspect https://host/x.pt` opens the inspect screen over range reads, `URL/` the folder
-screen over the prefix's listing, `diff` takes a
-URL on either side, and repair (which rewrites files beside the checkpoint) is refused with one line."""
+screen over the prefix's listing, `diff` takes a URL on either side, and repair (which rewrites files beside
+the checkpoint) is refused with one line."""
 
 from __future__ import annotations
 
