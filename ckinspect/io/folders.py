@@ -242,19 +242,34 @@ def walk(folder: Path, skip: AbstractSet[str] = frozenset()) -> list[tuple[Path,
     return out
 
 
-def is_file(path: Path) -> bool:
-    remote = _remote(path)
-    if remote is None:
-        return path.is_file()
+def _kind_of(remote: RemotePath, ask: bool) -> str | None:
+    """file, dir or None: from the listing that holds it, else (with `ask`) from one request."""
     try:
         listing, rel = _find(remote)
     except FileNotFoundError:
-        return False
+        if not ask or remote.is_folder_url():
+            return None  # a prefix is only known by listing it (open_folder)
+        fs, key = filesystem(str(remote))
+        try:
+            info = with_retries(str(remote), lambda: fs.info(key))
+        except CkinspectError as exc:
+            if str(exc).endswith("not found (no such object)"):
+                return None
+            raise
+        return "dir" if info.get("type") == "directory" else "file"
     obj = listing.get(rel)
-    return obj is not None and not obj.is_dir
+    return None if obj is None else "dir" if obj.is_dir else "file"
+
+
+def is_file(path: Path, ask: bool = False) -> bool:
+    """A file. A URL under no listing is not one unless `ask`: then one request says (a sharded index's
+    shards beside a lone URL); a sibling merely looked for (trainer_state.json) costs no request."""
+    remote = _remote(path)
+    return path.is_file() if remote is None else _kind_of(remote, ask) == "file"
 
 
 def is_dir(path: Path) -> bool:
+    """A folder; for a URL, only under a listed prefix (a lone URL is an object until listed)."""
     remote = _remote(path)
     if remote is None:
         return path.is_dir()

@@ -36,6 +36,7 @@ def run_dir(tmp_path_factory, ckpts) -> Path:
     ds_tag(run / "ds", 10)
     (ds_tag(run / "ds", 20) / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
     shutil.copytree(ckpts["hf_folder"], run / "hf" / "checkpoint-2")
+    _sharded(run / "export")
     data = (SAMPLES / "stopped-30" / "tiny_resume.pth").read_bytes()
     (run / "torn").mkdir()
     (run / "torn" / "tiny_resume.pth.tmp").write_bytes(data[: len(data) // 2])
@@ -44,6 +45,21 @@ def run_dir(tmp_path_factory, ckpts) -> Path:
     for path in run.rglob("*"):
         os.utime(path, (MTIME, MTIME))
     return run
+
+
+def _sharded(folder: Path) -> None:
+    """A sharded safetensors set as `save_pretrained` writes it: an index naming two shards."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    shards = {"model-00001-of-00002.safetensors": {"a.weight": torch.ones(4, 4)},
+              "model-00002-of-00002.safetensors": {"b.weight": torch.zeros(3)}}  # fmt: skip
+    weight_map = {}
+    for name, tensors in shards.items():
+        save_file(tensors, folder / name)
+        weight_map.update(dict.fromkeys(tensors, name))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +129,8 @@ def test_a_folder_report_of_an_s3_prefix_is_the_local_folder_report(run_dir, s3)
     paths = [f["path"] for f in mine["files"]]
     assert paths == [f["path"] for f in theirs["files"] if f not in on_disk_only]
     assert "RUN/ds/global_step10/mp_rank_00_model_states.pt" in paths and "RUN/hf/checkpoint-2/optimizer.pt" in paths
+    sharded = next(f for f in mine["files"] if f["path"] == "RUN/export/model.safetensors.index.json")
+    assert sharded["format"] == "sharded" and sharded["tensor_count"] == 2 and sharded["findings"] == []
     assert mine["files"] == [f for f in theirs["files"] if f not in on_disk_only]
     interrupted = next(f for f in mine["files"] if f["path"] == "RUN/interrupted/tiny_resume.pth")
     assert [f["code"] for f in interrupted["findings"]] == ["LEFTOVER_TMP"]
@@ -216,3 +234,22 @@ def test_gs_objects_and_prefixes_list_and_report_like_local_ones(run_dir, gcs):
         gone.returncode == 2
         and _one_line(gone.stderr) == "ckinspect: gs://ckpts/exp1/gone.pth: not found (no such object)"
     )
+
+
+def test_a_lone_sharded_index_url_reads_its_shards_and_a_remote_dcp_folder_says_to_download(run_dir, ckpts, tmp_path):
+    """An index URL with no listing asks for each shard it names (one request each); a DCP folder under a
+    prefix is not read over the network: CORRUPT, saying so, never a crash or exit 2."""
+    shutil.copytree(run_dir / "export", tmp_path / "export")
+    shutil.copytree(ckpts["dcp"], tmp_path / "dcp" / "step-2")
+    local = run_cli("--report", "--quick", "--format", "json", tmp_path / "export" / "model.safetensors.index.json")
+    with range_server(tmp_path) as server:
+        url = f"{server.url}/export/model.safetensors.index.json"
+        one = run_cli("--report", "--quick", "--format", "json", url)
+        dcp = run_cli("--report", "--quick", "--format", "json", f"{server.url}/dcp/")
+    assert one.returncode == local.returncode == 0, one.stderr
+    assert _same(one.stdout, server.url) == _same(local.stdout, str(tmp_path))
+    assert dcp.returncode == 1, dcp.stderr
+    (entry,) = json.loads(dcp.stdout)["files"]
+    assert entry["path"] == f"{server.url}/dcp/step-2" and entry["format"] == "dcp"
+    assert entry["findings"] == [{"code": "CORRUPT", "severity": "error", "message": "a remote DCP folder: only "
+                                  "torch-zip and safetensors files are read remotely; download it first"}]  # fmt: skip
