@@ -112,16 +112,19 @@ class RemoteListing:
         return name[len(key) + 1 :] if name.startswith(key + "/") else None
 
     def _add(self, rel: str, obj: _Object) -> None:
+        """One listed name. A key that is both an object and the prefix of others is a folder here (a
+        local folder cannot be both): what it holds is what a run's search needs."""
         parts = rel.split("/")
-        for depth in range(1, len(parts)):  # an object store implies the folders above a key
-            folder = "/".join(parts[:depth])
-            self.objects.setdefault(folder, _Object(True, None, 0.0))
-            self.children.setdefault("/".join(parts[: depth - 1]), set()).add(parts[depth - 1])
-        self.children.setdefault("/".join(parts[:-1]), set()).add(parts[-1])
-        if obj.is_dir or rel not in self.objects:
-            self.objects[rel] = obj if not (rel in self.objects and self.objects[rel].is_dir) else self.objects[rel]
-        if obj.is_dir:
-            self.children.setdefault(rel, set())
+        for depth in range(1, len(parts) + 1):  # an object store implies the folders above a key
+            name, parent = "/".join(parts[:depth]), "/".join(parts[: depth - 1])
+            self.children.setdefault(parent, set()).add(parts[depth - 1])
+            if depth < len(parts):
+                known = self.objects.get(name)
+                if known is None or not known.is_dir:
+                    self.objects[name] = _Object(True, None, 0.0)
+        known = self.objects.get(rel)
+        if known is None or (obj.is_dir and not known.is_dir):
+            self.objects[rel] = obj
 
     def relative(self, path: RemotePath) -> str | None:
         """The key of `path` inside this listing, "" for the root; None when it lies outside."""
