@@ -403,6 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
+    finally:
+        from ckinspect.io.folders import forget_listings
+
+        forget_listings()  # a URL prefix listed by this command is listed afresh by the next
 
 
 def _debug() -> bool:

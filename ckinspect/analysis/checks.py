@@ -432,7 +432,7 @@ def leftover_findings(path: Path) -> list[Finding]:
     from ckinspect.analysis import leftovers
 
     findings = []
-    for leftover in leftovers.find_leftovers(Path(path)):
+    for leftover in leftovers.find_leftovers(path):
         status = leftovers.classify(leftover)
         explained = status.explain()
         name = Path(leftover.tmp).name

@@ -340,15 +340,18 @@ def _hf_trainer(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
     Each file is reported on its own; the folder-wide resume check runs on the model file, which
     also carries `trainer_state.json`'s global_step and epoch.
     """
-    path = Path(ckpt.path)
+    from ckinspect.io import folders
+    from ckinspect.io.remote import as_path
+
+    path = as_path(ckpt.path)  # under a listed URL prefix, its siblings come from the listing (io.folders)
     name = path.name
     folder = path.parent
     state_file = folder / "trainer_state.json"
-    if not state_file.is_file():
+    if not folders.is_file(state_file):
         return None
     meta: dict[str, Any] = {}
     try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
+        state = json.loads(folders.read_bytes(state_file).decode("utf-8"))
     except (OSError, ValueError):
         state = None
     if isinstance(state, Mapping):
@@ -363,9 +366,9 @@ def _hf_trainer(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
         layout = Layout("hf-trainer", default_group="model", model_prefix="", metadata=meta)
         layout.is_resume = True
         layout.resume_parts = {
-            "optimizer": (folder / "optimizer.pt").is_file() or (folder / "optimizer.bin").is_file(),
+            "optimizer": folders.is_file(folder / "optimizer.pt") or folders.is_file(folder / "optimizer.bin"),
             "step": "step" in meta,
-            "rng": any(HF_RNG_FILE.match(p.name) for p in folder.iterdir()),
+            "rng": any(HF_RNG_FILE.match(e.name) for e in folders.entries(folder)),
         }
         return layout
     if name in ("optimizer.pt", "optimizer.bin"):
@@ -373,7 +376,9 @@ def _hf_trainer(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
         if top is not None and is_torch_optimizer_state(top):
             layout.optimizers = [("", top)]
         models = sorted(
-            p for p in folder.iterdir() if HF_MODEL_FILES.match(p.name) and not re.search(r"-\d+-of-\d+", p.name)
+            e.path
+            for e in folders.entries(folder)
+            if HF_MODEL_FILES.match(e.name) and not re.search(r"-\d+-of-\d+", e.name)
         )
         # model.safetensors before pytorch_model.bin; a sharded set by its index
         layout.model_file = next((p for p in models if p.name.endswith((".index.json", ".safetensors"))), None) or (

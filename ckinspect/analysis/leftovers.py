@@ -18,14 +18,16 @@ from pathlib import Path
 
 from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
+from ckinspect.io import folders
 from ckinspect.io.blobs import files_differ
+from ckinspect.io.remote import as_path, is_url, open_remote
 from ckinspect.io.zipdir import LOCAL_SIG, STORED, FileReader, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
 from ckinspect.vocab import DCP_METADATA, NOT_WHOLE_CODES, QUARANTINE_DIR, SINGLE_FILE_FORMATS, STEP_KEYS, TMP_SUFFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from typing import Any
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".tar", ".distcp")
@@ -113,7 +115,7 @@ def main_for_tmp(tmp: Path) -> Leftover | None:
     if _has_checkpoint_suffix(stem) or _checkpoint_pair(tmp, folder / stem):
         return Leftover(tmp, folder / stem)
     # <stem>.tmp beside <stem>.pt: the extension is not in the tmp's name
-    siblings = [folder / (stem + s) for s in CHECKPOINT_SUFFIXES if (folder / (stem + s)).is_file()]
+    siblings = [folder / (stem + s) for s in CHECKPOINT_SUFFIXES if folders.is_file(folder / (stem + s))]
     if len(siblings) == 1:
         return Leftover(tmp, siblings[0])
     if not siblings and _looks_like_checkpoint(tmp):
@@ -127,13 +129,12 @@ def _has_checkpoint_suffix(name: str) -> bool:
 
 def _checkpoint_pair(tmp: Path, main: Path) -> bool:
     """An extension-less main counts when one of the two holds checkpoint bytes (not a report.json's tmp)."""
-    return main.is_file() and (_looks_like_checkpoint(tmp) or _looks_like_checkpoint(main))
+    return folders.is_file(main) and (_looks_like_checkpoint(tmp) or _looks_like_checkpoint(main))
 
 
 def _looks_like_checkpoint(path: Path) -> bool:
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(8)
+        head = folders.read_bytes(path, 8)
     except OSError:
         return False
     if head.startswith((LOCAL_SIG, b"\x80")) or _safetensors_header_len(head) is not None:
@@ -144,28 +145,28 @@ def _looks_like_checkpoint(path: Path) -> bool:
 
 
 def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
-    """Leftover temporaries of `path`: a checkpoint file (its siblings), a tmp itself, or a folder (recursive)."""
-    path = Path(path)
-    if path.is_dir():
+    """Leftover temporaries of `path`: a checkpoint file (its siblings), a tmp itself, or a folder (recursive).
+    A URL's siblings are those of the prefix listing this command took (io.folders); a lone URL has none."""
+    path = as_path(path)
+    if folders.is_dir(path):
         found = []
-        for folder, dirs, files in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-            for name in sorted(files):
+        for folder, files in folders.walk(path, skip=SKIP_DIRS):
+            for name in files:
                 if name.endswith(TMP_SUFFIX):
-                    leftover = main_for_tmp(Path(folder) / name)
+                    leftover = main_for_tmp(folder / name)
                     if leftover is not None:
                         found.append(leftover)
         return found
     if path.name.endswith(TMP_SUFFIX):
         leftover = main_for_tmp(path)
-        return [leftover] if leftover is not None and path.exists() else []
+        return [leftover] if leftover is not None and folders.exists(path) else []
     parent = path.parent
-    if not parent.is_dir():
+    if not folders.is_dir(parent):
         return []
     found = []
-    for sibling in sorted(parent.iterdir()):
-        if sibling.name.endswith(TMP_SUFFIX) and sibling.is_file():
-            leftover = main_for_tmp(sibling)
+    for sibling in folders.entries(parent):
+        if sibling.name.endswith(TMP_SUFFIX) and not sibling.is_dir:
+            leftover = main_for_tmp(sibling.path)
             if leftover is not None and leftover.main.name == path.name:
                 found.append(leftover)
     return found
@@ -183,7 +184,7 @@ def unfinished_saves(paths: Sequence[str | os.PathLike[str]], known: set[Path]) 
     found: dict[Path, list[Leftover]] = {}
     for path in paths:
         for leftover in find_leftovers(path):
-            if os.path.lexists(leftover.main) or leftover.tmp in known:
+            if folders.exists(leftover.main) or leftover.tmp in known:
                 continue
             entry = leftover.main.parent if leftover.main.name == DCP_METADATA else leftover.main
             if entry not in known and leftover not in found.get(entry, []):
@@ -197,7 +198,7 @@ def unfinished_saves(paths: Sequence[str | os.PathLike[str]], known: set[Path]) 
 def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
     """Judge the pair from their bytes. `full_crc` checks every zip member's CRC, not only small ones."""
     tmp_check = check_integrity(leftover.tmp, full_crc=full_crc)
-    main_exists = leftover.main.is_file()
+    main_exists = folders.is_file(leftover.main)
     missing = Integrity(False, "missing", "missing")
     main_check = check_integrity(leftover.main, full_crc=full_crc) if main_exists else missing
     tmp_step = read_step(leftover.tmp, tmp_check.checkpoint) if tmp_check.ok else None
@@ -239,9 +240,8 @@ def danger_of(ckpt: Any) -> str:
 def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
     """Is this file a whole checkpoint? Judged from its structure, by format."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
-            head = handle.read(8)
+        size = folders.size(path)
+        head = folders.read_bytes(path, 8)
     except OSError as exc:
         return Integrity(False, "unreadable", f"cannot read: {exc.strerror or exc}")
     if size == 0:
@@ -255,9 +255,18 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
     return _check_with_reader(path)
 
 
-def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
+@contextlib.contextmanager
+def _positioned(path: Path) -> Iterator[Any]:
+    """Positioned reads of a file on disk (FileReader) or of a URL (io.remote: ranged requests)."""
+    if is_url(path):
+        yield open_remote(path)  # type: ignore[arg-type]  # a RemotePath
+        return
     with open(path, "rb") as handle:
-        reader = FileReader(handle.fileno(), size)
+        yield FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size)
+
+
+def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
+    with _positioned(path) as reader:
         try:
             members, _cd_start = read_directory(reader)
         except ZipError:
@@ -294,9 +303,9 @@ def _safetensors_header_len(head: bytes) -> int | None:
 
 
 def _check_safetensors(path: Path, size: int) -> Integrity:
-    with open(path, "rb") as handle:
-        n = struct.unpack("<Q", handle.read(8))[0]
-        raw = handle.read(n)
+    with _positioned(path) as reader:
+        n = struct.unpack("<Q", reader.read_at(0, 8))[0]
+        raw = reader.read_at(8, n)
     if len(raw) < n:
         return Integrity(False, "safetensors", f"header cut short ({len(raw)} of {n} bytes)")
     try:
@@ -323,7 +332,7 @@ def _check_safetensors(path: Path, size: int) -> Integrity:
 def _check_pickle_stream(path: Path, fmt: str) -> Integrity:
     """A pickle is whole when its opcodes parse through to STOP (nothing executed)."""
     try:
-        data = path.read_bytes()
+        data = folders.read_bytes(path)
         last = None
         for op, _arg, _pos in pickletools.genops(data):
             last = op

@@ -4,7 +4,8 @@ The path alone on stdout and exit 0, so that a launch script can `--resume "$(ck
 exit 1 (and one line on stderr saying why) when no checkpoint qualifies. `--format json|markdown` lists
 every candidate with its verdict and reasons; `sarif` carries the candidates' findings (code scanning),
 `junit` a testcase per candidate that fails by the reasons it is no resume point. `--verify` adds the
-full CRC and value scan.
+full CRC and value scan. RUN_DIR may be a URL prefix (`s3://bucket/run/`): listed once, each part read
+by range requests (io.folders, io.remote).
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ import sys
 from ckinspect.analysis.runs import last_good
 from ckinspect.commands.emit import emit, envelope, render_ci
 from ckinspect.fmt import terminal_safe
-from ckinspect.io.remote import refuse_remote
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
-    refuse_remote(args.run_dir, "last-good reads a local run folder; a run under a URL prefix is not supported yet")
     listing = args.format != "text"
     from ckinspect.analysis.parallel import checked_jobs
 

@@ -74,10 +74,24 @@ def read_remote(url: str | os.PathLike[str]) -> Checkpoint:
     """A remote torch zip or safetensors file, listed from the few ranges it needs (ckinspect.io.remote).
     A read that fails (not found, denied, timed out) raises CkinspectError; bad content is CORRUPT."""
     from ckinspect.formats.sniff import HEAD_BYTES, describe_bytes, sniff_bytes
+    from ckinspect.io import folders
     from ckinspect.io.remote import RemotePath, open_remote
 
     remote = RemotePath(os.fspath(url))
     path: Path = remote  # type: ignore[assignment]  # a URL stands where readers expect a Path (pure operations only)
+    if remote.name.endswith(".index.json"):  # a sharded set: its index, then each shard by range requests
+        from ckinspect.formats.sharded import read_sharded
+
+        return read_sharded(path)
+    if folders.is_dir(path):  # a folder of a listed prefix (a DCP checkpoint): not read over the network
+        from ckinspect.formats.sniff import sniff
+
+        kind = sniff(path)  # "dcp" or "unknown"
+        ckpt = Checkpoint(path=path, format=kind, file_bytes=folders.tree_size(path), files=[])
+        what = "DCP folder" if kind == "dcp" else "folder"
+        ckpt.add("CORRUPT", f"a remote {what}: only {' and '.join(REMOTE_FORMATS)} files are read remotely; "
+                            "download it first")  # fmt: skip
+        return ckpt
     reader = open_remote(remote)
     head = reader.small_read(0, HEAD_BYTES)
     kind = sniff_bytes(head, reader.size)

@@ -65,12 +65,17 @@ def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
 
     Raises CkinspectError for a path that does not exist.
     """
+    from ckinspect.io.folders import open_folder
     from ckinspect.io.remote import RemotePath, is_url
 
     found: list[Target] = []
     for raw in paths:
-        if is_url(raw):  # a remote object: opened (and its absence reported) when it is read
-            found.append(Target(RemotePath(os.fspath(raw)), "file"))  # type: ignore[arg-type]  # a URL as a Path
+        if is_url(raw):
+            url = RemotePath(os.fspath(raw))
+            if url.is_folder_url():  # a prefix (a trailing slash): listed once, then searched like a folder
+                found.extend(_search(open_folder(url), visited=set()))
+            else:  # one object: opened (and its absence reported) when it is read
+                found.append(Target(url, "file"))  # type: ignore[arg-type]  # a URL as a Path
             continue
         path = Path(raw)
         if not path.exists():
@@ -89,16 +94,19 @@ def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
 
 
 def _search(folder: Path, visited: set[Path]) -> list[Target]:
-    real = folder.resolve()
+    """Checkpoints in a folder on disk or under a listed URL prefix (io.folders)."""
+    from ckinspect.io import folders
+    from ckinspect.io.remote import is_url
+
+    real = folder if is_url(folder) else folder.resolve()
     if real in visited:  # a symlink loop
         return []
     visited.add(real)
-    if is_dcp_folder(folder):
+    if is_dcp_folder(folder) if not is_url(folder) else sniff(folder) == "dcp":
         return [Target(folder, "dcp")]
-    with os.scandir(folder) as scan:
-        entries = sorted(scan, key=lambda e: e.name)
+    entries = folders.entries(folder)
 
-    files = {e.name for e in entries if _is_file(e)}  # hidden files too: what they hold is judged like any other
+    files = {e.name for e in entries if not e.is_dir}  # hidden files too: what they hold is judged like any other
     shards: set[str] = set()
     for name in files:
         if _is_checkpoint_index(name):
@@ -106,8 +114,8 @@ def _search(folder: Path, visited: set[Path]) -> list[Target]:
 
     targets: list[Target] = []
     for entry in entries:
-        path = Path(entry.path)
-        if _is_dir(entry):
+        path = entry.path
+        if entry.is_dir:
             if entry.name.startswith("."):  # .ckinspect-quarantine, .git, .venv: hidden folders are not searched
                 continue
             try:
@@ -140,22 +148,10 @@ def _is_checkpoint_file(path: Path) -> bool:
 
 def _shard_names(index_path: Path) -> set[str]:
     """Shard files in the index's own folder; an unreadable index claims none (its reader reports it)."""
+    from ckinspect.io import folders
+
     try:
-        weight_map = json.loads(index_path.read_bytes()).get("weight_map", {})
+        weight_map = json.loads(folders.read_bytes(index_path)).get("weight_map", {})
         return {s for s in weight_map.values() if isinstance(s, str) and len(PurePosixPath(s).parts) == 1}
     except (OSError, ValueError, AttributeError, RecursionError):
         return set()
-
-
-def _is_file(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_file()
-    except OSError:
-        return False
-
-
-def _is_dir(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_dir()
-    except OSError:
-        return False

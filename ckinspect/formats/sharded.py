@@ -11,7 +11,9 @@ import os
 from pathlib import Path
 
 from ckinspect.formats.safetensors import read_safetensors
+from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
+from ckinspect.io.remote import as_path, is_url
 from ckinspect.model import Checkpoint
 
 MAX_NAMED = 5  # tensor names quoted per finding before "... and N more"
@@ -19,7 +21,7 @@ MAX_NAMED = 5  # tensor names quoted per finding before "... and N more"
 
 def read_sharded(index_json_path: str | os.PathLike[str]) -> Checkpoint:
     """Read an index file and all its shards. Never raises for bad content."""
-    index_path = Path(index_json_path)
+    index_path = as_path(index_json_path)  # a URL's shards are read by range requests (io.remote)
     ckpt = Checkpoint(path=index_path, format="sharded", file_bytes=0)
     weight_map = _read_index(ckpt, index_path)
     if weight_map is None:
@@ -40,7 +42,7 @@ def read_sharded(index_json_path: str | os.PathLike[str]) -> Checkpoint:
                 "CORRUPT", f"index names shard {shard!r} outside its folder or through a symlink ({exc}); not read"
             )
             continue
-        if not shard_path.is_file():
+        if not folders.is_file(shard_path, ask=True):
             ckpt.add("MISSING_PARTS", f"shard {shard} is missing ({_names(expected)} have no data)")
             continue
         part = _read_shard(shard_path, shard)
@@ -68,7 +70,7 @@ def read_sharded(index_json_path: str | os.PathLike[str]) -> Checkpoint:
 
 def _read_index(ckpt: Checkpoint, index_path: Path) -> dict[str, str] | None:
     try:
-        raw = index_path.read_bytes()
+        raw = folders.read_bytes(index_path)
     except OSError as exc:
         ckpt.add("CORRUPT", f"cannot read index: {exc.strerror or exc}")
         return None
@@ -96,6 +98,13 @@ def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
     from ckinspect.formats.sniff import describe, sniff
 
     kind = sniff(shard_path)
+    if is_url(shard_path):
+        from ckinspect.formats import read_remote
+        from ckinspect.io.remote import open_remote
+
+        if kind == "safetensors":
+            return read_safetensors(shard_path, member=shard, reader=open_remote(shard_path))  # type: ignore[arg-type]
+        return read_remote(shard_path)  # a torch zip; anything else is CORRUPT there ("download it first")
     if kind == "safetensors":
         return read_safetensors(shard_path, member=shard)
     if kind in ("torch-zip", "torch-legacy", "pickle"):  # a .bin shard is torch.load-ed: a plain pickle runs too

@@ -49,6 +49,10 @@ def _is_rank_metadata(name: str) -> bool:
 
 def sniff(path: str | os.PathLike[str]) -> str:
     """One of torch-zip, torch-legacy, safetensors, pickle, dcp, sharded, unknown."""
+    from ckinspect.io.remote import is_url
+
+    if is_url(path):
+        return _sniff_remote(path)  # type: ignore[arg-type]  # a RemotePath
     path = Path(path)
     if path.is_dir():
         return "dcp" if is_dcp_folder(path) else "unknown"
@@ -62,6 +66,24 @@ def sniff(path: str | os.PathLike[str]) -> str:
     kind = sniff_bytes(head, size, path)
     if kind == "unknown" and path.suffix.lower() == ".safetensors" and describe_bytes(head, size) == "binary data":
         # Unrecognisable bytes under a safetensors name: let its reader say precisely what is wrong.
+        return "safetensors"
+    return kind
+
+
+def _sniff_remote(path: Path) -> str:
+    """The same question for a URL under a listed prefix (io.folders), from its first bytes by one ranged
+    read (a zip's directory, a tar's members are not fetched for this: the first bytes decide)."""
+    from ckinspect.io import folders
+
+    if folders.is_dir(path):
+        names = [e.name for e in folders.entries(path) if not e.is_dir]
+        dcp = ".metadata" in names or any(n.endswith(".distcp") or _is_rank_metadata(n) for n in names)
+        return "dcp" if dcp else "unknown"
+    if path.name.endswith(".index.json"):
+        return "sharded"
+    head, size = folders.read_bytes(path, HEAD_BYTES), folders.size(path)
+    kind = sniff_bytes(head, size)
+    if kind == "unknown" and path.suffix.lower() == ".safetensors" and describe_bytes(head, size) == "binary data":
         return "safetensors"
     return kind
 

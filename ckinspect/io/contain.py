@@ -24,6 +24,12 @@ def inside(base: str | os.PathLike[str], relative: object) -> Path:
     pure = PurePosixPath(relative.replace("\\", "/"))  # a Windows separator is no way around the check
     if pure.is_absolute() or ".." in pure.parts or (pure.parts and pure.parts[0].endswith(":")):
         raise OutsideTarget(f"{relative!r} leaves its folder")
+    from ckinspect.io.remote import is_url
+
+    if is_url(base):  # an object store has no symlinks: a plain relative key below the prefix
+        if not pure.parts or pure.parts == (".",):
+            raise OutsideTarget(f"{relative!r} names the folder itself, not a file in it")
+        return base.joinpath(*pure.parts)  # type: ignore[union-attr]  # a RemotePath
     current = Path(base)
     for part in pure.parts:
         current = current / part

@@ -72,6 +72,31 @@ class RemotePath(PurePosixPath):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RemotePath) and str(self) == str(other)
 
+    # a child or the parent of a URL is a URL (pathlib's own would drop the scheme); a query string,
+    # which names one object (a presigned URL), is not carried over to another
+    def __truediv__(self, key: str | os.PathLike[str]) -> RemotePath:
+        base = str(self).split("?", 1)[0].rstrip("/")
+        return RemotePath(f"{base}/{os.fspath(key).lstrip('/')}")
+
+    def joinpath(self, *keys: str | os.PathLike[str]) -> RemotePath:
+        out = self
+        for key in keys:
+            out = out / key
+        return out
+
+    @property
+    def parent(self) -> RemotePath:
+        base = str(self).split("?", 1)[0].rstrip("/")
+        scheme, _, rest = base.partition("://")
+        return RemotePath(f"{scheme}://{rest.rsplit('/', 1)[0]}") if "/" in rest else RemotePath(base)
+
+    def folder(self) -> RemotePath:
+        """The URL as a prefix (a trailing slash): what a folder's listing is asked for."""
+        return RemotePath(str(self).split("?", 1)[0].rstrip("/") + "/")
+
+    def is_folder_url(self) -> bool:
+        return str(self).split("?", 1)[0].endswith("/")
+
 
 def as_path(path: str | os.PathLike[str]) -> Path:
     """A RemotePath for a URL, else a Path: what a screen or command keeps as its target."""
@@ -240,31 +265,48 @@ def _transient(exc: BaseException) -> bool:
     return any(isinstance(e, ConnectionError) or "Disconnect" in type(e).__name__ for e in chain)
 
 
+def with_retries(url: str, fn: Any) -> Any:
+    """fn(), retried on what is transient (bounded: CKINSPECT_REMOTE_RETRIES); CkinspectError (one line)
+    for what is not, or when the retries run out."""
+    attempts = _retries() + 1
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - every backend raises its own kinds; explain() sorts them
+            if attempt + 1 >= attempts or not _transient(exc):
+                raise CkinspectError(explain(url, exc)) from None
+            time.sleep(backoff(attempt, exc))
+    raise AssertionError("unreachable")
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem for `url` (set up with our timeouts and retries) and the key inside it."""
+    return _filesystem(url)
+
+
 class RemoteFile:
     """Positioned reads of one remote object, the interface of `zipdir.FileReader` (size, read_at,
     small_read, BLOCK), with bounded retries and a small cache of BLOCK-sized pieces."""
 
     BLOCK = BLOCK
 
-    def __init__(self, path: RemotePath) -> None:
+    def __init__(self, path: RemotePath, size: int | None = None) -> None:
         self.path = path
         self.url = str(path)
         self.fs, self._key = _filesystem(self.url)
-        self.size = int(self._call(lambda: self.fs.size(self._key)) or 0)
+        if size is None:  # else known from the folder's listing (io.folders): no request for it
+            info = self._call(lambda: self.fs.info(self._key))
+            if info.get("type") == "directory":
+                raise CkinspectError(f"{shown(self.url)}: a folder (a prefix), not an object; end it with / to "
+                                     "search it for checkpoints")  # fmt: skip
+            size = info.get("size")
+        self.size = int(size or 0)
         self._blocks: dict[int, bytes] = {}
         self.bytes_read = 0
         self.requests = 0
 
     def _call(self, fn: Any) -> Any:
-        attempts = _retries() + 1
-        for attempt in range(attempts):
-            try:
-                return fn()
-            except Exception as exc:  # noqa: BLE001 - every backend raises its own kinds; explain() sorts them
-                if attempt + 1 >= attempts or not _transient(exc):
-                    raise CkinspectError(explain(self.url, exc)) from None
-                time.sleep(backoff(attempt, exc))
-        raise AssertionError("unreachable")
+        return with_retries(self.url, fn)
 
     def read_at(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
@@ -303,5 +345,9 @@ class RemoteFile:
 
 
 def open_remote(path: str | RemotePath) -> RemoteFile:
-    """The object at `path`, ready for positioned reads; CkinspectError (one line) when it cannot be read."""
-    return RemoteFile(path if isinstance(path, RemotePath) else RemotePath(path))
+    """The object at `path`, ready for positioned reads; CkinspectError (one line) when it cannot be read.
+    Its size comes from the listing of its folder when one was taken (io.folders), else from one request."""
+    path = path if isinstance(path, RemotePath) else RemotePath(path)
+    from ckinspect.io.folders import listed_size
+
+    return RemoteFile(path, listed_size(path))

@@ -195,7 +195,7 @@ def summary_table(files: list[Mapping[str, Any]]) -> RenderableType:
     table.add_column("findings", no_wrap=True)
     for entry in files:
         table.add_row(
-            escape(os.path.relpath(entry["path"], base) if base else entry["path"]),
+            escape(_relative(entry["path"], base) if base else entry["path"]),
             entry["format"],
             human_bytes(entry["file_bytes"]),
             percent(optimizer_share(entry)) if entry["groups"]["optimizer"]["tensor_count"] else "-",
@@ -204,10 +204,21 @@ def summary_table(files: list[Mapping[str, Any]]) -> RenderableType:
     return Group(title, table)
 
 
+def _relative(path: str, base: str) -> str:
+    """`path` from inside `base` (common_folder's), a URL's scheme set aside."""
+    scheme = base[: len(base) - len(base.split("://")[-1])]  # "s3://", or "" for a local folder
+    return os.path.relpath(path[len(scheme) :], base[len(scheme) :])
+
+
 def common_folder(paths: list[str]) -> str:
-    """The folder all these checkpoints are in, when it is more than the current one; else ""."""
+    """The folder all these checkpoints are in, when it is more than the current one; else "". URLs under
+    one scheme keep their `scheme://` (commonpath would fold its two slashes into one)."""
+    schemes = {p.split("://", 1)[0] + "://" if "://" in p else "" for p in paths}
+    scheme = schemes.pop() if len(schemes) == 1 else None
+    if scheme is None:
+        return ""  # URLs of several kinds, or URLs and local paths
     try:
-        base = os.path.commonpath([os.path.dirname(p) or "." for p in paths])
+        base = os.path.commonpath([os.path.dirname(p[len(scheme) :]) or "." for p in paths])
     except ValueError:  # absolute and relative paths mixed
         return ""
-    return "" if base in ("", ".") else base
+    return "" if base in ("", ".") else scheme + base

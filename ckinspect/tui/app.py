@@ -130,7 +130,9 @@ def create_app(
         from ckinspect.tui.screens.drift import DriftScreen
 
         screen = DriftScreen(targets[0])
-    elif len(targets) == 1 and (isinstance(targets[0], RemotePath) or not targets[0].is_dir()):
+    elif len(targets) == 1 and (
+        not targets[0].is_folder_url() if isinstance(targets[0], RemotePath) else not targets[0].is_dir()
+    ):  # a URL ending in / is a prefix: the folder screen lists it
         from ckinspect.tui.screens.inspect import InspectScreen
 
         screen = InspectScreen(targets[0])

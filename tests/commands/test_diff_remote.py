@@ -68,7 +68,6 @@ def test_an_s3_object_against_a_local_file():
         (("convert", "samples/stopped-30/tiny.pth", "URL/out.pth"), "the output must be a local path"),
         (("salvage", "samples/stopped-30/tiny.pth", "s3://b/out.pth"), "the output must be a local path"),
         (("watch", "URL/stopped-30/", "--report", "--once"), "watch follows the saves of a local folder"),
-        (("last-good", "URL/"), "last-good reads a local run folder; a run under a URL prefix is not supported yet"),
     ],
 )
 def test_commands_that_write_refuse_a_url_in_one_line(server, tmp_path, args, says):

@@ -1,5 +1,6 @@
-"""The TUI on URLs: `ckinspect https://host/x.pt` opens the inspect screen over range reads, `diff` takes a
-URL on either side, and repair (which rewrites files beside the checkpoint) is refused with one line."""
+"""The TUI on URLs: `ckinspect https://host/x.pt` opens the inspect screen over range reads, `URL/` the folder
+screen over the prefix's listing, `diff` takes a URL on either side, and repair (which rewrites files beside
+the checkpoint) is refused with one line."""
 
 from __future__ import annotations
 
@@ -63,3 +64,33 @@ async def test_a_missing_url_says_so_on_the_screen_without_a_traceback(server):
         assert isinstance(app.screen, InspectScreen)
         shown = str(app.screen.query_one("#loading-label").render())
         assert "not found (no such object)" in shown, shown
+
+
+def _rows(app) -> dict[str, tuple[str, ...]]:
+    from ckinspect.tui.widgets.virtual_table import VirtualTable
+
+    return {row.key: row.cells for row in app.screen.query_one(VirtualTable).rows}
+
+
+async def _folder_rows(target: str) -> dict[str, tuple[str, ...]]:
+    from ckinspect.tui.screens.folder import FolderScreen
+
+    app = create_app("main", [target], cursor_blink=False, quick=True)
+    async with app.run_test(size=(110, 30)) as pilot:
+        for _ in range(50):  # each file is read by a worker after the listing
+            await settle(pilot)
+            rows = _rows(app)
+            if rows and all(cells[1] != "…" and cells[4] for cells in rows.values()):
+                break
+        assert isinstance(app.screen, FolderScreen)
+        return _rows(app)
+
+
+async def test_a_url_prefix_opens_the_folder_screen_with_the_local_folder_rows(server):
+    """`ckinspect URL/` (a trailing slash): the folder screen lists the prefix as it lists the folder on disk."""
+    local = await _folder_rows(str(REPO / "samples" / "interrupted"))
+    remote = await _folder_rows(f"{server.url}/interrupted/")
+    assert sorted(remote) == [f"{server.url}/interrupted/tiny.pth", f"{server.url}/interrupted/tiny_resume.pth"]
+    assert {key.rsplit("/", 1)[1]: cells for key, cells in remote.items()} == {
+        key.rsplit("/", 1)[1]: cells for key, cells in local.items()
+    }

@@ -20,6 +20,8 @@ from ckinspect.analysis.runs import deepspeed, hf, megatron
 from ckinspect.analysis.runs.judge import Reader, judge
 from ckinspect.analysis.runs.model import GOOD, Run, RunCheckpoint, step_in_name
 from ckinspect.formats.discover import _is_checkpoint_file, _is_checkpoint_index, _shard_names, is_temporary
+from ckinspect.io import folders
+from ckinspect.io.remote import is_url
 from ckinspect.model import Finding
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, TMP_SUFFIX, CkinspectError
 
@@ -33,9 +35,10 @@ def last_good(
     run_dir: str | os.PathLike[str], verify: bool = False, everything: bool = False, jobs: int | None = 1
 ) -> Run:
     """The run with its checkpoints judged (newest first until one is good, or all with `everything`);
-    `jobs`: processes for the value scan of each checkpoint's parts (analysis.parallel)."""
-    path = Path(run_dir)
-    if not path.is_dir():
+    `jobs`: processes for the value scan of each checkpoint's parts (analysis.parallel). A URL is a
+    prefix in an object store (io.folders lists it once; parts are read by range requests)."""
+    path = folders.open_folder(run_dir)  # a URL: listed here (a missing or denied prefix: one line)
+    if not is_url(path) and not path.is_dir():
         raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
     reader = Reader(verify=verify, jobs=jobs)
     run = collect(path)
@@ -95,14 +98,13 @@ def judge_run(run: Run, reader: Reader, everything: bool = True) -> RunCheckpoin
 
 
 def _walk(folder: Path, run: Run, depth: int, visited: set[Path]) -> None:
-    real = folder.resolve()
+    real = folder if is_url(folder) else folder.resolve()
     if real in visited or depth > MAX_DEPTH:
         return
     visited.add(real)
-    with os.scandir(folder) as scan:
-        entries = sorted(scan, key=lambda e: e.name)
-    names = {e.name for e in entries if _is(e, "file")}
-    dirs = {e.name for e in entries if _is(e, "dir") and e.name not in SKIP_DIRS and not e.name.startswith(".")}
+    entries = folders.entries(folder)
+    names = {e.name for e in entries if not e.is_dir}
+    dirs = {e.name for e in entries if e.is_dir and e.name not in SKIP_DIRS and not e.name.startswith(".")}
 
     found = _folder_checkpoint(folder, names, dirs)
     if found is not None:
@@ -167,18 +169,17 @@ def _folder_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunChec
 
 def _interrupted_saves(ckpt: RunCheckpoint, folder: Path) -> None:
     """A tmp inside a checkpoint's own folder: the save that made this checkpoint was interrupted."""
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        for name in sorted(files):
+    for root, files in folders.walk(folder, skip=SKIP_DIRS):
+        for name in files:
             if name.endswith(TMP_SUFFIX):
-                tmp = Path(root, name).relative_to(folder)
+                tmp = (root / name).relative_to(folder)
                 ckpt.add("LEFTOVER_TMP", f"{tmp}: a save into this checkpoint was interrupted")
 
 
 def _unfinished_file(tmp: Path, run: Run) -> None:
     """A tmp whose file was never written: the save of that checkpoint died before its rename."""
     leftover = main_for_tmp(tmp)
-    if leftover is None or os.path.lexists(leftover.main):
+    if leftover is None or folders.exists(leftover.main):
         return  # a tmp beside a whole file: that file's own LEFTOVER_TMP says what it is
     ckpt = RunCheckpoint(leftover.main, "file")
     ckpt.add("LEFTOVER_TMP", f"{tmp.name}: the save died before its rename; {leftover.main.name} was never written "
@@ -207,14 +208,6 @@ def _compare_with_peers(run: Run) -> None:
 
 def _files(folder: Path) -> set[str]:
     try:
-        with os.scandir(folder) as scan:
-            return {e.name for e in scan if _is(e, "file")}
+        return {e.name for e in folders.entries(folder) if not e.is_dir}
     except OSError:
         return set()
-
-
-def _is(entry: os.DirEntry[str], kind: str) -> bool:
-    try:
-        return entry.is_file() if kind == "file" else entry.is_dir()
-    except OSError:
-        return False

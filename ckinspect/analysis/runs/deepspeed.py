@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ckinspect.analysis.layouts import top_mapping
 from ckinspect.analysis.runs.model import RunCheckpoint, read_text, step_in_name
+from ckinspect.io import folders
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def tag_checkpoint(folder: Path) -> RunCheckpoint:
 
 def read_tag(folder: Path, reader: Reader, ckpt: RunCheckpoint, enclosed: bool) -> None:
     """Add a tag's parts and what its records say to `ckpt` (the tag's own, or an HF checkpoint around it)."""
-    names = {p.name for p in folder.iterdir() if p.is_file()}
+    names = {e.name for e in folders.entries(folder) if not e.is_dir}
     where = f"{folder.name}/" if enclosed else ""
     model_files = sorted(n for n in names if MODEL_STATES.match(n))
     optim_files = sorted(n for n in names if OPTIM_STATES.match(n))
@@ -131,7 +132,7 @@ def _agree(
 
 def latest_findings(folder: Path, tags: set[str]) -> tuple[str | None, str | None]:
     """(tag `latest` names, problem) for a folder that holds DeepSpeed tags."""
-    if not (folder / LATEST).is_file():
+    if not folders.is_file(folder / LATEST):
         return None, None
     tag = read_text(folder / LATEST)
     if not tag:

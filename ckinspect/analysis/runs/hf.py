@@ -19,6 +19,7 @@ from pathlib import Path
 from ckinspect.analysis.layouts import HF_MODEL_FILES
 from ckinspect.analysis.runs import deepspeed
 from ckinspect.analysis.runs.model import RunCheckpoint, read_json, step_in_name
+from ckinspect.io import folders
 
 HF_FOLDER = re.compile(r"^checkpoint-(\d+)$")
 HF_STAGING = re.compile(r"^tmp-checkpoint-(\d+)$")  # transformers 4.36-4.38 saved here, then renamed
@@ -78,7 +79,7 @@ def hf_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoin
     if not models:
         ckpt.add("MISSING_PARTS", "no model file (model.safetensors, pytorch_model.bin or a sharded index)")
 
-    tags = {d for d in dirs if deepspeed.is_tag_folder({p.name for p in (folder / d).iterdir() if p.is_file()})}
+    tags = {d for d in dirs if deepspeed.is_tag_folder({e.name for e in folders.entries(folder / d) if not e.is_dir})}
     with_deepspeed = bool(tags) or deepspeed.LATEST in names
     rng_ranks = sorted(int(m.group(1) or 0) for m in map(HF_RNG.match, names) if m)
     if with_deepspeed:

@@ -15,6 +15,7 @@ from pathlib import Path
 from ckinspect.analysis.layouts import top_mapping
 from ckinspect.analysis.runs.model import RunCheckpoint, read_text
 from ckinspect.formats.unpickler import Opaque
+from ckinspect.io import folders
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def read_iteration(folder: Path, dirs: set[str], reader: Reader, ckpt: RunCheckp
     pipeline = any(RANK_FOLDER.match(d).group(2) for d in present)  # type: ignore[union-attr]
     rank0 = folder / rank_folder(0, 0, pipeline) / MODEL_FILE
     args: dict[str, Any] = {}
-    if rank0.is_file():
+    if folders.is_file(rank0):
         top = top_mapping(reader.inspect(rank0)) or {}
         raw = top.get("args")
         args = raw.fields if isinstance(raw, Opaque) else raw if isinstance(raw, dict) else {}
@@ -70,7 +71,7 @@ def read_iteration(folder: Path, dirs: set[str], reader: Reader, ckpt: RunCheckp
         for p in range(pp):
             sub = folder / rank_folder(t, p, pipeline)
             for name in wanted:
-                if (sub / name).is_file():
+                if folders.is_file(sub / name):
                     ckpt.part(sub / name, "model" if name == MODEL_FILE else "optimizer")
                 else:
                     missing.append(f"{sub.name}/{name}")
@@ -89,7 +90,7 @@ def read_iteration(folder: Path, dirs: set[str], reader: Reader, ckpt: RunCheckp
 
 def tracker_problem(folder: Path, iterations: set[str]) -> str | None:
     """What is wrong with the tracker file beside `iter_*` folders, if anything."""
-    if not (folder / TRACKER).is_file():
+    if not folders.is_file(folder / TRACKER):
         return None
     text = read_text(folder / TRACKER)
     if text == "release":

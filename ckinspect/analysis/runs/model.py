@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+from ckinspect.io import folders
 from ckinspect.model import Checkpoint, Finding
 from ckinspect.record import Record, field
 
@@ -57,11 +58,7 @@ class Part(Record):
 
     @property
     def size(self) -> int:
-        try:
-            return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file()) if self.path.is_dir() else (
-                self.path.stat().st_size)  # fmt: skip
-        except OSError:
-            return 0
+        return folders.tree_size(self.path)
 
 
 class RunCheckpoint(Record):
@@ -105,7 +102,7 @@ class RunCheckpoint(Record):
         times = []
         for part in self.parts:
             try:
-                times.append(part.path.stat().st_mtime)
+                times.append(folders.mtime(part.path))
             except OSError:
                 continue
         self.time = max(times, default=0.0)
@@ -189,9 +186,9 @@ class Run(Record):
 def read_json(path: Path) -> Any:
     """A small JSON record (trainer_state.json ...); None when it is missing or unreadable."""
     try:
-        if path.stat().st_size > 64 << 20:
+        if folders.size(path) > 64 << 20:
             return None
-        return json.loads(path.read_bytes())
+        return json.loads(folders.read_bytes(path))
     except (OSError, ValueError, RecursionError):
         return None
 
@@ -199,8 +196,7 @@ def read_json(path: Path) -> Any:
 def read_text(path: Path, limit: int = 4096) -> str | None:
     """A pointer file (`latest`, `latest_checkpointed_iteration.txt`): its first line, or None."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(limit)
+        raw = folders.read_bytes(path, limit)
         return raw.decode("utf-8").strip().splitlines()[0].strip() if raw.strip() else ""
     except (OSError, UnicodeDecodeError):
         return None

@@ -19,6 +19,8 @@ from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from ckinspect.fmt import human_bytes, terminal_safe
+from ckinspect.io import folders
+from ckinspect.io.remote import as_path, is_url
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, add_findings, natural_key, severity_badges, verdict_of
 from ckinspect.tui.messages import RunJudged, TargetsFound, TargetSummarized, TargetSummary
@@ -85,7 +87,7 @@ def ckpt_target(ckpt: Any) -> Path:
 
 def shown_path(path: Path, roots: list[Path]) -> str:
     for root in roots:
-        if root.is_dir() and path.is_relative_to(root):
+        if folders.is_dir(root) and path.is_relative_to(root):
             return str(path.relative_to(root)) or path.name
     return str(path)
 
@@ -130,7 +132,7 @@ class FolderScreen(Screen[None]):
 
     def __init__(self, paths: list[Path]) -> None:
         super().__init__()
-        self.roots = [Path(p) for p in paths]
+        self.roots = [as_path(p) for p in paths]  # a URL prefix stays a URL (io.folders lists it)
         self.summaries: dict[Path, TargetSummary] = {}
         self.loaded: dict[Path, Checkpoint] = {}
         self.scans: dict[Path, ScanOutcome] = {}  # value scans done here: opening a file does not repeat them
@@ -280,7 +282,7 @@ class FolderScreen(Screen[None]):
     def action_open(self) -> None:
         row = self.query_one(VirtualTable).current_row
         if row is not None:
-            path = Path(row.key)
+            path = as_path(row.key)
             self.app.push_screen(InspectScreen(path, self.loaded.get(path), self.scans.get(path)))
 
     def action_sort_next(self) -> None:
@@ -297,6 +299,11 @@ class FolderScreen(Screen[None]):
             if changed:  # files moved: every badge (LEFTOVER_TMP) and every file read before is stale
                 self.rediscover()
 
+        remote = next((r for r in self.roots if is_url(r)), None)
+        if remote is not None:  # repairs move and rewrite files in the folder
+            self.notify(f"{terminal_safe(remote)}: repair works on local folders only; a remote path is read-only here",
+                        severity="warning")  # fmt: skip
+            return
         folder = next((r for r in self.roots if r.is_dir()), self.roots[0].parent)
         self.app.push_screen(RepairScreen(folder), closed)
 

@@ -1,0 +1,366 @@
+"""Folders on disk or under a URL prefix, behind one small interface, so that searching a folder for
+checkpoints (formats.discover) and a run's recognisers (analysis.runs) do not care which they read.
+
+    root = open_folder("s3://bucket/run/")   # a URL: one listing of everything under the prefix, kept
+    for entry in entries(root): ...          # name, path, is_dir, sorted by name (os.scandir on disk)
+    size(path), mtime(path), is_file(path), is_dir(path), exists(path)
+    read_bytes(path, limit)                  # a small record (JSON, a pointer file, a file's first bytes)
+
+On disk every call asks the operating system (a run being written changes under us: `watch` relies on
+it). Under a URL, `open_folder` lists the prefix once (fsspec `find`: one paginated LIST per thousand
+objects on an object store) with each object's size and modification time, and every later question
+about a path under it is answered from that listing; only `read_bytes` crosses the network again, by a
+ranged read of the bytes asked for. Object stores have no empty folders: a prefix with nothing under it
+is "no such folder", as a missing local folder is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ckinspect.io.remote import RemotePath, filesystem, is_url, shown, with_retries
+from ckinspect.vocab import CkinspectError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+    from typing import Any
+
+_HTTP_DEPTH = 8  # folders below a prefix listed over plain HTTP (index pages): a link loop ends here
+_KEEP = 4  # listings kept at once (a report of several prefixes); each is a few hundred bytes per object
+
+
+class Entry:
+    """One name in a folder: a file or a subfolder."""
+
+    __slots__ = ("is_dir", "name", "path")
+
+    def __init__(self, path: Path, is_dir: bool) -> None:  # a RemotePath under a URL prefix
+        self.path = path
+        self.name = path.name
+        self.is_dir = is_dir
+
+    def __repr__(self) -> str:
+        return f"Entry({str(self.path)!r}, is_dir={self.is_dir})"
+
+
+class _Object:
+    __slots__ = ("is_dir", "mtime", "size")
+
+    def __init__(self, is_dir: bool, size: int | None, mtime: float) -> None:
+        self.is_dir, self.size, self.mtime = is_dir, size, mtime
+
+
+class RemoteListing:
+    """Everything under one URL prefix, from one listing: key -> object, and folder -> child names."""
+
+    def __init__(self, root: RemotePath) -> None:
+        self.root = root
+        self.url = str(root)
+        self.fs, key = filesystem(self.url)
+        self.key = key.rstrip("/")
+        try:
+            found = self._list_all(str(root.folder()))
+        except CkinspectError as exc:
+            if str(exc).endswith("not found (no such object)"):  # the bucket (or host path) itself is missing
+                raise CkinspectError(f"{shown(str(root.folder()))}: no such folder (no such bucket or prefix)") \
+                    from None  # fmt: skip
+            raise
+        self.objects: dict[str, _Object] = {}
+        self.children: dict[str, set[str]] = {}
+        for name, info in found.items():
+            rel = self._relative(name)
+            if rel is None or rel == "":
+                continue
+            is_dir = info.get("type") == "directory"
+            size = info.get("size")
+            self._add(rel, _Object(is_dir, None if is_dir or size is None else int(size), _mtime(info)))
+        if not self.objects:
+            raise CkinspectError(f"{shown(str(root.folder()))}: no such folder (nothing under this prefix)")
+
+    def _list_all(self, url: str) -> dict[str, dict[str, Any]]:
+        """name -> info of everything under the prefix: one `find` on an object store (a paginated LIST);
+        over plain HTTP, the index page of each folder (links under the prefix only, a bounded depth)."""
+        if not url.lower().startswith(("http://", "https://")):
+            found: dict[str, dict[str, Any]] = with_retries(
+                url, lambda: self.fs.find(self.key, withdirs=True, detail=True)
+            )
+            return found
+        out: dict[str, dict[str, Any]] = {}
+        todo, seen = [(url, 0)], {url}
+        while todo:
+            folder, depth = todo.pop(0)
+            listed = with_retries(folder, lambda folder=folder: self.fs.ls(folder, detail=True))
+            for info in listed:
+                name = str(info.get("name", ""))
+                if not name.startswith(url) or name.rstrip("/") == folder.rstrip("/"):
+                    continue  # a link out of the prefix, or the index page itself
+                if name.endswith("/") or info.get("type") == "directory":
+                    info = {**info, "type": "directory"}
+                    if name not in seen and depth < _HTTP_DEPTH:
+                        seen.add(name)
+                        todo.append((name if name.endswith("/") else name + "/", depth + 1))
+                out[name] = info
+        return out
+
+    def _relative(self, name: str) -> str | None:
+        name = name.split("://", 1)[-1].rstrip("/")  # http's names are whole URLs, object stores' are keys
+        key = self.key.split("://", 1)[-1]
+        if name == key:
+            return ""
+        return name[len(key) + 1 :] if name.startswith(key + "/") else None
+
+    def _add(self, rel: str, obj: _Object) -> None:
+        """One listed name. A key that is both an object and the prefix of others is a folder here (a
+        local folder cannot be both): what it holds is what a run's search needs."""
+        parts = rel.split("/")
+        for depth in range(1, len(parts) + 1):  # an object store implies the folders above a key
+            name, parent = "/".join(parts[:depth]), "/".join(parts[: depth - 1])
+            self.children.setdefault(parent, set()).add(parts[depth - 1])
+            if depth < len(parts):
+                known = self.objects.get(name)
+                if known is None or not known.is_dir:
+                    self.objects[name] = _Object(True, None, 0.0)
+        known = self.objects.get(rel)
+        if known is None or (obj.is_dir and not known.is_dir):
+            self.objects[rel] = obj
+
+    def relative(self, path: RemotePath) -> str | None:
+        """The key of `path` inside this listing, "" for the root; None when it lies outside."""
+        url = str(path).split("?", 1)[0].rstrip("/")
+        if url == self.url:
+            return ""
+        return url[len(self.url) + 1 :] if url.startswith(self.url + "/") else None
+
+    def get(self, rel: str) -> _Object | None:
+        return _Object(True, None, 0.0) if rel == "" else self.objects.get(rel)
+
+    def size(self, rel: str, path: RemotePath) -> int:
+        obj = self.objects[rel]
+        if obj.size is None:  # a listing without sizes (an HTTP index page): one request, then kept
+            info = with_retries(str(path), lambda: self.fs.info(self.fs._strip_protocol(str(path))))
+            obj.size = int(info.get("size") or 0)
+        return obj.size
+
+
+_listings: list[RemoteListing] = []
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    """An object's modification time in seconds since the epoch, from whichever field its store reports."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, (int, float)):
+            return float(value)
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+        try:
+            from datetime import datetime
+
+            return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+    return 0.0
+
+
+def open_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder as a Path to search: a local Path, or for a URL a RemotePath (no trailing slash) whose
+    prefix has just been listed (CkinspectError, one line, for a missing, empty or denied prefix)."""
+    if not is_url(path):
+        return Path(path)
+    root = RemotePath(str(RemotePath(os.fspath(path)).folder()).rstrip("/"))
+    listing = RemoteListing(root)
+    _listings[:] = [x for x in _listings if x.url != listing.url][-(_KEEP - 1) :] + [listing]
+    return root  # type: ignore[return-value]  # a URL where a Path is expected (pure operations only)
+
+
+def listed_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder of a URL prefix this command has listed already (else listed now), as `open_folder` gives it."""
+    root = RemotePath(str(RemotePath(os.fspath(path)).folder()).rstrip("/"))
+    known = next((x.root for x in reversed(_listings) if x.url == str(root)), None)
+    return known if known is not None else open_folder(root)  # type: ignore[return-value]  # a URL as a Path
+
+
+def _find(path: RemotePath) -> tuple[RemoteListing, str]:
+    for listing in reversed(_listings):
+        rel = listing.relative(path)
+        if rel is not None:
+            return listing, rel
+    raise FileNotFoundError(f"{path}: not under a listed folder")
+
+
+def _remote(path: object) -> RemotePath | None:
+    return path if isinstance(path, RemotePath) else None
+
+
+def entries(folder: Path) -> list[Entry]:
+    """The folder's files and subfolders, sorted by name. OSError when it cannot be listed."""
+    remote = _remote(folder)
+    if remote is None:
+        with os.scandir(folder) as scan:
+            found = sorted(scan, key=lambda e: e.name)
+        out = []
+        for entry in found:
+            kind = _kind(entry)
+            if kind is not None:
+                out.append(Entry(Path(entry.path), kind == "dir"))
+        return out
+    listing, rel = _find(remote)
+    obj = listing.get(rel)
+    if obj is None or not obj.is_dir:
+        raise NotADirectoryError(f"{remote}: not a folder")
+    names = sorted(listing.children.get(rel, ()))
+    kinds = [listing.objects[f"{rel}/{name}" if rel else name].is_dir for name in names]
+    return [Entry(remote / name, is_dir) for name, is_dir in zip(names, kinds, strict=True)]  # type: ignore[arg-type]
+
+
+def _kind(entry: os.DirEntry[str]) -> str | None:
+    """file, dir, or None (a broken link, a socket ...), following symlinks as os.path.isfile does."""
+    try:
+        return "file" if entry.is_file() else "dir" if entry.is_dir() else None
+    except OSError:
+        return None
+
+
+def walk(folder: Path, skip: AbstractSet[str] = frozenset()) -> list[tuple[Path, list[str]]]:
+    """Every folder under `folder` (itself first, subfolders by name, those named in `skip` left out)
+    with its file names, sorted: what os.walk gives, for either kind of folder."""
+    out: list[tuple[Path, list[str]]] = []
+    if _remote(folder) is None:  # symlinked folders are not followed (no loops), as os.walk does
+        for root, dirs, files in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if d not in skip)
+            out.append((Path(root), sorted(files)))
+        return out
+    try:
+        found = entries(folder)
+    except OSError:
+        return out
+    out.append((folder, [e.name for e in found if not e.is_dir]))
+    for entry in found:
+        if entry.is_dir and entry.name not in skip:
+            out.extend(walk(entry.path, skip))
+    return out
+
+
+def _kind_of(remote: RemotePath, ask: bool) -> str | None:
+    """file, dir or None: from the listing that holds it, else (with `ask`) from one request."""
+    try:
+        listing, rel = _find(remote)
+    except FileNotFoundError:
+        if not ask or remote.is_folder_url():
+            return None  # a prefix is only known by listing it (open_folder)
+        fs, key = filesystem(str(remote))
+        try:
+            info = with_retries(str(remote), lambda: fs.info(key))
+        except CkinspectError as exc:
+            if str(exc).endswith("not found (no such object)"):
+                return None
+            raise
+        return "dir" if info.get("type") == "directory" else "file"
+    obj = listing.get(rel)
+    return None if obj is None else "dir" if obj.is_dir else "file"
+
+
+def is_file(path: Path, ask: bool = False) -> bool:
+    """A file. A URL under no listing is not one unless `ask`: then one request says (a sharded index's
+    shards beside a lone URL); a sibling merely looked for (trainer_state.json) costs no request."""
+    remote = _remote(path)
+    return path.is_file() if remote is None else _kind_of(remote, ask) == "file"
+
+
+def is_dir(path: Path) -> bool:
+    """A folder; for a URL, only under a listed prefix (a lone URL is an object until listed)."""
+    remote = _remote(path)
+    if remote is None:
+        return path.is_dir()
+    try:
+        listing, rel = _find(remote)
+    except FileNotFoundError:
+        return False
+    obj = listing.get(rel)
+    return obj is not None and obj.is_dir
+
+
+def exists(path: Path) -> bool:
+    """Is there anything by this name (a broken local link counts, as with os.path.lexists)."""
+    return os.path.lexists(path) if _remote(path) is None else is_file(path) or is_dir(path)
+
+
+def size(path: Path) -> int:
+    """Bytes of a file; OSError when it is not there."""
+    remote = _remote(path)
+    if remote is None:
+        return path.stat().st_size
+    try:
+        listing, rel = _find(remote)
+    except FileNotFoundError:  # a URL outside any listing: ask for it
+        from ckinspect.io.remote import RemoteFile
+
+        return RemoteFile(remote).size
+    obj = listing.get(rel)
+    if obj is None or obj.is_dir:
+        raise FileNotFoundError(f"{remote}: no such object")
+    return listing.size(rel, remote)
+
+
+def mtime(path: Path) -> float:
+    """Last modification, seconds since the epoch (an object store's: when the object was written)."""
+    remote = _remote(path)
+    if remote is None:
+        return path.stat().st_mtime
+    listing, rel = _find(remote)
+    obj = listing.get(rel)
+    if obj is None:
+        raise FileNotFoundError(f"{remote}: no such object")
+    return obj.mtime
+
+
+def tree_size(path: Path) -> int:
+    """A file's bytes, or every file's under a folder; 0 when it is gone."""
+    try:
+        if not is_dir(path):
+            return size(path)
+        if _remote(path) is None:
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return sum(size(folder / name) for folder, names in walk(path) for name in names)
+    except OSError:
+        return 0
+
+
+def read_bytes(path: Path, limit: int | None = None) -> bytes:
+    """The file's first `limit` bytes (all of it with None); OSError when it cannot be read."""
+    remote = _remote(path)
+    if remote is None:
+        with open(path, "rb") as handle:
+            return handle.read() if limit is None else handle.read(limit)
+    from ckinspect.io.remote import RemoteFile
+
+    # a failed request is the network's, not the file's: CkinspectError (one line, exit 2), never "unreadable"
+    try:
+        listing, rel = _find(remote)
+    except FileNotFoundError:  # a URL outside any listing: its size from one request
+        opened = RemoteFile(remote)
+    else:
+        obj = listing.get(rel)
+        if obj is None or obj.is_dir:
+            raise FileNotFoundError(f"{remote}: no such object")
+        opened = RemoteFile(remote, listing.size(rel, remote))
+    return opened.read_at(0, opened.size if limit is None else min(limit, opened.size))
+
+
+def forget_listings() -> None:
+    """Drop the listings taken so far (the CLI does after each command: a later one lists afresh)."""
+    _listings.clear()
+
+
+def listed_size(path: RemotePath) -> int | None:
+    """The object's size if a listing taken in this command knows it (saves a request per part)."""
+    try:
+        listing, rel = _find(path)
+    except FileNotFoundError:
+        return None
+    obj = listing.get(rel)
+    return obj.size if obj is not None and not obj.is_dir else None
