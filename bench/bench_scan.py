@@ -25,7 +25,8 @@ For each scan row it also prints the scan's own throughput (bytes / seconds insi
 interpreter start, no imports (numpy alone is ~0.1 s), no open_checkpoint) and CPU seconds per GB, because
 a fresh Python process costs ~0.2-0.3 s before reading a byte, which cat does not pay; that fixed cost
 shrinks against the file as it grows (compare the whole-process share at --gib 1 and --gib 8). CPU
-seconds per GB are the steadier figure on a busy machine; wall time on 2 cores can at best be half of them. Run by hand; not a test.
+seconds per GB are the steadier figure on a busy machine; wall time on 2 cores can at best
+be half of them. Run by hand; not a test.
 """
 
 from __future__ import annotations
