@@ -207,7 +207,12 @@ def test_epoch_order_gives_each_rank_its_own_share_of_the_permutation():
 
 
 def test_deterministic_settings_are_scoped_to_the_run():
-    threads, det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    with deterministic(1):
-        assert torch.get_num_threads() == 1 and torch.are_deterministic_algorithms_enabled()
-    assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (threads, det)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # not 1 already (the suite's xdist workers run torch on one thread)
+    try:
+        threads, det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+        with deterministic(1):
+            assert torch.get_num_threads() == 1 and torch.are_deterministic_algorithms_enabled()
+        assert (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) == (threads, det) == (2, det)
+    finally:
+        torch.set_num_threads(before)
