@@ -192,6 +192,19 @@ def _find(path: RemotePath) -> tuple[RemoteListing, str]:
     raise FileNotFoundError(f"{path}: not under a listed folder")
 
 
+def _listed_file(remote: RemotePath) -> tuple[RemoteListing, str] | None:
+    """The listing and key of a file a listing holds; None when no listing covers the URL;
+    FileNotFoundError when one covers it and holds no file by that name."""
+    try:
+        listing, rel = _find(remote)
+    except FileNotFoundError:
+        return None
+    obj = listing.get(rel)
+    if obj is None or obj.is_dir:
+        raise FileNotFoundError(f"{remote}: no such object")
+    return listing, rel
+
+
 def _remote(path: object) -> RemotePath | None:
     return path if isinstance(path, RemotePath) else None
 
@@ -274,14 +287,7 @@ def is_file(path: Path, ask: bool = False) -> bool:
 def is_dir(path: Path) -> bool:
     """A folder; for a URL, only under a listed prefix (a lone URL is an object until listed)."""
     remote = _remote(path)
-    if remote is None:
-        return path.is_dir()
-    try:
-        listing, rel = _find(remote)
-    except FileNotFoundError:
-        return False
-    obj = listing.get(rel)
-    return obj is not None and obj.is_dir
+    return path.is_dir() if remote is None else _kind_of(remote, ask=False) == "dir"
 
 
 def exists(path: Path) -> bool:
@@ -294,16 +300,12 @@ def size(path: Path) -> int:
     remote = _remote(path)
     if remote is None:
         return path.stat().st_size
-    try:
-        listing, rel = _find(remote)
-    except FileNotFoundError:  # a URL outside any listing: ask for it
+    found = _listed_file(remote)
+    if found is None:  # a URL outside any listing: ask for it
         from ckinspect.io.remote import RemoteFile
 
         return RemoteFile(remote).size
-    obj = listing.get(rel)
-    if obj is None or obj.is_dir:
-        raise FileNotFoundError(f"{remote}: no such object")
-    return listing.size(rel, remote)
+    return found[0].size(found[1], remote)
 
 
 def mtime(path: Path) -> float:
@@ -339,15 +341,8 @@ def read_bytes(path: Path, limit: int | None = None) -> bytes:
     from ckinspect.io.remote import RemoteFile
 
     # a failed request is the network's, not the file's: CkinspectError (one line, exit 2), never "unreadable"
-    try:
-        listing, rel = _find(remote)
-    except FileNotFoundError:  # a URL outside any listing: its size from one request
-        opened = RemoteFile(remote)
-    else:
-        obj = listing.get(rel)
-        if obj is None or obj.is_dir:
-            raise FileNotFoundError(f"{remote}: no such object")
-        opened = RemoteFile(remote, listing.size(rel, remote))
+    found = _listed_file(remote)  # outside any listing: its size from one request
+    opened = RemoteFile(remote) if found is None else RemoteFile(remote, found[0].size(found[1], remote))
     return opened.read_at(0, opened.size if limit is None else min(limit, opened.size))
 
 
@@ -359,8 +354,7 @@ def forget_listings() -> None:
 def listed_size(path: RemotePath) -> int | None:
     """The object's size if a listing taken in this command knows it (saves a request per part)."""
     try:
-        listing, rel = _find(path)
+        found = _listed_file(path)
     except FileNotFoundError:
         return None
-    obj = listing.get(rel)
-    return obj.size if obj is not None and not obj.is_dir else None
+    return None if found is None else found[0].objects[found[1]].size

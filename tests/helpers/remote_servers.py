@@ -210,15 +210,22 @@ def moto_s3(auth_after: int | None = None) -> Iterator[dict[str, str]]:
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
     }
+    with _serving(proc, port, "moto server"):
+        yield env
+
+
+@contextlib.contextmanager
+def _serving(proc: subprocess.Popen, port: int, name: str) -> Iterator[None]:
+    """Wait (at most 60 s) until a server process accepts connections on `port`; stop it on exit."""
     try:
         deadline = time.monotonic() + 60
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("moto server did not start")
+                raise RuntimeError(f"{name} did not start")
             time.sleep(0.1)
-        yield env
+        yield
     finally:
         proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -260,21 +267,8 @@ def gcs_emulator() -> Iterator[dict[str, str]]:
         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
         "NO_GCE_CHECK": "true",  # google-auth: no probe of a metadata server that is not there
     }
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the GCS emulator did not start")
-            time.sleep(0.1)
+    with _serving(proc, port, "the GCS emulator"):
         yield env
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        if proc.poll() is None:
-            proc.kill()
 
 
 def put_gcs_objects(env: dict[str, str], bucket: str, files: dict[str, Path]) -> None:
