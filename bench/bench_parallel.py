@@ -1,7 +1,7 @@
 """Parallel scan: the value scan of a 4-shard checkpoint on 1 and on 2 processes, against the ideal 2x,
 and against what a user would otherwise run (load every shard and check `isfinite` on every tensor).
 
-    python bench/bench_parallel.py                       # 4 x 256 MiB shards in a fresh /tmp folder, deleted after
+    python bench/bench_parallel.py                       # 4 x 1 GiB shards in a fresh /tmp folder, deleted after
     python bench/bench_parallel.py --mib 64 --rounds 3   # smaller and quicker
     python bench/bench_parallel.py --start-methods       # also: a 2-worker pool's start-up, fork/forkserver/spawn
 
@@ -159,8 +159,8 @@ def load_average() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mib", type=int, default=256, help="size of each of the 4 shards in MiB (default 256)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds; each runs every configuration once (default 5)")
+    ap.add_argument("--mib", type=int, default=1024, help="size of each of the 4 shards in MiB (default 1024)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds; each runs every configuration once (default 3)")
     ap.add_argument("--dir", type=Path, help="where to write (default: a fresh folder in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the files")
     ap.add_argument("--start-methods", action="store_true", help="also time a 2-worker pool's start-up per method")
