@@ -172,6 +172,7 @@ class VirtualTable(ScrollView, can_focus=True):
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.columns: list[Column] = list(columns)
+        self._widths_cache: tuple[int, tuple[Column, ...], list[int]] | None = None
         self.rows: list[Row] = []
         self.view: list[int] = []  # indices into rows, in display order
         self.sort_column: str | None = None
@@ -362,8 +363,25 @@ class VirtualTable(ScrollView, can_focus=True):
     # ------------------------------------------------------------ rendering
 
     def _widths(self) -> list[int]:
-        """Width per column; 0 for optional columns dropped to leave the flexible ones room."""
+        """Width per column; 0 for optional columns dropped to leave the flexible ones room.
+
+        Asked for by every line drawn: computed once per table width and set of columns (the columns
+        compared by identity, since a screen may replace one in place)."""
         width = max(1, self.scrollable_content_region.width)
+        columns = tuple(self.columns)
+        cached = self._widths_cache
+        if (
+            cached is not None
+            and cached[0] == width
+            and len(cached[1]) == len(columns)
+            and all(a is b for a, b in zip(cached[1], columns, strict=True))
+        ):
+            return cached[2]
+        widths = self._fit_columns(width)
+        self._widths_cache = (width, columns, widths)
+        return widths
+
+    def _fit_columns(self, width: int) -> list[int]:
         shown = list(self.columns)
         flexible = [c for c in self.columns if c.width is None]
         # highest `optional` first; among equals, the rightmost first
@@ -377,8 +395,10 @@ class VirtualTable(ScrollView, can_focus=True):
             if not flexible or share >= min(c.min_width for c in flexible) or not optional:
                 break
             shown.remove(optional.pop(0))
+        kept = {id(c) for c in shown}
         return [
-            0 if c not in shown else (c.width if c.width is not None else max(c.min_width, share)) for c in self.columns
+            0 if id(c) not in kept else (c.width if c.width is not None else max(c.min_width, share))
+            for c in self.columns
         ]
 
     def _line(self, cells: Sequence[str], widths: list[int], base: Style, styles: Sequence[str | None] = ()) -> Strip:
