@@ -10,6 +10,8 @@ beside it and checked against their own sha256. Nothing here is committed but th
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 MANIFEST = Path(__file__).with_name("manifest.json")
@@ -61,7 +64,7 @@ def _download(package: dict, folder: Path) -> Path:
 
 def _extract(archive: Path, member: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".part")
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.part")
     if archive.name.endswith(".whl"):
         with zipfile.ZipFile(archive) as zf, zf.open(member) as src, open(tmp, "wb") as dst:
             dst.write(src.read())
@@ -75,9 +78,27 @@ def _extract(archive: Path, member: str, target: Path) -> None:
     os.replace(tmp, target)
 
 
+@contextlib.contextmanager
+def _locked(cache: Path) -> Iterator[None]:
+    """One fetcher at a time per cache: pytest-xdist's workers each ask for the corpus at once, and on a
+    cold cache two of them downloading and extracting the same files raced each other's renames."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def ensure_corpus(cache: Path | None = None) -> dict[str, Path]:
     """Every manifest file, by its id (`package==version:path`), fetched and checked."""
     cache = cache or cache_dir()
+    with _locked(cache):
+        return _ensure(cache)
+
+
+def _ensure(cache: Path) -> dict[str, Path]:
     manifest = load_manifest()
     found: dict[str, Path] = {}
     for package in manifest["packages"]:
