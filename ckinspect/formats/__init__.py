@@ -78,19 +78,22 @@ def read_remote(url: str | os.PathLike[str]) -> Checkpoint:
     from ckinspect.io.remote import RemotePath, open_remote
 
     remote = RemotePath(os.fspath(url))
+    if remote.is_folder_url():  # `diff s3://b/step-2/ ...`: a folder named as one checkpoint (DCP), listed first
+        remote = folders.open_folder(remote)  # type: ignore[assignment]  # a RemotePath
     path: Path = remote  # type: ignore[assignment]  # a URL stands where readers expect a Path (pure operations only)
     if remote.name.endswith(".index.json"):  # a sharded set: its index, then each shard by range requests
         from ckinspect.formats.sharded import read_sharded
 
         return read_sharded(path)
-    if folders.is_dir(path):  # a folder of a listed prefix (a DCP checkpoint): not read over the network
+    if folders.is_dir(path):  # a folder of a listed prefix: a DCP checkpoint, read by range requests
         from ckinspect.formats.sniff import sniff
 
-        kind = sniff(path)  # "dcp" or "unknown"
-        ckpt = Checkpoint(path=path, format=kind, file_bytes=folders.tree_size(path), files=[])
-        what = "DCP folder" if kind == "dcp" else "folder"
-        ckpt.add("CORRUPT", f"a remote {what}: only {' and '.join(REMOTE_FORMATS)} files are read remotely; "
-                            "download it first")  # fmt: skip
+        if sniff(path) == "dcp":
+            from ckinspect.formats.dcp import read_dcp
+
+            return read_dcp(path)
+        ckpt = Checkpoint(path=path, format="unknown", file_bytes=folders.tree_size(path), files=[])
+        ckpt.add("CORRUPT", "a remote folder that is not a DCP checkpoint (no .metadata, no .distcp files)")
         return ckpt
     reader = open_remote(remote)
     head = reader.small_read(0, HEAD_BYTES)
@@ -116,7 +119,8 @@ def read_remote(url: str | os.PathLike[str]) -> Checkpoint:
         ckpt.add("CORRUPT", f"not a checkpoint: looks like {describe_bytes(head, reader.size)}")
     else:
         ckpt.format = kind
-        ckpt.add("CORRUPT", f"a remote {kind} file: only {' and '.join(REMOTE_FORMATS)} are read remotely; "
+        ckpt.add("CORRUPT", f"a remote {kind} file: only {' and '.join(REMOTE_FORMATS)} files and DCP folders "
+                            "are read remotely; "
                             "download it first")  # fmt: skip
     return ckpt
 

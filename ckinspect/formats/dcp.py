@@ -7,6 +7,10 @@ _StorageInfo(relative_path, offset, length). With torch's default serialization 
 complete torch.save zip written at that offset, so a chunk's raw bytes are that zip's storage
 member; non-tensor values are small torch.save zips too and are decoded for the tree.
 Nothing is imported: the dataclasses come back as `Opaque` records.
+
+The folder may be a URL prefix (s3://, gs://, http(s)://, as io.folders lists it): its files are then
+listed from that one listing and read by range requests, as a remote torch zip is (`.metadata` whole,
+each item's zip header and pickle), never downloaded.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
+from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
+from ckinspect.io.remote import RemoteFile, as_path, is_url, open_remote
 from ckinspect.io.zipdir import LOCAL_SIG, FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
@@ -45,15 +51,30 @@ def rank_metadata_files(folder: Path) -> list[Path]:
     """`__<rank>.metadata` files (rank-local indexes dcp.load reads when `.metadata` fails), lowest rank first."""
     found = []
     try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                name = entry.name
-                rank = name[2 : -len(METADATA)] if name.startswith("__") and name.endswith(METADATA) else ""
-                if rank.isdigit() and entry.is_file(follow_symlinks=False):
-                    found.append((int(rank), folder / name))
+        for name, path in _files(folder):
+            rank = name[2 : -len(METADATA)] if name.startswith("__") and name.endswith(METADATA) else ""
+            if rank.isdigit():
+                found.append((int(rank), path))
     except OSError:
         return []
     return [path for _rank, path in sorted(found)]
+
+
+def _files(folder: Path) -> list[tuple[str, Path]]:
+    """(name, path) of the folder's regular files: symlinks are not followed locally; a URL prefix's from
+    its listing. OSError when it cannot be listed."""
+    if is_url(folder):
+        return [(e.path.name, e.path) for e in folders.entries(folder) if not e.is_dir]
+    with os.scandir(folder) as entries:
+        return [(e.name, folder / e.name) for e in entries if e.is_file(follow_symlinks=False)]
+
+
+def _open(path: Path) -> tuple[FileReader | RemoteFile, BinaryIO | None]:
+    """Positioned reads of one file, and the handle to close when done (None for a remote object)."""
+    if is_url(path):
+        return open_remote(path), None  # type: ignore[arg-type]  # a RemotePath
+    f = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+    return FileReader(f.fileno(), os.fstat(f.fileno()).st_size), f
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -68,29 +89,33 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened.
 
     `metadata_name` reads another index in the folder: `.metadata.tmp`, to judge an interrupted save."""
-    folder = Path(folder)
-    data_files = sorted(folder.glob("*.distcp"))
+    folder = as_path(folder)  # a RemotePath for a URL prefix
+    data_files = sorted(folder.glob("*.distcp")) if not is_url(folder) else sorted(
+        path for name, path in _files(folder) if name.endswith(".distcp"))  # fmt: skip
     meta_path = folder / metadata_name
     index = f"{folder.name}/{metadata_name}"
-    data_bytes = sum(p.stat().st_size for p in data_files)
+    data_bytes = sum(folders.size(p) for p in data_files)
     ckpt = Checkpoint(path=folder, format="dcp", file_bytes=data_bytes, files=list(data_files))
     rank_local = rank_metadata_files(folder)
     for other in rank_local:
         # dcp.load falls back to `__<rank>.metadata` when `.metadata` is missing or fails to load: judged too
-        with open(other, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            scans = scan_file(FileReader(f.fileno(), size), 0, size, limit=1)
+        reader, f = _open(other)
+        try:
+            scans = scan_file(reader, 0, reader.size, limit=1)
+        finally:
+            if f is not None:
+                f.close()
         refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g) and g.qualname != ENUM_GETATTR]
         record_globals(ckpt, refs, f"{folder.name}/{other.name}")
-    if not meta_path.is_file() and metadata_name == METADATA and rank_local:
+    if not folders.is_file(meta_path) and metadata_name == METADATA and rank_local:
         meta_path, metadata_name = rank_local[0], rank_local[0].name
         index = f"{folder.name}/{metadata_name}"
-    if not meta_path.is_file():
-        tmp = " (a .metadata.tmp is there: the save was interrupted before it was renamed)" if (
-            folder / ".metadata.tmp").exists() else ""  # fmt: skip
+    if not folders.is_file(meta_path):
+        tmp = " (a .metadata.tmp is there: the save was interrupted before it was renamed)" if folders.exists(
+            folder / ".metadata.tmp") else ""  # fmt: skip
         ckpt.add("CORRUPT", f"DCP folder without {metadata_name}: {len(data_files)} .distcp file(s) but no index{tmp}")
         return ckpt
-    ckpt.file_bytes += meta_path.stat().st_size
+    ckpt.file_bytes += folders.size(meta_path)
     ckpt.files.insert(0, meta_path)
     fields = _metadata_fields(ckpt, meta_path, index)
     if fields is None:
@@ -117,15 +142,19 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
 def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str) -> dict[str, Any] | None:
     """The fields of the `.metadata` pickle's Metadata, decoded without importing anything; None (with the
     findings that say why) when it names unsafe globals, is cut short, or is not DCP Metadata."""
-    with open(meta_path, "rb") as f:
-        meta_size = os.fstat(f.fileno()).st_size
+    reader, f = _open(meta_path)
+    try:
+        meta_size = reader.size
         if meta_size > MAX_METADATA_BYTES:  # scanned a window at a time, never decoded
-            scans = scan_file(FileReader(f.fileno(), meta_size), 0, meta_size, limit=1)
+            scans = scan_file(reader, 0, meta_size, limit=1)
             refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g)]
             if not record_globals(ckpt, refs, index):
                 ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, too large to list (scanned, not decoded)")
             return None
-        data = f.read(meta_size)  # read(n) allocates n bytes up front: ask for what is there
+        data = reader.read_at(0, meta_size)  # read(n) allocates n bytes up front: ask for what is there
+    finally:
+        if f is not None:
+            f.close()
     scans = scan_stream(data, limit=1)
     if not scans:
         ckpt.add("CORRUPT", f"{index} is empty")
@@ -186,7 +215,7 @@ def _entries_tree(ckpt: Checkpoint, folder: Path, index: str, fields: dict[str, 
     planner = fields.get("planner_data")
     if not isinstance(planner, dict):
         planner = {}
-    readers: dict[str, FileReader | None] = {}
+    readers: dict[str, FileReader | RemoteFile | None] = {}
     handles: list[BinaryIO] = []
     tree: dict[str, Any] = {}
     try:
@@ -239,19 +268,20 @@ def _lists(node: Any) -> Any:
 
 
 def _reader(
-    folder: Path, relative: str, readers: dict[str, FileReader | None], handles: list[BinaryIO]
-) -> FileReader | None:
+    folder: Path, relative: str, readers: dict[str, FileReader | RemoteFile | None], handles: list[BinaryIO]
+) -> FileReader | RemoteFile | None:
     if relative not in readers:
         try:
             target = inside(folder, relative)
         except OutsideTarget:
             target = None
-        if target is None or not target.is_file():
+        if target is None or not folders.is_file(target):
             readers[relative] = None  # missing, or a path that leaves the folder or passes a symlink
         else:
-            f = open(target, "rb")  # noqa: SIM115 - shared by many items; read_dcp closes every handle at the end
-            handles.append(f)
-            readers[relative] = FileReader(f.fileno(), os.fstat(f.fileno()).st_size)
+            reader, f = _open(target)  # shared by many items; read_dcp closes every handle at the end
+            if f is not None:
+                handles.append(f)
+            readers[relative] = reader
     return readers[relative]
 
 

@@ -236,20 +236,71 @@ def test_gs_objects_and_prefixes_list_and_report_like_local_ones(run_dir, gcs):
     )
 
 
-def test_a_lone_sharded_index_url_reads_its_shards_and_a_remote_dcp_folder_says_to_download(run_dir, ckpts, tmp_path):
-    """An index URL with no listing asks for each shard it names (one request each); a DCP folder under a
-    prefix is not read over the network: CORRUPT, saying so, never a crash or exit 2."""
+def test_a_lone_sharded_index_url_reads_its_shards(run_dir, tmp_path):
+    """An index URL with no listing asks for each shard it names (one request each)."""
     shutil.copytree(run_dir / "export", tmp_path / "export")
-    shutil.copytree(ckpts["dcp"], tmp_path / "dcp" / "step-2")
     local = run_cli("--report", "--quick", "--format", "json", tmp_path / "export" / "model.safetensors.index.json")
     with range_server(tmp_path) as server:
         url = f"{server.url}/export/model.safetensors.index.json"
         one = run_cli("--report", "--quick", "--format", "json", url)
-        dcp = run_cli("--report", "--quick", "--format", "json", f"{server.url}/dcp/")
     assert one.returncode == local.returncode == 0, one.stderr
     assert _same(one.stdout, server.url) == _same(local.stdout, str(tmp_path))
-    assert dcp.returncode == 1, dcp.stderr
-    (entry,) = json.loads(dcp.stdout)["files"]
-    assert entry["path"] == f"{server.url}/dcp/step-2" and entry["format"] == "dcp"
-    assert entry["findings"] == [{"code": "CORRUPT", "severity": "error", "message": "a remote DCP folder: only "
-                                  "torch-zip and safetensors files are read remotely; download it first"}]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dcp_run(ckpts, tmp_path_factory) -> Path:
+    """Three DCP saves: a whole one, one whose data file is gone, one torn before .metadata's rename."""
+    run = tmp_path_factory.mktemp("dcp-run") / "dcp"
+    for name in ("step-2", "step-4", "step-6"):
+        shutil.copytree(ckpts["dcp"], run / name)
+    (next((run / "step-4").glob("__0_*.distcp"))).unlink()
+    (run / "step-6" / ".metadata").rename(run / "step-6" / ".metadata.tmp")
+    for path in run.rglob("*"):
+        os.utime(path, (MTIME, MTIME))
+    return run
+
+
+@pytest.mark.parametrize("quick", [True, False], ids=["listing", "values"])
+def test_remote_dcp_folders_report_like_the_local_ones(dcp_run, quick):
+    """DCP saves under a prefix are read by range requests, over HTTP index pages and from S3: the same
+    tensors, values scanned, findings (MISSING_PARTS for a lost rank file, CORRUPT for a torn index) and
+    exit status as the folder on disk."""
+    args = ["--report", "--format", "json", *(["--quick"] if quick else [])]
+    local = run_cli(*args, f"{dcp_run}/")
+    assert local.returncode == 1, local.stderr
+    expected = _same(local.stdout, str(dcp_run))
+    codes = {e["path"]: sorted({f["code"] for f in e["findings"]}) for e in json.loads(local.stdout)["files"]}
+    assert "MISSING_PARTS" in codes[f"{dcp_run}/step-4"] and "CORRUPT" in codes[f"{dcp_run}/step-6"]
+    assert not {"CORRUPT", "MISSING_PARTS"} & set(codes[f"{dcp_run}/step-2"])
+    with range_server(dcp_run) as server:
+        over_http = run_cli(*args, f"{server.url}/")
+    assert over_http.returncode == 1, over_http.stderr
+    assert _same(over_http.stdout, server.url) == expected
+    with moto_s3() as env:
+        put_objects(env, "ckpts", {f"dcp/{p.relative_to(dcp_run).as_posix()}": p for p in dcp_run.rglob("*")
+                                   if p.is_file()})  # fmt: skip
+        from_s3 = run_cli(*args, "s3://ckpts/dcp/", env=env)
+    assert from_s3.returncode == 1, from_s3.stderr
+    assert _same(from_s3.stdout, "s3://ckpts/dcp") == expected
+
+
+def test_last_good_of_a_dcp_run_in_s3_is_the_one_on_disk(dcp_run):
+    local = run_cli("last-good", dcp_run)
+    assert local.returncode == 0 and local.stdout.strip() == str(dcp_run / "step-2"), local.stdout + local.stderr
+    with moto_s3() as env:
+        put_objects(env, "ckpts", {f"dcp/{p.relative_to(dcp_run).as_posix()}": p for p in dcp_run.rglob("*")
+                                   if p.is_file()})  # fmt: skip
+        remote = run_cli("last-good", "s3://ckpts/dcp/", env=env)
+    assert remote.returncode == 0 and remote.stdout.strip() == "s3://ckpts/dcp/step-2", remote.stdout + remote.stderr
+
+
+def test_diff_of_a_remote_dcp_folder_compares_its_values(dcp_run):
+    """`diff URL/step-2/ LOCAL`: the folder URL is listed, then read as one DCP checkpoint and compared
+    value by value; a prefix that is not there is one line and exit 2."""
+    with range_server(dcp_run) as server:
+        same = run_cli("diff", f"{server.url}/step-2/", dcp_run / "step-2", "--report")
+        other = run_cli("diff", f"{server.url}/step-2/", dcp_run / "step-4", "--report")
+        missing = run_cli("diff", f"{server.url}/nope/", dcp_run / "step-2", "--report")
+    assert same.returncode == 0 and "identical: 21 tensors match bit for bit" in same.stdout, same.stdout + same.stderr
+    assert other.returncode == 1, other.stdout + other.stderr
+    assert missing.returncode == 2 and "no such folder" in _one_line(missing.stderr)
