@@ -94,3 +94,25 @@ async def test_a_url_prefix_opens_the_folder_screen_with_the_local_folder_rows(s
     assert {key.rsplit("/", 1)[1]: cells for key, cells in remote.items()} == {
         key.rsplit("/", 1)[1]: cells for key, cells in local.items()
     }
+
+
+async def test_a_prefix_of_dcp_saves_opens_the_folder_screen_with_the_local_rows(ckpts, tmp_path):
+    """DCP saves under a prefix (read by range requests) fill the folder screen as the folder on disk does:
+    a whole save, and one whose data file is gone."""
+    import shutil
+
+    from tests.helpers.remote_servers import range_server
+
+    run = tmp_path / "dcp"
+    for name in ("step-2", "step-4"):
+        shutil.copytree(ckpts["dcp"], run / name)
+    next((run / "step-4").glob("*.distcp")).unlink()
+    local = await _folder_rows(str(run))
+    with range_server(tmp_path) as server:
+        remote = await _folder_rows(f"{server.url}/dcp/")
+    assert sorted(remote) == [f"{server.url}/dcp/step-2", f"{server.url}/dcp/step-4"]
+    # a plain web server's index gives no times: the time column ("-") is the one difference README names
+    relative = {key.rsplit("/", 1)[1]: cells[:4] + cells[5:] for key, cells in remote.items()}
+    assert relative == {key.rsplit("/", 1)[1]: cells[:4] + cells[5:] for key, cells in local.items()}
+    assert relative["step-2"][0] == "★" and relative["step-2"][-1] == "good"
+    assert relative["step-4"][-1] == "incomplete"  # its data file is gone
