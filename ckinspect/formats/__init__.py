@@ -120,8 +120,7 @@ def read_remote(url: str | os.PathLike[str]) -> Checkpoint:
     else:
         ckpt.format = kind
         ckpt.add("CORRUPT", f"a remote {kind} file: only {' and '.join(REMOTE_FORMATS)} files and DCP folders "
-                            "are read remotely; "
-                            "download it first")  # fmt: skip
+                            "are read remotely; download it first")  # fmt: skip
     return ckpt
 
 

@@ -15,6 +15,7 @@ each item's zip header and pickle), never downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -32,7 +33,8 @@ from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, BinaryIO
+    from collections.abc import Iterator
+    from typing import Any
 
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
@@ -69,12 +71,14 @@ def _files(folder: Path) -> list[tuple[str, Path]]:
         return [(e.name, folder / e.name) for e in entries if e.is_file(follow_symlinks=False)]
 
 
-def _open(path: Path) -> tuple[FileReader | RemoteFile, BinaryIO | None]:
-    """Positioned reads of one file, and the handle to close when done (None for a remote object)."""
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[FileReader | RemoteFile]:
+    """Positioned reads of one file: a local file's handle is closed on exit; a remote object has none."""
     if is_url(path):
-        return open_remote(path), None  # type: ignore[arg-type]  # a RemotePath
-    f = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
-    return FileReader(f.fileno(), os.fstat(f.fileno()).st_size), f
+        yield open_remote(path)  # type: ignore[arg-type]  # a RemotePath
+        return
+    with open(path, "rb") as f:
+        yield FileReader(f.fileno(), os.fstat(f.fileno()).st_size)
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -90,8 +94,10 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
 
     `metadata_name` reads another index in the folder: `.metadata.tmp`, to judge an interrupted save."""
     folder = as_path(folder)  # a RemotePath for a URL prefix
-    data_files = sorted(folder.glob("*.distcp")) if not is_url(folder) else sorted(
-        path for name, path in _files(folder) if name.endswith(".distcp"))  # fmt: skip
+    if is_url(folder):
+        data_files = sorted(path for name, path in _files(folder) if name.endswith(".distcp"))
+    else:
+        data_files = sorted(folder.glob("*.distcp"))
     meta_path = folder / metadata_name
     index = f"{folder.name}/{metadata_name}"
     data_bytes = sum(folders.size(p) for p in data_files)
@@ -99,12 +105,8 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     rank_local = rank_metadata_files(folder)
     for other in rank_local:
         # dcp.load falls back to `__<rank>.metadata` when `.metadata` is missing or fails to load: judged too
-        reader, f = _open(other)
-        try:
+        with _opened(other) as reader:
             scans = scan_file(reader, 0, reader.size, limit=1)
-        finally:
-            if f is not None:
-                f.close()
         refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g) and g.qualname != ENUM_GETATTR]
         record_globals(ckpt, refs, f"{folder.name}/{other.name}")
     if not folders.is_file(meta_path) and metadata_name == METADATA and rank_local:
@@ -142,8 +144,7 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
 def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str) -> dict[str, Any] | None:
     """The fields of the `.metadata` pickle's Metadata, decoded without importing anything; None (with the
     findings that say why) when it names unsafe globals, is cut short, or is not DCP Metadata."""
-    reader, f = _open(meta_path)
-    try:
+    with _opened(meta_path) as reader:
         meta_size = reader.size
         if meta_size > MAX_METADATA_BYTES:  # scanned a window at a time, never decoded
             scans = scan_file(reader, 0, meta_size, limit=1)
@@ -151,10 +152,7 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str) -> dict[str,
             if not record_globals(ckpt, refs, index):
                 ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, too large to list (scanned, not decoded)")
             return None
-        data = reader.read_at(0, meta_size)  # read(n) allocates n bytes up front: ask for what is there
-    finally:
-        if f is not None:
-            f.close()
+        data = reader.read_at(0, meta_size)  # the size the file has, never more (read(n) allocates n up front)
     scans = scan_stream(data, limit=1)
     if not scans:
         ckpt.add("CORRUPT", f"{index} is empty")
@@ -216,9 +214,8 @@ def _entries_tree(ckpt: Checkpoint, folder: Path, index: str, fields: dict[str, 
     if not isinstance(planner, dict):
         planner = {}
     readers: dict[str, FileReader | RemoteFile | None] = {}
-    handles: list[BinaryIO] = []
     tree: dict[str, Any] = {}
-    try:
+    with contextlib.ExitStack() as handles:  # every data file opened below stays open until the tree is read
         for fqn, md in fields["state_dict_metadata"].items():
             fqn = str(fqn)
             try:
@@ -233,9 +230,6 @@ def _entries_tree(ckpt: Checkpoint, folder: Path, index: str, fields: dict[str, 
             except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
                 # a .metadata that decodes but whose fields are not what DCP writes
                 ckpt.add("CORRUPT", f"{index}: entry {fqn} is malformed ({type(exc).__name__})", fqn)
-    finally:
-        for h in handles:
-            h.close()
     return tree
 
 
@@ -268,7 +262,7 @@ def _lists(node: Any) -> Any:
 
 
 def _reader(
-    folder: Path, relative: str, readers: dict[str, FileReader | RemoteFile | None], handles: list[BinaryIO]
+    folder: Path, relative: str, readers: dict[str, FileReader | RemoteFile | None], handles: contextlib.ExitStack
 ) -> FileReader | RemoteFile | None:
     if relative not in readers:
         try:
@@ -278,10 +272,7 @@ def _reader(
         if target is None or not folders.is_file(target):
             readers[relative] = None  # missing, or a path that leaves the folder or passes a symlink
         else:
-            reader, f = _open(target)  # shared by many items; read_dcp closes every handle at the end
-            if f is not None:
-                handles.append(f)
-            readers[relative] = reader
+            readers[relative] = handles.enter_context(_opened(target))  # shared by many items
     return readers[relative]
 
 

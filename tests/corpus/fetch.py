@@ -64,7 +64,7 @@ def _download(package: dict, folder: Path) -> Path:
 
 def _extract(archive: Path, member: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.part")
+    tmp = target.with_name(target.name + ".part")  # one fetcher at a time (_locked): one name is enough
     if archive.name.endswith(".whl"):
         with zipfile.ZipFile(archive) as zf, zf.open(member) as src, open(tmp, "wb") as dst:
             dst.write(src.read())

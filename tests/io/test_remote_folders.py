@@ -260,8 +260,17 @@ def dcp_run(ckpts, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.fixture(scope="module")
+def dcp_s3(dcp_run):
+    """The DCP run uploaded under s3://ckpts/dcp/ to its own moto server."""
+    with moto_s3() as env:
+        put_objects(env, "ckpts", {f"dcp/{p.relative_to(dcp_run).as_posix()}": p for p in dcp_run.rglob("*")
+                                   if p.is_file()})  # fmt: skip
+        yield env
+
+
 @pytest.mark.parametrize("quick", [True, False], ids=["listing", "values"])
-def test_remote_dcp_folders_report_like_the_local_ones(dcp_run, quick):
+def test_remote_dcp_folders_report_like_the_local_ones(dcp_run, dcp_s3, quick):
     """DCP saves under a prefix are read by range requests, over HTTP index pages and from S3: the same
     tensors, values scanned, findings (MISSING_PARTS for a lost rank file, CORRUPT for a torn index) and
     exit status as the folder on disk."""
@@ -276,21 +285,15 @@ def test_remote_dcp_folders_report_like_the_local_ones(dcp_run, quick):
         over_http = run_cli(*args, f"{server.url}/")
     assert over_http.returncode == 1, over_http.stderr
     assert _same(over_http.stdout, server.url) == expected
-    with moto_s3() as env:
-        put_objects(env, "ckpts", {f"dcp/{p.relative_to(dcp_run).as_posix()}": p for p in dcp_run.rglob("*")
-                                   if p.is_file()})  # fmt: skip
-        from_s3 = run_cli(*args, "s3://ckpts/dcp/", env=env)
+    from_s3 = run_cli(*args, "s3://ckpts/dcp/", env=dcp_s3)
     assert from_s3.returncode == 1, from_s3.stderr
     assert _same(from_s3.stdout, "s3://ckpts/dcp") == expected
 
 
-def test_last_good_of_a_dcp_run_in_s3_is_the_one_on_disk(dcp_run):
+def test_last_good_of_a_dcp_run_in_s3_is_the_one_on_disk(dcp_run, dcp_s3):
     local = run_cli("last-good", dcp_run)
     assert local.returncode == 0 and local.stdout.strip() == str(dcp_run / "step-2"), local.stdout + local.stderr
-    with moto_s3() as env:
-        put_objects(env, "ckpts", {f"dcp/{p.relative_to(dcp_run).as_posix()}": p for p in dcp_run.rglob("*")
-                                   if p.is_file()})  # fmt: skip
-        remote = run_cli("last-good", "s3://ckpts/dcp/", env=env)
+    remote = run_cli("last-good", "s3://ckpts/dcp/", env=dcp_s3)
     assert remote.returncode == 0 and remote.stdout.strip() == "s3://ckpts/dcp/step-2", remote.stdout + remote.stderr
 
 
