@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.source_tree import PACKAGE_SOURCES, REPO, copy_sources
 from tests.report.ci_files import SAMPLES, clean_weights, hostile_pickle
 
-pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
+# one worker runs the install: a module fixture is run once per worker that gets one of the module's tests
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("github-action")]
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 
 
@@ -34,8 +34,9 @@ def load_action() -> dict:
 class Runner:
     """Just enough of a GitHub Actions runner for a composite action of bash steps."""
 
-    def __init__(self, action: dict, inputs: dict[str, str], workspace: Path, temp: Path) -> None:
+    def __init__(self, action: dict, inputs: dict[str, str], workspace: Path, temp: Path, action_path: Path) -> None:
         self.action = action
+        self.action_path = action_path
         self.inputs = {name: str(spec.get("default", "")) for name, spec in action["inputs"].items()}
         unknown = set(inputs) - set(self.inputs)
         assert not unknown, f"the action has no input {unknown}"
@@ -52,7 +53,7 @@ class Runner:
         if parts[0] == "inputs" and len(parts) == 2:
             return self.inputs[parts[1]]
         if name == "github.action_path":
-            return str(REPO)
+            return str(self.action_path)
         if name == "runner.temp":
             return str(self.temp)
         if parts[0] == "steps" and len(parts) == 4 and parts[2] in ("outputs", "outcome"):
@@ -111,18 +112,22 @@ class Runner:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """The action's install step, run once: ckinspect from this checkout in a virtualenv of its own."""
+    """The action's install step, run once: ckinspect from the action's files (this checkout's, copied
+    as a runner checks out an action) in a virtualenv of its own."""
     temp = tmp_path_factory.mktemp("runner-temp")
+    action_path = tmp_path_factory.mktemp("action")
+    copy_sources(action_path, (*PACKAGE_SOURCES, "action.yml"))
     action = load_action()
     install = {**action, "runs": {**action["runs"], "steps": action["runs"]["steps"][:1]}}
-    runner = Runner(install, {"paths": "."}, temp, temp)
-    assert runner.run() == 0, runner.steps
-    return action, temp, runner.steps["install"]
+    runner = Runner(install, {"paths": "."}, temp, temp, action_path)
+    status = runner.run()
+    assert status == 0, runner.steps["install"]["stderr"][-4000:]  # pip's error is at the end
+    return action, temp, action_path, runner.steps["install"]
 
 
 def run_action(installed, workspace: Path, **inputs: str) -> Runner:
-    action, temp, install = installed
-    runner = Runner(action, inputs, workspace, temp)
+    action, temp, action_path, install = installed
+    runner = Runner(action, inputs, workspace, temp, action_path)
     runner.steps["install"] = install  # already run (module fixture): the remaining steps, as a runner would
     report_steps = action["runs"]["steps"][1:]
     runner.action = {**action, "runs": {**action["runs"], "steps": report_steps}}
@@ -146,7 +151,7 @@ def test_action_yml_is_valid_against_the_github_action_schema():
 
 
 def test_the_install_has_ckinspect_and_no_torch(installed):
-    _, _, install = installed
+    *_, install = installed
     bin_dir = Path(install["outputs"]["bin"])
     version = subprocess.run([str(bin_dir / "ckinspect"), "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith("ckinspect ")

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.source_tree import PACKAGE_SOURCES, REPO, copy_sources, tracked_sources
 from tests.report.ci_files import SYSTEM_PICKLE, clean_weights
 
-pytestmark = pytest.mark.integration
+# one worker builds the hook's environment (a module fixture run by two workers at once would build it twice)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("pre-commit-hook")]
 
-REPO = Path(__file__).resolve().parents[2]
-# what `pip install .` of the hook repository needs, plus the hook definition itself
-HOOK_SOURCES = ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml", "ckinspect", "trainer")
+HOOK_SOURCES = (*PACKAGE_SOURCES, ".pre-commit-hooks.yaml")  # what `pip install .` needs, and the hook
 FIXED_DATE = "2026-01-01T00:00:00+00:00"
 
 
@@ -57,21 +57,9 @@ def git(cwd: Path, env: dict[str, str], *args: str, check: bool = True) -> subpr
     return proc
 
 
-def tracked_sources() -> list[str]:
-    """This working tree's files of the package and hook (committed or not, never ignored ones)."""
-    out = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *HOOK_SOURCES],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\n")
-    return sorted(p for p in out if p and (REPO / p).is_file())
-
-
 def hook_repository(env: dict[str, str]) -> tuple[Path, str]:
     """A git repository of the hook as it is in this working tree, at a path and sha fixed by its content."""
-    files = tracked_sources()
+    files = tracked_sources(HOOK_SOURCES)
     digest = hashlib.sha256()
     for name in files:
         digest.update(name.encode() + b"\0" + (REPO / name).read_bytes() + b"\0")
@@ -79,9 +67,7 @@ def hook_repository(env: dict[str, str]) -> tuple[Path, str]:
     if not (path / ".git").is_dir():
         building = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         shutil.rmtree(building, ignore_errors=True)
-        for name in files:
-            (building / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, building / name)
+        copy_sources(building, HOOK_SOURCES)
         git(building, env, "init", "-q", "-b", "main")
         git(building, env, "add", "-A")
         git(building, env, "commit", "-q", "-m", "hook under test")
