@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.source_tree import PACKAGE_SOURCES, REPO, copy_sources
+from tests.helpers.source_tree import PACKAGE_SOURCES, REPO, copy_sources, tracked_sources
 from tests.report.ci_files import SAMPLES, clean_weights, hostile_pickle
 
 # one worker runs the install: a module fixture is run once per worker that gets one of the module's tests
@@ -116,7 +116,7 @@ def installed(tmp_path_factory):
     as a runner checks out an action) in a virtualenv of its own."""
     temp = tmp_path_factory.mktemp("runner-temp")
     action_path = tmp_path_factory.mktemp("action")
-    copy_sources(action_path, (*PACKAGE_SOURCES, "action.yml"))
+    copy_sources(action_path, tracked_sources((*PACKAGE_SOURCES, "action.yml")))
     action = load_action()
     install = {**action, "runs": {**action["runs"], "steps": action["runs"]["steps"][:1]}}
     runner = Runner(install, {"paths": "."}, temp, temp, action_path)

@@ -67,7 +67,7 @@ def hook_repository(env: dict[str, str]) -> tuple[Path, str]:
     if not (path / ".git").is_dir():
         building = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         shutil.rmtree(building, ignore_errors=True)
-        copy_sources(building, HOOK_SOURCES)
+        copy_sources(building, files)  # the files the digest hashed, not a second listing
         git(building, env, "init", "-q", "-b", "main")
         git(building, env, "add", "-A")
         git(building, env, "commit", "-q", "-m", "hook under test")

@@ -83,12 +83,9 @@ def _locked(cache: Path) -> Iterator[None]:
     """One fetcher at a time per cache: pytest-xdist's workers each ask for the corpus at once, and on a
     cold cache two of them downloading and extracting the same files raced each other's renames."""
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "a") as handle:
+    with open(cache / ".lock", "a") as handle:  # closing it releases the lock
         fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 def ensure_corpus(cache: Path | None = None) -> dict[str, Path]:

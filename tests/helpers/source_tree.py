@@ -29,10 +29,8 @@ def tracked_sources(names: tuple[str, ...]) -> list[str]:
     return sorted(p for p in out if p and (REPO / p).is_file())
 
 
-def copy_sources(dest: Path, names: tuple[str, ...]) -> list[str]:
-    """Copy the tracked files under `names` into `dest` (paths kept); returns the files copied."""
-    files = tracked_sources(names)
+def copy_sources(dest: Path, files: list[str]) -> None:
+    """Copy `files` (paths relative to the checkout, as tracked_sources gives them) into `dest`, paths kept."""
     for name in files:
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, dest / name)
-    return files

@@ -4,6 +4,8 @@ the checkpoint) is refused with one line."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from ckinspect.tui.app import create_app
@@ -11,6 +13,7 @@ from ckinspect.tui.screens.diff import DiffScreen
 from ckinspect.tui.screens.inspect import InspectScreen
 from ckinspect.tui.widgets.tensor_table import TensorTable
 from tests.conftest import REPO
+from tests.helpers.remote_servers import range_server
 from tests.tui.apps import settle
 
 pytestmark = pytest.mark.remote
@@ -99,10 +102,6 @@ async def test_a_url_prefix_opens_the_folder_screen_with_the_local_folder_rows(s
 async def test_a_prefix_of_dcp_saves_opens_the_folder_screen_with_the_local_rows(ckpts, tmp_path):
     """DCP saves under a prefix (read by range requests) fill the folder screen as the folder on disk does:
     a whole save, and one whose data file is gone."""
-    import shutil
-
-    from tests.helpers.remote_servers import range_server
-
     run = tmp_path / "dcp"
     for name in ("step-2", "step-4"):
         shutil.copytree(ckpts["dcp"], run / name)
