@@ -88,22 +88,49 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
         ckpt.add("CORRUPT", f"{where}: {exc}")
         _scan_in_place(ckpt, reader, pkl, cd_start, where, torchscript)
         return None
-    if crc32(data) != pkl.crc32:
+    recorded = crcs_recorded(members)
+    if not recorded:
+        ckpt.add("CRC_NOT_RECORDED", f"{file.name}: every CRC-32 in the zip directory is 0, as torch.save writes "
+                                     "them under compute_crc32=False: the bytes cannot be checked against them; "
+                                     "values are still scanned")  # fmt: skip
+    elif crc32(data) != pkl.crc32:
         ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
     _scan_other_pickles(ckpt, reader, members, pkl, cd_start, file, torchscript)
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
         ckpt, collector, by_name, archive, reader, file, cd_start), key_prefix, torchscript)  # fmt: skip
+    if not recorded:
+        for storage in ckpt.storages.values():
+            if storage.file == file and storage.crc32 == 0:
+                storage.crc32 = None  # nothing recorded to check against
     if base == 0:
         set_tree(ckpt, tree)
         if torchscript:
             _add_torchscript_constants(ckpt, reader, by_name, archive, cd_start, file)
             _report_code(ckpt, members, archive, file)
-        byteorder = by_name.get(archive + "byteorder")
-        if byteorder is not None and byteorder.file_size <= 16:
-            with contextlib.suppress(ZipError):  # informational: a damaged record leaves it unset
-                raw = read_member(reader, byteorder, cd_start, MAX_PICKLE_BYTES)
-                ckpt.metadata["byteorder"] = raw.decode("ascii", "replace")
+        _read_byteorder(ckpt, reader, by_name.get(archive + "byteorder"), cd_start, file.name)
     return tree
+
+
+def _read_byteorder(ckpt: Checkpoint, reader: FileReader, record: ZipMember | None, cd_start: int, where: str) -> None:
+    """The archive's byteorder record, as torch.load reads it: "big" means every storage is stored
+    byte-swapped (torch swaps on load), no record means little, anything else torch refuses."""
+    if record is None:
+        return
+    with contextlib.suppress(ZipError):  # a damaged record: the CRC/size checks say so elsewhere
+        raw = read_member(reader, record, cd_start, 16) if record.file_size <= 16 else b"(longer than 16 bytes)"
+        ckpt.metadata["byteorder"] = raw.decode("ascii", "replace")
+        if raw == b"big":
+            for storage in ckpt.storages.values():
+                storage.big_endian = True
+        elif raw != b"little":
+            ckpt.add("CORRUPT", f"{where}:{record.name} says {raw[:16]!r}, neither little nor big: "
+                                "torch.load refuses the file")  # fmt: skip
+
+
+def crcs_recorded(members: list[ZipMember]) -> bool:
+    """False when every non-empty member's CRC-32 is 0: torch.save under compute_crc32=False (a real
+    CRC of 0 is one in four billion, so one 0 among real CRCs is still damage)."""
+    return any(m.crc32 for m in members) or not any(m.file_size for m in members)
 
 
 def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipMember], pkl: ZipMember | None,
