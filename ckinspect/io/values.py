@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 WIDEN_ELEMENTS = 64 << 10  # half-precision elements widen_block handles at once: 256 KiB of float32, half an L2
 _WHOLE_SPAN = 64 << 20  # a strided view spanning up to this much is mapped whole for C-order reads
-_FLOAT8_TABLES = ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 
 
 def raw_numpy_dtype(dtype: str) -> Any:

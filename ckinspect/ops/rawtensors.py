@@ -207,8 +207,8 @@ def as_source(data: StorageSource | bytes | bytearray | memoryview | None) -> St
 
 
 class RawTensor:
-    """A tensor as where its storage's raw bytes are (swapped to little-endian as read) plus its view; answers what convert asks
-    of a torch tensor. Its bytes are read only when written, in bounded chunks (`chunks()`)."""
+    """A tensor as where its storage's raw bytes are (a big-endian one's swapped as read) plus its view;
+    answers what convert asks of a torch tensor. Its bytes are read only when written, in bounded chunks."""
 
     __slots__ = ("info", "storage", "target")
 
