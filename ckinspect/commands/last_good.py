@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ckinspect.analysis.runs import last_good
+from ckinspect.api import judged_run
 from ckinspect.commands.emit import emit, envelope, render_ci
 from ckinspect.fmt import terminal_safe
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from ckinspect.analysis.parallel import checked_jobs
 
     jobs = checked_jobs(getattr(args, "jobs", None))
-    result = last_good(args.run_dir, verify=args.verify, everything=listing, jobs=jobs)
+    result = judged_run(args.run_dir, quick=not args.verify, everything=listing, jobs=jobs)  # ckinspect.api's
     best = result.last_good
     if args.format == "json":
         import json
