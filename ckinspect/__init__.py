@@ -54,7 +54,7 @@ _LAZY = {
     "Finding": "ckinspect.model",
     "open_checkpoint": "ckinspect.formats",
 }
-_SUBPACKAGES = ("integrations",)  # `ckinspect.integrations` without importing it first
+_SUBPACKAGES = {"integrations": "ckinspect.integrations"}  # `ckinspect.integrations` without importing it first
 
 __all__ = [  # spelled out for type checkers and linters; tests/api checks it against _LAZY
     "Candidate",
@@ -83,7 +83,7 @@ def __getattr__(name: str) -> Any:
     if module is not None:
         return getattr(importlib.import_module(module), name)
     if name in _SUBPACKAGES:
-        return importlib.import_module(f"ckinspect.{name}")
+        return importlib.import_module(_SUBPACKAGES[name])
     raise AttributeError(f"module 'ckinspect' has no attribute {name!r}")
 
 
