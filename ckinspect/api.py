@@ -139,6 +139,7 @@ class Candidate(Record):
     findings: list[Finding]  # every finding of the checkpoint and its parts, held against it or not
     notes: list[str]  # what was seen and does not disqualify it
     parts: list[PurePath]
+    values_checked: bool  # its CRCs and values were read (False under quick, or for one never a candidate)
     checkpoint: RunCheckpoint
 
     @property
@@ -160,6 +161,7 @@ class Candidate(Record):
             findings=ckpt.located_findings(),
             notes=list(ckpt.notes),
             parts=[part.path for part in ckpt.parts],
+            values_checked=ckpt.values_checked,
             checkpoint=ckpt,
         )
 
@@ -251,23 +253,25 @@ def diff(
     return _guarded(run)
 
 
-def last_good(run_dir: str | os.PathLike[str], *, quick: bool = False) -> PurePath | None:
-    """The newest checkpoint of the run that is whole, intact, safe and resumable, or None: the path
-    `ckinspect last-good RUN_DIR` prints (a Path; for a URL prefix, a PurePosixPath whose str() is the
-    checkpoint's URL). `quick` as the CLI's: structure only, the values not read."""
+def last_good(run_dir: str | os.PathLike[str], *, quick: bool = False, verify: bool = False) -> PurePath | None:
+    """The newest checkpoint of the run that is whole, intact, safe, resumable and (unless `quick`) finite,
+    or None: the path `ckinspect last-good RUN_DIR` prints, with the same `--quick` (structure only, no value
+    read) and `--verify` (the values of every checkpoint judged, not only of the one named). A Path; for a
+    URL prefix, a PurePosixPath whose str() is the checkpoint's URL."""
 
     def run() -> PurePath | None:
-        best = judged_run(run_dir, quick=quick).last_good
+        best = judged_run(run_dir, quick=quick, verify=verify).last_good
         return None if best is None else best.path
 
     return _guarded(run)
 
 
-def judge_run(run_dir: str | os.PathLike[str], *, quick: bool = False) -> RunVerdict:
-    """Every checkpoint of the run judged, oldest first, with its verdict and reasons."""
+def judge_run(run_dir: str | os.PathLike[str], *, quick: bool = False, verify: bool = False) -> RunVerdict:
+    """Every checkpoint of the run judged, oldest first, with its verdict and reasons: `ckinspect last-good
+    RUN_DIR --format json` (same `quick` and `verify`)."""
 
     def run() -> RunVerdict:
-        judged = judged_run(run_dir, quick=quick, everything=True)
+        judged = judged_run(run_dir, quick=quick, verify=verify, everything=True)
         return RunVerdict(
             path=judged.path,
             candidates=[Candidate.of(c) for c in judged.checkpoints],
@@ -350,12 +354,18 @@ def compare(
 
 
 def judged_run(
-    run_dir: str | os.PathLike[str], quick: bool = False, everything: bool = False, jobs: int | None = 1
+    run_dir: str | os.PathLike[str],
+    quick: bool = False,
+    verify: bool = False,
+    everything: bool = False,
+    jobs: int | None = 1,
 ) -> Run:
-    """The run with its checkpoints judged: newest first until one is good, or all with `everything`."""
+    """The run with its checkpoints judged (analysis.runs.last_good: newest first until one is good, or all
+    with `everything`): the values of the checkpoint about to be named are read unless `quick`; `verify`
+    reads those of every checkpoint judged."""
     from ckinspect.analysis.runs import last_good as judge
 
-    return judge(run_dir, verify=not quick, everything=everything, jobs=jobs)
+    return judge(run_dir, verify=verify, everything=everything, jobs=jobs, quick=quick)
 
 
 def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunCheckpoint:

@@ -130,19 +130,22 @@ def _run_folder(tmp_path: Path) -> Path:
     return run
 
 
+FLAGS = [([], {}), (["--quick"], {"quick": True}), (["--verify"], {"verify": True})]
+
+
 def test_last_good_is_the_cli_answer(tmp_path):
     run = _run_folder(tmp_path)
-    for quick in (False, True):
-        expected = run_cli("last-good", run, *([] if quick else ["--verify"]))
+    for flags, options in FLAGS:
+        expected = run_cli("last-good", run, *flags)
         assert expected.returncode == 0
-        assert str(ckinspect.last_good(run, quick=quick)) == expected.stdout.strip() == str(run / "step_30.pth")
+        assert str(ckinspect.last_good(run, **options)) == expected.stdout.strip() == str(run / "step_30.pth")
     cut(run / "step_30.pth", 0.5)  # a crash mid-save without the tmp-and-rename: the newest is damaged
     assert ckinspect.last_good(run) == run / "step_20.pth"
-    assert run_cli("last-good", run, "--verify").stdout.strip() == str(run / "step_20.pth")
+    assert run_cli("last-good", run).stdout.strip() == str(run / "step_20.pth")
     for step in (10, 20):
         cut(run / f"step_{step}.pth", 0.5)
     assert ckinspect.last_good(run) is None
-    assert run_cli("last-good", run, "--verify").returncode == 1
+    assert run_cli("last-good", run).returncode == 1
 
 
 def test_last_good_reads_values_unless_quick(tmp_path):
@@ -153,17 +156,19 @@ def test_last_good_reads_values_unless_quick(tmp_path):
     state = torch.load(run / "step_30.pth", weights_only=True)
     state["model"]["body.weight"][0, 0] = float("nan")
     torch.save(state, run / "step_30.pth")
-    assert ckinspect.last_good(run) == run / "step_20.pth"
-    assert ckinspect.last_good(run, quick=True) == run / "step_30.pth"
-    assert str(ckinspect.last_good(run, quick=True)) == run_cli("last-good", run).stdout.strip()
+    for flags, options in FLAGS:
+        answer = ckinspect.last_good(run, **options)
+        assert answer == run / ("step_30.pth" if options.get("quick") else "step_20.pth")
+        assert str(answer) == run_cli("last-good", run, *flags).stdout.strip()
 
 
 def test_judge_run_equals_the_json_listing(tmp_path):
     run = _run_folder(tmp_path)
     cut(run / "step_30.pth", 0.5)
+    for flags, options in FLAGS:
+        listing = _cli_json("last-good", run, *flags)["run"]
+        assert json.loads(json.dumps(ckinspect.judge_run(run, **options).to_json())) == listing
     verdict = ckinspect.judge_run(run)
-    listing = _cli_json("last-good", run, "--verify")["run"]
-    assert json.loads(json.dumps(verdict.to_json())) == listing
     assert [(c.path.name, c.verdict) for c in verdict.candidates] == [
         ("step_10.pth", "good"),
         ("step_20.pth", "good"),
