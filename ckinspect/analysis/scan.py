@@ -418,7 +418,7 @@ def _check_crcs(scan: _Scan) -> int:
 
 def value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Finding]:
     """The NONFINITE and FP16_OVERFLOW findings of these stats, as scan_values makes them: public so that
-    a scan split into parts (analysis.parallel) makes them once from the parts' merged stats."""
+    a scan split into parts (jobs.parallel) makes them once from the parts' merged stats."""
     return _value_findings(ckpt, stats)
 
 

@@ -21,10 +21,10 @@ from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
 def run(args: argparse.Namespace) -> int:
     listing = args.format != "text"
-    from ckinspect.analysis.parallel import checked_jobs
+    from ckinspect.jobs.parallel import checked_jobs, scanner
 
     jobs = checked_jobs(getattr(args, "jobs", None))
-    result = last_good(args.run_dir, verify=args.verify, everything=listing, jobs=jobs)
+    result = last_good(args.run_dir, verify=args.verify, everything=listing, scan_many=scanner(jobs))
     best = result.last_good
     if args.format == "json":
         import json

@@ -25,6 +25,10 @@ from ckinspect.io.remote import is_url
 from ckinspect.model import Finding
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, TMP_SUFFIX, CkinspectError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ckinspect.analysis.runs.judge import ScanMany
+
 __all__ = ["GOOD", "Reader", "Run", "RunCheckpoint", "collect", "is_run", "judge", "judge_run", "last_good"]
 
 SKIP_DIRS = frozenset({QUARANTINE_DIR, ".git", "__pycache__"})
@@ -32,15 +36,16 @@ MAX_DEPTH = 6  # run/experiment/checkpoint-N/global_stepN/... is four
 
 
 def last_good(
-    run_dir: str | os.PathLike[str], verify: bool = False, everything: bool = False, jobs: int | None = 1
+    run_dir: str | os.PathLike[str], verify: bool = False, everything: bool = False, scan_many: ScanMany | None = None
 ) -> Run:
     """The run with its checkpoints judged (newest first until one is good, or all with `everything`);
-    `jobs`: processes for the value scan of each checkpoint's parts (analysis.parallel). A URL is a
+    `scan_many`: how the value scan of each checkpoint's parts runs side by side (jobs.parallel.scanner(jobs),
+    a process pool; None: one by one here). A URL is a
     prefix in an object store (io.folders lists it once; parts are read by range requests)."""
     path = folders.open_folder(run_dir)  # a URL: listed here (a missing or denied prefix: one line)
     if not is_url(path) and not path.is_dir():
         raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
-    reader = Reader(verify=verify, jobs=jobs)
+    reader = Reader(verify=verify, scan_many=scan_many)
     run = collect(path)
     judge_run(run, reader, everything=everything)
     return run

@@ -1,6 +1,6 @@
 """The value scan of many parts at once: each file of a sharded set or a DCP folder (and each checkpoint of a
 folder) is one unit, scanned by a pool of worker processes (`--jobs N`) or by the ranks of a torchrun job
-(`analysis.ranks`). The merged findings are the same whoever scanned which part:
+(`jobs.ranks`). The merged findings are the same whoever scanned which part:
 
     units = plan_units(checkpoints)                      # listing already done; nothing read yet
     results = scan_units(units, jobs=2)                  # PartScan records, one per unit, in unit order
@@ -29,6 +29,7 @@ this process; an explicit `--jobs N` always uses N processes when there are 2+ u
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -254,6 +255,14 @@ def merge_scans(checkpoints: Sequence[Checkpoint], units: Sequence[ScanUnit], re
             ckpt.findings.extend(result.findings)
             flagged.update(result.flagged)
         ckpt.findings.extend(value_findings(ckpt, flagged))
+
+
+def scanner(jobs: int | None) -> Callable[[list[Checkpoint]], None] | None:
+    """What a run's Reader scans a checkpoint's parts with (`scan_many`): this pool, or None for `--jobs 1`
+    (one after another in this process, as inspect does)."""
+    if jobs == 1:
+        return None
+    return functools.partial(scan_checkpoints, jobs=jobs)
 
 
 def scan_checkpoints(

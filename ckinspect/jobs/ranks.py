@@ -27,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ckinspect.analysis.parallel import PartScan, ScanUnit
+    from ckinspect.jobs.parallel import PartScan, ScanUnit
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 DEFAULT_TIMEOUT = 1800.0
