@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from ckinspect import settings
 from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, TensorStats, moments_of_array
 from ckinspect.formats.tree import no_gc
 from ckinspect.io.blobs import Blobs, UnreadableStorage
@@ -45,10 +46,7 @@ SCAN_WINDOW = 32 << 20
 
 def worker_count() -> int:
     """Two threads on the usual 2-core box; CKINSPECT_THREADS overrides (1 disables threading)."""
-    env = os.environ.get("CKINSPECT_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(1, min(2, os.cpu_count() or 1))
+    return settings.threads() or max(1, min(2, os.cpu_count() or 1))
 
 
 class Kept(Record):

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from ckinspect import settings
 from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
@@ -228,14 +229,11 @@ def start_method() -> str:
 
 def _threads_per_worker(workers: int) -> int:
     """Each worker's scan threads: the cores shared out, so N workers do not run 2N threads on N cores."""
-    env = os.environ.get("CKINSPECT_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(1, default_jobs() // workers)
+    return settings.threads() or max(1, default_jobs() // workers)
 
 
 def _start_worker(threads: int) -> None:
-    os.environ["CKINSPECT_THREADS"] = str(threads)
+    settings.set_threads(threads)
 
 
 def merge_scans(checkpoints: Sequence[Checkpoint], units: Sequence[ScanUnit], results: Sequence[PartScan]) -> None:
