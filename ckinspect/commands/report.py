@@ -15,7 +15,7 @@ from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
 from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint, fails
-from ckinspect.vocab import CHECKPOINT_SUFFIXES, EXIT_ERROR, EXIT_OK, CkinspectError
+from ckinspect.vocab import EXIT_ERROR, EXIT_OK, NAMED_SUFFIXES, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -163,10 +163,7 @@ def is_checkpoint(path: Path) -> bool:
     else (a picture, a wheel, source) is not ours to judge."""
     from ckinspect.formats.sniff import sniff
 
-    return path.suffix.lower() in _SUFFIX_SAYS_CHECKPOINT or sniff(path) != "unknown"
-
-
-_SUFFIX_SAYS_CHECKPOINT = frozenset(CHECKPOINT_SUFFIXES) - {".tar"}  # a .tar is mostly just an archive: content decides
+    return path.suffix.lower() in NAMED_SUFFIXES or sniff(path) != "unknown"
 
 
 def unfinished_saves(paths: list[str], known: set[Path]) -> list[Checkpoint]:
