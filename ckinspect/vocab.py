@@ -36,6 +36,7 @@ SEVERITY: dict[str, str] = {
     "MISSING_PARTS": "error",
     "PARTS_DISAGREE": "error",
     "EMBEDDED_CODE": "warning",
+    "BOOKKEEPING_SENTINEL": "info",
     # `ckinspect watch`: anomalies between the saves of one run
     "UPDATE_RATIO_OUTLIER": "warning",
     "LAYER_FROZEN": "warning",
