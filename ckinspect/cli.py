@@ -23,6 +23,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ckinspect import settings
 from ckinspect.vocab import (
     EXIT_ERROR,
     EXIT_OK,
@@ -422,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _debug() -> bool:
-    return os.environ.get("CKINSPECT_DEBUG", "") not in ("", "0")
+    return settings.debug()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from ckinspect import settings
 from ckinspect.analysis.layouts import bookkeeping_meaning
 from ckinspect.analysis.stats import OVERFLOW_DTYPES, SCANNED_DTYPES, Moments, TensorStats, moments_of_array
 from ckinspect.formats.tree import no_gc
@@ -45,10 +46,7 @@ SCAN_WINDOW = 32 << 20
 
 def worker_count() -> int:
     """Two threads on the usual 2-core box; CKINSPECT_THREADS overrides (1 disables threading)."""
-    env = os.environ.get("CKINSPECT_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(1, min(2, os.cpu_count() or 1))
+    return settings.threads() or max(1, min(2, os.cpu_count() or 1))
 
 
 class Kept(Record):
@@ -421,7 +419,7 @@ def _check_crcs(scan: _Scan) -> int:
 
 def value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Finding]:
     """The NONFINITE and FP16_OVERFLOW findings of these stats, as scan_values makes them: public so that
-    a scan split into parts (analysis.parallel) makes them once from the parts' merged stats."""
+    a scan split into parts (jobs.parallel) makes them once from the parts' merged stats."""
     return _value_findings(ckpt, stats)
 
 
