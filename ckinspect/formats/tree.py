@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 
-from ckinspect.model import TensorInfo
+from ckinspect.model import CompositeTensor, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,6 +23,17 @@ MAX_KEY_CHARS = 1000  # past NAME_BUDGET, a longer key is cut in names, so that 
 # a real checkpoint's names add up to far less); a pickle whose memo shares one long key at every level of
 # a deep nest would make them quadratic, so past this budget keys are cut at MAX_KEY_CHARS
 NAME_BUDGET = 64 << 20
+
+
+def _named_composite(node: CompositeTensor, name: str, composites: list[CompositeTensor] | None) -> dict[str, Any]:
+    """A composite tensor named where it is first met (listed in `composites`), walked as its parts."""
+    if node.name == "":
+        node.name = name
+        if composites is not None:
+            composites.append(node)
+    elif node.name != name and composites is not None:
+        composites.append(node.replace(name=name))  # the same tensor saved under a second name
+    return node.parts
 
 
 def _children(node: Any) -> list[tuple[str, Any]] | None:
@@ -72,7 +83,9 @@ def walk(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 _SCALARS = (str, int, float, bool, type(None), bytes)
 
 
-def flatten(tree: Any, prefix: str = "", too_deep: list[str] | None = None) -> list[TensorInfo]:
+def flatten(
+    tree: Any, prefix: str = "", too_deep: list[str] | None = None, composites: list[CompositeTensor] | None = None
+) -> list[TensorInfo]:
     """Every tensor in the tree, named by its dotted path (`model.layers.0.attn.wq.weight`).
 
     An unnamed descriptor (name "", as the unpickler makes them) is named in place the first time
@@ -98,6 +111,8 @@ def flatten(tree: Any, prefix: str = "", too_deep: list[str] | None = None) -> l
             continue
         if kind in _SCALARS:
             continue
+        if kind is CompositeTensor:
+            node = _named_composite(node, path or ROOT_TENSOR_NAME, composites)
         if isinstance(node, TensorInfo):
             out.append(node.replace(name=path or ROOT_TENSOR_NAME))
             continue

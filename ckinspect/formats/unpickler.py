@@ -18,7 +18,7 @@ import struct
 from ckinspect.dtypes import TORCH_DTYPE_ATTRS, TORCH_STORAGE_CLASSES, dtype_info
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import PickleScan, classify_global, is_torchscript_global, normalize, scan_pickle
-from ckinspect.model import TensorInfo
+from ckinspect.model import COMPOSITE_PARTS, RAGGED, CompositeTensor, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -310,12 +310,58 @@ class _RebuildTensor(metaclass=_FrozenMeta):
     __new__ = _rebuild_tensor  # type: ignore[assignment]  # a __new__ returning a TensorInfo is the point
 
 
+def _part(value: Any, what: str) -> TensorInfo:
+    if not isinstance(value, TensorInfo):
+        raise CorruptPickle(f"{what} is rebuilt from something that is not a tensor: {type(value).__name__}")
+    return value
+
+
+def _rebuild_sparse_tensor(layout: Any, data: Any) -> CompositeTensor:
+    """torch._utils._rebuild_sparse_tensor(layout, data): COO as (indices, values, size[, is_coalesced]) (the
+    3-tuple is the legacy form), CSR/CSC/BSR/BSC as (compressed indices, plain indices, values, size)."""
+    layout = _get_layout(layout)
+    names = COMPOSITE_PARTS.get(layout) if layout.startswith("sparse_") else None
+    if names is None or not isinstance(data, tuple) or len(data) not in (len(names) + 1, len(names) + 2):
+        raise CorruptPickle(f"_rebuild_sparse_tensor with layout {layout!r:.40} and data it cannot hold")
+    if layout != "sparse_coo" and len(data) != len(names) + 1:
+        raise CorruptPickle(f"_rebuild_sparse_tensor: {layout} takes {len(names) + 1} items, got {len(data)}")
+    parts = {name: _part(value, f"a {layout} tensor's {name}") for name, value in zip(names, data, strict=False)}
+    return CompositeTensor(layout, parts["values"].dtype, _shape(data[len(names)], "size"), parts)
+
+
+def _rebuild_nested_tensor(buffer: Any, sizes: Any, strides: Any, storage_offsets: Any) -> CompositeTensor:
+    """torch._utils._rebuild_nested_tensor: one flat buffer and, per component, its sizes, strides and offset.
+    The logical shape is (components, ragged...): the sizes live in a tensor, read only with the values."""
+    parts = {name: _part(value, f"a nested tensor's {name}") for name, value in
+             zip(COMPOSITE_PARTS["nested"], (buffer, sizes, strides, storage_offsets), strict=True)}  # fmt: skip
+    dims = parts["sizes"].shape
+    shape = (dims[0], *(RAGGED,) * dims[1]) if len(dims) == 2 else (dims[0] if dims else 0,)
+    return CompositeTensor("nested", parts["buffer"].dtype, shape, parts)
+
+
+def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, *_rest: Any) -> CompositeTensor:
+    """torch._utils._rebuild_meta_tensor_no_storage: a meta-device tensor, a shape and a dtype without data."""
+    if not isinstance(dtype, str):
+        raise CorruptPickle(f"a meta tensor with a dtype that is not one: {dtype!r:.40}")
+    shape = _shape(size, "size")
+    if len(_shape(stride, "stride")) != len(shape):
+        raise CorruptPickle("a meta tensor whose stride and size disagree")
+    return CompositeTensor("meta", dtype, shape, {})
+
+
 def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad=False, hooks=None, dtype=None, *_):
     return _tensor(storage, storage_offset, size, stride, dtype if isinstance(dtype, str) else None)
 
 
-def _rebuild_qtensor(storage, storage_offset, size, stride, *_rest):
-    return _tensor(storage, storage_offset, size, stride)
+def _rebuild_qtensor(storage, storage_offset, size, stride, quantizer_params=None, *_rest):
+    """A quantized tensor: per tensor, its integers (scale and zero point are numbers in the pickle); per
+    channel, a composite of its integers and its per-channel scales and zero points (tensors of their own)."""
+    values = _tensor(storage, storage_offset, size, stride)
+    params = quantizer_params if isinstance(quantizer_params, tuple) else ()
+    if len(params) == 4 and isinstance(params[1], TensorInfo) and isinstance(params[2], TensorInfo):
+        parts = {"values": values, "scales": params[1], "zero_points": params[2]}
+        return CompositeTensor("per_channel_affine", values.dtype, values.shape, parts)
+    return values
 
 
 class _RebuildParameter(metaclass=_FrozenMeta):
@@ -416,6 +462,9 @@ _STANDINS: dict[str, Any] = {
     "torch._utils._rebuild_tensor_v2": _RebuildTensor,
     "torch._utils._rebuild_tensor_v3": _Call(_rebuild_tensor_v3),
     "torch._utils._rebuild_qtensor": _Call(_rebuild_qtensor),
+    "torch._utils._rebuild_sparse_tensor": _Call(_rebuild_sparse_tensor),
+    "torch._utils._rebuild_nested_tensor": _Call(_rebuild_nested_tensor),
+    "torch._utils._rebuild_meta_tensor_no_storage": _Call(_rebuild_meta_tensor_no_storage),
     "torch._utils._rebuild_parameter": _RebuildParameter,
     "torch._utils._rebuild_parameter_with_state": _RebuildParameter,
     "torch._utils._rebuild_device_tensor_from_cpu_tensor": _Call(_rebuild_device_tensor_from_cpu_tensor),

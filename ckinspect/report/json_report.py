@@ -1,6 +1,6 @@
 """The JSON report, schema 1 (report/schema.py): a stable contract for CI and scripts.
 
-Keys beyond the schema (`layout`, `unused_bytes`, `tensors`) are additions; none changes the
+Keys beyond the schema (`layout`, `unused_bytes`, `tensors`, `composite_tensors`) are additions; none changes the
 meaning of a schema key. Sizes are exact bytes; `optimizer_share` is a fraction of `tensor_bytes`.
 `cut_short` is null for a file that holds every byte its tensors reach; for a file cut short it gives
 `missing_tensors`, `declared_bytes` per group (what the whole file held), `declared_optimizer_share`
@@ -19,7 +19,7 @@ from ckinspect.analysis.anatomy import cut_short, missing_tensors, summarize
 from ckinspect.analysis.params import optimizer_params
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import no_gc
-from ckinspect.model import Checkpoint, Finding, TensorInfo
+from ckinspect.model import RAGGED, Checkpoint, CompositeTensor, Finding, TensorInfo
 from ckinspect.vocab import GROUPS, VERSION
 
 TYPE_CHECKING = False
@@ -83,18 +83,45 @@ def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
             "declared_optimizer_share": round(short.optimizer_share, 6),
             "salvage": f"ckinspect salvage {shlex.quote(str(ckpt.path))} OUT",
         },
-        "tensors": tensor_entries(ckpt.tensors, optimizer_params(ckpt), {t.name for t in missing}),
+        "tensors": tensor_entries(ckpt.tensors, optimizer_params(ckpt), {t.name for t in missing}, ckpt.composites),
+        "composite_tensors": composite_entries(ckpt.composites),
     }
+
+
+def _json_shape(shape: tuple[int, ...]) -> list[int | None]:
+    return [None if n == RAGGED else n for n in shape]
+
+
+def composite_entries(composites: Sequence[CompositeTensor]) -> list[dict[str, Any]]:
+    """One entry per sparse, nested, meta or per-channel quantized tensor: its layout, logical shape and
+    parts (each also listed among the tensors, with `part_of`)."""
+    return [
+        {
+            "name": c.name,
+            "layout": c.layout,
+            "dtype": c.dtype,
+            "shape": _json_shape(c.shape),
+            "bytes": c.nbytes,
+            "parts": {
+                role: {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes}
+                for role, t in c.parts.items()
+            },
+        }
+        for c in composites
+    ]
 
 
 def tensor_entries(
     tensors: Sequence[TensorInfo],
     params: dict[str, str] | None = None,
     missing: set[str] | frozenset[str] = frozenset(),
+    composites: Sequence[CompositeTensor] = (),
 ) -> list[dict[str, Any]]:
     """One entry per tensor; an optimizer state tensor tied to its parameter carries it as `param`, a
-    tensor whose bytes the file lacks (`missing`: names) `"missing": true`."""
+    tensor whose bytes the file lacks (`missing`: names) `"missing": true`, a part of a composite tensor
+    (composite_entries) the composite's name as `part_of`."""
     params = params or {}
+    part_of = {t.name: c.name for c in composites for t in c.parts.values()}
     bits_of: dict[str, int] = {}
     out = []
     for t in tensors:
@@ -107,6 +134,8 @@ def tensor_entries(
             entry["param"] = params[t.name]
         if missing and t.name in missing:
             entry["missing"] = True
+        if part_of and t.name in part_of:
+            entry["part_of"] = part_of[t.name]
         out.append(entry)
     return out
 
