@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 
+from ckinspect.fmt import bounded_str
 from ckinspect.model import CompositeTensor, TensorInfo
 
 TYPE_CHECKING = False
@@ -36,16 +37,22 @@ def _named_composite(node: CompositeTensor, name: str, composites: list[Composit
     return node.parts
 
 
+def _key(k: Any) -> str:
+    """A dict key as a name: a str as it is, anything else (an int, a tuple a pickle's memo may share a
+    billion times over) at a cost bounded by MAX_KEY_CHARS."""
+    return k if type(k) is str else str(k) if type(k) is int else bounded_str(k, MAX_KEY_CHARS)
+
+
 def _children(node: Any) -> list[tuple[str, Any]] | None:
     """(key, child) pairs of a container, or None for a leaf."""
     if isinstance(node, dict):
-        return [(str(k), v) for k, v in node.items()]
+        return [(_key(k), v) for k, v in node.items()]
     if isinstance(node, (list, tuple)):
         return [(str(i), v) for i, v in enumerate(node)]
     fields = getattr(node, "fields", None)  # Opaque records (argparse.Namespace, dataclasses ...)
     if isinstance(fields, dict) and hasattr(node, "qualname"):
-        pairs = [(str(k), v) for k, v in fields.items()]
-        pairs += [(str(k), v) for k, v in getattr(node, "mapping", {}).items()]
+        pairs = [(_key(k), v) for k, v in fields.items()]
+        pairs += [(_key(k), v) for k, v in getattr(node, "mapping", {}).items()]
         pairs += [(str(i), v) for i, v in enumerate(getattr(node, "items", []))]
         return pairs
     return None

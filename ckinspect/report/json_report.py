@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from ckinspect.analysis.anatomy import cut_short, missing_tensors, summarize
 from ckinspect.analysis.params import optimizer_params
 from ckinspect.dtypes import dtype_info
+from ckinspect.fmt import bounded_repr, bounded_str
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import RAGGED, Checkpoint, CompositeTensor, Finding, TensorInfo
 from ckinspect.vocab import GROUPS, VERSION
@@ -30,6 +31,7 @@ SCHEMA_VERSION = 1
 _MAX_DEPTH = 8
 _MAX_ITEMS = 200
 _MAX_TEXT = 500
+_MAX_NODES = 20_000  # metadata values one jsonable() call visits at most
 
 
 def build(checkpoints: Sequence[Checkpoint], diff: Any = None) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
     missing = missing_tensors(ckpt)
     short = cut_short(ckpt, missing)
     metadata = {"step": None, "epoch": None, "world_size": None}
-    metadata.update({str(k): jsonable(v) for k, v in ckpt.metadata.items()})
+    metadata.update({bounded_str(k, _MAX_TEXT): jsonable(v) for k, v in ckpt.metadata.items()})
     return {
         "path": str(ckpt.path),
         "format": ckpt.format,
@@ -140,25 +142,31 @@ def tensor_entries(
     return out
 
 
-def jsonable(value: Any, depth: int = 0) -> Any:
-    """Metadata as plain JSON: tensors become a short description, odd objects their (short) repr."""
+def jsonable(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
+    """Metadata as plain JSON: tensors become a short description, odd objects their (short) repr. At most
+    _MAX_NODES values are visited per call, so a structure a pickle shares a billion times over (its memo
+    can) costs what the report prints, not what the structure unfolds to."""
+    if budget is None:
+        budget = [_MAX_NODES]
+    budget[0] -= 1
     if value is None or isinstance(value, (bool, int, str)):
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+            return bounded_repr(value, _MAX_TEXT)  # str() of a million-digit int is slow, past 4300 digits refused
         return value if not isinstance(value, str) or len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "..."
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)  # NaN/inf are not JSON
     if isinstance(value, TensorInfo):
         return f"tensor {value.dtype} {list(value.shape)}"
-    if depth >= _MAX_DEPTH:
+    if depth >= _MAX_DEPTH or budget[0] <= 0:
         return "..."
     if isinstance(value, Mapping):
         items = list(value.items())[:_MAX_ITEMS]
-        return {str(k): jsonable(v, depth + 1) for k, v in items}
+        return {bounded_str(k, _MAX_TEXT): jsonable(v, depth + 1, budget) for k, v in items}
     if isinstance(value, (list, tuple)):
-        return [jsonable(v, depth + 1) for v in value[:_MAX_ITEMS]]
+        return [jsonable(v, depth + 1, budget) for v in value[:_MAX_ITEMS]]
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value)} bytes>"
-    text = repr(value)
-    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "..."
+    return bounded_repr(value, _MAX_TEXT)
 
 
 def render(report: dict[str, Any]) -> str:
