@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ckinspect.analysis.runs import last_good
+from ckinspect.api import judged_run
 from ckinspect.commands.emit import emit, envelope, render_ci
 from ckinspect.fmt import terminal_safe
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
     jobs = checked_jobs(getattr(args, "jobs", None))
     quick = getattr(args, "quick", False)
-    result = last_good(args.run_dir, verify=args.verify, everything=listing, jobs=jobs, quick=quick)
+    result = judged_run(args.run_dir, quick=quick, verify=args.verify, everything=listing, jobs=jobs)  # ckinspect.api
     best = result.last_good
     if quick and best is not None:
         print(f"ckinspect: --quick: structure only; the values of {terminal_safe(best.path.name)} were not read "
