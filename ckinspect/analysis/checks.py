@@ -313,7 +313,7 @@ def _uneven_states(layout: Layout) -> list[tuple[str, str | None]]:
         state = opt.get("state")
         if not isinstance(state, Mapping):
             continue
-        entries = {k: set(v) if isinstance(v, Mapping) else set() for k, v in state.items()}
+        entries = {k: set(v) for k, v in state.items() if isinstance(v, Mapping)}  # odd entries: judged elsewhere
         union = set().union(*entries.values()) if entries else set()
         short = {k: union - keys for k, keys in entries.items() if keys != union}
         if not short or not union:
