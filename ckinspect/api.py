@@ -364,8 +364,9 @@ def judged_run(
     with `everything`): the values of the checkpoint about to be named are read unless `quick`; `verify`
     reads those of every checkpoint judged."""
     from ckinspect.analysis.runs import last_good as judge
+    from ckinspect.jobs.parallel import scanner
 
-    return judge(run_dir, verify=verify, everything=everything, jobs=jobs, quick=quick)
+    return judge(run_dir, verify=verify, everything=everything, quick=quick, scan_many=scanner(jobs))
 
 
 def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunCheckpoint:
