@@ -371,10 +371,10 @@ def check_views(ckpt: Checkpoint) -> None:
         storage = storages.get(key)
         if empty or storage is None or storage.offset is None and storage.nbytes == 0:
             continue  # missing storages are reported where they are found missing
-        itemsize = itemsizes.get(dtype)
-        if itemsize is None:
-            itemsize = itemsizes[dtype] = t.itemsize
-        if (last + 1) * itemsize > storage.nbytes:
+        bits = itemsizes.get(dtype)
+        if bits is None:
+            bits = itemsizes[dtype] = t.bits  # quint4x2 and the packed floats: less than a byte each
+        if ((last + 1) * bits + 7) >> 3 > storage.nbytes:
             bad.append(t)
     if dropped:
         malformed = sum(id(t) in dropped for t in ckpt.tensors)

@@ -93,6 +93,13 @@ RULE_TEXTS: dict[str, RuleText] = {
         "torch.jit.load and called. Listing it ran nothing; review the code before using the model.",
         ("security",),
     ),
+    "CRC_NOT_RECORDED": RuleText(
+        "The archive records no CRC-32s, so its bytes cannot be checked against them",
+        "torch.save wrote every CRC-32 as 0 (torch.utils.serialization.config.save.compute_crc32 = False). torch "
+        "loads such a file; ckinspect still scans its values but cannot tell bytes changed on disk from the "
+        "saved ones. Save with compute_crc32 left on (the default) to make damage detectable.",
+        ("integrity",),
+    ),
     "BOOKKEEPING_SENTINEL": RuleText(
         "A framework's bookkeeping value holds inf or NaN by design",
         "A value the framework keeps about the run, not one training computes (Lightning ModelCheckpoint's "
