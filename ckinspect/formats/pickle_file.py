@@ -12,14 +12,7 @@ from pathlib import Path
 
 from ckinspect.formats import local_file
 from ckinspect.formats.joblib_walk import JoblibError, JoblibStream, names_joblib, walk_joblib
-from ckinspect.formats.pickle_findings import (
-    PLAIN_PICKLE_LOAD,
-    check_views,
-    check_weights_only,
-    decode,
-    record_globals,
-    set_tree,
-)
+from ckinspect.formats.pickle_findings import PLAIN_PICKLE_LOAD, check_views, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import scan_file, scan_stream
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
@@ -64,8 +57,6 @@ def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int, scans) -> Ch
     ckpt.metadata["pickles"] = sum(1 for s in scans if s.error is None)
     if unsafe or data is None:
         return ckpt
-    if not any(g.kind == "benign" for g in first.globals):  # ALLOWLIST_NEEDED names the opcodes otherwise
-        check_weights_only(ckpt, data, [first], where, PLAIN_PICKLE_LOAD)
     tree = decode(ckpt, data[first.start : first.end], first, where)
     set_tree(ckpt, tree)
     return ckpt
