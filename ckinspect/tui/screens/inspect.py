@@ -157,7 +157,7 @@ class InspectScreen(Screen[None]):
             )
             self.query_one(CheckpointHeader).update(themed(header))
             self.query_one(GroupBar).display = False  # no "reading…" under a file that cannot be read
-            self.query_one("#loading-progress").display = False
+            self.query("#loading-progress").remove()  # hidden, its animation would still tick
         elif worker.group == "scan":
             self.scan_note = f"value scan {why}"
             self._show_findings()
@@ -174,7 +174,7 @@ class InspectScreen(Screen[None]):
 
     def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
         self.ckpt = ckpt = message.ckpt
-        self.query_one("#loading").display = False
+        self.query("#loading").remove()  # hidden, the progress bar's animation timer would still tick
         self.query_one("#body").display = True
         missing = sum(1 for row in message.rows if isinstance(row, TensorRow) and row.missing)
         self.query_one(CheckpointHeader).show(ckpt, missing)
