@@ -10,9 +10,9 @@ from textual import events
 from textual.timer import Timer
 from textual.widgets import Static
 
+from ckinspect.tui.app import create_app
 from ckinspect.tui.screens.diff import DiffScreen
 from ckinspect.tui.widgets.virtual_table import VirtualTable
-from ckinspect.tui.app import create_app
 from tests.tui.apps import make_app, settle
 from tests.tui.fixtures import DEMO_B_PATH, DEMO_PATH
 
