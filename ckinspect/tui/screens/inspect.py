@@ -367,8 +367,10 @@ class InspectScreen(Screen[None]):
             self.notify(f"copied {row.key}", timeout=2)
 
     def action_copy_path(self) -> None:
-        self.app.copy_to_clipboard(str(self.target))
-        self.notify(f"copied {self.target}", timeout=2)
+        """The absolute path (a URL as it is): it pastes into a shell in any folder."""
+        path = str(self.target) if is_url(self.target) else str(Path(self.target).absolute())
+        self.app.copy_to_clipboard(path)
+        self.notify(terminal_safe(f"copied {path}"), timeout=2, markup=False)
 
     def action_export(self, fmt: str) -> None:
         from ckinspect.tui.core import export_tensors
@@ -381,7 +383,8 @@ class InspectScreen(Screen[None]):
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error", timeout=5)
             return
-        self.notify(f"{len(names):,} tensors written to {written}", timeout=4)
+        self.notify(terminal_safe(f"{len(names):,} tensors written to {written.absolute()} (a new file: nothing overwritten)"),
+                    timeout=6, markup=False)  # fmt: skip
 
     def action_metadata(self) -> None:
         from ckinspect.tui.screens.metadata import MetadataScreen
