@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any
 
-    from ckinspect.analysis.runs.watch import Event
+    from ckinspect.jobs.watch import Event
 
 
 @contextlib.contextmanager
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     refuse_remote(args.run_dir, WATCH_LOCAL_ONLY)
     run_dir = check_run_dir(args.run_dir)
-    from ckinspect.analysis.runs.watch import Follower
+    from ckinspect.jobs.watch import Follower
     from ckinspect.model import fails
 
     follower = Follower(run_dir, settle=args.settle, verify=not args.quick, jobs=args.jobs, keep_bytes=args.keep << 20)
