@@ -383,8 +383,8 @@ class InspectScreen(Screen[None]):
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error", timeout=5)
             return
-        self.notify(terminal_safe(f"{len(names):,} tensors written to {written.absolute()} (a new file: nothing overwritten)"),
-                    timeout=6, markup=False)  # fmt: skip
+        where = terminal_safe(f"{len(names):,} tensors written to {written.absolute()} (a new file, nothing replaced)")
+        self.notify(where, timeout=6, markup=False)
 
     def action_metadata(self) -> None:
         from ckinspect.tui.screens.metadata import MetadataScreen
