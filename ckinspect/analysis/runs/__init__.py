@@ -114,13 +114,15 @@ def judge_run(run: Run, reader: Reader, everything: bool = True, values: bool = 
     """
     best: RunCheckpoint | None = None
     newest_first = sorted(run.checkpoints, key=order, reverse=True)
-    current: tuple[RunCheckpoint, dict[str, tuple[int, ...]]] | None = None  # the newest model's shapes
+    current: dict[str, tuple[RunCheckpoint, dict[str, tuple[int, ...]]]] = {}  # per framework: the newest model
     for ckpt in newest_first:
         if not everything and _before(ckpt, best):
             continue  # its records put it before a good one: it cannot be the answer
         judge(ckpt, reader)
-        current = current or _shapes_of(ckpt)
-        if current is not None and current[0] is not ckpt and _other_run(ckpt, current):
+        newest = current.get(ckpt.framework)
+        if newest is None and (shapes := _shapes_of(ckpt)) is not None:
+            current[ckpt.framework] = shapes
+        elif newest is not None and _other_run(ckpt, newest):
             judge(ckpt, reader)  # its parts are cached: the verdict again, with MIXED_RUN
         if everything or not (ckpt.good and (best is None or order(ckpt) > order(best))):
             continue
@@ -162,16 +164,17 @@ def _other_run(ckpt: RunCheckpoint, current: tuple[RunCheckpoint, dict[str, tupl
     model overwrote some saves): resuming from it would cross from one run to another."""
     mine = _shapes_of(ckpt)
     newest, shapes = current
-    if mine is None or mine[1] == shapes or any(f.code == "MIXED_RUN" for f in ckpt.findings):
+    if mine is None or any(f.code == "MIXED_RUN" for f in ckpt.findings):
         return False
     theirs = mine[1]
     changed = [n for n in theirs if n in shapes and theirs[n] != shapes[n]]
     if changed:
         name = changed[0]
         detail = f"{len(changed)} tensor(s) of other shapes ({name}: {theirs[name]} here, {shapes[name]} there)"
+    elif sorted(theirs.values()) != sorted(shapes.values()):  # named otherwise (a prefix): the shapes decide
+        detail = f"{len(theirs)} model tensors here, {len(shapes)} there, of other shapes"
     else:
-        only = len(set(theirs) ^ set(shapes))
-        detail = f"{only} tensor name(s) in one and not the other"
+        return False
     message = (f"its model differs from {newest.path.name}'s, the run's newest: {detail}; a checkpoint of another "
                "run (a restart with another model), which the current model cannot load")  # fmt: skip
     ckpt.add("MIXED_RUN", message)
