@@ -30,6 +30,7 @@ GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
 SEVERITY: dict[str, str] = {
     "UNSAFE_PICKLE": "error",
     "ALLOWLIST_NEEDED": "warning",
+    "WEIGHTS_ONLY_REFUSED": "warning",
     "CORRUPT": "error",
     "LEFTOVER_TMP": "warning",
     "NONFINITE": "error",

@@ -10,7 +10,14 @@ import os
 from pathlib import Path
 
 from ckinspect.formats import local_file
-from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals, set_tree
+from ckinspect.formats.pickle_findings import (
+    StorageCollector,
+    check_views,
+    check_weights_only,
+    decode,
+    record_globals,
+    set_tree,
+)
 from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import StorageRef
@@ -268,6 +275,8 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
     collector = StorageCollector(key_prefix)
     tree = decode(ckpt, data, first, where, collector, torchscript=torchscript)
     fill_storages(collector)
+    if not key_prefix and not torchscript:  # what torch.load reads (a DCP item or TorchScript is not)
+        check_weights_only(ckpt, data, scans[:1], where)
     return tree
 
 

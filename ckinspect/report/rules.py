@@ -29,6 +29,13 @@ RULE_TEXTS: dict[str, RuleText] = {
         "torch.load(weights_only=True) refuses this file until the named globals (numpy arrays and dtypes in "
         "RNG state, ...) are allowed with torch.serialization.add_safe_globals or the safe_globals context.",
     ),
+    "WEIGHTS_ONLY_REFUSED": RuleText(
+        "torch's weights_only loader would refuse this safe file for want of pickle opcodes",
+        "The pickle uses opcodes torch's weights_only unpickler does not implement (pickle protocols other than "
+        "2: FRAME, MEMOIZE, SHORT_BINUNICODE, BINBYTES ...), so torch.load(weights_only=True) fails although "
+        "nothing in it is unsafe. Load it with weights_only=False only if you trust where it comes from, or "
+        "re-save it with pickle protocol 2 (torch.save's default).",
+    ),
     "CORRUPT": RuleText(
         "The checkpoint cannot be read whole",
         "The file is truncated, its zip directory is missing or damaged, a CRC does not match, a safetensors "
