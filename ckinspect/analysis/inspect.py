@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def inspect_path(target: Any, quick: bool = False, progress: Any = None, keep: Any = None) -> Checkpoint:
     raw = target.path if hasattr(target, "path") else target
-    ckpt = open_checkpoint(raw if is_url(raw) else Path(os.fspath(raw)))
+    ckpt = open_checkpoint(raw if is_url(raw) else Path(os.fspath(raw)), quick=quick)
     layout = analyze_layout(ckpt)
     ckpt.findings.extend(structural_findings(ckpt, layout=layout))
     if not quick and ckpt.tensors:

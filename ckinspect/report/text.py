@@ -34,7 +34,9 @@ SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "inf
 def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verbose: bool = False) -> str:
     """One file: every detail. Several: the summary first, then only what needs a look (findings);
     `verbose` adds each file's groups and tensors."""
-    report = terminal_copy(report)  # names and messages come from the file: no control sequence reaches the terminal
+    # names and messages come from the file: no control sequence reaches the terminal. Only the tensors a
+    # table shows are copied: a 1024-rank DCP save lists millions
+    report = terminal_copy({**report, "files": [_shown_tensors(entry) for entry in report["files"]]})
     buffer = io.StringIO()
     console = make_console(buffer, width, color)
     files = report["files"]
@@ -67,6 +69,14 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verb
     if report.get("diff") is None:
         console.print(summary_line(report["summary"]))
     return finish(buffer)
+
+
+def _shown_tensors(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The entry with only the tensors tensors_table shows (and how many there are)."""
+    tensors = entry.get("tensors", [])
+    if len(tensors) <= ALL_TENSORS_UP_TO:
+        return entry
+    return {**entry, "tensors": largest(tensors), "tensors_total": len(tensors)}
 
 
 def file_section(entry: Mapping[str, Any]) -> RenderableType:
@@ -136,9 +146,10 @@ def bytes_line(entry: Mapping[str, Any]) -> str:
 def tensors_table(entry: Mapping[str, Any]) -> Table:
     tensors = entry.get("tensors", [])
     file_bytes = entry["file_bytes"]
-    if len(tensors) > ALL_TENSORS_UP_TO:
+    total = entry.get("tensors_total", len(tensors))
+    if total > ALL_TENSORS_UP_TO:
         shown = largest(tensors)
-        title = f"largest {len(shown)} of {len(tensors):,} tensors (--format json lists all)"
+        title = f"largest {len(shown)} of {total:,} tensors (--format json lists all)"
     else:
         shown = tensors
         title = None
