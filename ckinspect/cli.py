@@ -267,7 +267,16 @@ def _last_good_parser() -> argparse.ArgumentParser:
         "  ckinspect last-good runs/ --verify --format json",
     )
     last_good.add_argument("run_dir", metavar="RUN_DIR", help="the folder the run writes its checkpoints to")
-    last_good.add_argument("--verify", action="store_true", help="also check every CRC and scan every value")
+    last_good.add_argument(
+        "--verify",
+        action="store_true",
+        help="check every CRC and value of every checkpoint judged (by default only the one named is read)",
+    )
+    last_good.add_argument(
+        "--quick",
+        action="store_true",
+        help="structure only: the named checkpoint's values are not read (it may hold NaN); says so on stderr",
+    )
     last_good.add_argument(
         "--jobs",
         "-j",

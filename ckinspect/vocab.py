@@ -11,7 +11,12 @@ VERSION = "0.1.0"
 
 
 class CkinspectError(Exception):
-    """A usage or environment problem the user can act on: the CLI prints it as one line and exits 2."""
+    """A usage or environment problem the user can act on: the CLI prints it as one line and exits 2.
+    The root of every exception ckinspect raises (the Python API's included: ckinspect.api)."""
+
+
+class InternalError(CkinspectError):
+    """A bug of ours met by a Python API call; the original exception is its __cause__."""
 
 
 # Exit statuses of every command (the CLI contract; README, "Using it").
@@ -36,6 +41,7 @@ SEVERITY: dict[str, str] = {
     "MISSING_PARTS": "error",
     "PARTS_DISAGREE": "error",
     "EMBEDDED_CODE": "warning",
+    "BOOKKEEPING_SENTINEL": "info",
     # `ckinspect watch`: anomalies between the saves of one run
     "UPDATE_RATIO_OUTLIER": "warning",
     "LAYER_FROZEN": "warning",

@@ -1,6 +1,6 @@
 """The house's one-way flow, read from the source: a lower layer never imports a higher one.
 
-bytes -> io -> formats -> analysis -> ops -> report -> commands -> tui -> cli, with the root base
+bytes -> io -> formats -> analysis -> ops -> report -> api -> integrations -> commands -> tui -> cli, with the root base
 modules (record, vocab, dtypes, model, fmt, optional) under everything. Every module under ckinspect/ is parsed
 with `ast` (nothing is imported, so the test is fast and cannot be fooled by lazy imports); every
 import counts wherever it stands: at module level, inside a function (the lazy imports that keep
@@ -22,7 +22,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "ckinspect"
 
 ROOT_BASE = ("record", "vocab", "dtypes", "model", "fmt", "optional")
-ORDER = ("io", "formats", "analysis", "ops", "report", "commands", "tui")
+ORDER = ("io", "formats", "analysis", "ops", "report", "api", "integrations", "commands", "tui")
 TOP = ("cli", "__main__", "__init__")
 
 LAYER: dict[str, int] = {name: 0 for name in ROOT_BASE}

@@ -194,6 +194,40 @@ def is_torch_optimizer_state(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping) and "state" in value and "param_groups" in value
 
 
+# ---------------------------------------------------------------- bookkeeping
+
+# Values a framework keeps about the run, not computed by training: where each sits in that framework's
+# layout (a pattern over the dotted tensor name) and what it means. Their inf is a sentinel by design
+# (Lightning's ModelCheckpoint starts `kth_value` at inf, mode "min"), never damage.
+_CALLBACK = r"^callbacks\.[^.]*{cls}[^.]*\."  # Lightning: callbacks.<ModelCheckpoint{...}>.<key>
+BOOKKEEPING: dict[str, tuple[tuple[re.Pattern[str], str], ...]] = {
+    "lightning": (
+        (re.compile(_CALLBACK.format(cls="ModelCheckpoint") + r"kth_value$"),
+         "Lightning ModelCheckpoint's k-th best monitored score (inf/-inf until a monitored score beats it; "
+         "without a monitor it stays there)"),
+        (re.compile(_CALLBACK.format(cls="ModelCheckpoint") + r"(best_model_score|current_score)$"),
+         "Lightning ModelCheckpoint's best/current monitored score"),
+        (re.compile(_CALLBACK.format(cls="ModelCheckpoint") + r"best_k_models\..+$"),
+         "Lightning ModelCheckpoint's score of one kept checkpoint"),
+        (re.compile(_CALLBACK.format(cls="EarlyStopping") + r"best_score$"),
+         "Lightning EarlyStopping's best monitored score (inf/-inf before the first)"),
+        (re.compile(r"^lr_schedulers\.\d+\.best$"), "ReduceLROnPlateau's best metric (inf/-inf before the first)"),
+    ),
+}  # fmt: skip
+# The same scheduler sentinel wherever a layout keeps its scheduler's state dict under a scheduler key.
+_SCHEDULER_BEST = re.compile(r"^(lr_scheduler|scheduler|lr_schedulers?\.\d+|schedulers?\.\d+)\.best$")
+
+
+def bookkeeping_meaning(layout: str, name: str) -> str | None:
+    """What a tensor is when it is a framework's bookkeeping (its NaN/Inf is then no damage), else None."""
+    for pattern, meaning in BOOKKEEPING.get(layout, ()):
+        if pattern.search(name):
+            return meaning
+    if _SCHEDULER_BEST.search(name):
+        return "a ReduceLROnPlateau scheduler's best metric (inf/-inf before the first)"
+    return None
+
+
 # ---------------------------------------------------------------- metadata
 
 
@@ -297,6 +331,7 @@ def _lightning(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | None
         meta["config"] = dict(top["hyper_parameters"])
     layout = Layout("lightning", roles=_roles_for(top), model_prefix="state_dict.", metadata=meta)
     layout.roles.update({"state_dict": "model", "optimizer_states": "optimizer", "lr_schedulers": "other"})
+    layout.roles.update({k: "other" for k in ("callbacks", "loops") if k in top})  # bookkeeping, not weights
     layout.optimizers = _optimizer_entries(top, "optimizer_states")
     layout.is_resume = True
     return layout

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from ckinspect.analysis.layouts import bookkeeping_meaning
 from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, TensorStats, moments_of_array
 from ckinspect.formats.tree import no_gc
 from ckinspect.io.blobs import Blobs, UnreadableStorage
@@ -430,7 +431,11 @@ def _value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Fin
     value_findings: list[Finding] = []
     for name in sorted(stats, key=lambda n: order.get(n, 0)):
         s = stats[name]
-        if s.nonfinite:
+        meaning = bookkeeping_meaning(ckpt.layout, name) if s.nonfinite else None
+        if meaning is not None:
+            values = f"{s.nan:,} NaN and {s.nonfinite - s.nan:,} Inf among {s.count:,} values"
+            value_findings.append(Finding("BOOKKEEPING_SENTINEL", f"{name}: {values}: {meaning}", name))
+        elif s.nonfinite:
             inf = s.nonfinite - s.nan
             message = f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values"
             value_findings.append(Finding("NONFINITE", message, name))

@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from ckinspect.analysis.inspect import inspect_path
+from ckinspect.analysis.diff import why_not_comparable
+from ckinspect.api import compare, open_checked
 from ckinspect.commands.emit import emit, render_ci, text_layout
-from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint
-from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, CkinspectError
-
-
-def open_for_command(path: str | Path) -> Checkpoint:
-    """Open + analyze + structural checks, with a usage error (exit 2) for a path that does not exist."""
-    if is_url(path):  # opened by range reads; a missing or denied object is a one-line error from the read
-        return inspect_path(path, quick=True)
-    target = Path(path)
-    if not target.exists():
-        raise CkinspectError(f"{path}: no such file or folder")
-    return inspect_path(target, quick=True)
+from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
 
 def _unreadable(ckpt: Checkpoint) -> str | None:
@@ -31,26 +20,19 @@ def _unreadable(ckpt: Checkpoint) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ckinspect.analysis.diff import DiffResult, diff_checkpoints, raw_bytes_differ, unsafe_side, why_not_comparable
     from ckinspect.report import diff_report
 
-    a = open_for_command(args.a)
-    b = open_for_command(args.b)
+    a = open_checked(args.a)
+    b = open_checked(args.b)
     only, atol = getattr(args, "only", None), getattr(args, "atol", 0.0) or 0.0
-    reason = why_not_comparable(a, b)
-    if reason is not None:  # no tensor verdict: the files' own bytes decide, or nothing does
-        result = DiffResult(a.path, b.path, match="tensors not compared", only=only, atol=atol, not_compared=reason)
-        result.raw_bytes_differ = raw_bytes_differ(a.path, b.path)
+    quick = bool(getattr(args, "quick", False))
+    if why_not_comparable(a, b) is not None:
+        result = compare(a, b, only=only, atol=atol, quick=quick)
     else:
         from ckinspect.analysis.scan import terminal_progress
 
         with terminal_progress("comparing", enabled=not getattr(args, "no_progress", False)) as progress:
-            result = diff_checkpoints(a, b, only=only, atol=atol, progress=progress)
-        if only and not (result.same or result.changed or result.only_a or result.only_b or result.unreadable):
-            raise CkinspectError(f"neither file has tensors in group(s) {', '.join(only)}: nothing to compare")
-        result.unsafe = unsafe_side(a, b)
-        if result.unreadable or result.unsafe:
-            result.raw_bytes_differ = raw_bytes_differ(a.path, b.path)
+            result = compare(a, b, only=only, atol=atol, quick=quick, progress=progress)
     fmt = getattr(args, "format", "text")
     if fmt in ("sarif", "junit"):
         from ckinspect.report.subjects import from_diff

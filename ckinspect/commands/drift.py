@@ -12,13 +12,14 @@ from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, CkinspectError
 def run(args: argparse.Namespace) -> int:
     from ckinspect.analysis import drift
     from ckinspect.analysis.scan import terminal_progress
-    from ckinspect.commands.diff import _unreadable, open_for_command
+    from ckinspect.api import open_checked
+    from ckinspect.commands.diff import _unreadable
     from ckinspect.commands.emit import emit, render_ci, text_layout
     from ckinspect.formats.discover import model_folder_weights
     from ckinspect.report import drift_report
     from ckinspect.vocab import FP8_FORMATS, LOGIT_FORMATS
 
-    ckpt = open_for_command(model_folder_weights(args.path) or args.path)
+    ckpt = open_checked(model_folder_weights(args.path) or args.path)
     why = _unreadable(ckpt)
     if why:
         raise CkinspectError(f"cannot measure drift: {why}")

@@ -3,9 +3,10 @@
 The path alone on stdout and exit 0, so that a launch script can `--resume "$(ckinspect last-good runs/)"`;
 exit 1 (and one line on stderr saying why) when no checkpoint qualifies. `--format json|markdown` lists
 every candidate with its verdict and reasons; `sarif` carries the candidates' findings (code scanning),
-`junit` a testcase per candidate that fails by the reasons it is no resume point. `--verify` adds the
-full CRC and value scan. RUN_DIR may be a URL prefix (`s3://bucket/run/`): listed once, each part read
-by range requests (io.folders, io.remote).
+`junit` a testcase per candidate that fails by the reasons it is no resume point. The checkpoint about
+to be named has its CRCs and values read (NaN/Inf there: the next older one is tried); `--verify` reads
+those of every checkpoint judged, `--quick` none (and says so on stderr). RUN_DIR may be a URL prefix
+(`s3://bucket/run/`): listed once, each part read by range requests (io.folders, io.remote).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ckinspect.analysis.runs import last_good
+from ckinspect.api import judged_run
 from ckinspect.commands.emit import emit, envelope, render_ci
 from ckinspect.fmt import terminal_safe
 from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
@@ -24,8 +25,12 @@ def run(args: argparse.Namespace) -> int:
     from ckinspect.analysis.parallel import checked_jobs
 
     jobs = checked_jobs(getattr(args, "jobs", None))
-    result = last_good(args.run_dir, verify=args.verify, everything=listing, jobs=jobs)
+    quick = getattr(args, "quick", False)
+    result = judged_run(args.run_dir, quick=quick, verify=args.verify, everything=listing, jobs=jobs)  # ckinspect.api
     best = result.last_good
+    if quick and best is not None:
+        print(f"ckinspect: --quick: structure only; the values of {terminal_safe(best.path.name)} were not read "
+              "(it may hold NaN/Inf)", file=sys.stderr)  # fmt: skip
     if args.format == "json":
         import json
 

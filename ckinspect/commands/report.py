@@ -150,7 +150,7 @@ def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool, jobs
                 continue
         run = collect(folder)
         if is_run(run):
-            judge_run(run, reader)
+            judge_run(run, reader, values=not quick)
             runs.append(run)
     return runs
 

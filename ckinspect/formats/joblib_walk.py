@@ -21,12 +21,13 @@ from ckinspect.dtypes import NUMPY_CODES
 from ckinspect.formats.pickle_scan import GlobalRef, classify_global, normalize
 from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.record import Record, field
+from ckinspect.vocab import CkinspectError
 
 WRAPPERS = ("joblib.numpy_pickle.NumpyArrayWrapper",)
 MAX_ARRAYS = 1 << 20  # more raw blocks than this is no model a joblib file holds
 
 
-class JoblibError(ValueError):
+class JoblibError(CkinspectError, ValueError):
     """The stream does not read as joblib writes it."""
 
 

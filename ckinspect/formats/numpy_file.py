@@ -22,6 +22,7 @@ from ckinspect.formats.sniff import NPY_MAGIC
 from ckinspect.formats.tree import ROOT_TENSOR_NAME
 from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, data_offset, read_directory
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.vocab import CkinspectError
 
 MAX_HEADER_BYTES = 1 << 16  # numpy itself refuses headers over 10,000 bytes unless told otherwise
 MAX_OBJECT_PICKLE_BYTES = 256 << 20
@@ -30,7 +31,7 @@ MAX_OBJECT_PICKLE_BYTES = 256 << 20
 _PY2_LONG = re.compile(r"\b(\d+)L\b")
 
 
-class NpyError(ValueError):
+class NpyError(CkinspectError, ValueError):
     """The .npy header is missing or does not add up."""
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import _compat_pickle
 import codecs
 import copyreg
+import functools
+import io
 import pickle
 import pickletools
 import re
@@ -430,6 +432,8 @@ MAX_NAME = 1 << 16  # strings longer than this are never resolved as module or g
 MAX_GLOBALS = 10_000  # distinct globals listed per pickle; beyond, one "and more" entry (unsafe)
 MAX_STACK = 1 << 22  # stack items + marks tracked; beyond, names taken from the stack are unresolved
 MAX_MEMO = 1 << 20  # memo slots tracked (string values and sparse indices); beyond, as above
+MAX_EVENTS = 1 << 18  # GLOBAL/INST/STACK_GLOBAL opcodes a pickle may hold for CPython's walk (beyond: ours)
+MAX_CPYTHON_BYTES = 64 << 20  # pickles up to this size (held in memory) are walked by CPython's unpickler
 
 
 class _Range:
@@ -570,15 +574,24 @@ def _ext_ref(code: int) -> GlobalRef:
 
 
 class _Names:
-    """Distinct globals in order of first appearance, bounded (MAX_GLOBALS)."""
+    """Distinct globals in order of first appearance, bounded (MAX_GLOBALS); and, for CPython's walk, the
+    opcodes that name a global in the order they come (a GlobalRef per GLOBAL/INST, None per STACK_GLOBAL),
+    up to MAX_EVENTS (`events` is None past that)."""
 
-    __slots__ = ("seen", "refs", "ext_codes", "overflow")
+    __slots__ = ("seen", "refs", "ext_codes", "overflow", "events")
 
     def __init__(self) -> None:
         self.seen: set[tuple[str, str]] = set()
         self.refs: list[GlobalRef] = []
         self.ext_codes: set[int] = set()
         self.overflow = 0
+        self.events: list[GlobalRef | None] | None = []
+
+    def event(self, ref: GlobalRef | None) -> None:
+        if self.events is not None:
+            self.events.append(ref)
+            if len(self.events) > MAX_EVENTS:
+                self.events = None
 
     def add(self, ref: GlobalRef) -> None:
         key = (ref.module, ref.name)
@@ -633,13 +646,17 @@ def _read_line(w: _Window, i: int) -> tuple[int, bytes | None, bool]:
 
 def _line_global(result: PickleScan, names: _Names, module: bytes | None, name: bytes | None, opcode: str) -> None:
     if module is None or name is None:
-        names.add(GlobalRef("<long name>", f"{opcode} line over {MAX_LINE} bytes", "unsafe", opcode))
+        ref = GlobalRef("<long name>", f"{opcode} line over {MAX_LINE} bytes", "unsafe", opcode)
+        names.event(ref)
+        names.add(ref)
         return
     mod, nam = _global_line(module, opcode == "INST"), _global_line(name, opcode == "INST")
     if mod is None or nam is None:
         # pickle stops at the decode; reported all the same (the bytes name nothing importable)
         mod, nam = module.decode("utf-8", "replace"), name.decode("utf-8", "replace")
-    names.add(_ref(mod, nam, opcode))
+    ref = _ref(mod, nam, opcode)
+    names.event(ref)
+    names.add(ref)
 
 
 def _line_pair(w: _Window, i: int) -> tuple[int, bytes | None, bytes | None, bool]:
@@ -656,36 +673,72 @@ def _line_pair(w: _Window, i: int) -> tuple[int, bytes | None, bytes | None, boo
 # ----------------------------------------------------------------------------------------------
 # The lean walk: opcodes and arguments only
 
-# Runs of opcodes with fixed-size arguments are skipped by one regex match (in C); the Python loop
-# below only sees opcodes whose length depends on their argument (strings, GLOBAL lines ...).
+# Runs of opcodes whose arguments need no decision are skipped by one regex match (in C): those with
+# fixed-size arguments, strings and bytes of under 256 bytes (one alternative per length: sre checks
+# each alternative's first byte and moves on), and LONG_BINPUT with an index below the memo bound.
+# The Python loop below only sees the rest (GLOBAL lines, STACK_GLOBAL, long strings ...).
 # The run is possessive: a regex that could backtrack would keep state per repetition, and a
 # pickle of a million DUPs would cost gigabytes.
 _FIXED_NOARG = bytes(c for c in range(256) if _TABLE[c] == 0)
 _FIXED = {k: bytes(c for c in range(256) if _TABLE[c] == k) for k in (1, 2, 4, 8)}
+_SIZED = {1: bytes(c for c in range(256) if _TABLE[c] == _LEN1), 4: bytes(c for c in range(256) if _TABLE[c] == _LEN4)}
+_SHORT_ARG = 256  # sized arguments under this many bytes are skipped inside the regex
+_MEMO_FLOOR = 1 << 16  # a LONG_BINPUT index is out of range beyond 2 * max(bytes of the pickle seen, this)
 
 
-def _run_pattern() -> re.Pattern[bytes]:
-    alts = [b"[" + re.escape(_FIXED_NOARG) + b"]++"]
-    for k, codes in _FIXED.items():
-        if codes:
-            alts.append(b"[" + re.escape(codes) + b"]" + b"." * k)
+def _class(codes: bytes) -> bytes:
+    return b"[" + b"".join(re.escape(bytes([c])) for c in codes) + b"]"
+
+
+def _lengths(width: int) -> bytes:
+    """A length field of `width` bytes holding n < _SHORT_ARG, then n bytes: one alternative per n."""
+    return b"(?:" + b"|".join(re.escape(n.to_bytes(width, "little")) + b".{%d}" % n for n in range(_SHORT_ARG)) + b")"
+
+
+def _below(bits: int) -> bytes:
+    """LONG_BINPUT's 4-byte little-endian index, below 2**bits."""
+    full, rest = divmod(bits, 8)
+    if full >= 4:
+        return b"...."
+    top = b"[\x00-" + re.escape(bytes([(1 << rest) - 1])) + b"]"
+    return b"." * full + top + b"\x00" * (3 - full)
+
+
+def _run_pattern(memo_bits: int) -> re.Pattern[bytes]:
+    alts = [_class(_FIXED_NOARG) + b"++"]
+    alts += [_class(codes) + b"." * k for k, codes in _FIXED.items() if codes]
+    alts += [_class(codes) + _lengths(width) for width, codes in _SIZED.items()]
+    alts.append(b"r" + _below(memo_bits))
     return re.compile(b"(?:" + b"|".join(alts) + b")++", re.DOTALL)
 
 
-_RUN = _run_pattern()
+_RUNS: dict[int, re.Pattern[bytes]] = {}
+_MEMO_BITS = (17, 20, 24, 28, 32)  # a few bounds, so a window at a time compiles one or two patterns
+
+
+def _run_for(seen: int):
+    """The run matcher for a window ending at byte `seen`: LONG_BINPUT indices under a power of two within
+    the memo bound (2 * max(seen, _MEMO_FLOOR)) are taken in the run; the loop checks the others."""
+    bound = 2 * max(seen, _MEMO_FLOOR)
+    bits = max(b for b in _MEMO_BITS if 1 << b <= bound)
+    run = _RUNS.get(bits)
+    if run is None:
+        run = _RUNS[bits] = _run_pattern(bits)
+    return run.match
 
 
 def _lean_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> int:
     """Walk one pickle from window position `i` to its STOP; globals go to `names`. Returns the
     window position after it (or where the walk gave up, with `result.error` set)."""
     table = _TABLE
-    run = _RUN.match
     data = w.buf
     n = len(data)
+    run = _run_for(w.base + n)
     while True:
         if n - i < 16 and not w.eof:
             i = w.more(i, 16)
             data, n = w.buf, len(w.buf)
+            run = _run_for(w.base + n)
         m = run(data, i)
         if m is not None:
             i = m.end()
@@ -766,6 +819,7 @@ def _lean_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> int:
             return i + 1
         if k == _STACK_GLOBAL:
             result.stack_globals += 1
+            names.event(None)
             i += 1
             continue
         if k == _PROTO:
@@ -1038,6 +1092,75 @@ def _stack_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# CPython's walk: its own C unpickler is the interpreter, every global it asks for answered by an inert
+# stand-in. It runs only on a pickle the lean walk read to its STOP with no memo index out of range and no
+# EXT (so every declared size is within the bytes, the memo stays within a few slots per byte, and each
+# find_class call is one GLOBAL, INST or STACK_GLOBAL opcode, in order). Nothing the pickle names is
+# imported or called: find_class records (module, name) and hands back _Inert; persistent ids become
+# _Inert too. Its answer is taken only when it reads the pickle to its STOP: where it stops early (an
+# opcode applied to what the stand-ins are not; the C unpickler also refuses some lines pickle.py reads,
+# an empty module name for one) our own stack walk names what comes after, as it does for streams.
+
+
+class _Inert:
+    """What a global or a persistent id becomes: accepts every call the opcodes make on it, keeps nothing."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __setstate__(self, state) -> None:
+        pass
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+    def append(self, value) -> None:
+        pass
+
+    def extend(self, values) -> None:
+        pass
+
+    def add(self, value) -> None:
+        pass
+
+
+class _Recorder(pickle.Unpickler):
+    def __init__(self, file) -> None:
+        super().__init__(file, fix_imports=False, encoding="utf-8", errors="surrogateescape")
+        self.asked: list[tuple[str, str]] = []
+        self.persistent_load = functools.partial(object.__new__, _Inert)  # type: ignore[method-assign]
+
+    def find_class(self, module: str, name: str) -> type:
+        self.asked.append((module, name))
+        return _Inert
+
+
+def _cpython_walk(data, result: PickleScan, lexed: _Names) -> _Names | None:
+    """The globals of a pickle the lean walk read (`lexed`), as CPython's unpickler reaches them;
+    None where this walk does not apply (our stack walk does it then)."""
+    events = lexed.events
+    if (result.error is not None or result.memo_error is not None or lexed.ext_codes or events is None
+            or result.end - result.start > MAX_CPYTHON_BYTES):  # fmt: skip
+        return None
+    recorder = _Recorder(io.BytesIO(memoryview(data)[result.start : result.end]))
+    try:
+        recorder.load()
+    except Exception:  # noqa: BLE001 - stopped before STOP: our own walk decides
+        return None
+    if len(recorder.asked) != len(events):
+        return None  # not one call per naming opcode: never expected, our own walk decides then
+    names = _Names()
+    for (module, name), lexed_ref in zip(recorder.asked, events, strict=True):
+        if lexed_ref is None:
+            names.add(_ref(module, name, "STACK_GLOBAL"))
+        elif normalize(module, name) != (lexed_ref.module, lexed_ref.name):
+            return None
+        else:
+            names.add(lexed_ref)
+    return names
+
+
+# ----------------------------------------------------------------------------------------------
 # Entry points
 
 
@@ -1067,16 +1190,20 @@ def _ref(module: str, name: str, opcode: str) -> GlobalRef:
     return GlobalRef(module, name, classify_global(module, name), opcode)
 
 
-def _scan_one(w: _Window, i: int, reopen) -> tuple[PickleScan, int]:
-    """One pickle from window position i; `reopen(offset)` gives a fresh window there for the stack walk."""
+def _scan_one(w: _Window, i: int, reopen, data=None) -> tuple[PickleScan, int]:
+    """One pickle from window position i; `reopen(offset)` gives a fresh window there for the stack walk,
+    `data` is the whole stream when it is held in memory (CPython's own unpickler can then walk it)."""
     result = PickleScan(start=w.base + i)
     names = _Names()
     try:
         after = _lean_walk(w, i, result, names)
         if result.stack_globals:  # a pickle cut short still ran what came before the cut
-            names = _Names()  # the stack walk lists every global again, in the order CPython meets them
-            again, j = reopen(result.start)
-            _stack_walk(again, j, result, names)
+            resolved = _cpython_walk(data, result, names) if data is not None else None
+            if resolved is None:
+                resolved = _Names()  # the stack walk lists every global again, in the order CPython meets them
+                again, j = reopen(result.start)
+                _stack_walk(again, j, result, resolved)
+            names = resolved
     except Exception as exc:  # noqa: BLE001 - a scanner of hostile bytes must never raise
         result.error = result.error or f"unreadable pickle ({type(exc).__name__}: {exc})"
         after = len(w.buf)
@@ -1096,13 +1223,13 @@ def _whole(data, start: int):
 def scan_pickle(data, start: int = 0) -> PickleScan:
     """Walk one pickle held in memory, starting at `start`. Never raises: problems land in `.error`."""
     w, reopen = _whole(data, start)
-    return _scan_one(w, start, reopen)[0]
+    return _scan_one(w, start, reopen, data)[0]
 
 
 def scan_stream(data, start: int = 0, limit: int | None = None) -> list[PickleScan]:
     """Scan consecutive pickles held in memory from `start` until the data ends, a pickle fails, or `limit`."""
     w, reopen = _whole(data, start)
-    return _scan_consecutive(w, start, reopen, limit)
+    return _scan_consecutive(w, start, reopen, limit, data=data)
 
 
 def scan_source(open_at, size: int, start: int = 0, limit: int | None = None) -> list[PickleScan]:
@@ -1117,7 +1244,8 @@ def scan_source(open_at, size: int, start: int = 0, limit: int | None = None) ->
     return scans
 
 
-def _scan_consecutive(w: _Window, i: int, reopen, limit: int | None, size: int | None = None) -> list[PickleScan]:
+def _scan_consecutive(w: _Window, i: int, reopen, limit: int | None, size: int | None = None,
+                      data=None) -> list[PickleScan]:  # fmt: skip
     scans: list[PickleScan] = []
     total = len(w.buf) if size is None else size
     while limit is None or len(scans) < limit:
@@ -1127,7 +1255,7 @@ def _scan_consecutive(w: _Window, i: int, reopen, limit: int | None, size: int |
             i = w.more(i, 16)
             if i >= len(w.buf):
                 break
-        scan, i = _scan_one(w, i, reopen)
+        scan, i = _scan_one(w, i, reopen, data)
         scans.append(scan)
         if scan.error is not None or scan.end <= scan.start:
             break

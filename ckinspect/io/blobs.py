@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ckinspect.io.remote import RemoteFile, RemotePath
 from ckinspect.model import StorageInfo
+from ckinspect.vocab import CkinspectError
 
 DEFAULT_CHUNK = 8 << 20  # 8 MiB: big enough to amortise syscalls, small enough to stay near the CPU caches
 _SMALL = 256 << 10  # below this a pread copy is cheaper than setting up a mapping
@@ -66,7 +67,7 @@ def logging_reads() -> Iterator[ReadLog]:
         _log = None
 
 
-class UnreadableStorage(Exception):
+class UnreadableStorage(CkinspectError):
     """The bytes of a storage cannot be read directly (no raw offset, file gone, file cut short)."""
 
 
@@ -341,8 +342,6 @@ def files_differ(a: Path, b: Path, chunk: int = 1 << 22) -> bool | None:
 
 
 def _files_differ_by_reads(a: Path, b: Path, chunk: int) -> bool | None:
-    from ckinspect.vocab import CkinspectError
-
     try:
         with Blobs() as blobs:
             size = blobs.size(a)

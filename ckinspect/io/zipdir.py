@@ -19,6 +19,7 @@ from collections import namedtuple
 from collections.abc import Iterator
 
 from ckinspect.io.crc import crc32
+from ckinspect.vocab import CkinspectError
 
 # record signatures
 LOCAL_SIG = b"PK\x03\x04"
@@ -49,7 +50,7 @@ _MAX_COMMENT = 0xFFFF
 _CHUNK = 1 << 22
 
 
-class ZipError(Exception):
+class ZipError(CkinspectError):
     """The zip structure is missing or does not add up; the message says what and where."""
 
 

@@ -86,6 +86,12 @@ RULE_TEXTS: dict[str, RuleText] = {
         "torch.jit.load and called. Listing it ran nothing; review the code before using the model.",
         ("security",),
     ),
+    "BOOKKEEPING_SENTINEL": RuleText(
+        "A framework's bookkeeping value holds inf or NaN by design",
+        "A value the framework keeps about the run, not one training computes (Lightning ModelCheckpoint's "
+        "`kth_value`, EarlyStopping's `best_score`, ReduceLROnPlateau's `best`), starts at inf or -inf until a "
+        "monitored score replaces it. Recognised by where it sits in the framework's layout: no damage.",
+    ),
     "UPDATE_RATIO_OUTLIER": RuleText(
         "An update between two saves far outside the run's own history",
         "`ckinspect watch` measured ||Δw||/||w|| per step for the model or the optimizer state more than 10x "

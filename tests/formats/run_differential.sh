@@ -1,6 +1,7 @@
 #!/bin/sh
-# The differential scan test by hand: N random streams (default 100,000) from the same opcode alphabet as
-# the hypothesis test (CI runs 2,000 of those), each compared with CPython's pickle._Unpickler.
+# The differential scan test by hand: N random streams and N well-formed pickles (default 100,000 each) from
+# the same generators as the hypothesis tests (CI runs 2,000 of each), each compared with CPython's
+# pickle._Unpickler, through both of the scan's ways (CPython's unpickler, its own stack walk).
 # Usage: sh tests/formats/run_differential.sh [N] [SEED]
 cd "$(dirname "$0")/../.." && exec .venv/bin/python -c "
 import sys

@@ -242,3 +242,38 @@ def test_lean_walk_agrees_with_pickletools(value, protocol):
     assert scan.error is None and scan.end == len(data)
     assert {g.qualname for g in scan.globals} == _reference_globals(data)
     assert restricted_load(data)[2] == {1, 2}
+
+
+def _protocol_4_calling(module: str, name: str, arg: str) -> bytes:
+    """module.name(arg) as protocol 4 writes it: STACK_GLOBAL over two memoized strings."""
+    return b"\x80\x04" + sunicode(module) + b"\x94" + sunicode(name) + b"\x94\x93\x94" + sunicode(arg) + b"\x85R."
+
+
+def test_stack_globals_of_a_pickle_in_memory_are_resolved_by_cpythons_unpickler(monkeypatch):
+    import ckinspect.formats.pickle_scan as pickle_scan
+
+    def no_stack_walk(*args):
+        raise AssertionError("the scan's own stack walk ran on a pickle CPython's unpickler reads to STOP")
+
+    monkeypatch.setattr(pickle_scan, "_stack_walk", no_stack_walk)
+    data = pickle.dumps({"a": [1, 2.5, "x"], "b": struct.Struct}, protocol=4)  # struct.Struct: a STACK_GLOBAL
+    assert names(data) == ["_struct.Struct"]
+    assert names(_protocol_4_calling("posix", "system", "true")) == ["posix.system"]
+
+
+def test_cpythons_walk_neither_imports_nor_calls_what_the_pickle_names(tmp_path):
+    import sys
+
+    marker = tmp_path / "ran"
+    module = "ckinspect_scan_never_imports_this"
+    data = _protocol_4_calling("posix", "system", f"touch {marker}")
+    data += _protocol_4_calling(module, "anything", "x")
+    scans = scan_stream(data)
+    assert [g.qualname for s in scans for g in s.globals] == ["posix.system", f"{module}.anything"]
+    assert not marker.exists() and module not in sys.modules
+
+
+def test_a_pickle_cpythons_unpickler_stops_on_is_walked_by_the_scans_own_stack_walk():
+    # the C unpickler refuses an empty module line (pickle.py reads it): the stack walk names the rest
+    data = b"\x80\x04c\nx\n" + sunicode("posix") + sunicode("system") + b"\x93."
+    assert names(data) == [".x", "posix.system"]

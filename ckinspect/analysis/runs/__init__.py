@@ -1,5 +1,7 @@
 """Runs: a folder of checkpoints, each of one or more files, and the newest one a run can resume from.
 
+    run = last_good("runs/")                  # the one entry point: run.last_good, every checkpoint's verdict
+    run = last_good("runs/", quick=True)      # structure only (no value read): each values_checked False
     run = collect(Path("runs/"))              # group files into checkpoints (listing, and small JSON records)
     best = judge_run(run, Reader())           # read their records and parts (all, or newest first until one is good)
 
@@ -7,7 +9,8 @@ One recogniser per framework says which files a checkpoint is made of and which 
 (deepspeed, hf (HF Trainer and Accelerate), megatron; DCP folders, sharded sets and single files go
 through the readers, which check their own index). A checkpoint is good when it is whole (every part its
 records promise is there), intact (each part reads whole; `verify` adds the CRC and value scan), safe
-(no part the framework loads names code-running globals) and resumable (optimizer, step and RNG state).
+(no part the framework loads names code-running globals), resumable (optimizer, step and RNG state), and
+its values finite (read for the candidate the answer is about to name; `quick` skips it).
 """
 
 from __future__ import annotations
@@ -25,24 +28,47 @@ from ckinspect.io.remote import is_url
 from ckinspect.model import Finding
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, TMP_SUFFIX, CkinspectError
 
-__all__ = ["GOOD", "Reader", "Run", "RunCheckpoint", "collect", "is_run", "judge", "judge_run", "last_good"]
+__all__ = [
+    "GOOD",
+    "Reader",
+    "Run",
+    "RunCheckpoint",
+    "check_values",
+    "collect",
+    "is_run",
+    "judge",
+    "judge_run",
+    "last_good",
+]
 
 SKIP_DIRS = frozenset({QUARANTINE_DIR, ".git", "__pycache__"})
 MAX_DEPTH = 6  # run/experiment/checkpoint-N/global_stepN/... is four
 
 
 def last_good(
-    run_dir: str | os.PathLike[str], verify: bool = False, everything: bool = False, jobs: int | None = 1
+    run_dir: str | os.PathLike[str],
+    verify: bool = False,
+    everything: bool = False,
+    jobs: int | None = 1,
+    quick: bool = False,
 ) -> Run:
-    """The run with its checkpoints judged (newest first until one is good, or all with `everything`);
-    `jobs`: processes for the value scan of each checkpoint's parts (analysis.parallel). A URL is a
-    prefix in an object store (io.folders lists it once; parts are read by range requests)."""
+    """The run with its checkpoints judged, newest first until one is good (all with `everything`): the one
+    entry point for last-good, the run views (TUI, `--report`) and the Python API. `run.last_good` is the
+    answer, each checkpoint carries its verdict and reasons.
+
+    "Good" has one definition: whole, intact, safe, resumable, and the values of the checkpoint about to
+    be named finite (its CRCs and value scan read; only that candidate's, so the answer costs one
+    checkpoint's bytes; a candidate with NaN/Inf is damaged and the next older one is tried). `quick`:
+    structure only, no value read (each checkpoint's `values_checked` stays False). `verify`: every
+    checkpoint judged gets the full scan, not only the candidate. `jobs`: processes for the value scan of
+    each checkpoint's parts (analysis.parallel). A URL is a prefix in an object store (io.folders lists it
+    once; parts are read by range requests)."""
     path = folders.open_folder(run_dir)  # a URL: listed here (a missing or denied prefix: one line)
     if not is_url(path) and not path.is_dir():
         raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
-    reader = Reader(verify=verify, jobs=jobs)
+    reader = Reader(verify=verify and not quick, jobs=jobs)
     run = collect(path)
-    judge_run(run, reader, everything=everything)
+    judge_run(run, reader, everything=everything, values=not quick)
     return run
 
 
@@ -74,24 +100,43 @@ def order(ckpt: RunCheckpoint) -> tuple[int, float, str]:
     return (ckpt.step if ckpt.step is not None else -1, ckpt.time, str(ckpt.path))
 
 
-def judge_run(run: Run, reader: Reader, everything: bool = True) -> RunCheckpoint | None:
+def judge_run(run: Run, reader: Reader, everything: bool = True, values: bool = True) -> RunCheckpoint | None:
     """Judge the checkpoints; without `everything`, newest first until the newest good one is certain.
+    With `values` (the default), a checkpoint is good only once its values were read and are finite:
+    every one the reader verifies, else only each candidate for the answer (check_values).
 
     A checkpoint whose step is not known before reading it is always read: it may be the newest.
     """
-    if everything:
-        for ckpt in run.checkpoints:
-            judge(ckpt, reader)
-    else:
-        best: RunCheckpoint | None = None
-        for ckpt in sorted(run.checkpoints, key=order, reverse=True):
-            if best is not None and ckpt.step is not None and best.step is not None and ckpt.step < best.step:
-                continue  # its records put it before a good one: it cannot be the answer
-            judge(ckpt, reader)
-            if ckpt.good and (best is None or order(ckpt) > order(best)):
-                best = ckpt
+    best: RunCheckpoint | None = None
+    newest_first = sorted(run.checkpoints, key=order, reverse=True)
+    for ckpt in newest_first:
+        if not everything and _before(ckpt, best):
+            continue  # its records put it before a good one: it cannot be the answer
+        judge(ckpt, reader)
+        if everything or not (ckpt.good and (best is None or order(ckpt) > order(best))):
+            continue
+        if values:
+            check_values(ckpt, reader)
+        if ckpt.good:
+            best = ckpt
+    if everything and values:
+        for ckpt in newest_first:  # every one judged by its structure: the answer is the newest whose values pass
+            if ckpt.good and check_values(ckpt, reader).good:
+                break
     run.checkpoints.sort(key=order)
     return run.last_good
+
+
+def check_values(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
+    """Judge a structurally good candidate again with its CRCs and values read (once): NaN/Inf in what the
+    framework loads makes it damaged, as `--verify` and watch would call it."""
+    if not ckpt.values_checked:
+        judge(ckpt, Reader(verify=True, jobs=reader.jobs, keep=reader.keep))
+    return ckpt
+
+
+def _before(ckpt: RunCheckpoint, best: RunCheckpoint | None) -> bool:
+    return best is not None and ckpt.step is not None and best.step is not None and ckpt.step < best.step
 
 
 # ------------------------------------------------------------------------------------------------ walking

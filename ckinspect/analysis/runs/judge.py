@@ -120,6 +120,8 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
         ckpt.reasons = [WEIGHTS_ONLY]
     ckpt.held_against = [finding for _, finding in against]
     ckpt.verdict = min((v for v, _ in against), key=WORST_FIRST.index, default=GOOD)
+    ckpt.values_checked = reader.verify
+    ckpt.notes = list(dict.fromkeys(ckpt.notes))  # judged again with its values: each note once
     return ckpt
 
 

@@ -76,6 +76,7 @@ class RunCheckpoint(Record):
     # the same reasons as findings (a part's located by the part's path in the message), for JUnit's failures
     held_against: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was seen and does not disqualify (a part never loaded ...)
+    values_checked: bool = False  # its CRCs and values were read (and judged) along with its structure
     time: float = 0.0  # newest modification time of its parts (seconds since the epoch)
     size: int = 0
     # files per kind (rank files, model files ...), to compare with the run's other checkpoints
@@ -151,6 +152,7 @@ class RunCheckpoint(Record):
             "time": round(self.time, 3),
             "size": self.size,
             "verdict": self.verdict,
+            "values_checked": self.values_checked,
             "reasons": list(self.reasons),
             "notes": list(self.notes),
             "parts": [
