@@ -148,8 +148,8 @@ def _dcp_plans(ranks: int, size: str):
             key = f"optim.state.{fqn}.step"
             mappings[key] = ("optim", "state", fqn, "step")
             zero = torch.Size(())
-            items.append(WriteItem(MetadataIndex(key, zero), WriteItemType.TENSOR,
-                                   tensor_data=TensorWriteData(ChunkStorageMetadata(zero, zero), fp32, zero)))  # fmt: skip
+            step = TensorWriteData(ChunkStorageMetadata(zero, zero), fp32, zero)
+            items.append(WriteItem(MetadataIndex(key, zero), WriteItemType.TENSOR, tensor_data=step))
         for key, path in [*((f"optim.param_groups.0.{n}", ("optim", "param_groups", 0, n)) for n in [*PARAM_GROUP,
                           "params"]), ("step", ("step",))]:  # fmt: skip
             mappings[key] = path

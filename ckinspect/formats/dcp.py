@@ -386,7 +386,7 @@ class _Lister:
     def _declared_tensor(self, found, name: str, dtype: str, sizes: tuple[int, ...]) -> TensorInfo | None:
         """A chunk as `.metadata` declares it: its item must at least hold its bytes."""
         _reader, offset, length, relative = found
-        key = f"{relative}@{offset}"
+        key = f"{relative}@{offset}/0"  # torch.save of one tensor names its storage "0": as the full read keys it
         strides = self.strides.get(sizes)
         if strides is None:
             strides = self.strides[sizes] = contiguous_strides(sizes)

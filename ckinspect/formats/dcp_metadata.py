@@ -20,7 +20,7 @@ import io
 import os
 import pickle
 
-from ckinspect.formats.unpickler import _FrozenMeta, _opaque_class, standin_for
+from ckinspect.formats.unpickler import Opaque, _FrozenMeta, _opaque_class, standin_for
 from ckinspect.io.remote import is_url
 
 TYPE_CHECKING = False
@@ -108,7 +108,7 @@ def fast_fields(meta_path: Path, reader: Any) -> tuple[list[str], dict[str, Any]
             meta = unpickler.load()
     except Exception:  # noqa: BLE001 - declined, refused or malformed: the general path judges it
         return None
-    fields = meta.fields if type(meta) is _opaque_class(f"{_METADATA}.Metadata") else {}
+    fields = meta.fields if isinstance(meta, Opaque) and meta.qualname == f"{_METADATA}.Metadata" else {}
     if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):
         return None
     return unpickler.seen, fields

@@ -54,9 +54,14 @@ class Reader:
     scans here, whatever `jobs` says."""
 
     def __init__(
-        self, verify: bool = False, jobs: int | None = 1, keep: Callable[[Checkpoint], Kept] | None = None
+        self,
+        verify: bool = False,
+        jobs: int | None = 1,
+        keep: Callable[[Checkpoint], Kept] | None = None,
+        structure_only: bool = False,
     ) -> None:
         self.verify = verify
+        self.structure_only = structure_only  # no value is read from what it lists (--quick): DCP from .metadata
         self.jobs = jobs
         self.keep = keep
         self.cache: dict[Path, Checkpoint] = {}
@@ -76,7 +81,9 @@ class Reader:
     def inspect(self, path: Path) -> Checkpoint:
         ckpt = self.cache.get(path)
         if ckpt is None:
-            ckpt = self.cache[path] = inspect_path(path, quick=not self.verify, keep=self.keep)
+            ckpt = self.cache[path] = inspect_path(
+                path, quick=not self.verify, keep=self.keep, structure_only=self.structure_only
+            )
         return ckpt
 
 
