@@ -9,7 +9,7 @@ The one line to re-run on an idle machine:  python bench/bench_parallel.py --sta
 
 The shards are a sharded safetensors set (`model.safetensors.index.json`, fp32 tensors, page-cached by a
 first read). Each configuration runs in a fresh process that lists the set (not timed) and then times
-`ckinspect.analysis.parallel.scan_units` (for a pool: its start-up included): wall time, and CPU time
+`ckinspect.jobs.parallel.scan_units` (for a pool: its start-up included): wall time, and CPU time
 (the process's own plus each worker's while it scanned; worker imports not counted). Rows:
   1 process, 1 thread    --jobs 1 with CKINSPECT_THREADS=1: one core's worth
   2 processes            --jobs 2, one scan thread each (what the pool gives each worker on 2 cores)
@@ -46,7 +46,7 @@ TENSORS_PER_SHARD = 8
 SCAN_CHILD = r"""
 import json, sys, time
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.analysis.parallel import plan_units, scan_units
+from ckinspect.jobs.parallel import plan_units, scan_units
 ckpt = inspect_path(sys.argv[1], quick=True)
 units = plan_units([ckpt])
 jobs = int(sys.argv[2])
@@ -85,7 +85,7 @@ sys.exit(0 if bad == 0 else 1)
 START_CHILD = r"""
 import json, sys, time
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.analysis.parallel import plan_units, pool_scan
+from ckinspect.jobs.parallel import plan_units, pool_scan
 ckpt = inspect_path(sys.argv[1], quick=True)
 units = plan_units([ckpt])[:2]
 started = time.perf_counter()

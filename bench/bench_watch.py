@@ -214,7 +214,7 @@ def make_source(work: Path, saves: int) -> Path:
 def one_core_rate(source: Path) -> tuple[float, float]:
     """Saves judged per CPU second by one Follower here (jobs 1), and the CPU seconds per save."""
     sys.path.insert(0, str(REPO))
-    from ckinspect.analysis.runs.watch import Follower
+    from ckinspect.jobs.watch import Follower
 
     follower = Follower(source, settle=120, jobs=1)
     cpu = time.process_time()

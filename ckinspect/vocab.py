@@ -30,6 +30,7 @@ GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
 SEVERITY: dict[str, str] = {
     "UNSAFE_PICKLE": "error",
     "ALLOWLIST_NEEDED": "warning",
+    "WEIGHTS_ONLY_REFUSED": "warning",
     "CORRUPT": "error",
     "LEFTOVER_TMP": "warning",
     "NONFINITE": "error",
@@ -41,6 +42,7 @@ SEVERITY: dict[str, str] = {
     "MISSING_PARTS": "error",
     "PARTS_DISAGREE": "error",
     "EMBEDDED_CODE": "warning",
+    "CRC_NOT_RECORDED": "info",  # torch.save under compute_crc32=False: every CRC-32 is 0, the bytes cannot be checked
     "BOOKKEEPING_SENTINEL": "info",
     # `ckinspect watch`: anomalies between the saves of one run
     "UPDATE_RATIO_OUTLIER": "warning",
@@ -86,9 +88,34 @@ TMP_SUFFIX = ".tmp"
 QUARANTINE_DIR = ".ckinspect-quarantine"
 DCP_METADATA = ".metadata"
 
-# Suffixes a checkpoint file commonly has. Discovery does not rely on them alone (it sniffs content);
-# leftovers use them to pair `x.pth.tmp` with `x.pth`.
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle", ".tar", ".distcp")
+# The one table of the suffixes a checkpoint file may have, a column per use:
+#   found   discovery takes a file with it as a checkpoint by its name (others only when their content sniffs
+#           as one; a `.tar` is mostly just an archive, a `.distcp` belongs to its DCP folder)
+#   paired  a `<stem>.tmp` beside `<stem><suffix>` is that file's interrupted save (leftovers, repair)
+#   named   `--checkpoints-only` judges a file by this name alone, whatever it holds (a damaged `.pt` is CORRUPT)
+# (.jit: TorchScript archives; .p / .joblib: pickles; .npy / .npz: NumPy)
+#                suffix          found  paired named
+SUFFIX_TABLE: tuple[tuple[str, bool, bool, bool], ...] = (
+    (".pt", True, True, True),
+    (".pth", True, True, True),
+    (".bin", True, True, True),
+    (".ckpt", True, True, True),
+    (".safetensors", True, True, True),
+    (".pkl", True, True, True),
+    (".pickle", True, True, True),
+    (".tar", False, True, False),
+    (".distcp", False, True, True),
+    (".jit", True, True, False),
+    (".p", True, True, False),
+    (".joblib", True, True, False),
+    (".npy", True, True, False),
+    (".npz", True, True, False),
+)
+CHECKPOINT_SUFFIXES = tuple(row[0] for row in SUFFIX_TABLE)
+FOUND_SUFFIXES = frozenset(suffix for suffix, found, _, _ in SUFFIX_TABLE if found)
+PAIRED_SUFFIXES = tuple(suffix for suffix, _, paired, _ in SUFFIX_TABLE if paired)
+NAMED_SUFFIXES = frozenset(suffix for suffix, _, _, named in SUFFIX_TABLE if named)
+INDEX_SUFFIX = ".index.json"  # a sharded set's index: `model.safetensors.index.json`
 
 # Top-level keys where known layouts keep the step counter, the epoch and the number of processes.
 STEP_KEYS = (

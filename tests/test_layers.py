@@ -1,9 +1,9 @@
 """The house's one-way flow, read from the source: a lower layer never imports a higher one.
 
-bytes -> io -> formats -> analysis -> ops -> report -> api -> integrations -> commands -> tui -> cli, with the root base
-modules (record, vocab, dtypes, model, fmt, optional) under everything. Every module under ckinspect/ is parsed
-with `ast` (nothing is imported, so the test is fast and cannot be fooled by lazy imports); every
-import counts wherever it stands: at module level, inside a function (the lazy imports that keep
+bytes -> io -> formats -> analysis -> jobs -> ops -> report -> api -> integrations -> commands -> tui -> cli,
+with the root base modules (record, vocab, settings, dtypes, model, fmt, optional) under everything. Every
+module under ckinspect/ is parsed with `ast` (nothing is imported, so the test is fast and cannot be fooled
+by lazy imports); every import counts wherever it stands: at module level, inside a function (the lazy imports that keep
 torch and textual off the report path), under `if TYPE_CHECKING:`, and as a string naming a ckinspect
 module (`importlib.import_module("ckinspect.x")`, the lazy tables of package `__init__`s). Type-only imports
 are held to the same rule on purpose: a lower layer that names a higher layer's types depends on
@@ -21,8 +21,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ckinspect"
 
-ROOT_BASE = ("record", "vocab", "dtypes", "model", "fmt", "optional")
-ORDER = ("io", "formats", "analysis", "ops", "report", "api", "integrations", "commands", "tui")
+ROOT_BASE = ("record", "vocab", "settings", "dtypes", "model", "fmt", "optional")
+ORDER = ("io", "formats", "analysis", "jobs", "ops", "report", "api", "integrations", "commands", "tui")
 TOP = ("cli", "__main__", "__init__")
 
 LAYER: dict[str, int] = {name: 0 for name in ROOT_BASE}

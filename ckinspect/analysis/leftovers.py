@@ -23,14 +23,21 @@ from ckinspect.io.blobs import files_differ
 from ckinspect.io.remote import as_path, is_url, open_remote
 from ckinspect.io.zipdir import LOCAL_SIG, STORED, FileReader, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
-from ckinspect.vocab import DCP_METADATA, NOT_WHOLE_CODES, QUARANTINE_DIR, SINGLE_FILE_FORMATS, STEP_KEYS, TMP_SUFFIX
+from ckinspect.vocab import (
+    DCP_METADATA,
+    NOT_WHOLE_CODES,
+    PAIRED_SUFFIXES,
+    QUARANTINE_DIR,
+    SINGLE_FILE_FORMATS,
+    STEP_KEYS,
+    TMP_SUFFIX,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from typing import Any
 
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".tar", ".distcp")
 SKIP_DIRS = {QUARANTINE_DIR, ".git", "__pycache__"}
 SMALL_MEMBER = 1 << 20  # members up to this size get their CRC checked even in a quick check
 
@@ -115,7 +122,7 @@ def main_for_tmp(tmp: Path) -> Leftover | None:
     if _has_checkpoint_suffix(stem) or _checkpoint_pair(tmp, folder / stem):
         return Leftover(tmp, folder / stem)
     # <stem>.tmp beside <stem>.pt: the extension is not in the tmp's name
-    siblings = [folder / (stem + s) for s in CHECKPOINT_SUFFIXES if folders.is_file(folder / (stem + s))]
+    siblings = [folder / (stem + s) for s in PAIRED_SUFFIXES if folders.is_file(folder / (stem + s))]
     if len(siblings) == 1:
         return Leftover(tmp, siblings[0])
     if not siblings and _looks_like_checkpoint(tmp):
@@ -124,7 +131,7 @@ def main_for_tmp(tmp: Path) -> Leftover | None:
 
 
 def _has_checkpoint_suffix(name: str) -> bool:
-    return name.endswith(CHECKPOINT_SUFFIXES) or name == DCP_METADATA
+    return name.endswith(PAIRED_SUFFIXES) or name == DCP_METADATA
 
 
 def _checkpoint_pair(tmp: Path, main: Path) -> bool:

@@ -22,7 +22,7 @@ from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
 def run(args: argparse.Namespace) -> int:
     listing = args.format != "text"
-    from ckinspect.analysis.parallel import checked_jobs
+    from ckinspect.jobs.parallel import checked_jobs
 
     jobs = checked_jobs(getattr(args, "jobs", None))
     quick = getattr(args, "quick", False)

@@ -15,7 +15,7 @@ from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
 from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint, fails
-from ckinspect.vocab import CHECKPOINT_SUFFIXES, EXIT_ERROR, EXIT_OK, CkinspectError
+from ckinspect.vocab import EXIT_ERROR, EXIT_OK, NAMED_SUFFIXES, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ckinspect.analysis.ranks import torchrun_world
+    from ckinspect.jobs.ranks import torchrun_world
 
     world = torchrun_world()
     if world is not None:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     targets, orphans = found
     checkpoints = _list(targets, structure_only=args.quick)
     if not args.quick:
-        from ckinspect.analysis.parallel import merge_scans, plan_units, scan_units
+        from ckinspect.jobs.parallel import merge_scans, plan_units, scan_units
 
         units = plan_units(checkpoints)
         with _progress(args, checkpoints) as progress:
@@ -74,7 +74,7 @@ def _finish(checkpoints: list[Checkpoint], orphans: list[Checkpoint], args: argp
 
 
 def _jobs(args: argparse.Namespace) -> int | None:
-    from ckinspect.analysis.parallel import checked_jobs
+    from ckinspect.jobs.parallel import checked_jobs
 
     return checked_jobs(getattr(args, "jobs", None))
 
@@ -88,10 +88,10 @@ def _progress(args: argparse.Namespace, checkpoints: list[Checkpoint]) -> Any:
 
 
 def _run_ranks(args: argparse.Namespace, rank: int, world: int) -> int:
-    """The report under torchrun (analysis.ranks): every rank lists and scans its share, rank 0 writes.
+    """The report under torchrun (jobs.ranks): every rank lists and scans its share, rank 0 writes.
     Every rank reaches the same exchanges in the same order whatever fails, so none waits for ever."""
-    from ckinspect.analysis.parallel import merge_scans, plan_units, scan_units
-    from ckinspect.analysis.ranks import Ranks, share
+    from ckinspect.jobs.parallel import merge_scans, plan_units, scan_units
+    from ckinspect.jobs.ranks import Ranks, share
 
     with Ranks(rank, world) as ranks:
         status = EXIT_ERROR
@@ -138,7 +138,9 @@ def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool, jobs
     from ckinspect.io.remote import RemotePath
 
     runs = []
-    reader = Reader(verify=not quick, jobs=jobs)
+    from ckinspect.jobs.parallel import scanner
+
+    reader = Reader(verify=not quick, scan_many=scanner(jobs))
     reader.cache.update({ckpt.path if is_url(ckpt.path) else Path(ckpt.path): ckpt for ckpt in checkpoints})
     for raw in paths:
         if is_url(raw):
@@ -162,10 +164,7 @@ def is_checkpoint(path: Path) -> bool:
     else (a picture, a wheel, source) is not ours to judge."""
     from ckinspect.formats.sniff import sniff
 
-    return path.suffix.lower() in _SUFFIX_SAYS_CHECKPOINT or sniff(path) != "unknown"
-
-
-_SUFFIX_SAYS_CHECKPOINT = frozenset(CHECKPOINT_SUFFIXES) - {".tar"}  # a .tar is mostly just an archive: content decides
+    return path.suffix.lower() in NAMED_SUFFIXES or sniff(path) != "unknown"
 
 
 def unfinished_saves(paths: list[str], known: set[Path]) -> list[Checkpoint]:

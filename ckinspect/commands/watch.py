@@ -9,6 +9,8 @@ reached --fail-on). Without --report the live TUI screen opens instead (ckinspec
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -18,16 +20,45 @@ from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any
 
-    from ckinspect.analysis.runs.watch import Event
+    from ckinspect.jobs.watch import Event
+
+
+@contextlib.contextmanager
+def stopping_on_signals(terminate: Callable[[], object] | None = None) -> Iterator[None]:
+    """Watch runs until it is stopped, so SIGINT and SIGTERM must stop it whatever its parent left them as:
+    a background job, nohup and many CI runners start it with SIGINT ignored, and ignored handlers are
+    inherited across exec. Both end the follow loop as Ctrl-C does (the follower's processes are closed);
+    the TUI passes `terminate` (its app's exit) for SIGTERM, so that the terminal is restored. The
+    handlers found are put back on leaving (a test calling `main` in-process keeps its own)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (a test driving `follow` from a thread)
+        return
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt if terminate is None else lambda signum, frame: terminate())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
+    with stopping_on_signals():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     refuse_remote(args.run_dir, WATCH_LOCAL_ONLY)
     run_dir = check_run_dir(args.run_dir)
-    from ckinspect.analysis.runs.watch import Follower
+    from ckinspect.jobs.watch import Follower
     from ckinspect.model import fails
 
     follower = Follower(run_dir, settle=args.settle, verify=not args.quick, jobs=args.jobs, keep_bytes=args.keep << 20)
@@ -63,11 +94,11 @@ def follow(
     changes = Changes(follower.run_dir, interval=interval, poll=poll)
     if changes.mode == "polling" and changes.why and changes.why != "asked for":
         print(f"ckinspect: watching by polling every {changes.interval:g} s: {changes.why}", file=sys.stderr)
-    for event in follower.poll_each():
-        write(event)
-        if fails(event.findings, fail_on):
-            return EXIT_FINDINGS
     try:
+        for event in follower.poll_each():
+            write(event)
+            if fails(event.findings, fail_on):
+                return EXIT_FINDINGS
         for _ in changes.wakeups(stop):
             for event in follower.poll_each():
                 write(event)

@@ -13,7 +13,15 @@ from pathlib import Path, PurePosixPath
 
 from ckinspect.formats.sniff import is_dcp_folder, sniff
 from ckinspect.record import Record
-from ckinspect.vocab import HF_CONFIG, HF_WEIGHTS, SINGLE_FILE_FORMATS, CkinspectError
+from ckinspect.vocab import (
+    FOUND_SUFFIXES,
+    HF_CONFIG,
+    HF_WEIGHTS,
+    INDEX_SUFFIX,
+    SINGLE_FILE_FORMATS,
+    TMP_SUFFIX,
+    CkinspectError,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,17 +30,11 @@ if TYPE_CHECKING:
 
     TargetKind = Literal["file", "dcp", "sharded"]
 
-# .jit: TorchScript archives; .p / .joblib: pickles; .npy / .npz: NumPy (each judged alone as well)
-CHECKPOINT_SUFFIXES = frozenset(
-    {".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pkl", ".pickle", ".jit", ".p", ".joblib", ".npy", ".npz"}
-)
-INDEX_SUFFIX = ".index.json"
-
 
 class TmpSuffix:
     """Names an interrupted atomic save leaves behind: `model.pt.tmp`, `.model.pt.x8k2.tmp`, `.metadata.tmp`."""
 
-    SUFFIX = ".tmp"
+    SUFFIX = TMP_SUFFIX
 
     @classmethod
     def main_name(cls, tmp_name: str) -> str | None:
@@ -132,13 +134,13 @@ def _search(folder: Path, visited: set[Path]) -> list[Target]:
 
 def _is_checkpoint_index(name: str) -> bool:
     """`model.safetensors.index.json`, `pytorch_model.bin.index.json`; not `tf_model.h5.index.json` (no reader)."""
-    return name.endswith(INDEX_SUFFIX) and Path(name[: -len(INDEX_SUFFIX)]).suffix.lower() in CHECKPOINT_SUFFIXES
+    return name.endswith(INDEX_SUFFIX) and Path(name[: -len(INDEX_SUFFIX)]).suffix.lower() in FOUND_SUFFIXES
 
 
 def _is_checkpoint_file(path: Path) -> bool:
     """By its suffix, or else by its content: any name (`latest`, `model_best.pth.tar`, `weights.dat`,
     a hidden file) holding what torch.load or pickle.load would read is judged."""
-    if path.suffix.lower() in CHECKPOINT_SUFFIXES and not path.name.startswith("."):
+    if path.suffix.lower() in FOUND_SUFFIXES and not path.name.startswith("."):
         return True
     try:
         return sniff(path) in SINGLE_FILE_FORMATS

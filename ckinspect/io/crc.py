@@ -28,10 +28,11 @@ Installed by the `fast` extra (`pip install ckinspect[fast]`); the core install 
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections.abc import Callable
 from types import ModuleType
+
+from ckinspect import settings
 
 Crc32 = Callable[..., int]
 
@@ -54,7 +55,7 @@ def _module(name: str) -> ModuleType | None:
 
 
 def _choose() -> tuple[str, ModuleType]:
-    forced = os.environ.get("CKINSPECT_CRC", "")
+    forced = settings.crc_backend()
     for name in (forced,) if forced in _ORDER else _ORDER:
         module = _module(name)
         if module is not None:

@@ -24,6 +24,7 @@ import re
 import time
 from pathlib import Path, PurePosixPath
 
+from ckinspect import settings
 from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
@@ -114,15 +115,11 @@ def refuse_remote(path: object, why: str) -> None:
 
 
 def _timeout() -> float:
-    try:
-        return max(0.1, float(os.environ.get("CKINSPECT_REMOTE_TIMEOUT", "30")))
-    except ValueError:
-        return 30.0
+    return settings.remote_timeout()
 
 
 def _retries() -> int:
-    env = os.environ.get("CKINSPECT_REMOTE_RETRIES", "3")
-    return int(env) if env.isdigit() else 3
+    return settings.remote_retries()
 
 
 def _filesystem(url: str) -> tuple[Any, str]:

@@ -18,8 +18,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import signal
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,7 @@ from ckinspect.vocab import QUARANTINE_DIR, CkinspectError
 
 MANIFEST = "manifest.json"
 ACTIONS = ("promote", "promote-keep-old", "set-aside", "nothing")
-# test hooks: pause after every filesystem step / SIGKILL ourselves after step N (crash injection)
-DELAY_ENV = "CKINSPECT_REPAIR_STEP_DELAY"
-CRASH_ENV = "CKINSPECT_REPAIR_CRASH_AFTER"
+AfterStep = Callable[[int], None]  # called with the count of filesystem steps made so far
 
 
 class RepairAction(Record):
@@ -259,30 +256,28 @@ def _sha256(path: Path) -> str | None:
 
 
 class _Steps:
-    """Counts filesystem steps; honours the test hooks (a pause, or SIGKILL after step N)."""
+    """Counts filesystem steps and tells `after_step`, the seam crash-injection tests hook (a pause, or a
+    SIGKILL after step N); shipping code passes none."""
 
-    def __init__(self) -> None:
+    def __init__(self, after_step: AfterStep | None = None) -> None:
         self.count = 0
-        self.delay = float(os.environ.get(DELAY_ENV, "0") or 0)
-        crash = os.environ.get(CRASH_ENV, "")
-        self.crash_after = int(crash) if crash.strip() else None
+        self.after_step = after_step
 
     def __call__(self) -> None:
         self.count += 1
-        if self.crash_after is not None and self.count >= self.crash_after:
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.delay:
-            time.sleep(self.delay)
+        if self.after_step is not None:
+            self.after_step(self.count)
 
 
 def new_run_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S_%fZ")
 
 
-def apply_plan(plan: RepairPlan, run_id: str | None = None) -> ApplyResult:
+def apply_plan(plan: RepairPlan, run_id: str | None = None, after_step: AfterStep | None = None) -> ApplyResult:
+    """Apply the pending actions; `after_step(n)` runs after each filesystem step (tests inject crashes there)."""
     run_id = run_id or new_run_id()
     result = ApplyResult(plan, run_id)
-    step = _Steps()
+    step = _Steps(after_step)
     by_folder: dict[Path, list[RepairAction]] = {}
     for action in plan.pending:
         by_folder.setdefault(action.leftover.folder, []).append(action)

@@ -46,24 +46,23 @@ def text_section(run: Mapping[str, Any]) -> RenderableType:
     from rich.console import Group
     from rich.text import Text
 
-    from ckinspect.report.console import make_table, title_line
+    from ckinspect.report.console import Cell, NameTable, title_line
 
-    table = make_table()
-    for name, justify in (("", "left"), ("checkpoint", "left"), ("framework", "left"), ("step", "right"),
-                          ("time", "left"), ("size", "right"), ("verdict", "left")):  # fmt: skip
-        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    rows = []
     for ckpt in run["checkpoints"]:
-        mark = LAST_GOOD_MARK if ckpt["path"] == run.get("last_good") else ""
+        mark = LAST_GOOD_MARK if ckpt["path"] == run.get("last_good") else " "
         style = VERDICT_STYLE.get(ckpt["verdict"], "red") if ckpt["verdict"] else "dim"
-        table.add_row(
-            Text(mark, style="bold green"),
-            Text(terminal_safe(shown_path(ckpt["path"], run["path"]))),
-            ckpt["framework"],
-            "" if ckpt["step"] is None else str(ckpt["step"]),
-            when(ckpt["time"]),
-            human_bytes(ckpt["size"]),
-            Text(ckpt["verdict"] or "not read", style=style),
-        )
+        rows.append([
+            Cell(f"{mark} {terminal_safe(shown_path(ckpt['path'], run['path']))}"),
+            Cell(ckpt["framework"]),
+            Cell("" if ckpt["step"] is None else str(ckpt["step"])),
+            Cell(when(ckpt["time"])),
+            Cell(human_bytes(ckpt["size"])),
+            Cell(ckpt["verdict"] or "not read", style),
+        ])  # fmt: skip
+    headers = [("  checkpoint", "left"), ("framework", "left"), ("step", "right"), ("time", "left"),
+               ("size", "right"), ("verdict", "left")]  # fmt: skip
+    table = NameTable(headers, rows)  # a name too wide for its column takes a line of its own, whole
     parts: list[RenderableType] = [title_line(terminal_safe(run["path"]), "run"), table]
     for finding in run["findings"]:
         parts.append(Text(f"✗ {finding['code']}: {terminal_safe(finding['message'])}", style="red"))

@@ -5,13 +5,13 @@ Reads well at 80 columns: long tensor names fold, the widest table has six narro
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from rich.console import Group, RenderableType
-from rich.markup import escape
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -25,49 +25,72 @@ from ckinspect.report.common import (
     summary_line,
     terminal_copy,
 )
-from ckinspect.report.console import Wrapped, finish, make_console, make_table, title_line
+from ckinspect.report.console import (
+    Cell,
+    Cropped,
+    NameTable,
+    Title,
+    Wrapped,
+    finish,
+    make_console,
+    make_table,
+    wrap_words,
+)
 from ckinspect.vocab import GROUPS
 
 SEVERITY_STYLE = {"error": ("✗", "bold red"), "warning": ("!", "yellow"), "info": ("i", "cyan")}
 
 
 def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verbose: bool = False) -> str:
-    """One file: every detail. Several: the summary first, then only what needs a look (findings);
-    `verbose` adds each file's groups and tensors."""
+    """One file: every detail. Several, or a run folder: the summary first (a run's timeline and verdict,
+    then one line per file), then only what needs a look (findings); `verbose` adds each file's groups
+    and tensors."""
     # names and messages come from the file: no control sequence reaches the terminal. Only the tensors a
     # table shows are copied: a 1024-rank DCP save lists millions
     report = terminal_copy({**report, "files": [_shown_tensors(entry) for entry in report["files"]]})
     buffer = io.StringIO()
     console = make_console(buffer, width, color)
+    say = functools.partial(console.print, crop=False)  # a name wider than the line overflows it, never cut
     files = report["files"]
-    if len(files) > 1 and not verbose and report.get("diff") is None and not report.get("runs"):
-        console.print(summary_table(files))
-        for entry in files:
-            if entry["findings"] or entry.get("cut_short"):
-                console.print()
-                console.print(title_line(entry["path"], entry["format"], human_bytes(entry["file_bytes"])))
-                if entry.get("cut_short"):
-                    console.print(cut_short_line(entry))
-                console.print(findings_block(entry["findings"]))
-        console.print()
-        console.print(Text("--verbose adds each checkpoint's groups and tensors", style="dim"))
-        console.print(summary_line(report["summary"]))
+    if (len(files) > 1 or report.get("runs")) and not verbose and report.get("diff") is None:
+        if report.get("runs"):  # a run folder: its timeline and last good answer are the summary
+            from ckinspect.report.run_report import text_section
+
+            for run in report["runs"]:
+                say(Cropped(text_section(run)))
+                say()
+        say(summary_table(files))
+        for paths, entry in needing_a_look(files):
+            say()
+            say(Title(paths[0], entry["format"], human_bytes(entry["file_bytes"])))
+            if len(paths) > 1:
+                say(
+                    Text(
+                        f"and {len(paths) - 1} more file(s) with the same findings (--verbose lists each)", style="dim"
+                    )
+                )
+            if entry.get("cut_short"):
+                say(cut_short_line(entry))
+            say(findings_block(entry["findings"]))
+        say()
+        say(Text("--verbose adds each file's groups and tensors", style="dim"))
+        say(summary_line(report["summary"]))
         return finish(buffer)
     for index, entry in enumerate(files):
         if index:
-            console.print()
-        console.print(file_section(entry))
+            say()
+        say(file_section(entry))
     if len(files) > 1:
-        console.print()
-        console.print(summary_table(files))
+        say()
+        say(summary_table(files))
     if report.get("runs"):
         from ckinspect.report.run_report import text_section
 
         for run in report["runs"]:
-            console.print()
-            console.print(text_section(run))
+            say()
+            say(Cropped(text_section(run)))
     if report.get("diff") is None:
-        console.print(summary_line(report["summary"]))
+        say(summary_line(report["summary"]))
     return finish(buffer)
 
 
@@ -79,15 +102,28 @@ def _shown_tensors(entry: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**entry, "tensors": largest(tensors), "tensors_total": len(tensors)}
 
 
+def needing_a_look(files: list[Mapping[str, Any]]) -> list[tuple[list[str], Mapping[str, Any]]]:
+    """Files with findings, those whose findings read the same (24 rank files each lacking the step counter)
+    once, with the paths of the others."""
+    groups: dict[Any, tuple[list[str], Mapping[str, Any]]] = {}
+    for entry in files:
+        if not (entry["findings"] or entry.get("cut_short")):
+            continue
+        same = tuple((f["code"], f["severity"], f["message"], f.get("tensor")) for f in entry["findings"])
+        key = (same, entry["format"]) if not entry.get("cut_short") else (entry["path"],)
+        groups.setdefault(key, ([], entry))[0].append(entry["path"])
+    return list(groups.values())
+
+
 def file_section(entry: Mapping[str, Any]) -> RenderableType:
     parts: list[RenderableType] = []
     layout = f"{entry['layout']} layout" if entry.get("layout") not in (None, "unknown") else ""
-    parts.append(title_line(entry["path"], entry["format"], layout, human_bytes(entry["file_bytes"])))
+    parts.append(Title(entry["path"], entry["format"], layout, human_bytes(entry["file_bytes"])))
     meta = metadata_line(entry["metadata"])
     if meta:
         parts.append(Text(meta, style="dim"))
     if entry["tensor_count"]:
-        parts.append(groups_table(entry))
+        parts.append(Cropped(groups_table(entry)))
         parts.append(Text(bytes_line(entry)))
         if entry.get("cut_short"):
             parts.append(cut_short_line(entry))
@@ -143,30 +179,27 @@ def bytes_line(entry: Mapping[str, Any]) -> str:
     return line
 
 
-def tensors_table(entry: Mapping[str, Any]) -> Table:
+def tensors_table(entry: Mapping[str, Any]) -> NameTable:
+    """Tensor names whole on every width (a long one takes a line of its own), shapes never folded."""
     tensors = entry.get("tensors", [])
     file_bytes = entry["file_bytes"]
-    total = entry.get("tensors_total", len(tensors))
+    title = ""
+    shown = tensors
+    total = entry.get("tensors_total", len(tensors))  # render copied only the shown ones (_shown_tensors)
     if total > ALL_TENSORS_UP_TO:
         shown = largest(tensors)
         title = f"largest {len(shown)} of {total:,} tensors (--format json lists all)"
-    else:
-        shown = tensors
-        title = None
-    table = make_table(title)
-    table.add_column("tensor", overflow="fold", ratio=1, min_width=16)
-    table.add_column("group", no_wrap=True)
-    table.add_column("dtype", no_wrap=True)
-    table.add_column("shape", overflow="fold", max_width=18)
-    table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("of file", justify="right", no_wrap=True)
+    rows = []
     for t in shown:
         if t.get("missing"):  # its bytes are not in the file (cut short): as the TUI shows it
-            size, share = Text("missing", style="bold red"), "—"
+            size, share = Cell("missing", "bold red"), Cell("—")
         else:
-            size, share = Text(human_bytes(t["bytes"])), percent(t["bytes"] / file_bytes) if file_bytes else "-"
-        table.add_row(Wrapped(t["name"]), t["group"], t["dtype"], shape_text(t["shape"]), size, share)
-    return table
+            size = Cell(human_bytes(t["bytes"]))
+            share = Cell(percent(t["bytes"] / file_bytes) if file_bytes else "-")
+        rows.append([Cell(t["name"]), Cell(t["group"]), Cell(t["dtype"]), Cell(shape_text(t["shape"])), size, share])
+    headers = [("tensor", "left"), ("group", "left"), ("dtype", "left"), ("shape", "left"), ("size", "right"),
+               ("of file", "right")]  # fmt: skip
+    return NameTable(headers, rows, title)
 
 
 def cut_short_line(entry: Mapping[str, Any]) -> RenderableType:
@@ -180,38 +213,46 @@ def cut_short_line(entry: Mapping[str, Any]) -> RenderableType:
 
 
 def findings_block(findings: list[Mapping[str, Any]]) -> RenderableType:
+    """One finding a paragraph: its code, then the message wrapped at spaces under a hanging indent, so a
+    name in it is never split (a word wider than the line overflows it)."""
     if not findings:
         return Text("✓ no findings", style="green")
-    table = Table.grid(padding=(0, 1))
-    table.add_column(no_wrap=True)
-    table.add_column(overflow="fold")
-    for finding in findings:
-        mark, style = SEVERITY_STYLE.get(finding["severity"], ("?", ""))
-        head = Text(f"{mark} {finding['code']}", style=style)
-        message = finding["message"]
-        if finding.get("tensor") and finding["tensor"] not in message:
-            message += f" [{finding['tensor']}]"
-        table.add_row(head, Wrapped(message))
-    return table
+    return FindingLines(findings)
+
+
+class FindingLines:
+    def __init__(self, findings: list[Mapping[str, Any]]) -> None:
+        self.findings = findings
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        heads = [f"{SEVERITY_STYLE.get(f['severity'], ('?', ''))[0]} {f['code']}" for f in self.findings]
+        indent = max(len(h) for h in heads) + 1
+        for finding, head in zip(self.findings, heads, strict=True):
+            message = finding["message"]
+            if finding.get("tensor") and finding["tensor"] not in message:
+                message += f" [{finding['tensor']}]"
+            lines = wrap_words(message, max(20, options.max_width - indent))
+            out = Text(no_wrap=True, overflow="ignore")
+            out.append(head.ljust(indent), style=SEVERITY_STYLE.get(finding["severity"], ("?", ""))[1])
+            out.append(("\n" + " " * indent).join(lines))
+            yield out
 
 
 def summary_table(files: list[Mapping[str, Any]]) -> RenderableType:
     base = common_folder([entry["path"] for entry in files])
     title = Text.assemble(("summary", "bold"), f" of {len(files)} checkpoints" + (f" in {base}" if base else ""))
-    table = make_table(collapse_padding=True)  # one space between columns: room for folder/name.pth at 80
-    table.add_column("checkpoint", overflow="fold", ratio=1)
-    table.add_column("format", no_wrap=True)
-    table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("optim", justify="right", no_wrap=True)
-    table.add_column("findings", no_wrap=True)
-    for entry in files:
-        table.add_row(
-            escape(_relative(entry["path"], base) if base else entry["path"]),
-            entry["format"],
-            human_bytes(entry["file_bytes"]),
-            percent(optimizer_share(entry)) if entry["groups"]["optimizer"]["tensor_count"] else "-",
-            finding_counts(entry["findings"]) or "none",
-        )
+    rows = [
+        [
+            Cell(_relative(entry["path"], base) if base else entry["path"]),
+            Cell(entry["format"]),
+            Cell(human_bytes(entry["file_bytes"])),
+            Cell(percent(optimizer_share(entry)) if entry["groups"]["optimizer"]["tensor_count"] else "-"),
+            Cell(finding_counts(entry["findings"]) or "none"),
+        ]
+        for entry in files
+    ]
+    headers = [("checkpoint", "left"), ("format", "left"), ("size", "right"), ("optim", "right"), ("findings", "left")]
+    table = NameTable(headers, rows)  # a path too long for its column on a line of its own, whole
     return Group(title, table)
 
 

@@ -1,6 +1,6 @@
 """`ckinspect watch --report`: one line per checkpoint event, as text or as a JSON object (JSON lines).
 
-Renders `Event.to_json()` (analysis.runs.watch), so the text line and the JSON line hold the same data:
+Renders `Event.to_json()` (jobs.watch), so the text line and the JSON line hold the same data:
 
     [3] step 30 tiny_step000030 dcp: good  Δstep 10  update model 2.10e-02 optimizer 8.02e-02  0.4 s after save
     [4] step 40 tiny_step000040 dcp: damaged  NONFINITE_ONSET (error): NaN/Inf first appears at step 40 ...

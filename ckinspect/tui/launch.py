@@ -42,5 +42,11 @@ def run(command: str, args: argparse.Namespace) -> int:
             "keep_bytes": args.keep << 20,
         }
     app = create_app(command, paths, quick=bool(getattr(args, "quick", False)), watch=watch)
-    app.run()
+    if command == "watch":
+        from ckinspect.commands.watch import stopping_on_signals
+
+        with stopping_on_signals(terminate=app.exit):  # it runs until stopped, whatever the parent ignored
+            app.run()
+    else:
+        app.run()
     return app.return_code or 0  # 1 when the app stopped on an unhandled error (Textual printed it)

@@ -106,3 +106,47 @@ def test_classify_reads_which_is_newer_from_the_step_not_the_mtime(tmp_path):
     assert (status.main_step, status.tmp_step, status.newer) == (30, 20, "main")
     assert status.tmp_complete and status.main_intact
     assert "step 30" in status.explain() and "main file is newer" in status.explain()
+
+
+def _beside_an_identical_tmp(folder, name: str) -> None:
+    """`<stem><suffix>` and a byte-identical `<stem>.tmp`: a save that wrote under a suffix-less temporary."""
+    import pickle
+    import shutil
+
+    import numpy as np
+
+    folder.mkdir()
+    main = folder / name
+    if name.endswith(".npy"):
+        np.save(main, np.arange(10.0))
+    else:
+        main.write_bytes(pickle.dumps({"weights": [1.0, 2.0]}, protocol=4))
+    shutil.copyfile(main, folder / "model.tmp")
+
+
+def test_a_suffixless_tmp_beside_a_npy_or_pickle_pairs_with_it_and_no_phantom_checkpoint_appears(tmp_path):
+    """The one suffix table: `model.tmp` beside `model.npy` (or `model.pickle`) belongs to that file, as beside
+    `model.pt`. Once, leftovers knew fewer suffixes than discovery: a phantom checkpoint `model` was reported
+    missing, and repair said it would leave the tmp alone."""
+    import subprocess
+    import sys
+
+    from ckinspect.ops.repair import plan_repairs
+    from tests.conftest import cli_env
+
+    for name in ("model.npy", "model.pickle"):
+        folder = tmp_path / name.replace(".", "_")
+        _beside_an_identical_tmp(folder, name)
+        assert main_for_tmp(folder / "model.tmp").main == folder / name
+        [action] = plan_repairs(folder).actions
+        assert (action.action, action.leftover.main) == ("set-aside", folder / name)
+        report = subprocess.run(
+            [sys.executable, "-m", "ckinspect", "--report", str(folder), "--format", "json"],
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+        )
+        files = json.loads(report.stdout)["files"]
+        assert [f["path"] for f in files] == [str(folder / name)]
+        [finding] = [f for f in files[0]["findings"] if f["code"] == "LEFTOVER_TMP"]
+        assert finding["message"].endswith("both hold the same checkpoint byte for byte")

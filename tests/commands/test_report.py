@@ -113,7 +113,9 @@ def test_markdown_and_output_file(ckpts, tmp_path):
 
 def test_text_fits_80_columns(ckpts):
     proc = run_cli("--report", "--quick", ckpts["root"], env={"COLUMNS": "80"})
-    assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+    # only a path wider than the line (tmp folders are long under xdist) overflows it, whole, on its own line
+    too_long = [line for line in proc.stdout.splitlines() if len(line) > 80]
+    assert all(Path(line.strip()).exists() for line in too_long), too_long
 
 
 def test_missing_path_is_one_line_and_exit_2(tmp_path):

@@ -4,6 +4,7 @@ ends the job with one line and exit 2, never a hang."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import cli_env
+from tests.conftest import REPO, cli_env
 from tests.helpers.shards import write_set
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.slow]
@@ -22,7 +23,7 @@ FAULTS = textwrap.dedent(
     """
     import os, time
     if os.environ.get("RANK") == "1" and os.environ.get("CKINSPECT_TEST_FAULT"):
-        import ckinspect.analysis.parallel as parallel
+        import ckinspect.jobs.parallel as parallel
 
         def scan_unit(unit, progress=None):
             if os.environ["CKINSPECT_TEST_FAULT"] == "stall":
@@ -86,7 +87,7 @@ def test_two_ranks_write_the_one_process_report(run_cli, sets, tmp_path):
 
 
 def test_a_rank_that_fails_ends_the_job_with_one_line(sets):
-    env = {"CKINSPECT_TEST_FAULT": "raise", "PYTHONPATH": str(sets["root"] / "faults")}
+    env = {"CKINSPECT_TEST_FAULT": "raise", "PYTHONPATH": os.pathsep.join((str(sets["root"] / "faults"), str(REPO)))}
     proc = _torchrun(sets["clean"], "--format", "json", env=env)
     assert _ours(proc.stderr) == ["ckinspect: rank 1 failed while scanning: injected: the disk went away"]
     assert proc.stdout == ""
@@ -96,7 +97,11 @@ def test_a_rank_that_fails_ends_the_job_with_one_line(sets):
 
 
 def test_a_rank_that_stalls_times_out_instead_of_hanging(sets):
-    env = {"CKINSPECT_TEST_FAULT": "stall", "PYTHONPATH": str(sets["root"] / "faults"), "CKINSPECT_RANK_TIMEOUT": "5"}
+    env = {
+        "CKINSPECT_TEST_FAULT": "stall",
+        "PYTHONPATH": os.pathsep.join((str(sets["root"] / "faults"), str(REPO))),
+        "CKINSPECT_RANK_TIMEOUT": "5",
+    }
     proc = _torchrun(sets["clean"], "--format", "json", env=env, timeout=180)
     ours = _ours(proc.stderr)
     assert len(ours) == 1 and ours[0].startswith("ckinspect: torchrun: rank 0 lost the other ranks: "), proc.stderr

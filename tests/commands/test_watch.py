@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from ckinspect.analysis.runs.watch import Follower
 from ckinspect.commands.watch import follow, line_writer
 from ckinspect.io import changes
 from ckinspect.io.changes import EVENTS, POLLING, Changes
+from ckinspect.jobs.watch import Follower
 from tests.analysis.runs.saves import age, half_written, save
 from tests.conftest import REPO, cli_env, run_cli_process
 

@@ -6,7 +6,9 @@ with a short pause after every filesystem step, and is SIGKILLed at a random mom
   - each pair's newest whole checkpoint is still under its main name or its tmp name,
   - no file's bytes have disappeared (every original content is somewhere in the folder),
   - running the repair again finishes the job: every main holds the newest checkpoint.
-A second sweep kills the process right after step 1, 2, ... N (env hook), so every boundary is hit.
+A second sweep kills the process right after step 1, 2, ... N, so every boundary is hit. The pause and the
+kill are injected through apply_plan's `after_step` seam (a sitecustomize for the CLI process): shipping code
+reads no test hook from the environment.
 """
 
 from __future__ import annotations
@@ -25,7 +27,33 @@ from ckinspect.ops.repair import apply_plan, plan_repairs
 from tests.helpers.torch_files import cut, save_resume, sha, tree_hashes
 
 RANDOM_RUNS = 60
-STEP_DELAY = "0.01"  # seconds after each filesystem step, so kills land between steps as well as in them
+STEP_DELAY = 0.01  # seconds after each filesystem step, so kills land between steps as well as in them
+
+# The CLI process's seam: apply_plan wrapped to pause after every step (what `pause` does for a forked child).
+CLI_PAUSE = """
+import functools, time
+import ckinspect.ops.repair as repair
+
+def _paused(apply_plan):
+    @functools.wraps(apply_plan)
+    def apply(plan, run_id=None, after_step=None):
+        return apply_plan(plan, run_id, after_step=lambda step: time.sleep(0.02))
+    return apply
+
+repair.apply_plan = _paused(repair.apply_plan)
+"""
+
+
+def pause(seconds: float) -> repair.AfterStep:
+    return lambda step: time.sleep(seconds)
+
+
+def crash_after(n: int) -> repair.AfterStep:
+    def hook(step: int) -> None:
+        if step >= n:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +82,7 @@ def _fresh(template, dest: Path) -> Path:
     return dest
 
 
-def _child_repair(folder: Path, env: dict[str, str]) -> tuple[int, int]:
+def _child_repair(folder: Path, after_step: repair.AfterStep) -> tuple[int, int]:
     """Fork the repair process; returns (pid, fd that becomes readable when planning is done)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -62,10 +90,9 @@ def _child_repair(folder: Path, env: dict[str, str]) -> tuple[int, int]:
         code = 0
         try:
             os.close(read_fd)
-            os.environ.update(env)
             plan = plan_repairs(folder)
             os.write(write_fd, b"p")
-            apply_plan(plan)
+            apply_plan(plan, after_step=after_step)
         except BaseException:
             code = 3
         os._exit(code)
@@ -97,7 +124,7 @@ def _check_rerun_completes(folder: Path, template) -> None:
 
 def _apply_duration(template, tmp_path) -> float:
     folder = _fresh(template, tmp_path)
-    pid, fd = _child_repair(folder, {repair.DELAY_ENV: STEP_DELAY})
+    pid, fd = _child_repair(folder, pause(STEP_DELAY))
     _wait_planned(fd)
     start = time.monotonic()
     _, status = os.waitpid(pid, 0)
@@ -113,7 +140,7 @@ def test_sigkill_at_random_instants_never_loses_the_newest_checkpoint(template, 
     while killed < RANDOM_RUNS and runs < 3 * RANDOM_RUNS:  # a kill that came after the apply finished does not count
         runs += 1
         folder = _fresh(template, tmp_path / f"run{runs}")
-        pid, fd = _child_repair(folder, {repair.DELAY_ENV: STEP_DELAY})
+        pid, fd = _child_repair(folder, pause(STEP_DELAY))
         _wait_planned(fd)
         time.sleep(rng.uniform(0, duration))
         os.kill(pid, signal.SIGKILL)
@@ -131,7 +158,7 @@ def test_sigkill_after_every_single_step_never_loses_the_newest_checkpoint(templ
     step = 1
     while True:
         folder = _fresh(template, tmp_path / f"step{step}")
-        pid, fd = _child_repair(folder, {repair.CRASH_ENV: str(step)})
+        pid, fd = _child_repair(folder, crash_after(step))
         _wait_planned(fd)
         _, status = os.waitpid(pid, 0)
         _check_nothing_lost(folder, template)
@@ -148,14 +175,17 @@ def test_sigkill_of_the_cli_process_mid_apply_loses_nothing(template, tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import cli_env
+    from tests.conftest import REPO, cli_env
 
+    seam = tmp_path / "seam"
+    seam.mkdir()
+    (seam / "sitecustomize.py").write_text(CLI_PAUSE)
     rng = random.Random(99)
     for run in range(5):
         folder = _fresh(template, tmp_path / f"cli{run}")
         child = subprocess.Popen(
             [sys.executable, "-m", "ckinspect", "repair", str(folder), "--apply"],
-            env=cli_env({repair.DELAY_ENV: "0.02"}),
+            env=cli_env({"PYTHONPATH": os.pathsep.join((str(seam), str(REPO)))}),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -176,7 +206,7 @@ def test_undo_after_a_crash_at_any_step_restores_every_name_and_byte(template, t
     step = 1
     while True:
         folder = _fresh(template, tmp_path / f"undo{step}")
-        pid, fd = _child_repair(folder, {repair.CRASH_ENV: str(step)})
+        pid, fd = _child_repair(folder, crash_after(step))
         _wait_planned(fd)
         _, status = os.waitpid(pid, 0)
         result = undo(folder)

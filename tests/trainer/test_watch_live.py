@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, cli_env
+from tests.helpers.processes import kill_group
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
@@ -32,6 +33,7 @@ class Watch:
             text=True,
             cwd=REPO,
             env=cli_env(),
+            start_new_session=True,  # its own group: `stop` ends it and its workers whatever happened
         )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -48,16 +50,25 @@ class Watch:
                 raise AssertionError(f"watch: {self.events!r}; stderr: {self.stderr()}")
             time.sleep(0.1)
 
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
-        status = self.proc.wait(timeout=60)
-        self.reader.join(timeout=10)
+    def stop(self) -> int | None:
+        """SIGINT, as Ctrl-C; whatever comes of it, nothing of this process group outlives the test."""
+        try:
+            self.proc.send_signal(signal.SIGINT)
+            status = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            status = None  # it ignored SIGINT: the test fails on the status, and the group is killed below
+        finally:
+            self.stderr_text = self.stderr()
+            kill_group(self.proc)
+            self.reader.join(timeout=10)
         return status
 
     def stderr(self) -> str:
         if self.proc.poll() is None:
             return "(still running)"
-        return self.proc.stderr.read() if self.proc.stderr else ""
+        if self.proc.stderr is None or self.proc.stderr.closed:
+            return getattr(self, "stderr_text", "")
+        return self.proc.stderr.read()
 
 
 def trainer(out: Path, *args: str) -> subprocess.Popen[str]:
@@ -68,6 +79,7 @@ def trainer(out: Path, *args: str) -> subprocess.Popen[str]:
         text=True,
         cwd=REPO,
         env=cli_env(),
+        start_new_session=True,
     )
 
 
@@ -82,8 +94,7 @@ def test_twenty_saves_each_judged_once_in_order_and_the_nan_onset_named(tmp_path
         watch.wait_for(lambda events: len(events) >= 20)
         time.sleep(1.0)  # anything judged twice would show up now
     finally:
-        if train.poll() is None:
-            train.kill()
+        kill_group(train)
         status = watch.stop()
     assert status == 0
     steps = list(range(2, 42, 2))
@@ -119,8 +130,7 @@ def test_a_save_killed_half_way_is_reported_after_the_settle_time(tmp_path, save
         watch.wait_for(lambda events: len(events) >= 1)
         time.sleep(1.0)
     finally:
-        if train.poll() is None:
-            train.kill()
+        kill_group(train)
         status = watch.stop()
     assert status == 0
     [event] = watch.events

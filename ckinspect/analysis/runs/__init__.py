@@ -28,6 +28,10 @@ from ckinspect.io.remote import is_url
 from ckinspect.model import Finding
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, TMP_SUFFIX, CkinspectError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ckinspect.analysis.runs.judge import ScanMany
+
 __all__ = [
     "GOOD",
     "Reader",
@@ -49,8 +53,8 @@ def last_good(
     run_dir: str | os.PathLike[str],
     verify: bool = False,
     everything: bool = False,
-    jobs: int | None = 1,
     quick: bool = False,
+    scan_many: ScanMany | None = None,
 ) -> Run:
     """The run with its checkpoints judged, newest first until one is good (all with `everything`): the one
     entry point for last-good, the run views (TUI, `--report`) and the Python API. `run.last_good` is the
@@ -60,13 +64,14 @@ def last_good(
     be named finite (its CRCs and value scan read; only that candidate's, so the answer costs one
     checkpoint's bytes; a candidate with NaN/Inf is damaged and the next older one is tried). `quick`:
     structure only, no value read (each checkpoint's `values_checked` stays False). `verify`: every
-    checkpoint judged gets the full scan, not only the candidate. `jobs`: processes for the value scan of
-    each checkpoint's parts (analysis.parallel). A URL is a prefix in an object store (io.folders lists it
+    checkpoint judged gets the full scan, not only the candidate. `scan_many`: how the value scan of
+    each checkpoint's parts runs side by side (jobs.parallel.scanner(jobs), a process pool; None: one by one
+    here). A URL is a prefix in an object store (io.folders lists it
     once; parts are read by range requests)."""
     path = folders.open_folder(run_dir)  # a URL: listed here (a missing or denied prefix: one line)
     if not is_url(path) and not path.is_dir():
         raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
-    reader = Reader(verify=verify and not quick, jobs=jobs, structure_only=quick)
+    reader = Reader(verify=verify and not quick, scan_many=scan_many, structure_only=quick)
     run = collect(path)
     judge_run(run, reader, everything=everything, values=not quick)
     return run
@@ -131,7 +136,7 @@ def check_values(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     """Judge a structurally good candidate again with its CRCs and values read (once): NaN/Inf in what the
     framework loads makes it damaged, as `--verify` and watch would call it."""
     if not ckpt.values_checked:
-        judge(ckpt, Reader(verify=True, jobs=reader.jobs, keep=reader.keep))
+        judge(ckpt, Reader(verify=True, keep=reader.keep, scan_many=reader.scan_many))
     return ckpt
 
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
     from ckinspect.analysis.scan import Kept
 
+    ScanMany = Callable[[list[Checkpoint]], None]  # value-scans listed checkpoints, findings appended to each
+
 # Frameworks whose checkpoint is one file: its own checks decide whether it is a resume file.
 SINGLE_FILE = ("file", "lightning", "trainer")
 # A checkpoint with several reasons gets the verdict of the worst.
@@ -46,36 +48,35 @@ FRAMEWORK_GLOBALS: dict[str, dict[str, str]] = {
 
 
 class Reader:
-    """Reads each part once (recognisers and the judge share it). With `verify` and `jobs` other than 1
-    (None: analysis.parallel's default), the value scan of a checkpoint's parts runs on a process pool.
+    """Reads each part once (recognisers and the judge share it). With `verify` and a `scan_many` (the caller's
+    way of scanning several listed checkpoints side by side: jobs.parallel's process pool, `scanner(jobs)`),
+    the value scan of a checkpoint's parts runs there; analysis itself starts no process.
 
     `keep(listed)`, when given, says which values the value scan of each part keeps (a `scan.Kept`, which
     the scan fills): see analysis.inspect. Kept values fill in this process only, so a Reader that keeps
-    scans here, whatever `jobs` says."""
+    scans here, whatever `scan_many` is."""
 
     def __init__(
         self,
         verify: bool = False,
-        jobs: int | None = 1,
         keep: Callable[[Checkpoint], Kept] | None = None,
+        scan_many: ScanMany | None = None,
         structure_only: bool = False,
     ) -> None:
         self.verify = verify
         self.structure_only = structure_only  # no value is read from what it lists (--quick): DCP from .metadata
-        self.jobs = jobs
         self.keep = keep
+        self.scan_many = scan_many
         self.cache: dict[Path, Checkpoint] = {}
 
     def prefetch(self, paths: list[Path]) -> None:
         """Read these parts now, their value scans side by side (one checkpoint's rank files or shards);
         the same Checkpoints `inspect` would give one by one."""
         todo = [p for p in dict.fromkeys(paths) if p not in self.cache]
-        if not self.verify or self.jobs == 1 or self.keep is not None or len(todo) < 2:
+        if not self.verify or self.scan_many is None or self.keep is not None or len(todo) < 2:
             return  # inspect() reads them one by one
-        from ckinspect.analysis.parallel import scan_checkpoints
-
         listed = [inspect_path(p, quick=True) for p in todo]
-        scan_checkpoints(listed, self.jobs)
+        self.scan_many(listed)
         self.cache.update(zip(todo, listed, strict=True))
 
     def inspect(self, path: Path) -> Checkpoint:

@@ -1,7 +1,7 @@
 """`ckinspect watch RUN_DIR`: the live screen. A timeline of the run's checkpoints with their verdicts; the
 newest one's findings and what changed since the save before; a sparkline of the update ratio per group.
 
-The follower (analysis.runs.watch) runs in one thread worker: it waits for file events (or polls), judges
+The follower (jobs.watch) runs in one thread worker: it waits for file events (or polls), judges
 each finished save once and posts a `CheckpointJudged` per event. Nothing here reads a checkpoint.
 """
 
@@ -101,8 +101,8 @@ class WatchScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="watch", description="following the run")
     def follow(self) -> None:
-        from ckinspect.analysis.runs.watch import Follower
         from ckinspect.io.changes import Changes
+        from ckinspect.jobs.watch import Follower
 
         follower = Follower(
             self.run_dir, settle=self.settle, verify=not self.app.quick, jobs=self.jobs, keep_bytes=self.keep_bytes

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ckinspect.analysis.runs.judge import Reader
+from ckinspect.jobs.parallel import scanner
 from tests.analysis.runs.test_runs import ds_tag
 
 
@@ -33,7 +34,7 @@ def test_verify_with_two_processes_gives_the_same_verdicts(run_cli, tmp_path):
 def test_prefetch_reads_the_parts_as_inspect_does(tmp_path):
     run = _run_with_a_nan_in_the_newest(tmp_path)
     parts = sorted((run / "global_step30").glob("*.pt"))
-    pooled, alone = Reader(verify=True, jobs=2), Reader(verify=True, jobs=1)
+    pooled, alone = Reader(verify=True, scan_many=scanner(2)), Reader(verify=True, scan_many=scanner(1))
     pooled.prefetch(parts)
     alone.prefetch(parts)  # jobs=1: nothing read ahead, inspect() reads each when asked
     assert sorted(pooled.cache) == parts and alone.cache == {}

@@ -13,8 +13,8 @@ import torch
 
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.analysis.runs import last_good
-from ckinspect.analysis.runs.watch import Follower
 from ckinspect.cli import main
+from ckinspect.jobs.watch import Follower
 from tests.analysis.runs.fixtures import framework_run
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]

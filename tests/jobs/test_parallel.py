@@ -8,8 +8,8 @@ import os
 import pytest
 
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.analysis.parallel import MIN_POOL_BYTES, merge_scans, plan_units, scan_units
-from ckinspect.analysis.ranks import disagreement, share, torchrun_world
+from ckinspect.jobs.parallel import MIN_POOL_BYTES, merge_scans, plan_units, scan_units
+from ckinspect.jobs.ranks import disagreement, share, torchrun_world
 from tests.helpers.shards import SHARDS, shard_name, write_set
 
 

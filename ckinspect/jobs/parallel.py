@@ -1,6 +1,6 @@
 """The value scan of many parts at once: each file of a sharded set or a DCP folder (and each checkpoint of a
 folder) is one unit, scanned by a pool of worker processes (`--jobs N`) or by the ranks of a torchrun job
-(`analysis.ranks`). The merged findings are the same whoever scanned which part:
+(`jobs.ranks`). The merged findings are the same whoever scanned which part:
 
     units = plan_units(checkpoints)                      # listing already done; nothing read yet
     results = scan_units(units, jobs=2)                  # PartScan records, one per unit, in unit order
@@ -29,11 +29,13 @@ this process; an explicit `--jobs N` always uses N processes when there are 2+ u
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from ckinspect import settings
 from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
@@ -227,14 +229,11 @@ def start_method() -> str:
 
 def _threads_per_worker(workers: int) -> int:
     """Each worker's scan threads: the cores shared out, so N workers do not run 2N threads on N cores."""
-    env = os.environ.get("CKINSPECT_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(1, default_jobs() // workers)
+    return settings.threads() or max(1, default_jobs() // workers)
 
 
 def _start_worker(threads: int) -> None:
-    os.environ["CKINSPECT_THREADS"] = str(threads)
+    settings.set_threads(threads)
 
 
 def merge_scans(checkpoints: Sequence[Checkpoint], units: Sequence[ScanUnit], results: Sequence[PartScan]) -> None:
@@ -254,6 +253,14 @@ def merge_scans(checkpoints: Sequence[Checkpoint], units: Sequence[ScanUnit], re
             ckpt.findings.extend(result.findings)
             flagged.update(result.flagged)
         ckpt.findings.extend(value_findings(ckpt, flagged))
+
+
+def scanner(jobs: int | None) -> Callable[[list[Checkpoint]], None] | None:
+    """What a run's Reader scans a checkpoint's parts with (`scan_many`): this pool, or None for `--jobs 1`
+    (one after another in this process, as inspect does)."""
+    if jobs == 1:
+        return None
+    return functools.partial(scan_checkpoints, jobs=jobs)
 
 
 def scan_checkpoints(

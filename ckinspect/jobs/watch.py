@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from ckinspect import settings
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.analysis.runs import collect
 from ckinspect.analysis.runs.deepspeed import LATEST
@@ -428,7 +429,7 @@ def read_part(path: Path, verify: bool, keep_bytes: int) -> Read:
 
 
 def _start_worker(threads: int) -> None:
-    os.environ["CKINSPECT_THREADS"] = str(threads)
+    settings.set_threads(threads)
 
 
 def _result(future: Future[Read]) -> Read | None:

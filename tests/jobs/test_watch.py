@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.analysis.runs.watch import ABANDONED, IN_PROGRESS, JUDGED, Follower
 from ckinspect.analysis.updates import compare_saves
+from ckinspect.jobs.watch import ABANDONED, IN_PROGRESS, JUDGED, Follower
 from tests.analysis.runs.saves import LAYERS, age, half_written, save, state
 
 SETTLE = 30.0

@@ -21,21 +21,21 @@ import contextlib
 import os
 from collections.abc import Sequence
 
+from ckinspect import settings
 from ckinspect.vocab import EXIT_ERROR, CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ckinspect.analysis.parallel import PartScan, ScanUnit
+    from ckinspect.jobs.parallel import PartScan, ScanUnit
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-DEFAULT_TIMEOUT = 1800.0
 
 
 def torchrun_world() -> tuple[int, int] | None:
     """(rank, world size) when torchrun started this process in a job of 2+ ranks, else None."""
-    if os.environ.get("CKINSPECT_DISTRIBUTED", "") == "0" or not all(os.environ.get(k) for k in TORCHRUN_ENV):
+    if settings.distributed_off() or not all(os.environ.get(k) for k in TORCHRUN_ENV):
         return None
     try:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -45,12 +45,7 @@ def torchrun_world() -> tuple[int, int] | None:
 
 
 def rank_timeout() -> float:
-    raw = os.environ.get("CKINSPECT_RANK_TIMEOUT", "")
-    try:
-        value = float(raw) if raw else DEFAULT_TIMEOUT
-    except ValueError:
-        raise CkinspectError(f"CKINSPECT_RANK_TIMEOUT={raw!r} is not a number of seconds") from None
-    return value if value > 0 else DEFAULT_TIMEOUT
+    return settings.rank_timeout()
 
 
 def share(units: Sequence[ScanUnit], rank: int, world: int) -> list[ScanUnit]:
