@@ -169,20 +169,13 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: 
                 ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, larger than the data files it indexes and "
                                     "too large to list (scanned, not decoded)")  # fmt: skip
             return None
-        fast = dcp_metadata.fast_fields(meta_path, reader)
-        if fast is not None:
-            seen, fields = fast
-            for qualname in seen:
-                if qualname not in ckpt.globals:
-                    ckpt.globals.append(qualname)
-            return fields
         data = reader.read_at(0, meta_size)  # the size the file has, never more (read(n) allocates n up front)
     return _scanned_fields(ckpt, data, index)
 
 
 def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any] | None:
-    """The general path, for any .metadata the fast decoder declined: the static scan judges every global,
-    then the restricted unpickler decodes."""
+    """The static scan judges every global (and what CPython's unpickler would choke or balloon on: memo
+    indices, sizes); then the fast decoder, or for anything it declines the restricted unpickler, decodes."""
     scans = scan_stream(data, limit=1)
     if not scans:
         ckpt.add("CORRUPT", f"{index} is empty")
@@ -200,6 +193,9 @@ def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any]
     if scan.error is not None:
         ckpt.add("CORRUPT", f"{index}: {scan.error}")
         return None
+    fast = dcp_metadata.fast_fields(data[: scan.end])  # judged safe by the scan: decoded at C speed
+    if fast is not None:
+        return fast
     meta = decode(ckpt, data[: scan.end], scan, index, guarded=guarded)
     fields = _fields(meta)
     if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):

@@ -5,27 +5,21 @@ then the restricted unpickler's Python stand-ins) costs several times torch's ow
 decoder runs CPython's C unpickler with a `find_class` that accepts exactly the globals DCP's writer
 emits and hands back stand-ins the C code builds without a Python frame (records whose BUILD fills their
 `__dict__`; `tuple` for `torch.Size`). Any other global, a persistent id, an extension code, or anything
-the unpickler refuses ends this path with None, and the caller takes the general one, which judges the
-file opcode by opcode as before: so hostile files get the very findings they got before, and the only
-globals this path ever accepts are benign ones.
-
-Why this is exact about globals: the C unpickler executes every opcode up to STOP, and every GLOBAL,
-STACK_GLOBAL, INST and OBJ passes through `find_class`; what follows STOP is never read by `pickle.load`
-either (dcp.load uses it). So the set `find_class` saw is the set `pickle.load` would import.
+the unpickler refuses ends this path with None, and the caller decodes with the general restricted
+unpickler instead. It runs only after the static scan has judged the pickle (every global it names, and
+what would make CPython's unpickler balloon: a LONG_BINPUT of index 2**30 makes it allocate 8 GiB of
+memo), so it changes how fast a safe file is decoded, never what is found in a hostile one.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import pickle
 
 from ckinspect.formats.unpickler import Opaque, _FrozenMeta, _opaque_class, standin_for
-from ckinspect.io.remote import is_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pathlib import Path
     from typing import Any
 
 _METADATA = "torch.distributed.checkpoint.metadata"
@@ -75,12 +69,9 @@ class _Declined(Exception):
 class _FastUnpickler(pickle.Unpickler):
     def __init__(self, file: Any) -> None:
         super().__init__(file, fix_imports=False, encoding="latin1")
-        self.seen: list[str] = []
 
     def find_class(self, module: str, name: str) -> Any:
         qualname = f"{module}.{name}"
-        if qualname not in self.seen:
-            self.seen.append(qualname)
         found = _RECORDS.get(qualname)
         if found is not None:
             return found
@@ -96,19 +87,16 @@ class _FastUnpickler(pickle.Unpickler):
         raise _Declined("persistent id")
 
 
-def fast_fields(meta_path: Path, reader: Any) -> tuple[list[str], dict[str, Any]] | None:
-    """(globals named, Metadata's fields) for a .metadata as torch writes it; None to take the general path."""
+def fast_fields(data: bytes) -> dict[str, Any] | None:
+    """Metadata's fields for a .metadata as torch writes it; None to take the general decoder. Only for a
+    pickle the static scan has judged (CPython's C unpickler allocates its memo up to any index a
+    LONG_BINPUT names: the scan refuses such indices first)."""
+    unpickler = _FastUnpickler(io.BytesIO(data))
     try:
-        if is_url(meta_path):
-            source: Any = io.BytesIO(reader.read_at(0, reader.size))
-        else:
-            source = open(os.fspath(meta_path), "rb", buffering=1 << 20)  # noqa: SIM115 - closed below
-        with source:
-            unpickler = _FastUnpickler(source)
-            meta = unpickler.load()
-    except Exception:  # noqa: BLE001 - declined, refused or malformed: the general path judges it
+        meta = unpickler.load()
+    except Exception:  # noqa: BLE001 - declined, refused or malformed: the general decoder judges it
         return None
     fields = meta.fields if isinstance(meta, Opaque) and meta.qualname == f"{_METADATA}.Metadata" else {}
     if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):
         return None
-    return unpickler.seen, fields
+    return fields

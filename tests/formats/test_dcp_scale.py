@@ -52,9 +52,11 @@ def test_quick_listing_equals_the_item_by_item_one(saved):
     assert _listing(trusted) == _listing(full) and len(full.tensors) == 5
     assert trusted.tree["step"] == full.tree["step"] == 30
     assert trusted.tree["optim"]["param_groups"] == [{"lr": 0.1}]
-    # the globals .metadata names, in the static scan's order (the items' own pickles are not opened)
-    scanned = [g.qualname for g in scan_stream((saved / ".metadata").read_bytes())[0].globals]
-    assert trusted.globals == scanned == full.globals[: len(scanned)]
+    # the globals .metadata names (the items' own pickles are not opened)
+    scanned = {g.qualname for g in scan_stream((saved / ".metadata").read_bytes())[0].globals}
+    assert set(trusted.globals) == scanned and set(full.globals) - scanned == {
+        "torch._utils._rebuild_tensor_v2", "collections.OrderedDict", "torch.FloatStorage", "torch.LongStorage",
+        "torch.BFloat16Storage"}  # fmt: skip
     # each chunk's storage is sized from .metadata; no raw offset (no value will be read from this listing)
     for t in trusted.tensors:
         s = trusted.storages[t.storage_key]
@@ -63,17 +65,15 @@ def test_quick_listing_equals_the_item_by_item_one(saved):
 
 def test_the_fast_decoder_reads_what_torch_writes_and_names_the_same_globals(saved):
     data = (saved / ".metadata").read_bytes()
-    fast = dcp_metadata.fast_fields(saved / ".metadata", None)
-    assert fast is not None
-    seen, fields = fast
+    fields = dcp_metadata.fast_fields(data)
+    assert fields is not None
     assert set(fields["state_dict_metadata"]) == set(pickle.loads(data).state_dict_metadata)
-    assert "torch.distributed.checkpoint.metadata.Metadata" in seen and "torch.Size" in seen
 
 
 def test_the_fast_decoder_declines_anything_else(tmp_path):
     meta = tmp_path / ".metadata"
     meta.write_bytes(b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00trueR.")
-    assert dcp_metadata.fast_fields(meta, None) is None  # the general path judges it (UNSAFE_PICKLE)
+    assert dcp_metadata.fast_fields(meta.read_bytes()) is None  # declined (and the scan refused it first)
     ckpt = read_dcp(tmp_path, trust_layout=True)
     assert [f.code for f in ckpt.findings] == ["UNSAFE_PICKLE"]
 
