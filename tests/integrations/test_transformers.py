@@ -107,3 +107,47 @@ def test_a_run_killed_mid_save_resumes_from_last_good_and_continues(tmp_path):
     assert [(c.path.name, c.verdict) for c in callback.verdicts] == [("checkpoint-6", "good")]
     assert ckinspect.last_good(out) == out / "checkpoint-6"
     assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == HF_STEPS
+
+
+def _two_ranks(out: Path, nan_after: int) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    return subprocess.run(
+        [*command, str(Path(__file__).with_name("hf_ranks.py")), str(out), str(nan_after)],
+        capture_output=True, text=True, cwd=REPO, env=cli_env({"OMP_NUM_THREADS": "1"}), timeout=600,
+    )  # fmt: skip
+
+
+@pytest.mark.torchrun
+def test_two_ranks_every_rank_file_judged_and_a_nan_save_ends_the_job(tmp_path):
+    good = _two_ranks(tmp_path / "good", 0)
+    assert good.returncode == 0, good.stderr[-3000:]
+    verdicts = json.loads((tmp_path / "good" / "verdicts.json").read_text())
+    assert [(Path(v["path"]).name, v["verdict"]) for v in verdicts] == [(f"checkpoint-{s}", "good") for s in (2, 4, 6)]
+    assert all({"rng_state_0.pth", "rng_state_1.pth"} <= set(v["parts"]) for v in verdicts)  # both ranks' files
+
+    bad = _two_ranks(tmp_path / "bad", 4)
+    assert bad.returncode != 0
+    assert "CheckpointRejected" in bad.stderr and "checkpoint-4: damaged: NONFINITE" in bad.stderr
+    assert sorted(p.name for p in (tmp_path / "bad").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert ckinspect.last_good(tmp_path / "bad") == tmp_path / "bad" / "checkpoint-2"
+
+
+def test_rotated_saves_are_judged_before_the_trainer_deletes_them(tmp_path, monkeypatch):
+    """save_total_limit=1: each save removes the one before, which the callback has judged by then, however
+    slow the judge (here 1 s more than it takes: the steps in between take milliseconds)."""
+    import time
+
+    from ckinspect.integrations import verifier
+
+    judge = verifier.judge_checkpoint
+
+    def slow(*args, **kwargs):
+        time.sleep(1)
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(verifier, "judge_checkpoint", slow)
+    out = tmp_path / "run"
+    callback = CkinspectCallback(fail_on="error")
+    hf_trainer(out, [callback], save_total_limit=1).train()
+    assert [(c.path.name, c.verdict) for c in callback.verdicts] == [(f"checkpoint-{s}", "good") for s in (2, 4, 6)]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-6"]
