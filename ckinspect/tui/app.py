@@ -28,7 +28,7 @@ def ckinspect_theme(name: str) -> Theme:
 class CkinspectApp(App[int]):
     TITLE = "ckinspect"
     CSS_PATH = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss", "watch.tcss"]
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]  # below 140 the tables take the whole width
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark,f1", "help", "Help", key_display="?"),
