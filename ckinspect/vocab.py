@@ -44,6 +44,7 @@ SEVERITY: dict[str, str] = {
     "EMBEDDED_CODE": "warning",
     "CRC_NOT_RECORDED": "info",  # torch.save under compute_crc32=False: every CRC-32 is 0, the bytes cannot be checked
     "BOOKKEEPING_SENTINEL": "info",
+    "DUPLICATE_STORAGE": "info",
     "WRITTEN_AFTER_COMMIT": "warning",
     "MIXED_RUN": "error",
     # `ckinspect watch`: anomalies between the saves of one run
