@@ -11,6 +11,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
@@ -85,6 +86,7 @@ class DriftScreen(Screen[None]):
     def __init__(self, target: Path, ckpt: Checkpoint | None = None) -> None:
         super().__init__()
         self.target, self.ckpt = as_path(target), ckpt
+        self._ticking: Timer | None = None  # while the model runs: the elapsed seconds, each second
 
     def compose(self) -> ComposeResult:
         yield Label(
@@ -126,7 +128,7 @@ class DriftScreen(Screen[None]):
         if message.logits_note == LOGIT_STEP:  # the model runs: say for how long, each second, until it ends
             started = time.monotonic()
             self._ticking = self.set_interval(1.0, lambda: self._tick(started))
-        elif getattr(self, "_ticking", None) is not None:
+        elif self._ticking is not None:
             self._ticking.stop()
             self._ticking = None
         if message.weights is getattr(self, "_weights", None):
