@@ -233,11 +233,11 @@ def diff(
 ) -> DiffResult:
     """Compare B with A: tensors matched by name across layouts, bytes first, values where bytes differ.
     `only`: groups to compare (model, optimizer, rng, other); `atol`: values within it count as the same.
-    `quick` is accepted for the CLI's `--quick`; the tensors' bytes are compared either way, so that
-    "identical" is never said without comparing."""
+    `quick`: structure only (names, dtypes, shapes, sizes, layouts and the non-tensor values), no storage
+    byte read; its verdict is at best "same structure", never "identical" without comparing."""
 
     def run() -> DiffResult:
-        left, right = open_checked(a), open_checked(b)
+        left, right = open_checked(a, structure_only=quick), open_checked(b, structure_only=quick)
         result = compare(left, right, only=list(only) if only else None, atol=atol, quick=quick)
         return DiffResult(
             a=Report.of(left, True),
@@ -313,17 +313,18 @@ def open_report(path: str | os.PathLike[str], quick: bool) -> Checkpoint:
     return inspect_path(targets[0], quick=quick)
 
 
-def open_checked(path: str | os.PathLike[str]) -> Checkpoint:
-    """Open + analyze + structural checks (diff's sides), a usage error for a path that does not exist."""
+def open_checked(path: str | os.PathLike[str], structure_only: bool = False) -> Checkpoint:
+    """Open + analyze + structural checks (diff's sides), a usage error for a path that does not exist.
+    `structure_only` (diff --quick): no value will be read from it (a DCP folder is listed from .metadata)."""
     from ckinspect.analysis.inspect import inspect_path
     from ckinspect.io.remote import is_url
 
     if is_url(path):  # opened by range reads; a missing or denied object is a one-line error from the read
-        return inspect_path(os.fspath(path), quick=True)
+        return inspect_path(os.fspath(path), quick=True, structure_only=structure_only)
     target = Path(path)
     if not target.exists():
         raise CkinspectError(f"{path}: no such file or folder")
-    return inspect_path(target, quick=True)
+    return inspect_path(target, quick=True, structure_only=structure_only)
 
 
 def compare(
@@ -339,13 +340,12 @@ def compare(
     from ckinspect.analysis.diff import DiffResult as Diff
     from ckinspect.analysis.diff import diff_checkpoints, raw_bytes_differ, unsafe_side, why_not_comparable
 
-    del quick  # the bytes are compared either way (see diff())
     reason = why_not_comparable(a, b)
     if reason is not None:  # no tensor verdict: the files' own bytes decide, or nothing does
         result = Diff(a.path, b.path, match="tensors not compared", only=only, atol=atol, not_compared=reason)
         result.raw_bytes_differ = raw_bytes_differ(a.path, b.path)
         return result
-    result = diff_checkpoints(a, b, only=only, atol=atol, progress=progress)
+    result = diff_checkpoints(a, b, only=only, atol=atol, progress=progress, quick=quick)
     if only and not (result.same or result.changed or result.only_a or result.only_b or result.unreadable):
         raise CkinspectError(f"neither file has tensors in group(s) {', '.join(only)}: nothing to compare")
     result.unsafe = unsafe_side(a, b)

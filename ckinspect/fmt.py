@@ -105,7 +105,10 @@ def terminal_safe(text: object, *, keep_lines: bool = False) -> str:
     surrogate (an undecodable byte of a file name) shown as an escape (`\\x1b`, `\\u202e`): nothing in it
     can move the cursor, set a title or reach the clipboard, nor fail to encode. `keep_lines` lets tabs
     and newlines through, for documents (SARIF, JUnit) whose reader shows them as layout."""
-    return str(text).translate(_DOCUMENT_TABLE if keep_lines else _TERMINAL_TABLE)
+    text = str(text)
+    if text.isascii() and text.isprintable():  # the common name: nothing to escape, and no per-character lookups
+        return text
+    return text.translate(_DOCUMENT_TABLE if keep_lines else _TERMINAL_TABLE)
 
 
 def value_text(value: object, limit: int = 48) -> str:

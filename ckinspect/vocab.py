@@ -23,6 +23,7 @@ class InternalError(CkinspectError):
 EXIT_OK = 0  # nothing at or above --fail-on; diff: identical
 EXIT_FINDINGS = 1  # findings at or above --fail-on; diff: different
 EXIT_ERROR = 2  # usage or internal error; diff: no honest verdict possible
+SAME_STRUCTURE = "same structure"  # diff --quick's verdict when nothing it compares differs (exits EXIT_OK)
 
 GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
 

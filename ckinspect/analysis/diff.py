@@ -27,7 +27,7 @@ from ckinspect.io.remote import RemotePath
 from ckinspect.io.values import decode, raw_blocks, swap_unit
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record, field
-from ckinspect.vocab import GROUPS
+from ckinspect.vocab import GROUPS, SAME_STRUCTURE
 
 COMPARE_CHUNK = 16 << 20  # bytes per memcmp window
 _DECODE_ELEMENTS = 1 << 20  # elements per decoded block (8 MiB of float64 per side)
@@ -56,7 +56,9 @@ class TensorChange(Record):
     __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
     name: str
-    reason: str  # "values" | "shape" | "dtype" | "layout" (a composite tensor's: sparse, nested, meta ...)
+    # "values" | "shape" | "dtype" | "layout" (a composite tensor's: sparse, nested, meta ...; under --quick
+    # also other strides)
+    reason: str
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     n_diff: int | None = None
@@ -136,9 +138,15 @@ class DiffResult(Record):
     unsafe: str | None = (
         None  # a side names code-running globals though its tensors were read: identical only byte for byte
     )
+    # --quick: structure only (names, dtypes, shapes, sizes, layouts, non-tensor values), no storage byte read;
+    # tensors whose structure matches land here, never in `same`, and the verdict is at best "same structure"
+    quick: bool = False
+    same_structure: list[str] = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
+        if self.quick:
+            return False  # never "identical" without comparing the bytes
         if self.not_compared is not None or self.unsafe is not None:
             return self.raw_bytes_differ is False  # byte for byte the same file: nothing inside can differ
         differs = self.only_a or self.only_b or self.changed or self.metadata_changed or self.values_changed
@@ -148,11 +156,14 @@ class DiffResult(Record):
 
     @property
     def verdict(self) -> str:
-        """ "identical", "different" or "unknown" (the exit status follows: 0, 1, 2)."""
+        """ "identical", "different", "same structure" (--quick; exit 0 like identical) or "unknown" (the exit
+        status follows: 0, 1, 0, 2)."""
         if self.identical:
             return "identical"
         if self.only_a or self.only_b or self.changed or self.metadata_changed or self.values_changed:
             return "different"
+        if self.quick and not self.unreadable:
+            return SAME_STRUCTURE
         if self.raw_bytes_differ:
             return "different"
         return "unknown"
@@ -183,6 +194,8 @@ class DiffResult(Record):
             "not_compared": self.not_compared,
             "raw_bytes_differ": self.raw_bytes_differ,
             "unsafe": self.unsafe,
+            "quick": self.quick,
+            "same_structure": len(self.same_structure),
         }
 
 
@@ -493,13 +506,17 @@ def diff_checkpoints(
     only: list[str] | None = None,
     atol: float = 0.0,
     progress: Callable[[int, int], None] | None = None,
+    quick: bool = False,
 ) -> DiffResult:
     """Compare every tensor of A with its match in B; see the module docstring.
 
-    `progress(done_bytes, total_bytes)` is called on this thread as byte windows are compared.
+    `progress(done_bytes, total_bytes)` is called on this thread as byte windows are compared. `quick`:
+    structure only (structure_diff), no storage byte read.
     """
     _check_groups(only)
     result, pairs = _pair_up(a, b, only, atol)
+    if quick:
+        return structure_diff(result, pairs, a, b, only)
     with Blobs() as blobs_a, Blobs() as blobs_b:
         workers = worker_count()
         pool = ThreadPoolExecutor(workers, thread_name_prefix="ckinspect-diff") if workers > 1 else None
@@ -517,6 +534,36 @@ def diff_checkpoints(
         _record_counter_changes(result, a, b)  # is every other value saved beside the tensors
         _record_value_changes(result, a, b)
     return result
+
+
+def structure_diff(
+    result: DiffResult, pairs: list[_Pair], a: Checkpoint, b: Checkpoint, only: list[str] | None
+) -> DiffResult:
+    """diff --quick: each pair by dtype, shape, size and layout (strides, and the storage's kind where a
+    reader records one), the non-tensor values and counters as in the full diff; no storage byte is read."""
+    result.quick = True
+    for p in pairs:
+        x, y = p.ta, p.tb
+        common: dict[str, Any] = dict(a_name=x.name, b_name=y.name, a_dtype=x.dtype, b_dtype=y.dtype,
+                                      a_shape=x.shape, b_shape=y.shape, numel=x.numel)  # fmt: skip
+        if x.shape != y.shape:
+            result.changed.append(TensorChange(p.name, "shape", **common))
+        elif x.dtype != y.dtype:
+            result.changed.append(TensorChange(p.name, "dtype", **common))
+        elif _layout(x) != _layout(y):
+            result.changed.append(TensorChange(p.name, "layout", **common))
+        else:
+            result.same_structure.append(p.name)
+    if not only:
+        _record_counter_changes(result, a, b)
+        _record_value_changes(result, a, b)
+    return result
+
+
+def _layout(t: TensorInfo) -> tuple[Any, ...]:
+    """What --quick compares beyond dtype and shape: the strides (contiguous ones are all alike) and the
+    layout a reader records (sparse, nested ...)."""
+    return ("contiguous" if t.is_contiguous else t.stride, getattr(t, "layout", "strided"))
 
 
 class _Run(Record):

@@ -23,9 +23,14 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def inspect_path(target: Any, quick: bool = False, progress: Any = None, keep: Any = None) -> Checkpoint:
+def inspect_path(
+    target: Any, quick: bool = False, progress: Any = None, keep: Any = None, *, structure_only: bool = False
+) -> Checkpoint:
+    """`structure_only`: no value will ever be read from what this returns (--quick's report, diff, last-good),
+    so a DCP folder is listed from its `.metadata` alone (open_checkpoint); implies `quick`."""
     raw = target.path if hasattr(target, "path") else target
-    ckpt = open_checkpoint(raw if is_url(raw) else Path(os.fspath(raw)))
+    ckpt = open_checkpoint(raw if is_url(raw) else Path(os.fspath(raw)), structure_only=structure_only)
+    quick = quick or structure_only
     layout = analyze_layout(ckpt)
     ckpt.findings.extend(structural_findings(ckpt, layout=layout))
     if not quick and ckpt.tensors:

@@ -8,7 +8,7 @@ from ckinspect.analysis.diff import why_not_comparable
 from ckinspect.api import compare, open_checked
 from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.model import Checkpoint
-from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SAME_STRUCTURE
 
 
 def _unreadable(ckpt: Checkpoint) -> str | None:
@@ -22,10 +22,10 @@ def _unreadable(ckpt: Checkpoint) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from ckinspect.report import diff_report
 
-    a = open_checked(args.a)
-    b = open_checked(args.b)
+    quick = bool(getattr(args, "quick", False))  # structure only: no storage byte read
+    a = open_checked(args.a, structure_only=quick)
+    b = open_checked(args.b, structure_only=quick)
     only, atol = getattr(args, "only", None), getattr(args, "atol", 0.0) or 0.0
-    quick = bool(getattr(args, "quick", False))
     if why_not_comparable(a, b) is not None:
         result = compare(a, b, only=only, atol=atol, quick=quick)
     else:
@@ -46,4 +46,4 @@ def run(args: argparse.Namespace) -> int:
         text = diff_report.render_text(result.to_json(), a, b, *text_layout(args))
     emit(text, getattr(args, "output", None))
     # "unknown": some tensors could not be read and nothing else shows a difference: no honest verdict
-    return {"identical": EXIT_OK, "different": EXIT_FINDINGS}.get(result.verdict, EXIT_ERROR)
+    return {"identical": EXIT_OK, SAME_STRUCTURE: EXIT_OK, "different": EXIT_FINDINGS}.get(result.verdict, EXIT_ERROR)

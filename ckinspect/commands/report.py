@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if found is None:
         return EXIT_OK
     targets, orphans = found
-    checkpoints = _list(targets)
+    checkpoints = _list(targets, structure_only=args.quick)
     if not args.quick:
         from ckinspect.jobs.parallel import merge_scans, plan_units, scan_units
 
@@ -56,9 +56,10 @@ def _find(args: argparse.Namespace) -> tuple[list[Any], list[Checkpoint]] | None
     return targets, orphans
 
 
-def _list(targets: list[Any]) -> list[Checkpoint]:
-    """Each target read, its layout recognised and checked: everything but the value scan (inspect_path)."""
-    return [inspect_path(target, quick=True) for target in targets]
+def _list(targets: list[Any], structure_only: bool = False) -> list[Checkpoint]:
+    """Each target read, its layout recognised and checked: everything but the value scan (inspect_path).
+    `structure_only` (--quick): no values follow, so DCP folders are listed from their .metadata."""
+    return [inspect_path(target, quick=True, structure_only=structure_only) for target in targets]
 
 
 def _finish(checkpoints: list[Checkpoint], orphans: list[Checkpoint], args: argparse.Namespace) -> int:

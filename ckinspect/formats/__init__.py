@@ -25,8 +25,11 @@ READERS: dict[str, tuple[str, str]] = {
 }
 
 
-def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+def open_checkpoint(path: str | os.PathLike[str], structure_only: bool = False) -> Checkpoint:
     """Read any checkpoint file, DCP folder or `*.index.json` sharded set, without executing it.
+
+    `structure_only` (no value will be read from it): a DCP folder is listed from its `.metadata`'s layout,
+    its items not opened one by one (formats.dcp's trust_layout).
 
     Raises CkinspectError only when the path does not exist or cannot be read; bad content always
     comes back as a Checkpoint with a CORRUPT finding. A URL (s3://, http(s)://, ...) is read by range
@@ -35,7 +38,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     from ckinspect.io.remote import is_url
 
     if is_url(path):
-        return read_remote(path)
+        return read_remote(path, structure_only)
     path = Path(path)
     _check_readable(path)
     from ckinspect.formats.sniff import describe, sniff
@@ -43,7 +46,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     try:
         kind = sniff(path)
         if kind != "unknown":
-            return read_as(path, kind)
+            return read_as(path, kind, structure_only)
         looks_like = f"not a checkpoint: looks like {describe(path)}"
     except Exception as exc:  # sniffing reads a few KB; even a bug there must not take the report down
         looks_like = f"cannot tell what this is: {_why(exc)}"
@@ -52,12 +55,12 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     return ckpt
 
 
-def read_as(path: Path, kind: str) -> Checkpoint:
+def read_as(path: Path, kind: str, structure_only: bool = False) -> Checkpoint:
     """Run the reader for `kind`; anything it raises becomes a CORRUPT finding, never an exception."""
     module_name, function_name = READERS[kind]
     reader = getattr(importlib.import_module(module_name), function_name)
     try:
-        ckpt = reader(path)
+        ckpt = reader(path, trust_layout=True) if structure_only and kind == "dcp" else reader(path)
     except Exception as exc:  # a reader bug or hostile input must not take the report down
         ckpt = _empty(path, kind)
         ckpt.add("CORRUPT", f"unreadable {kind} {'folder' if path.is_dir() else 'file'}: {_why(exc)}")
@@ -70,7 +73,7 @@ def read_as(path: Path, kind: str) -> Checkpoint:
 REMOTE_FORMATS = ("torch-zip", "safetensors")
 
 
-def read_remote(url: str | os.PathLike[str]) -> Checkpoint:
+def read_remote(url: str | os.PathLike[str], structure_only: bool = False) -> Checkpoint:
     """A remote torch zip or safetensors file, listed from the few ranges it needs (ckinspect.io.remote).
     A read that fails (not found, denied, timed out) raises CkinspectError; bad content is CORRUPT."""
     from ckinspect.formats.sniff import HEAD_BYTES, describe_bytes, sniff_bytes
@@ -91,7 +94,7 @@ def read_remote(url: str | os.PathLike[str]) -> Checkpoint:
         if sniff(path) == "dcp":
             from ckinspect.formats.dcp import read_dcp
 
-            return read_dcp(path)
+            return read_dcp(path, trust_layout=structure_only)
         ckpt = Checkpoint(path=path, format="unknown", file_bytes=folders.tree_size(path), files=[])
         ckpt.add("CORRUPT", "a remote folder that is not a DCP checkpoint (no .metadata, no .distcp files)")
         return ckpt

@@ -19,6 +19,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from ckinspect.formats import dcp_metadata
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
 from ckinspect.formats.pickle_scan import GlobalRef, scan_file, scan_stream
 from ckinspect.formats.safetensors import contiguous_strides
@@ -28,7 +29,7 @@ from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
 from ckinspect.io.remote import RemoteFile, as_path, is_url, open_remote
-from ckinspect.io.zipdir import LOCAL_SIG, FileReader, ZipError
+from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, FileReader, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
@@ -38,9 +39,15 @@ if TYPE_CHECKING:
 
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
-MAX_METADATA_BYTES = 1 << 30
-MAX_DCP_ENTRIES = 1_000_000  # entries and chunks a .metadata may declare before it is refused as CORRUPT
 MAX_VALUE_BYTES = 16 << 20  # non-tensor values above this are listed, not decoded
+# What a .metadata may declare scales with its own size: torch's writer spends ~90 bytes of pickle per
+# entry, chunk and storage record it declares (a 70B + AdamW save: 6.76 MB for 73,760 of them at 16 ranks,
+# 440 MB for 4.4 million at 1024), and a distinct record cannot cost less than ~17 bytes even with every
+# name memoized. Only a structure shared through the memo (2 bytes a reference: billion laughs) declares
+# more per byte, and the listing's work and memory grow with what is declared, not with what was read.
+BYTES_PER_DECLARED = 16
+MAX_METADATA_BYTES = 1 << 30  # larger ones are decoded only when the data files they index are larger still
+MIN_DECLARED = 1024  # whatever its size, a .metadata may declare this many
 
 
 def _expected_dcp_global(g: GlobalRef) -> bool:
@@ -82,17 +89,23 @@ def _opened(path: Path) -> Iterator[FileReader | RemoteFile]:
 
 
 def _fields(obj: Any) -> dict[str, Any]:
+    if type(obj) in dcp_metadata.RECORDS:
+        return obj.__dict__
     if isinstance(obj, Opaque):
         return obj.fields
     return obj if isinstance(obj, dict) else {}
 
 
 @no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
-def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> Checkpoint:
+def read_dcp(
+    folder: str | os.PathLike[str], metadata_name: str = METADATA, *, trust_layout: bool = False
+) -> Checkpoint:
     """List a torch.distributed.checkpoint folder. Never raises for bad content:
     problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened.
 
-    `metadata_name` reads another index in the folder: `.metadata.tmp`, to judge an interrupted save."""
+    `metadata_name` reads another index in the folder: `.metadata.tmp`, to judge an interrupted save.
+    `trust_layout` (--quick: structure only) lists tensors from `.metadata` and checks each data file once
+    instead of opening every item (see _Lister); their storages then have no byte offset to scan."""
     folder = as_path(folder)  # a RemotePath for a URL prefix
     if is_url(folder):
         data_files = sorted(path for name, path in _files(folder) if name.endswith(".distcp"))
@@ -119,7 +132,7 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
         return ckpt
     ckpt.file_bytes += folders.size(meta_path)
     ckpt.files.insert(0, meta_path)
-    fields = _metadata_fields(ckpt, meta_path, index)
+    fields = _metadata_fields(ckpt, meta_path, index, data_bytes)
     if fields is None:
         return ckpt
     if isinstance(fields.get("version"), str):
@@ -127,11 +140,14 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     ranks = {p.name.split("_")[2] for p in data_files if p.name.startswith("__") and p.name.count("_") >= 3}
     if ranks:
         ckpt.metadata["dcp_ranks"] = len(ranks)
-    if _declared_entries(fields) > MAX_DCP_ENTRIES:
-        ckpt.add("CORRUPT", f"{index} declares more than {MAX_DCP_ENTRIES:,} entries and chunks; not listed")
+    limit = declared_limit(folders.size(meta_path))
+    if _declared_entries(fields, limit) > limit:
+        ckpt.add("CORRUPT", f"{index} declares more than {limit:,} entries and chunks, more than one per "
+                            f"{BYTES_PER_DECLARED} bytes of it (torch writes ~90): a structure shared through the "
+                            "pickle's memo, not a save; not listed")  # fmt: skip
         return ckpt
     items = _storage_items(ckpt, fields["storage_data"], index)
-    tree = _entries_tree(ckpt, folder, index, fields, items)
+    tree = _entries_tree(ckpt, folder, index, fields, items, trust_layout)
     try:
         ckpt.tree = _lists(tree)
     except RecursionError:  # planner paths thousands of levels deep: keep the dicts as they are
@@ -141,18 +157,25 @@ def read_dcp(folder: str | os.PathLike[str], metadata_name: str = METADATA) -> C
     return ckpt
 
 
-def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str) -> dict[str, Any] | None:
+def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: int) -> dict[str, Any] | None:
     """The fields of the `.metadata` pickle's Metadata, decoded without importing anything; None (with the
     findings that say why) when it names unsafe globals, is cut short, or is not DCP Metadata."""
     with _opened(meta_path) as reader:
         meta_size = reader.size
-        if meta_size > MAX_METADATA_BYTES:  # scanned a window at a time, never decoded
+        if meta_size > max(MAX_METADATA_BYTES, data_bytes):  # scanned a window at a time, never decoded
             scans = scan_file(reader, 0, meta_size, limit=1)
             refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g)]
             if not record_globals(ckpt, refs, index):
-                ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, too large to list (scanned, not decoded)")
+                ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, larger than the data files it indexes and "
+                                    "too large to list (scanned, not decoded)")  # fmt: skip
             return None
         data = reader.read_at(0, meta_size)  # the size the file has, never more (read(n) allocates n up front)
+    return _scanned_fields(ckpt, data, index)
+
+
+def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any] | None:
+    """The static scan judges every global (and what CPython's unpickler would choke or balloon on: memo
+    indices, sizes); then the fast decoder, or for anything it declines the restricted unpickler, decodes."""
     scans = scan_stream(data, limit=1)
     if not scans:
         ckpt.add("CORRUPT", f"{index} is empty")
@@ -170,6 +193,9 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str) -> dict[str,
     if scan.error is not None:
         ckpt.add("CORRUPT", f"{index}: {scan.error}")
         return None
+    fast = dcp_metadata.fast_fields(data[: scan.end])  # judged safe by the scan: decoded at C speed
+    if fast is not None:
+        return fast
     meta = decode(ckpt, data[: scan.end], scan, index, guarded=guarded)
     fields = _fields(meta)
     if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):
@@ -179,13 +205,18 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str) -> dict[str,
     return fields
 
 
-def _declared_entries(fields: dict[str, Any]) -> int:
-    """Entries plus chunks the metadata declares, counted up to just past MAX_DCP_ENTRIES."""
+def declared_limit(metadata_bytes: int) -> int:
+    """Entries, chunks and storage records a .metadata of this size may declare (see BYTES_PER_DECLARED)."""
+    return max(MIN_DECLARED, metadata_bytes // BYTES_PER_DECLARED)
+
+
+def _declared_entries(fields: dict[str, Any], limit: int) -> int:
+    """Entries plus chunks plus storage records the metadata declares, counted up to just past `limit`."""
     declared = len(fields["storage_data"]) + len(fields["state_dict_metadata"])
     for md in fields["state_dict_metadata"].values():
         chunks = _fields(md).get("chunks")
         declared += len(chunks) if isinstance(chunks, (list, tuple)) else 0
-        if declared > MAX_DCP_ENTRIES:
+        if declared > limit:
             break
     return declared
 
@@ -207,29 +238,32 @@ def _storage_items(ckpt: Checkpoint, storage_data: dict[Any, Any], index: str) -
     return items
 
 
-def _entries_tree(ckpt: Checkpoint, folder: Path, index: str, fields: dict[str, Any], items: _Items) -> dict[str, Any]:
+def _entries_tree(ckpt: Checkpoint, folder: Path, index: str, fields: dict[str, Any], items: _Items,
+                  trust: bool) -> dict[str, Any]:  # fmt: skip
     """Every state_dict_metadata entry read (tensors as TensorInfo, small values decoded) and placed at its
     planner path (or its dotted name)."""
     planner = fields.get("planner_data")
     if not isinstance(planner, dict):
         planner = {}
-    readers: dict[str, FileReader | RemoteFile | None] = {}
     tree: dict[str, Any] = {}
     with contextlib.ExitStack() as handles:  # every data file opened below stays open until the tree is read
+        lister = _Lister(ckpt, folder, handles, trust)
         for fqn, md in fields["state_dict_metadata"].items():
             fqn = str(fqn)
             try:
                 kind = md.qualname.rsplit(".", 1)[-1] if isinstance(md, Opaque) else type(md).__name__
                 if kind == "TensorStorageMetadata":
-                    value = _tensor_entry(ckpt, folder, fqn, _fields(md), items, readers, handles)
+                    value = lister.tensor_entry(fqn, _fields(md), items)
                 elif kind == "BytesStorageMetadata":
-                    value = _bytes_entry(ckpt, folder, fqn, items, readers, handles)
+                    value = lister.bytes_entry(fqn, items)
                 else:
                     value = md
                 _place(tree, _planner_keys(planner.get(fqn)) or fqn.split("."), value)
             except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError) as exc:
                 # a .metadata that decodes but whose fields are not what DCP writes
                 ckpt.add("CORRUPT", f"{index}: entry {fqn} is malformed ({type(exc).__name__})", fqn)
+        if trust:
+            lister.check_files()
     return tree
 
 
@@ -261,74 +295,150 @@ def _lists(node: Any) -> Any:
     return node
 
 
-def _reader(
-    folder: Path, relative: str, readers: dict[str, FileReader | RemoteFile | None], handles: contextlib.ExitStack
-) -> FileReader | RemoteFile | None:
-    if relative not in readers:
-        try:
-            target = inside(folder, relative)
-        except OutsideTarget:
-            target = None
-        if target is None or not folders.is_file(target):
-            readers[relative] = None  # missing, or a path that leaves the folder or passes a symlink
-        else:
-            readers[relative] = handles.enter_context(_opened(target))  # shared by many items
-    return readers[relative]
+class _Lister:
+    """Reads the items `.metadata` places in the data files. Each data file is opened (and its path checked)
+    once. `trust`: tensors are listed from `.metadata`'s layout (dtype, chunk shape, where the item lies),
+    each item checked against its file's size and the files' items checked once per file (no overlap; the
+    first begins and the last ends as torch.save writes them), never opened one by one: the value scan
+    (`--verify`, any report without --quick) reads every item instead."""
 
+    def __init__(self, ckpt: Checkpoint, folder: Path, handles: contextlib.ExitStack, trust: bool) -> None:
+        self.ckpt, self.folder, self.handles, self.trust = ckpt, folder, handles, trust
+        self.readers: dict[str, FileReader | RemoteFile | str | None] = {}  # str: why it is not read
+        self.paths: dict[str, Path] = {}
+        self.extents: dict[str, list[tuple[int, int, str]]] = {}  # trusted: (offset, length, name) per file
+        self.strides: dict[tuple[int, ...], tuple[int, ...]] = {}
 
-def _item(ckpt: Checkpoint, folder: Path, fqn: str, where: dict[str, Any] | None, readers, handles):
-    """(reader, offset, length, relative path) of one stored item, or None with a CORRUPT finding."""
-    if where is None:
-        ckpt.add("CORRUPT", f"{folder.name}/.metadata lists {fqn} but says nowhere where its bytes are", fqn)
-        return None
-    relative, offset, length = str(where.get("relative_path")), where.get("offset"), where.get("length")
-    if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
-        ckpt.add("CORRUPT", f"{folder.name}/.metadata: bad offset/length for {fqn}", fqn)
-        return None
-    try:
-        inside(folder, relative)
-    except OutsideTarget as exc:
-        ckpt.add("CORRUPT", f"{folder.name}/.metadata names {exc} for {fqn}; not read", fqn)
-        return None
-    reader = _reader(folder, relative, readers, handles)
-    if reader is None:
-        ckpt.add("MISSING_PARTS", f"{folder.name}: {relative} is missing (named by .metadata for {fqn})", fqn)
-        return None
-    if offset + length > reader.size:
-        ckpt.add("CORRUPT", f"{folder.name}/{relative} is truncated: {fqn} needs bytes {offset}..{offset + length} "
-                            f"but the file has {reader.size}", fqn)  # fmt: skip
-        return None
-    if where.get("transform_descriptors"):
-        ckpt.metadata.setdefault("dcp_transforms", sorted({str(t) for t in where["transform_descriptors"]}))
-    return reader, offset, length, relative
+    def _reader(self, relative: str) -> FileReader | RemoteFile | str | None:
+        if relative not in self.readers:
+            try:
+                target = inside(self.folder, relative)
+            except OutsideTarget as exc:
+                self.readers[relative] = str(exc)
+                return self.readers[relative]
+            if not folders.is_file(target):
+                self.readers[relative] = None  # missing, or a path that passes a symlink
+            else:
+                self.paths[relative] = target
+                self.readers[relative] = self.handles.enter_context(_opened(target))  # shared by many items
+        return self.readers[relative]
 
+    def item(self, fqn: str, where: dict[str, Any] | None):
+        """(reader, offset, length, relative path) of one stored item, or None with a finding."""
+        ckpt, name = self.ckpt, self.folder.name
+        if where is None:
+            ckpt.add("CORRUPT", f"{name}/.metadata lists {fqn} but says nowhere where its bytes are", fqn)
+            return None
+        relative, offset, length = str(where.get("relative_path")), where.get("offset"), where.get("length")
+        if type(offset) is not int or type(length) is not int or offset < 0 or length < 0:
+            ckpt.add("CORRUPT", f"{name}/.metadata: bad offset/length for {fqn}", fqn)
+            return None
+        reader = self._reader(relative)
+        if isinstance(reader, str):
+            ckpt.add("CORRUPT", f"{name}/.metadata names {reader} for {fqn}; not read", fqn)
+            return None
+        if reader is None:
+            ckpt.add("MISSING_PARTS", f"{name}: {relative} is missing (named by .metadata for {fqn})", fqn)
+            return None
+        if offset + length > reader.size:
+            ckpt.add("CORRUPT", f"{name}/{relative} is truncated: {fqn} needs bytes {offset}..{offset + length} "
+                                f"but the file has {reader.size}", fqn)  # fmt: skip
+            return None
+        if where.get("transform_descriptors"):
+            ckpt.metadata.setdefault("dcp_transforms", sorted({str(t) for t in where["transform_descriptors"]}))
+        return reader, offset, length, relative
 
-def _tensor_entry(ckpt, folder, fqn, md, items, readers, handles) -> Any:
-    props = md.get("properties")
-    state = props.state if isinstance(props, Opaque) else None
-    dtype = state[0] if isinstance(state, tuple) and state else _fields(props).get("dtype", "uint8")
-    size = tuple(md.get("size") or ())
-    chunks = [c for c in md.get("chunks") or []]
-    out: dict[str, TensorInfo] = {}
-    single = len(chunks) == 1
-    for chunk in chunks:
-        cf = _fields(chunk)
-        offsets = tuple(cf.get("offsets") or ())
-        sizes = tuple(cf.get("sizes") or ())
-        name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=False))}]"
-        found = _item(ckpt, folder, name, items.get((fqn, offsets)), readers, handles)
+    def tensor_entry(self, fqn: str, md: dict[str, Any], items: _Items) -> Any:
+        props = md.get("properties")
+        state = props.state if isinstance(props, Opaque) else None
+        dtype = str(state[0] if isinstance(state, tuple) and state else _fields(props).get("dtype", "uint8"))
+        size = tuple(md.get("size") or ())
+        chunks = list(md.get("chunks") or [])
+        out: dict[str, TensorInfo] = {}
+        single = len(chunks) == 1
+        for chunk in chunks:
+            cf = _fields(chunk)
+            offsets = tuple(cf.get("offsets") or ())
+            sizes = tuple(cf.get("sizes") or ())
+            name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=False))}]"
+            found = self.item(name, items.get((fqn, offsets)))
+            if found is None:
+                continue
+            if self.trust:
+                tensor = self._declared_tensor(found, name, dtype, sizes)
+            else:
+                reader, offset, length, relative = found
+                key = f"{relative}@{offset}"
+                tensor = _chunk_tensor(self.ckpt, reader, self.folder / relative, offset, length, key, name, dtype,
+                                       sizes)  # fmt: skip
+            if tensor is not None:
+                self.ckpt.tensors.append(tensor)
+                out[name] = tensor
+        if single:
+            return next(iter(out.values()), None)
+        self.ckpt.metadata.setdefault("dcp_sharded", {})[fqn] = list(size)
+        return out
+
+    def _declared_tensor(self, found, name: str, dtype: str, sizes: tuple[int, ...]) -> TensorInfo | None:
+        """A chunk as `.metadata` declares it: its item must at least hold its bytes."""
+        _reader, offset, length, relative = found
+        key = f"{relative}@{offset}/0"  # torch.save of one tensor names its storage "0": as the full read keys it
+        strides = self.strides.get(sizes)
+        if strides is None:
+            strides = self.strides[sizes] = contiguous_strides(sizes)
+        tensor = TensorInfo(name, dtype, sizes, strides, key, 0)
+        nbytes = tensor.nbytes
+        if length < nbytes:
+            self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative} at byte {offset}: {name} needs {nbytes} bytes, "
+                                     f".metadata gives it {length}", name)  # fmt: skip
+            return None
+        self.ckpt.storages[key] = StorageInfo(key, dtype, nbytes, self.paths[relative], None, member=name)
+        self.extents.setdefault(relative, []).append((offset, length, name))
+        return tensor
+
+    def check_files(self) -> None:
+        """Once per data file: its items do not overlap, and they begin and end as torch.save zips (or are all
+        raw bytes, as the safetensors-style serialization writes them)."""
+        for relative, extents in self.extents.items():
+            extents.sort()
+            reader = self.readers[relative]
+            assert reader is not None and not isinstance(reader, str)  # noqa: S101 - only read files have extents
+            end = 0
+            for offset, length, name in extents:
+                if offset < end:
+                    self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative}: {name} at byte {offset} overlaps the "
+                                             "item before it", name)  # fmt: skip
+                    break
+                end = offset + length
+            first, last = extents[0], extents[-1]
+            if reader.read_at(first[0], 4) != LOCAL_SIG:
+                continue  # raw bytes: nothing more to check without reading values
+            if reader.read_at(last[0] + last[1] - 22, 4) != EOCD_SIG:
+                self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative}: {last[2]}, its last item, does not end as "
+                                         "torch.save ends a file (no end-of-directory record)", last[2])  # fmt: skip
+
+    def bytes_entry(self, fqn: str, items: _Items) -> Any:
+        found = self.item(fqn, items.get((fqn, None)))
         if found is None:
-            continue
+            return None
         reader, offset, length, relative = found
-        key = f"{relative}@{offset}"
-        tensor = _chunk_tensor(ckpt, reader, folder / relative, offset, length, key, name, str(dtype), sizes)
-        if tensor is not None:
-            ckpt.tensors.append(tensor)
-            out[name] = tensor
-    if single:
-        return next(iter(out.values()), None)
-    ckpt.metadata.setdefault("dcp_sharded", {})[fqn] = list(size)
-    return out
+        file = self.folder / relative
+        if length > MAX_VALUE_BYTES or reader.read_at(offset, 4) != LOCAL_SIG:
+            return _opaque_class("torch.distributed.checkpoint.bytes")(relative, offset, length)  # listed, not decoded
+        blob = Checkpoint(path=file, format="torch-zip", file_bytes=length)
+        try:
+            value = read_zip_into(blob, reader, file, base=offset, end=offset + length,
+                                  key_prefix=f"{relative}@{offset}/")  # fmt: skip
+        except ZipError as exc:
+            self.ckpt.add("CORRUPT", f"{file.name} at byte {offset} ({fqn}): {exc}", fqn)
+            return None
+        # dcp.load decodes these with torch.load(weights_only=False): allowlists play no part, only UNSAFE does
+        blob.findings = [f for f in blob.findings if f.code != "ALLOWLIST_NEEDED"]
+        self.ckpt.absorb(blob, fqn, tensor=fqn)
+        if blob.storages:  # a tensor inside a non-tensor value (e.g. a list of tensors): list it by path
+            for tensor in flatten(value, fqn):
+                self.ckpt.tensors.append(tensor)
+        return value
 
 
 def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, name: str, dtype: str,
@@ -354,26 +464,3 @@ def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, 
     if tuple(value.shape) != sizes:
         ckpt.add("CORRUPT", f"{name}: .metadata says shape {sizes}, the stored tensor has {tuple(value.shape)}", name)
     return value.replace(name=name)
-
-
-def _bytes_entry(ckpt, folder, fqn, items, readers, handles) -> Any:
-    found = _item(ckpt, folder, fqn, items.get((fqn, None)), readers, handles)
-    if found is None:
-        return None
-    reader, offset, length, relative = found
-    file = folder / relative
-    if length > MAX_VALUE_BYTES or reader.read_at(offset, 4) != LOCAL_SIG:
-        return _opaque_class("torch.distributed.checkpoint.bytes")(relative, offset, length)  # listed, not decoded
-    blob = Checkpoint(path=file, format="torch-zip", file_bytes=length)
-    try:
-        value = read_zip_into(blob, reader, file, base=offset, end=offset + length, key_prefix=f"{relative}@{offset}/")
-    except ZipError as exc:
-        ckpt.add("CORRUPT", f"{file.name} at byte {offset} ({fqn}): {exc}", fqn)
-        return None
-    # dcp.load decodes these with torch.load(weights_only=False): allowlists play no part, only UNSAFE does
-    blob.findings = [f for f in blob.findings if f.code != "ALLOWLIST_NEEDED"]
-    ckpt.absorb(blob, fqn, tensor=fqn)
-    if blob.storages:  # a tensor inside a non-tensor value (e.g. a list of tensors): list it by path
-        for tensor in flatten(value, fqn):
-            ckpt.tensors.append(tensor)
-    return value

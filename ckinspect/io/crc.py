@@ -23,7 +23,9 @@ included, `bench/bench_scan.py`) the two were within noise of each other (0.41-0
 the whole scan), so the order stays. `CKINSPECT_CRC=zlib` (or `isal`, `zlib-ng`) forces one, for
 benchmarks and for the tests that prove the fallback.
 
-Installed by the `fast` extra (`pip install ckinspect[fast]`); the core install stays without them.
+Regular dependencies of `pip install ckinspect` wherever their wheels exist (CPython on x86-64 and ARM64;
+see pyproject.toml's markers); elsewhere (or with `CKINSPECT_CRC=zlib`) zlib's, which tests/io/test_crc.py
+proves gives the same answers.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any
 
 from ckinspect.fmt import human_bytes, md_code, md_text, percent, value_text
 from ckinspect.model import Checkpoint
+from ckinspect.vocab import SAME_STRUCTURE
 
 _LIST_LIMIT = 12  # names listed before "... and N more" in text and Markdown (JSON lists all)
 
@@ -74,10 +75,13 @@ def summary_line(diff: dict[str, Any]) -> str:
         return f"no verdict: {matched(diff)}, but {diff['unsafe']} and the files' bytes cannot be compared"
     if verdict == "identical":
         return "identical: " + matched(diff)
+    if diff.get("quick") and verdict == SAME_STRUCTURE:
+        return (f"same structure: {diff['same_structure']:,} tensors match in name, dtype, shape and layout, "
+                "and the other values agree; tensor values not compared (--quick)")  # fmt: skip
     reasons: dict[str, int] = {}
     for c in diff["changed"]:
         reasons[c["reason"]] = reasons.get(c["reason"], 0) + 1
-    parts = [f"{diff['same']:,} same"]
+    parts = [f"{diff['same_structure']:,} same structure"] if diff.get("quick") else [f"{diff['same']:,} same"]
     parts += [f"{n:,} changed ({reason})" for reason, n in sorted(reasons.items())]
     if diff["only_a"]:
         parts.append(f"{len(diff['only_a']):,} only in A")

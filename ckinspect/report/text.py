@@ -45,7 +45,9 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verb
     """One file: every detail. Several, or a run folder: the summary first (a run's timeline and verdict,
     then one line per file), then only what needs a look (findings); `verbose` adds each file's groups
     and tensors."""
-    report = terminal_copy(report)  # names and messages come from the file: no control sequence reaches the terminal
+    # names and messages come from the file: no control sequence reaches the terminal. Only the tensors a
+    # table shows are copied: a 1024-rank DCP save lists millions
+    report = terminal_copy({**report, "files": [_shown_tensors(entry) for entry in report["files"]]})
     buffer = io.StringIO()
     console = make_console(buffer, width, color)
     say = functools.partial(console.print, crop=False)  # a name wider than the line overflows it, never cut
@@ -90,6 +92,14 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verb
     if report.get("diff") is None:
         say(summary_line(report["summary"]))
     return finish(buffer)
+
+
+def _shown_tensors(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The entry with only the tensors tensors_table shows (and how many there are)."""
+    tensors = entry.get("tensors", [])
+    if len(tensors) <= ALL_TENSORS_UP_TO:
+        return entry
+    return {**entry, "tensors": largest(tensors), "tensors_total": len(tensors)}
 
 
 def needing_a_look(files: list[Mapping[str, Any]]) -> list[tuple[list[str], Mapping[str, Any]]]:
@@ -175,9 +185,10 @@ def tensors_table(entry: Mapping[str, Any]) -> NameTable:
     file_bytes = entry["file_bytes"]
     title = ""
     shown = tensors
-    if len(tensors) > ALL_TENSORS_UP_TO:
+    total = entry.get("tensors_total", len(tensors))  # render copied only the shown ones (_shown_tensors)
+    if total > ALL_TENSORS_UP_TO:
         shown = largest(tensors)
-        title = f"largest {len(shown)} of {len(tensors):,} tensors (--format json lists all)"
+        title = f"largest {len(shown)} of {total:,} tensors (--format json lists all)"
     rows = []
     for t in shown:
         if t.get("missing"):  # its bytes are not in the file (cut short): as the TUI shows it

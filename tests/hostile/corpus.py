@@ -514,9 +514,9 @@ def _dcp_many_chunks(count: int) -> bytes:
     """A DCP-shaped .metadata whose one tensor declares `count` chunks, all the same memo'd object."""
     meta = "torch.distributed.checkpoint.metadata"
     out = bytearray(b"\x80\x02")
-    out += f"c{meta}\nMetadata\n)\x81}}(X\x13\x00\x00\x00state_dict_metadata}}X\x01\x00\x00\x00w".encode()
-    out += f"c{meta}\nTensorStorageMetadata\n)\x81}}X\x06\x00\x00\x00chunks](".encode()
-    out += f"c{meta}\nChunkStorageMetadata\n)\x81q\x01".encode()
+    out += f"c{meta}\nMetadata\n)\x81}}(X\x13\x00\x00\x00state_dict_metadata}}X\x01\x00\x00\x00w".encode("latin-1")
+    out += f"c{meta}\nTensorStorageMetadata\n)\x81}}X\x06\x00\x00\x00chunks](".encode("latin-1")
+    out += f"c{meta}\nChunkStorageMetadata\n)\x81q\x01".encode("latin-1")
     out += b"h\x01" * (count - 1)
     out += b"esbsX\x0c\x00\x00\x00storage_data}ub."
     return bytes(out)

@@ -71,7 +71,7 @@ def last_good(
     path = folders.open_folder(run_dir)  # a URL: listed here (a missing or denied prefix: one line)
     if not is_url(path) and not path.is_dir():
         raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
-    reader = Reader(verify=verify and not quick, scan_many=scan_many)
+    reader = Reader(verify=verify and not quick, scan_many=scan_many, structure_only=quick)
     run = collect(path)
     judge_run(run, reader, everything=everything, values=not quick)
     return run

@@ -62,8 +62,10 @@ class Reader:
         verify: bool = False,
         keep: Callable[[Checkpoint], Kept] | None = None,
         scan_many: ScanMany | None = None,
+        structure_only: bool = False,
     ) -> None:
         self.verify = verify
+        self.structure_only = structure_only  # no value is read from what it lists (--quick): DCP from .metadata
         self.keep = keep
         self.scan_many = scan_many
         self.cache: dict[Path, Checkpoint] = {}
@@ -82,7 +84,7 @@ class Reader:
         ckpt = self.cache.get(path)
         if ckpt is None:
             try:
-                ckpt = inspect_path(path, quick=not self.verify, keep=self.keep)
+                ckpt = inspect_path(path, quick=not self.verify, keep=self.keep, structure_only=self.structure_only)
             except CkinspectError:
                 why = _open_error(path)
                 if why is None:

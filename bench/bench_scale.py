@@ -1,0 +1,156 @@
+"""ckinspect at frontier scale against what torch (or the framework) does for the same answer.
+
+    python bench/bench_scale.py [--dcp 16,64,256] [--zip 10000,40000,160000] [--hf] [--root DIR] [--keep]
+
+Builds the sparse-file simulations of bench/scale_sims.py (torch's own DCP planner and FileSystemWriter,
+huggingface_hub's sharder with real safetensors headers, torch.save; only tensor data are holes), then
+times each answer as a fresh process (what a user's shell pays), side by side in one run:
+
+  dcp N ranks   `ckinspect --report --quick FOLDER`  vs  torch's FileSystemReader(FOLDER).read_metadata()
+  zip N tensors `ckinspect --report --quick FILE`    vs  torch.load(FILE, mmap=True, weights_only=True)
+  hf 405B       `ckinspect --report --quick INDEX`   vs  safetensors' safe_open(shard).keys() for every shard
+
+Printed per family and size: CPU seconds (user+sys of the child), peak RSS, bytes read (the child's rchar),
+the growth exponent of ckinspect's CPU between consecutive sizes (1.0 = linear), and ours/theirs CPU.
+The torch baselines' CPU counts the whole process (the import of torch included), as a user pays it; the
+`in-call` column is torch's call alone (the process minus its imports), the figure issue 26's goal quotes.
+Sizes are selectable so a quick run fits in minutes; sparse files only (check `df -h` first: a 256-rank
+save takes 2.6 GB of real blocks for its zip headers, 1024 ranks ~10 GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PY = sys.executable
+# runs `code` after its imports; prints {cpu, in_call, rss_kb, rchar} as JSON on the last line of stderr
+_WRAP = r"""
+import json, resource, sys, time
+def _io():
+    with open("/proc/self/io") as f:
+        return dict(line.split(": ") for line in f.read().splitlines())
+PREP
+t0 = time.process_time()
+CALL
+t1 = time.process_time()
+ru = resource.getrusage(resource.RUSAGE_SELF)
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking parent (here, one with torch)
+with open("/proc/self/status") as f:
+    hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+sys.stderr.write("\n" + json.dumps({"cpu": ru.ru_utime + ru.ru_stime, "in_call": t1 - t0,
+                                    "rss_kb": hwm, "rchar": int(_io()["rchar"])}) + "\n")
+"""
+
+CKINSPECT = (
+    "from ckinspect.cli import main",
+    "try:\n    main(['--report', '--quick', sys.argv[1]])\nexcept SystemExit:\n    pass",
+)
+TORCH_DCP = ("from torch.distributed.checkpoint import FileSystemReader",
+             "FileSystemReader(sys.argv[1]).read_metadata()")  # fmt: skip
+TORCH_ZIP = ("import torch", "torch.load(sys.argv[1], mmap=True, weights_only=True)")
+HF_KEYS = ("import json, pathlib\nfrom safetensors import safe_open",
+           "idx = pathlib.Path(sys.argv[1])\n"
+           "for shard in sorted(set(json.loads(idx.read_text())['weight_map'].values())):\n"
+           "    with safe_open(idx.parent / shard, 'np') as f:\n        list(f.keys())")  # fmt: skip
+
+
+def measure(kind: tuple[str, str], target: Path) -> dict[str, float]:
+    code = _WRAP.replace("PREP", kind[0]).replace("CALL", kind[1])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # bytecode cached, as installed
+    env["PYTHONPATH"] = str(REPO)
+    done = subprocess.run([PY, "-c", code, str(target)], capture_output=True, text=True, env=env, check=False)
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    try:
+        return json.loads(last)
+    except json.JSONDecodeError:
+        raise SystemExit(f"{kind[1][:40]} on {target} failed:\n{done.stderr[-2000:]}") from None
+
+
+def _mib(kb: float) -> str:
+    return f"{kb / 1024:,.0f} MiB"
+
+
+def row(family: str, size: str, ours: dict, theirs: dict, exponent: float | None) -> str:
+    ratio = ours["cpu"] / theirs["cpu"] if theirs["cpu"] else math.nan
+    in_call = ours["cpu"] / theirs["in_call"] if theirs["in_call"] else math.nan
+    growth = f"{exponent:.2f}" if exponent is not None else "-"
+    return (f"| {family} | {size} | {ours['cpu']:.2f} | {_mib(ours['rss_kb'])} | {ours['rchar'] / 1e6:,.1f} MB | "
+            f"{theirs['cpu']:.2f} ({theirs['in_call']:.2f} in call) | {_mib(theirs['rss_kb'])} | "
+            f"{theirs['rchar'] / 1e6:,.1f} MB | {growth} | {ratio:.2f}x ({in_call:.2f}x of the call) |")  # fmt: skip
+
+
+HEADER = ("| family | size | ckinspect CPU s | peak RSS | bytes read | theirs CPU s | their peak RSS | their bytes "
+          "read | growth exp. | ours / theirs CPU |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+
+
+def family(name: str, sizes: list[int], build, baseline: tuple[str, str], unit: str) -> list[str]:
+    from bench import scale_sims  # noqa: F401 - imported here so --help needs no torch
+
+    lines, prev = [], None
+    for size in sizes:
+        target = build(size)
+        ours, theirs = measure(CKINSPECT, target), measure(baseline, target)
+        exponent = math.log(ours["cpu"] / prev[1]) / math.log(size / prev[0]) if prev else None
+        prev = (size, ours["cpu"])
+        lines.append(row(name, f"{size:,} {unit}", ours, theirs, exponent))
+        print(lines[-1], flush=True)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dcp", default="16,64", help="ranks of the 70B + AdamW DCP saves (comma-separated)")
+    parser.add_argument("--zip", default="10000,40000", help="tensors in the torch.save zips")
+    parser.add_argument("--hf", action="store_true", help="also the 405B HF folder of 191 safetensors shards")
+    parser.add_argument("--root", type=Path, default=None, help="where the simulations go (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the simulations (re-used by the next run)")
+    args = parser.parse_args()
+    from bench import scale_sims
+
+    root = args.root or Path(tempfile.mkdtemp(prefix="bench_scale-", dir="/work" if Path("/work").is_dir() else None))
+    root.mkdir(parents=True, exist_ok=True)
+
+    def dcp(ranks: int) -> Path:
+        folder = root / f"dcp{ranks}"
+        if not (folder / ".metadata").exists():
+            print(f"building the {ranks}-rank save: {scale_sims.dcp_save(folder, ranks)}", flush=True)
+        return folder
+
+    def zip_(tensors: int) -> Path:
+        path = root / f"zip{tensors}.pt"
+        if not path.exists():
+            scale_sims.torch_zip(path, tensors)
+        return path
+
+    def hf(_size: int) -> Path:
+        folder = root / "hf405b"
+        if not (folder / "model.safetensors.index.json").exists():
+            print(f"building the 405B folder: {scale_sims.hf_sharded(folder)}", flush=True)
+        return folder / "model.safetensors.index.json"
+
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}\n\n{HEADER}", flush=True)
+    try:
+        if args.dcp:
+            family("dcp 70B+AdamW", [int(s) for s in args.dcp.split(",")], dcp, TORCH_DCP, "ranks")
+        if args.zip:
+            family("torch zip", [int(s) for s in args.zip.split(",")], zip_, TORCH_ZIP, "tensors")
+        if args.hf:
+            family("hf 405B bf16", [191], hf, HF_KEYS, "shards")
+    finally:
+        if not args.keep and args.root is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
