@@ -16,7 +16,7 @@ logit_drift(ckpt)   -> dict | None: where a registered model plugin can build th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,6 +202,13 @@ def weight_drift(ckpt: Checkpoint, progress: Callable[[int, int], None] | None =
                 if progress:
                     progress(done, total)
     return results
+
+
+def worst_first(entry: Mapping[str, Any]) -> tuple[float, ...]:
+    """The one order "worst first" means (the drift report and the TUI's drift screen): values that become
+    inf in fp16 first, then the largest relative rounding error in fp16, then in bf16. `entry` is a
+    TensorDrift's JSON (`to_json()`)."""
+    return (-entry["fp16"]["overflow"], -(entry["fp16"]["max_rel"] or 0.0), -(entry["bf16"]["max_rel"] or 0.0))
 
 
 def drift_summary(drifts: list[TensorDrift]) -> dict[str, Any]:

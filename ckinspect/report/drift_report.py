@@ -43,10 +43,9 @@ def build_document(ckpt: Checkpoint, drift: dict[str, Any]) -> dict[str, Any]:
 
 
 def _worst(drift: dict[str, Any]) -> list[dict[str, Any]]:
-    def badness(w: dict[str, Any]) -> tuple[float, ...]:
-        return (-w["fp16"]["overflow"], -(w["fp16"]["max_rel"] or 0.0), -(w["bf16"]["max_rel"] or 0.0))
+    from ckinspect.analysis.drift import worst_first
 
-    return sorted(drift["weights"], key=badness)[:TOP]
+    return sorted(drift["weights"], key=worst_first)[:TOP]
 
 
 def _summary_rows(drift: dict[str, Any]) -> list[list[str]]:

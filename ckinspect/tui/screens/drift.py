@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -10,6 +11,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
@@ -24,6 +26,8 @@ from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 if TYPE_CHECKING:
     from ckinspect.analysis.drift import TensorDrift
     from ckinspect.tui.app import CkinspectApp
+
+LOGIT_STEP = "computing logit drift: running the model in fp32, fp16 and bf16 (tens of seconds on a CPU)"
 
 COLUMNS = (  # optional ones go first to last as the window narrows: highest number first
     Column("name", "tensor", None, min_width=30, keep_end=True),
@@ -41,8 +45,10 @@ COLUMNS = (  # optional ones go first to last as the window narrows: highest num
 
 
 def drift_rows(drifts: list[TensorDrift]) -> list[Row]:
-    """One row per tensor, worst first: values that overflow to inf in fp16 beat any finite rounding error."""
-    ordered = sorted(drifts, key=lambda d: (-d.fp16.overflow, -d.fp16.max_abs))
+    """One row per tensor, worst first as the drift report orders them (analysis.drift.worst_first)."""
+    from ckinspect.analysis.drift import worst_first
+
+    ordered = sorted(drifts, key=lambda d: worst_first(d.to_json()))  # the drift report's order
     rows = []
     for d in ordered:
         numbers = (
@@ -65,21 +71,29 @@ def drift_rows(drifts: list[TensorDrift]) -> list[Row]:
 
 class DriftScreen(Screen[None]):
     app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    # one key per sort column, as on the inspect screen (again: reverse); `w` puts the worst first again
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "sort_next", "Sort", tooltip="Sort on the next column"),
+        Binding("w", "worst_first", "Worst", tooltip="Worst first, as the drift report orders them"),
+        Binding("n", "sort_by('name')", "Name", tooltip="Sort by tensor name"),
+        Binding("f", "sort_by('fp16_max_abs')", "fp16 Δ", tooltip="Sort by fp16 max |Δ|, largest first"),
+        Binding("b", "sort_by('bf16_max_abs')", "bf16 Δ", tooltip="Sort by bf16 max |Δ|, largest first"),
+        Binding("o", "sort_by('fp16_overflow')", "Overflow", tooltip="Sort by values that become inf in fp16"),
+        Binding("e", "sort_by('numel')", "Elements", tooltip="Sort by element count", show=False),
+        Binding("r", "sort_reverse", "Reverse", tooltip="Reverse the sort order", show=False),
         Binding("escape", "back", "Back", show=False),
     ]
 
     def __init__(self, target: Path, ckpt: Checkpoint | None = None) -> None:
         super().__init__()
         self.target, self.ckpt = as_path(target), ckpt
+        self._ticking: Timer | None = None  # while the model runs: the elapsed seconds, each second
 
     def compose(self) -> ComposeResult:
         yield Label(
             Text.assemble(("drift ", "bold"), terminal_safe(self.target), " — fp16/bf16 vs the stored values"),
             classes="title-line",
         )
-        yield Static("computing rounding errors…", classes="summary-line", id="logits")
+        yield Static("computing rounding errors…", id="logits")  # as many lines as the logit drift needs
         yield VirtualTable(COLUMNS, id="drift-table", empty_text="computing…")
         yield Footer()
 
@@ -92,7 +106,7 @@ class DriftScreen(Screen[None]):
         ckpt = self.ckpt or backend.load(self.target)
         self.ckpt = ckpt
         weights = backend.weight_drift(ckpt, progress=lambda f: self.post_message(Progress("drift", f)))
-        self.post_message(DriftComputed(weights, None, "computing logit drift…"))
+        self.post_message(DriftComputed(weights, None, LOGIT_STEP))
         try:
             logits, reason = backend.logit_drift(ckpt)
         except Exception as exc:  # running the model can fail: the weight drift above still stands
@@ -111,6 +125,12 @@ class DriftScreen(Screen[None]):
 
     def on_drift_computed(self, message: DriftComputed) -> None:
         self.query_one("#logits", Static).update(self._logit_text(message.logits, message.logits_note))
+        if message.logits_note == LOGIT_STEP:  # the model runs: say for how long, each second, until it ends
+            started = time.monotonic()
+            self._ticking = self.set_interval(1.0, lambda: self._tick(started))
+        elif self._ticking is not None:
+            self._ticking.stop()
+            self._ticking = None
         if message.weights is getattr(self, "_weights", None):
             return  # the logit drift arrived after the weights: the table stands
         self._weights = message.weights
@@ -118,6 +138,11 @@ class DriftScreen(Screen[None]):
         table.empty_text = "no floating model tensors"
         table.set_rows(drift_rows(message.weights))
         table.focus()
+
+    def _tick(self, started: float) -> None:
+        self.query_one("#logits", Static).update(
+            Text(f"{LOGIT_STEP} · {time.monotonic() - started:.0f} s", style="italic")
+        )
 
     def _logit_text(self, logits: dict[str, Any] | None, note: str) -> Text:
         from ckinspect.report.drift_report import logit_inputs, logit_title
@@ -143,12 +168,23 @@ class DriftScreen(Screen[None]):
             text.append(f"\n{line}", style="dim")
         return text
 
-    def action_sort_next(self) -> None:
+    def action_sort_by(self, column: str) -> None:
+        """Sort on one column: numbers largest first, names A to Z; the same key again reverses."""
         table = self.query_one(VirtualTable)
-        keys = [c.key for c in table.columns]
-        current = table.sort_column
-        following = keys[(keys.index(current) + 1) % len(keys)] if current in keys else keys[min(1, len(keys) - 1)]
-        table.sort_by(following, reverse=following != "name")
+        if table.sort_column == column:
+            table.sort_by(column, reverse=not table.sort_reverse)
+        else:
+            table.sort_by(column, reverse=column != "name")
+
+    def action_sort_reverse(self) -> None:
+        table = self.query_one(VirtualTable)
+        table.sort_by(table.sort_column or "name", reverse=not table.sort_reverse)
+
+    def action_worst_first(self) -> None:
+        table = self.query_one(VirtualTable)
+        if getattr(self, "_weights", None) is not None:
+            table.sort_column = None
+            table.set_rows(drift_rows(self._weights))
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 1:  # at the first screen, as everywhere: q quits, Esc does not
