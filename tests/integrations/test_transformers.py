@@ -50,7 +50,8 @@ def test_a_good_run_is_left_as_it_was(tmp_path, caplog):
         ("checkpoint-4", "good", True),
         ("checkpoint-6", "good", True),
     ]
-    assert [r.getMessage() for r in caplog.records] == [
+    # ckinspect's own lines only: transformers logs at INFO too once a test in this worker raised its verbosity
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("ckinspect")] == [
         f"ckinspect: {tmp_path / 'judged' / f'checkpoint-{s}'} (step {s}): good" for s in (2, 4, 6)
     ]
 
