@@ -121,18 +121,20 @@ def best_of(argv: list[str], env: dict[str, str], rounds: int) -> tuple[float, f
     return min(r[0] for r in runs), min(r[1] for r in runs), runs[-1][2]
 
 
-def measure(path: Path, code: Path, rounds: int) -> dict[str, float]:
+def measure(path: Path, code: Path, rounds: int, torch_side: bool = True) -> dict[str, float]:
     env = child_env(code)
     cli = [sys.executable, "-m", "ckinspect", "--report", str(path), "--quick", "--format", "json"]
     wall, cpu, out = best_of(cli, env, rounds)
     listed = json.loads(out)["files"][0]["tensor_count"]
+    _w, _c, parts_out = timed([sys.executable, "-c", PARTS, str(path), str(rounds)], env)
+    parts = json.loads(parts_out)
+    assert parts.pop("tensors") == listed
+    if not torch_side:
+        return {"cli wall": wall, "cli cpu": cpu, "torch wall": math.nan, "torch cpu": math.nan, **parts}
     # torch refuses protocol 4 with weights_only=True (WEIGHTS_ONLY_REFUSED): it is timed with False there
     safe = "1" if "_p2" in path.name else "0"
     t_wall, t_cpu, t_out = best_of([sys.executable, "-c", TORCH_LISTING, str(path), safe], env, rounds)
     assert int(t_out) == listed, (t_out, listed)
-    _w, _c, parts_out = timed([sys.executable, "-c", PARTS, str(path), str(rounds)], env)
-    parts = json.loads(parts_out)
-    assert parts.pop("tensors") == listed
     return {"cli wall": wall, "cli cpu": cpu, "torch wall": t_wall, "torch cpu": t_cpu, **parts}
 
 
@@ -145,6 +147,7 @@ def main() -> int:
     parser.add_argument("--dir", type=Path)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--reuse", action="store_true", help="time files a --keep run left in --dir")
+    parser.add_argument("--no-torch", action="store_true", help="time ckinspect only (e.g. two checkouts' code)")
     args = parser.parse_args()
     folder = args.dir or Path(tempfile.mkdtemp(prefix="ckinspect-bench-pickle-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -157,7 +160,7 @@ def main() -> int:
                 if not (args.reuse and path.exists()):
                     subprocess.run([sys.executable, "-c", WRITE, str(n), str(path), str(protocol)], check=True,
                                    env=child_env(args.code))  # fmt: skip
-                figures[n] = f = measure(path, args.code, args.rounds)
+                figures[n] = f = measure(path, args.code, args.rounds, not args.no_torch)
                 print(f"protocol {protocol}, {n:>7,} tensors: report {f['cli wall']:.2f} s wall {f['cli cpu']:.2f} "
                       f"CPU-s | torch.load {f['torch wall']:.2f} s wall {f['torch cpu']:.2f} CPU-s | "
                       f"torch/ours CPU {f['torch cpu'] / f['cli cpu']:.2f}x | in-process CPU-s: scan {f['scan']:.3f}, "
@@ -168,6 +171,7 @@ def main() -> int:
                 growth = {
                     key: math.log(figures[large][key] / figures[small][key]) / math.log(large / small)
                     for key in ("cli cpu", "scan", "unpickler", "reader", "torch cpu")
+                    if not math.isnan(figures[large][key])
                 }
                 print(f"protocol {protocol}, growth exponent {small:,} -> {large:,} tensors: "
                       + ", ".join(f"{k} {v:.2f}" for k, v in growth.items()))  # fmt: skip
