@@ -17,13 +17,13 @@ from ckinspect.fmt import terminal_safe
 from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import format_value
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import DriftComputed, Progress
-from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
     from ckinspect.analysis.drift import TensorDrift
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 COLUMNS = (  # optional ones go first to last as the window narrows: highest number first
     Column("name", "tensor", None, min_width=30, keep_end=True),
@@ -64,7 +64,7 @@ def drift_rows(drifts: list[TensorDrift]) -> list[Row]:
 
 
 class DriftScreen(Screen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "sort_next", "Sort", tooltip="Sort on the next column"),
         Binding("escape", "back", "Back", show=False),
