@@ -253,13 +253,18 @@ def diff(
     return _guarded(run)
 
 
-def last_good(run_dir: str | os.PathLike[str], *, quick: bool = False, verify: bool = False) -> PurePath | None:
+def last_good(
+    run_dir: str | os.PathLike[str], *, quick: bool = False, verify: bool = False, missing_ok: bool = False
+) -> PurePath | None:
     """The newest checkpoint of the run that is whole, intact, safe, resumable and (unless `quick`) finite,
     or None: the path `ckinspect last-good RUN_DIR` prints, with the same `--quick` (structure only, no value
     read) and `--verify` (the values of every checkpoint judged, not only of the one named). A Path; for a
-    URL prefix, a PurePosixPath whose str() is the checkpoint's URL."""
+    URL prefix, a PurePosixPath whose str() is the checkpoint's URL. A local `run_dir` that does not exist
+    is an error (a mistyped path must not start a run afresh), or with `missing_ok` None: a first launch."""
 
     def run() -> PurePath | None:
+        if missing_ok and not _is_url(run_dir) and not Path(run_dir).exists():
+            return None
         best = judged_run(run_dir, quick=quick, verify=verify).last_good
         return None if best is None else best.path
 
@@ -388,6 +393,12 @@ def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunC
         seen = ", ".join(sorted(str(c.path) for c in run.checkpoints)[:5]) or "none"
         raise CkinspectError(f"{path} is not one checkpoint (checkpoints found there: {seen})")
     return judge(found[0], Reader(verify=not quick))
+
+
+def _is_url(path: str | os.PathLike[str]) -> bool:
+    from ckinspect.io.remote import is_url
+
+    return is_url(path)
 
 
 def _guarded(call: Callable[[], T]) -> T:

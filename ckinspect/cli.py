@@ -256,6 +256,9 @@ def _convert_parser() -> argparse.ArgumentParser:
     convert.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), help="cast floating tensors")
     convert.add_argument("--only", action="append", metavar="GROUP", help="keep only this group; repeatable")
     convert.add_argument("--trust", action="store_true", help="allow a file whose pickle names code-running globals")
+    convert.add_argument(
+        "--refuse-left-out", action="store_true", help="refuse instead of leaving out tensors OUT cannot hold"
+    )
     _add_output_options(convert, _PLAIN_FORMATS)
     return convert
 

@@ -8,7 +8,7 @@ from ckinspect.record import Record
 class DType(Record):
     name: str  # torch's name without "torch.": float32, bfloat16 ...
     itemsize: int  # bytes to read one element (1 for the sub-byte types: raw byte views)
-    kind: str  # "float", "int", "uint", "bool", "complex"
+    kind: str  # "float", "int", "uint", "bool", "complex", "quantized", "bits" ("opaque": unknown)
     numpy: str | None  # numpy dtype string to view raw little-endian bytes; None where numpy has none (bf16, fp8)
     # bits per element: what sizes are counted in. 4 and 6 for safetensors' F4 and F6 (packed); 0: itemsize * 8
     bits: int = 0
@@ -37,6 +37,20 @@ _ALL = [
     DType("float4_e2m1fn_x2", 1, "float", None),  # torch's: two fp4 values per byte, counted as one element
     DType("complex128", 16, "complex", "<c16"),
     DType("complex64", 8, "complex", "<c8"),
+    DType("complex32", 4, "complex", None),  # two float16 halves; numpy has no complex32
+    # torch's quantized types: raw integers (scale and zero point live in the pickle); quint4x2 and
+    # quint2x4 pack two and four elements per byte, and torch sizes their storages so
+    DType("qint8", 1, "quantized", "|i1"),
+    DType("quint8", 1, "quantized", "|u1"),
+    DType("qint32", 4, "quantized", "<i4"),
+    DType("quint4x2", 1, "quantized", None, bits=4),
+    DType("quint2x4", 1, "quantized", None, bits=2),
+    # torch's bits types: opaque bit patterns, one element per itemsize (bits1x8 is one byte of 8 bits)
+    DType("bits1x8", 1, "bits", "|u1"),
+    DType("bits2x4", 1, "bits", "|u1"),
+    DType("bits4x2", 1, "bits", "|u1"),
+    DType("bits8", 1, "bits", "|u1"),
+    DType("bits16", 2, "bits", "<u2"),
     DType("int64", 8, "int", "<i8"),
     DType("int32", 4, "int", "<i4"),
     DType("int16", 2, "int", "<i2"),
@@ -46,6 +60,8 @@ _ALL = [
     DType("uint16", 2, "uint", "<u2"),
     DType("uint8", 1, "uint", "|u1"),
     DType("bool", 1, "bool", "|b1"),
+    # torch's uint1..uint7 and int1..int7: torch gives each itemsize 1 and cannot save them (yet)
+    *(DType(f"{sign}int{n}", 1, sign + "int", None) for sign in ("u", "") for n in range(1, 8)),
 ]
 
 DTYPES: dict[str, DType] = {d.name: d for d in _ALL}
@@ -69,6 +85,12 @@ TORCH_STORAGE_CLASSES: dict[str, str] = {
     "UInt16Storage": "uint16",
     "UInt32Storage": "uint32",
     "UInt64Storage": "uint64",
+    "ComplexHalfStorage": "complex32",
+    "QInt8Storage": "qint8",
+    "QUInt8Storage": "quint8",
+    "QInt32Storage": "qint32",
+    "QUInt4x2Storage": "quint4x2",
+    "QUInt2x4Storage": "quint2x4",
 }
 
 # torch.float32 and friends as pickled attribute names (torch.float32 is pickled as GLOBAL torch float32)
@@ -82,6 +104,7 @@ TORCH_DTYPE_ATTRS: dict[str, str] = {
     "short": "int16",
     "cfloat": "complex64",
     "cdouble": "complex128",
+    "chalf": "complex32",
 }
 
 SAFETENSORS_DTYPES: dict[str, str] = {
@@ -119,4 +142,6 @@ def dtype_info(name: str) -> DType:
 
 
 # numpy's type codes without the byte order ("f4", "i8", "b1" ...) -> our names: .npy headers, joblib arrays
-NUMPY_CODES: dict[str, str] = {d.numpy[1:]: d.name for d in _ALL if d.numpy}
+NUMPY_CODES: dict[str, str] = {
+    d.numpy[1:]: d.name for d in _ALL if d.numpy and d.kind in ("float", "int", "uint", "bool", "complex")
+}

@@ -49,6 +49,7 @@ class StorageInfo(Record):
     crc32: int | None = None  # expected CRC-32 from the zip directory, where there is one
     member: str | None = None  # zip member or shard name, for messages
     location: str = "cpu"
+    big_endian: bool = False  # the archive's byteorder record says "big": elements are stored byte-swapped
 
 
 class TensorInfo(Record):

@@ -77,6 +77,7 @@ GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
 SEVERITY: dict[str, Severity] = {
     "UNSAFE_PICKLE": Severity.ERROR,
     "ALLOWLIST_NEEDED": Severity.WARNING,
+    "WEIGHTS_ONLY_REFUSED": Severity.WARNING,
     "CORRUPT": Severity.ERROR,
     "LEFTOVER_TMP": Severity.WARNING,
     "NONFINITE": Severity.ERROR,
@@ -88,6 +89,8 @@ SEVERITY: dict[str, Severity] = {
     "MISSING_PARTS": Severity.ERROR,
     "PARTS_DISAGREE": Severity.ERROR,
     "EMBEDDED_CODE": Severity.WARNING,
+    # torch.save under compute_crc32=False: every CRC-32 is 0, the bytes cannot be checked
+    "CRC_NOT_RECORDED": Severity.INFO,
     "BOOKKEEPING_SENTINEL": Severity.INFO,
     # `ckinspect watch`: anomalies between the saves of one run
     "UPDATE_RATIO_OUTLIER": Severity.WARNING,

@@ -117,7 +117,7 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     if has_rng is None:
         has_rng = (
             "rng" in groups
-            or (top is not None and any(isinstance(k, str) and is_rng_key(k) for k in top))
+            or (top is not None and any(isinstance(k, str) and is_rng_key(k) and not _empty(v) for k, v in top.items()))
             or has_data_position(top)
         )
     is_resume: bool | None = layout.is_resume
@@ -132,7 +132,7 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
         for what, present in (
             ("optimizer state (moments start from zero: the run takes a different path)", has_optimizer),
             ("the step counter (the LR schedule restarts)", has_step),
-            ("RNG/data-position state (the resumed run sees different batches and dropout)", has_rng),
+            (_rng_missing(top), has_rng),
         )
         if not present
     ]
@@ -181,6 +181,23 @@ def states_no_optimizer(top: Mapping[str, Any], depth: int = 2) -> bool:
         fields = value if isinstance(value, Mapping) else getattr(value, "fields", None)
         if depth > 1 and isinstance(fields, Mapping) and states_no_optimizer(fields, depth - 1):
             return True
+    return False
+
+
+def _rng_missing(top: Mapping[str, Any] | None) -> str:
+    empty = [k for k, v in (top or {}).items() if isinstance(k, str) and is_rng_key(k) and _empty(v)]
+    held = f" ({', '.join(repr(k) for k in empty)} is there but empty)" if empty else ""
+    return f"RNG/data-position state{held} (the resumed run sees different batches and dropout)"
+
+
+def _empty(value: Any, depth: int = 4) -> bool:
+    """Nothing in it: None, or containers holding only empty containers (a salvaged `rng: [{}]`)."""
+    if value is None:
+        return True
+    if isinstance(value, Mapping):
+        return depth > 0 and all(_empty(v, depth - 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return depth > 0 and all(_empty(v, depth - 1) for v in value)
     return False
 
 
@@ -273,6 +290,7 @@ def optimizer_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     states = optimizer_states(ckpt, layout)
     params = model_parameters(ckpt, layout) if states else []
     beside = _model_beside(layout) if states and not params else []
+    findings += [Finding("OPTIMIZER_MISMATCH", m, t) for m, t in _uneven_states(layout)]
     for opt in states:
         problem = _internal_problem(opt)
         if problem is None and params:
@@ -286,6 +304,30 @@ def optimizer_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
             message, tensor = problem
             findings.append(Finding("OPTIMIZER_MISMATCH", message, tensor))
     return findings
+
+
+def _uneven_states(layout: Layout) -> list[tuple[str, str | None]]:
+    """Per-parameter states that lack what the others of the same optimizer hold (a cut or salvaged file
+    whose state entries lost their moments): torch keeps the same keys for every parameter it stepped."""
+    problems: list[tuple[str, str | None]] = []
+    for prefix, opt in layout.optimizers:
+        state = opt.get("state")
+        if not isinstance(state, Mapping):
+            continue
+        entries = {k: set(v) for k, v in state.items() if isinstance(v, Mapping)}  # odd entries: judged elsewhere
+        union = set().union(*entries.values()) if entries else set()
+        short = {k: union - keys for k, keys in entries.items() if keys != union}
+        if not short or not union:
+            continue
+        shown = "; ".join(f"{k}: {', '.join(sorted(map(str, lacks)))}" for k, lacks in list(short.items())[:4])
+        more = f"; and {len(short) - 4} more" if len(short) > 4 else ""
+        first = next(iter(short))
+        problems.append((
+            f"optimizer state of {len(short)} of {len(entries)} parameters lacks what the others hold "
+            f"({shown}{more}): cut short or salvaged; a resume fails at its first step or restarts those moments",
+            f"{prefix}state.{first}",
+        ))  # fmt: skip
+    return problems
 
 
 def _model_beside(layout: Layout) -> list[TensorInfo]:

@@ -24,7 +24,7 @@ from ckinspect.analysis.scan import worker_count
 from ckinspect.dtypes import dtype_info
 from ckinspect.io.blobs import Blobs, UnreadableStorage, files_differ
 from ckinspect.io.remote import RemotePath
-from ckinspect.io.values import decode, raw_blocks
+from ckinspect.io.values import decode, raw_blocks, swap_unit
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record, field
 from ckinspect.vocab import GROUPS, MODEL_KEYS, OPTIMIZER_KEYS
@@ -596,11 +596,17 @@ def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
     except UnreadableStorage as exc:
         p.error = str(exc)
         return None
-    if p.ta.stride != p.tb.stride and not (p.ta.is_contiguous and p.tb.is_contiguous):
-        p.equal = False  # different layouts of the same values: decide on values
+    if p.ta.stride != p.tb.stride and not (p.ta.is_contiguous and p.tb.is_contiguous) or _swapped(run, p):
+        p.equal = False  # different layouts (or byte orders) of the same values: decide on values
         p.relaid = True
         return None
     return bytes_a, bytes_b
+
+
+def _swapped(run: _Run, p: _Pair) -> bool:
+    """One side's storage is big-endian and the other's is not: equal values, different bytes."""
+    sa, sb = run.a.storages[p.ta.storage_key], run.b.storages[p.tb.storage_key]
+    return sa.big_endian != sb.big_endian and swap_unit(p.ta.dtype) > 1
 
 
 def _chunk_equal(run: _Run, chunk: _Chunk) -> tuple[bool, list[_Pair]]:

@@ -27,17 +27,16 @@ from typing import Any
 
 from ckinspect import settings
 from ckinspect.analysis.layouts import bookkeeping_meaning
-from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, TensorStats, moments_of_array
+from ckinspect.analysis.stats import OVERFLOW_DTYPES, SCANNED_DTYPES, Moments, TensorStats, moments_of_array
 from ckinspect.formats.tree import no_gc
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.io.crc import crc32, crc32_combine
-from ckinspect.io.values import iter_view_blocks, raw_numpy_dtype
+from ckinspect.io.values import iter_view_blocks, raw_numpy_dtype, to_native
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
 
 Progress = Callable[[int, int], None]
 
-SCANNED_DTYPES = ("float32", "float16", "bfloat16", "float64")
 SCAN_BLOCK = 1 << 20  # bytes per CRC + numeric pass: read from memory once by the CRC, then from cache
 # bytes mapped at a time: each unmap of a window stops the other scanning thread for a TLB flush, so
 # 8 MiB windows cost 0.26 CPU s per GB on two threads and 32 MiB ones 0.20, 9.5 GB/s against cat's 7.4
@@ -214,7 +213,10 @@ def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece], m
                             b = min(v.start + v.nbytes - p.start, end)
                             if a < b:
                                 raw, dtype, over = kinds[i]
-                                moments[i].add_raw(np.frombuffer(view[a:b], raw), dtype, over)
+                                values = np.frombuffer(view[a:b], raw)
+                                if storage.big_endian:
+                                    values = to_native(values, dtype)
+                                moments[i].add_raw(values, dtype, over)
                                 if v.kept is not None:  # disjoint ranges of one array: threads never overlap
                                     at = p.start + a - v.start
                                     memoryview(v.kept).cast("B")[at : at + b - a] = view[a:b]
@@ -281,7 +283,7 @@ def _allocate_kept(views: list[_View], keep: Kept) -> None:
 
     room = keep.budget - keep.nbytes
     for v in views:
-        if v.nbytes <= room and any(name in keep.names for name in v.names):
+        if v.nbytes <= room and not v.storage.big_endian and any(name in keep.names for name in v.names):
             dtype = raw_numpy_dtype(v.dtype)
             v.kept = np.empty(v.nbytes // dtype.itemsize, dtype=dtype)
             room -= v.nbytes

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ckinspect.io.values import WIDEN_ELEMENTS, widen_block
+from ckinspect.io.values import WIDEN_ELEMENTS, float8_table, widen_block
 from ckinspect.record import Record
 from ckinspect.vocab import FP16_MAX
 
@@ -146,9 +146,16 @@ class Moments(Record):
 
     def add_raw(self, raw: Any, dtype: str, count_overflow: bool) -> None:
         """Fold in raw elements of a 16/32/64-bit float (as viewed by raw_numpy_dtype), half precision
-        widened to float32 WIDEN_ELEMENTS at a time, so the widened values stay in cache."""
+        widened to float32 WIDEN_ELEMENTS at a time, so the widened values stay in cache; float8 through
+        its table of 256 values, complex as its parts (see add_complex)."""
         if dtype in ("float32", "float64"):
             self.add(raw, count_overflow)
+            return
+        if dtype in _FLOAT8_SPECIAL:
+            self._add_float8(raw, dtype)
+            return
+        if dtype in _COMPLEX_PARTS:
+            self.add_complex(raw, dtype)
             return
         if not self.summed and raw.size:
             # the checks only: a 16-bit float's magnitude orders like its bit pattern with the sign bit
@@ -159,6 +166,37 @@ class Moments(Record):
                 return
         for i in range(0, raw.size, WIDEN_ELEMENTS):
             self.add(widen_block(raw[i : i + WIDEN_ELEMENTS], dtype), count_overflow)
+
+    def _add_float8(self, raw: Any, dtype: str) -> None:
+        import numpy as np
+
+        if not self.summed and raw.size and not _FLOAT8_SPECIAL[dtype](raw):
+            self.n += raw.size  # the checks only: no NaN/Inf bit pattern, and float8 cannot pass float16's range
+            return
+        table = _float8_table32(dtype)
+        for i in range(0, raw.size, WIDEN_ELEMENTS):
+            self.add(np.take(table, raw[i : i + WIDEN_ELEMENTS]), False)
+
+    def add_complex(self, raw: Any, dtype: str) -> None:
+        """NaN and Inf of complex elements as torch counts them (isnan: either part NaN; isinf: either
+        part Inf): a finite element counts as one value. No min, max, mean or std (summed turns False)."""
+        import numpy as np
+
+        self.summed = False
+        if raw.size == 0:
+            return
+        parts = raw.view(_COMPLEX_PARTS[dtype])
+        if dtype == "complex32":
+            parts = parts.astype(np.float32)
+        if _squares_below(parts, math.inf):  # NaN or Inf in any part makes a row's sum of squares non-finite
+            self.n += raw.size
+            return
+        pairs = parts.reshape(-1, 2)
+        nan = int(np.count_nonzero(np.isnan(pairs).any(axis=1)))
+        finite = int(np.count_nonzero(np.isfinite(pairs).all(axis=1)))
+        self.nan += nan
+        self.inf += raw.size - finite - nan
+        self.n += finite
 
     def stats(self) -> TensorStats:
         count = self.n + self.nan + self.inf
@@ -218,6 +256,35 @@ def row_sums(x: Any) -> tuple[float, float]:
         squares += float(np.dot(tail, tail))
     return total, squares
 
+
+def _float8_table32(dtype: str) -> Any:
+    import numpy as np
+
+    table = _FLOAT8_TABLES32.get(dtype)
+    if table is None:
+        table = _FLOAT8_TABLES32[dtype] = float8_table(dtype).astype(np.float32)  # every float8 value fits exactly
+    return table
+
+
+_FLOAT8_TABLES32: dict[str, Any] = {}
+
+
+def _max_low7(raw: Any) -> int:
+    import numpy as np
+
+    return int(np.maximum.reduce(np.bitwise_and(raw, 0x7F)))
+
+
+# float8 raw codes (uint8) -> could any be NaN or Inf? One integer pass; only a block that says yes is decoded
+_FLOAT8_SPECIAL = {
+    "float8_e4m3fn": lambda raw: _max_low7(raw) == 0x7F,  # S.1111.111 is NaN
+    "float8_e5m2": lambda raw: _max_low7(raw) >= 0x7C,  # exponent all ones: Inf or NaN
+    "float8_e4m3fnuz": lambda raw: bool((raw == 0x80).any()),  # the one NaN, "negative zero"
+    "float8_e5m2fnuz": lambda raw: bool((raw == 0x80).any()),
+    "float8_e8m0fnu": lambda raw: int(raw.max()) == 0xFF,
+}
+_COMPLEX_PARTS = {"complex64": "<f4", "complex128": "<f8", "complex32": "<f2"}  # each element: real, imaginary
+SCANNED_DTYPES = ("float32", "float16", "bfloat16", "float64", *_FLOAT8_SPECIAL, *_COMPLEX_PARTS)
 
 _HALF_NONFINITE = {"bfloat16": 0x7F80, "float16": 0x7C00}  # exponent bits all set: Inf, and NaN above it
 _BF16_BEYOND_FP16 = 0x4780  # 65536, the first bfloat16 magnitude past 65504 (the one below is 65280)

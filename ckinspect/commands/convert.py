@@ -1,4 +1,4 @@
-"""`ckinspect convert IN OUT [--dtype fp32|fp16|bf16] [--only GROUP]... [--trust]`.
+"""`ckinspect convert IN OUT [--dtype fp32|fp16|bf16] [--only GROUP]... [--trust] [--refuse-left-out]`.
 
 OUT's suffix picks the output: `.safetensors`, anything else a torch zip (torch.save).
 Exit status: 0 written; 2 refused (UNSAFE_PICKLE without --trust, a damaged input) or usage error.
@@ -27,6 +27,7 @@ def run(args) -> int:
         dtype=getattr(args, "dtype", None),
         only=getattr(args, "only", None),
         trust=getattr(args, "trust", False),
+        refuse_left_out=getattr(args, "refuse_left_out", False),
         announce=lambda line: print(line, file=sys.stderr, flush=True),
     )
     emit(render(result, fmt), getattr(args, "output", None))
@@ -36,6 +37,8 @@ def run(args) -> int:
 def render(r: ConvertResult, fmt: str) -> str:
     head = f"convert {r.source} ({r.source_format}) -> {r.out} ({r.out_format}): "
     head += f"{r.tensors} tensors, {r.out_bytes} bytes"
+    if r.left_out:
+        head += f", {len(r.left_out)} left out"
     if fmt == "json":
         return json.dumps(envelope("convert", **r.to_json()), indent=2)
     if fmt == "markdown":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import pickletools
 import re
 
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
@@ -83,7 +85,10 @@ def allowlist_hint(benign: list[GlobalRef], data: Any = None) -> str:
     return f"import {imports}; torch.serialization.add_safe_globals([{', '.join(entries)}])"
 
 
-# Opcodes torch/_weights_only_unpickler.py implements (protocol 2 as torch.save writes it, plus a few).
+# Opcodes torch/_weights_only_unpickler.py's Unpickler.load implements (protocol 2 as torch.save writes it,
+# plus a few), as of the torch named here. tests/formats/test_weights_only.py reads that file of the
+# installed torch and fails when either changes: a torch upgrade must come with this set re-read.
+WEIGHTS_ONLY_TORCH = "2.13"
 TORCH_UNPICKLER_OPCODES = frozenset(
     (
         "GLOBAL",
@@ -122,26 +127,63 @@ TORCH_UNPICKLER_OPCODES = frozenset(
         "STOP",
     )
 )
-_MAX_OPCODE_CHECK = 64 << 20
+_MAX_LISTED_STEPS = 1000  # opcodes torch lacks looked at per pickle to name them; the first one decides
 
 
-def torch_unreadable_opcodes(data: Any) -> list[str]:
-    """Opcodes of the first pickle in `data` that torch's weights_only unpickler does not implement."""
-    if data is None or len(data) > _MAX_OPCODE_CHECK:
+def _torch_run() -> re.Pattern[bytes]:
+    """A possessive run of opcodes torch's unpickler implements, with their arguments (a BINUNICODE of
+    256 bytes or more ends the run: the loop steps over it), up to the first one it does not."""
+    ops = {op.name: op for op in pickletools.opcodes}
+    fixed: dict[int, list[int]] = {}
+    sized: dict[int, list[int]] = {}
+    for name in TORCH_UNPICKLER_OPCODES - {"GLOBAL", "STOP"}:
+        op = ops[name]
+        n = 0 if op.arg is None else op.arg.n
+        if n >= 0:
+            fixed.setdefault(n, []).append(ord(op.code))
+        else:
+            sized.setdefault(1 if n == pickletools.TAKEN_FROM_ARGUMENT1 else 4, []).append(ord(op.code))
+    alts = [rb"c[^\n]*\n[^\n]*\n"]
+    alts += [re.escape(bytes(codes)).join((b"[", b"]")) + b".{%d}" % n for n, codes in fixed.items()]
+    for width, codes in sized.items():
+        lengths = b"|".join(re.escape(k.to_bytes(width, "little")) + b".{%d}" % k for k in range(256))
+        alts.append(re.escape(bytes(codes)).join((b"[", b"]")) + b"(?:" + lengths + b")")
+    return re.compile(b"(?:" + b"|".join(alts) + b")*+", re.DOTALL)
+
+
+_TORCH_RUN: list[re.Pattern[bytes]] = []  # compiled on first use: listing a file that needs no check never pays
+
+
+def torch_unreadable_opcodes(data: Any, start: int = 0, end: int | None = None) -> list[str]:
+    """Opcodes of the pickle at `start` (ending by `end`) that torch's weights_only unpickler does not
+    implement, in the order first met. [] when it implements them all, or where the bytes are not a pickle
+    pickletools can follow (the scan reports damage)."""
+    if data is None:
         return []
-    import io
-    import pickletools
-
+    if not _TORCH_RUN:
+        _TORCH_RUN.append(_torch_run())
+    run = _TORCH_RUN[0].match
+    end = len(data) if end is None else end
+    stream = io.BytesIO(data)  # one buffer for pickletools to step over what torch lacks; no copy per step
     seen: list[str] = []
-    try:
-        for op, _arg, _pos in pickletools.genops(io.BytesIO(bytes(data))):
+    i = start
+    for _ in range(_MAX_LISTED_STEPS):
+        i = run(data, i, end).end()  # type: ignore[union-attr]  # a *+ run always matches
+        if i >= end or data[i] == 0x2E:  # STOP
+            break
+        if data[i] == 0x58 and i + 5 <= end:  # BINUNICODE of 256 bytes or more: torch reads it
+            i += 5 + int.from_bytes(data[i + 1 : i + 5], "little")
+            continue
+        stream.seek(i)
+        try:
+            ops = pickletools.genops(stream)
+            op = next(ops)[0]
             if op.name not in TORCH_UNPICKLER_OPCODES and op.name not in seen:
                 seen.append(op.name)
-            if op.name == "STOP":
-                break
-    except Exception:  # noqa: BLE001 - genops decodes STRING arguments as ASCII: a Python 2 string stops it
-        if not seen:
-            seen.append("STRING")
+            following = next(ops)[2] if op.name != "STOP" else end
+        except (ValueError, StopIteration, UnicodeDecodeError):
+            return seen  # what pickletools cannot follow the scan reports as damage
+        i = following if following is not None else end
     return seen
 
 
@@ -192,6 +234,31 @@ def record_globals(ckpt: Checkpoint, refs: list[GlobalRef], where: str, data: An
             f"`{allowlist_hint(benign, data)}`, then `{loader}`.",
         )
     return bool(unsafe)
+
+
+def check_weights_only(ckpt: Checkpoint, data: Any, scans: list[PickleScan], where: str,
+                       loader: str = TORCH_LOAD) -> None:  # fmt: skip
+    """WEIGHTS_ONLY_REFUSED when torch's weights_only unpickler (the installed torch's, WEIGHTS_ONLY_TORCH)
+    would refuse the pickles `loader` reads for want of opcodes, not for danger: nothing is said where the
+    pickles name unsafe globals (UNSAFE_PICKLE) or the file is damaged (CORRUPT: torch refuses it for that)."""
+    if data is None or not len(data) or any(s.error is not None or s.unsafe for s in scans):
+        return
+    if any(f.code in ("CORRUPT", "UNSAFE_PICKLE") for f in ckpt.findings):
+        return
+    lacking: list[str] = []
+    for scan in scans:
+        lacking += [op for op in torch_unreadable_opcodes(data, scan.start, scan.end) if op not in lacking]
+    if not lacking:
+        return
+    protocols = sorted({s.protocol for s in scans if s.protocol != 2} or {s.protocol for s in scans})
+    spelled = "/".join("0 or 1" if p == 0 else str(p) for p in protocols)  # protocols 0 and 1 have no PROTO
+    ckpt.add(
+        "WEIGHTS_ONLY_REFUSED",
+        f"{where} uses pickle opcodes torch's weights_only unpickler (torch {WEIGHTS_ONLY_TORCH}) does not "
+        f"implement: {', '.join(lacking)} (pickle protocol {spelled}). `{loader}` refuses it, though it names "
+        "nothing unsafe. Load it with weights_only=False only if you trust where it comes from, or re-save it "
+        "with pickle protocol 2 (torch.save's default).",
+    )
 
 
 class StorageCollector:
@@ -304,10 +371,10 @@ def check_views(ckpt: Checkpoint) -> None:
         storage = storages.get(key)
         if empty or storage is None or storage.offset is None and storage.nbytes == 0:
             continue  # missing storages are reported where they are found missing
-        itemsize = itemsizes.get(dtype)
-        if itemsize is None:
-            itemsize = itemsizes[dtype] = t.itemsize
-        if (last + 1) * itemsize > storage.nbytes:
+        bits = itemsizes.get(dtype)
+        if bits is None:
+            bits = itemsizes[dtype] = t.bits  # quint4x2 and the packed floats: less than a byte each
+        if ((last + 1) * bits + 7) >> 3 > storage.nbytes:
             bad.append(t)
     if dropped:
         malformed = sum(id(t) in dropped for t in ckpt.tensors)

@@ -15,7 +15,7 @@ from pathlib import Path
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.errors import CorruptPickle
 from ckinspect.formats.opening import local_file
-from ckinspect.formats.pickle_findings import StorageCollector, decode, record_globals, set_tree
+from ckinspect.formats.pickle_findings import StorageCollector, check_weights_only, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, scan_file
 from ckinspect.formats.sniff import LEGACY_MAGIC as MAGIC_NUMBER  # torch/serialization.py names it so
 from ckinspect.formats.sniff import LEGACY_TAR_MEMBERS, is_legacy_tar
@@ -63,6 +63,7 @@ def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
     data, scans = read_pickle_prefix(reader, 5)
     where = path.name
     unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where, data)
+    check_weights_only(ckpt, data, scans, where)  # torch.load reads all five through weights_only's unpickler
     for index, scan in enumerate(scans):
         if scan.error is not None:
             ckpt.add("CORRUPT", f"{where}: the {_NAMES[index]} pickle is unreadable: {scan.error}")

@@ -6,12 +6,18 @@ offsets) and data.pkl; storage bytes are never read.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 from ckinspect.formats.opening import local_file
-from ckinspect.formats.pickle_findings import StorageCollector, check_views, decode, record_globals, set_tree
+from ckinspect.formats.pickle_findings import (
+    StorageCollector,
+    check_views,
+    check_weights_only,
+    decode,
+    record_globals,
+    set_tree,
+)
 from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import StorageRef
@@ -88,22 +94,51 @@ def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: 
         ckpt.add("CORRUPT", f"{where}: {exc}")
         _scan_in_place(ckpt, reader, pkl, cd_start, where, torchscript)
         return None
-    if crc32(data) != pkl.crc32:
+    recorded = crcs_recorded(members)
+    if not recorded:
+        ckpt.add("CRC_NOT_RECORDED", f"{file.name}: every CRC-32 in the zip directory is 0, as torch.save writes "
+                                     "them under compute_crc32=False: the bytes cannot be checked against them; "
+                                     "values are still scanned")  # fmt: skip
+    elif crc32(data) != pkl.crc32:
         ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
     _scan_other_pickles(ckpt, reader, members, pkl, cd_start, file, torchscript)
+    big = base == 0 and _read_byteorder(ckpt, reader, by_name.get(archive + "byteorder"), cd_start, file.name)
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
-        ckpt, collector, by_name, archive, reader, file, cd_start), key_prefix, torchscript)  # fmt: skip
+        ckpt, collector, by_name, archive, reader, file, cd_start, big=big), key_prefix, torchscript)  # fmt: skip
+    if not recorded:
+        for storage in ckpt.storages.values():
+            if storage.file == file and storage.crc32 == 0:
+                storage.crc32 = None  # nothing recorded to check against
     if base == 0:
         set_tree(ckpt, tree)
         if torchscript:
             _add_torchscript_constants(ckpt, reader, by_name, archive, cd_start, file)
             _report_code(ckpt, members, archive, file)
-        byteorder = by_name.get(archive + "byteorder")
-        if byteorder is not None and byteorder.file_size <= 16:
-            with contextlib.suppress(ZipError):  # informational: a damaged record leaves it unset
-                raw = read_member(reader, byteorder, cd_start, MAX_PICKLE_BYTES)
-                ckpt.metadata["byteorder"] = raw.decode("ascii", "replace")
     return tree
+
+
+def _read_byteorder(
+    ckpt: Checkpoint, reader: PositionedReader, record: ZipMember | None, cd_start: int, where: str
+) -> bool:
+    """Whether the archive's byteorder record says "big", as torch.load reads it: its typed storages are
+    then stored byte-swapped (torch swaps them on load); no record means little; anything else torch refuses."""
+    if record is None:
+        return False
+    try:
+        raw = read_member(reader, record, cd_start, 16) if record.file_size <= 16 else b"(longer than 16 bytes)"
+    except ZipError:  # a damaged record: the directory's checks say so elsewhere
+        return False
+    ckpt.metadata["byteorder"] = raw.decode("ascii", "replace")
+    if raw not in (b"big", b"little"):
+        ckpt.add("CORRUPT", f"{where}:{record.name} says {raw[:24]!r}, neither little nor big: "
+                            "torch.load refuses the file")  # fmt: skip
+    return raw == b"big"
+
+
+def crcs_recorded(members: list[ZipMember]) -> bool:
+    """False when every non-empty member's CRC-32 is 0: torch.save under compute_crc32=False (a real
+    CRC of 0 is one in four billion, so one 0 among real CRCs is still damage)."""
+    return any(m.crc32 for m in members) or not any(m.file_size for m in members)
 
 
 def _scan_other_pickles(ckpt: Checkpoint, reader: PositionedReader, members: list[ZipMember], pkl: ZipMember | None,
@@ -242,11 +277,14 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
     collector = StorageCollector(key_prefix)
     tree = decode(ckpt, data, first, where, collector, torchscript=torchscript)
     fill_storages(collector)
+    if not key_prefix and not torchscript:  # what torch.load reads (a DCP item or TorchScript is not)
+        check_weights_only(ckpt, data, scans[:1], where)
     return tree
 
 
 def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
-                           reader: PositionedReader, file: Path, cd_start: int, folder: str = "") -> None:  # fmt: skip
+                           reader: PositionedReader, file: Path, cd_start: int, folder: str = "",
+                           big: bool = False) -> None:  # fmt: skip
     missing = []
     found: list[tuple[StorageRef, ZipMember]] = []
     folder = folder or f"{archive}data/"
@@ -275,6 +313,8 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
                                 f"but the pickle says {ref.nbytes}")  # fmt: skip
         key = ref.key
         storages[key] = StorageInfo(key, ref.dtype, file_size, file, offset, crc32, name, ref.location)
+        if big and not ref.untyped:  # torch.load swaps by the storage's type: an UntypedStorage (uint16, ...) never
+            storages[key].big_endian = True
     if missing:
         shown = ", ".join(f"{folder}{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
         ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")

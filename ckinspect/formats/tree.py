@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 
 ROOT_TENSOR_NAME = "tensor"  # torch.save(tensor) has no key to name it by
 MAX_TREE_DEPTH = 1000  # containers nested deeper are not entered: no checkpoint nests so, a hostile pickle may
-MAX_KEY_CHARS = 1000  # a longer key is cut in names, so that building a path stays linear in the tree's size
+MAX_KEY_CHARS = 1000  # past NAME_BUDGET, a longer key is cut in names, so that building paths stays bounded
+# characters of dotted paths one flatten() builds with every key whole (tensor names are what users look up:
+# a real checkpoint's names add up to far less); a pickle whose memo shares one long key at every level of
+# a deep nest would make them quadratic, so past this budget keys are cut at MAX_KEY_CHARS
+NAME_BUDGET = 64 << 20
 
 
 def _children(node: Any) -> list[tuple[str, Any]] | None:
@@ -80,6 +84,7 @@ def flatten(tree: Any, prefix: str = "", too_deep: list[str] | None = None) -> l
     out: list[TensorInfo] = []
     entered: set[int] = set()
     stack: list[tuple[str, Any, int]] = [(prefix, tree, 0)]
+    budget = NAME_BUDGET
     while stack:
         path, node, depth = stack.pop()
         kind = type(node)
@@ -111,7 +116,8 @@ def flatten(tree: Any, prefix: str = "", too_deep: list[str] | None = None) -> l
         for key, child in reversed(children):
             if type(child) in _SCALARS:
                 continue
-            stack.append((dot + (key if len(key) <= MAX_KEY_CHARS else _cut(key)), child, depth))
+            budget -= len(dot) + len(key)
+            stack.append((dot + (key if len(key) <= MAX_KEY_CHARS or budget > 0 else _cut(key)), child, depth))
     return out
 
 

@@ -26,11 +26,10 @@ if TYPE_CHECKING:
 
 WIDEN_ELEMENTS = 64 << 10  # half-precision elements widen_block handles at once: 256 KiB of float32, half an L2
 _WHOLE_SPAN = 64 << 20  # a strided view spanning up to this much is mapped whole for C-order reads
-_FLOAT8_TABLES = ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu")
 
 
 def raw_numpy_dtype(dtype: str) -> Any:
-    """The numpy dtype to view a tensor's raw bytes as (bf16 as uint16, float8 as uint8)."""
+    """The numpy dtype to view a tensor's raw bytes as (bf16 as uint16, float8 as uint8, complex32 as uint32)."""
     import numpy as np
 
     info = dtype_info(dtype)
@@ -39,23 +38,70 @@ def raw_numpy_dtype(dtype: str) -> Any:
     return np.dtype({1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}.get(info.itemsize, "u1"))
 
 
+def swap_unit(dtype: str) -> int:
+    """Bytes swapped together when a big-endian storage is read (as torch's storage.byteswap(dtype)):
+    the element, or each half of a complex one; 1 when nothing is swapped."""
+    info = dtype_info(dtype)
+    return max(1, info.itemsize // 2) if info.kind == "complex" else info.itemsize
+
+
+def to_native(raw: Any, dtype: str) -> Any:
+    """Raw elements read from a big-endian storage (viewed by raw_numpy_dtype) in this machine's little-
+    endian order, as torch.load swaps them: a new array, each element (each complex half) byte-swapped."""
+    import numpy as np
+
+    unit = swap_unit(dtype)
+    if unit == 1:
+        return raw
+    flat = np.ascontiguousarray(raw)
+    return flat.view(f">u{unit}").astype(f"<u{unit}").view(flat.dtype).reshape(raw.shape)
+
+
 # ---------------------------------------------------------------- decoding
 
 
-def _float8_table(dtype: str) -> Any:
+# float8 formats: (exponent bits, mantissa bits, bias, which codes are special), as torch defines them
+_FLOAT8_FORMATS = {
+    "float8_e4m3fn": (4, 3, 7, "fn"),  # no Inf; S.1111.111 is NaN
+    "float8_e5m2": (5, 2, 15, "ieee"),  # IEEE-like: exponent all ones is Inf (mantissa 0) or NaN
+    "float8_e4m3fnuz": (4, 3, 8, "fnuz"),  # no Inf, no -0: 0x80 is the one NaN
+    "float8_e5m2fnuz": (5, 2, 16, "fnuz"),
+    "float8_e8m0fnu": (8, 0, 127, "e8m0"),  # exponent only, unsigned: 2^(code-127), 0xFF is NaN
+}
+_FLOAT8_TABLES: dict[str, Any] = {}
+
+
+def float8_table(dtype: str) -> Any:
+    """float64 value of each of the 256 codes of a float8 dtype (NaN and +-Inf where torch has them)."""
+    table = _FLOAT8_TABLES.get(dtype)
+    if table is None:
+        table = _FLOAT8_TABLES[dtype] = _build_float8_table(*_FLOAT8_FORMATS[dtype])
+        table.flags.writeable = False
+    return table
+
+
+def _build_float8_table(ebits: int, mbits: int, bias: int, special: str) -> Any:
     import numpy as np
 
-    codes = np.arange(256, dtype=np.uint16)
-    if dtype == "float8_e5m2":  # the top byte of a float16
-        return (codes << 8).view(np.float16).astype(np.float64)
-    if dtype == "float8_e8m0fnu":  # exponent only: 2^(code-127), 0xFF is NaN
-        return np.where(codes == 255, np.nan, 2.0 ** (codes.astype(np.float64) - 127))
-    sign = np.where(codes & 0x80, -1.0, 1.0)
-    exp = (codes >> 3) & 0xF
-    man = (codes & 0x7).astype(np.float64)
-    value = np.where(exp == 0, man / 8 * 2.0**-6, (1 + man / 8) * 2.0 ** (exp.astype(np.float64) - 7))
-    value = np.where((exp == 0xF) & (man == 7), np.nan, value)  # e4m3fn: no inf, one NaN pattern
-    return sign * value
+    codes = np.arange(256, dtype=np.int64)
+    signed = special != "e8m0"
+    sign = np.where(codes & 0x80, -1.0, 1.0) if signed else np.ones(256)
+    exp = (codes >> mbits) & ((1 << ebits) - 1)
+    man = (codes & ((1 << mbits) - 1)).astype(np.float64)
+    frac = man / (1 << mbits)
+    normal = (1 + frac) * np.exp2(exp.astype(np.float64) - bias)
+    value = sign * np.where((exp == 0) & (mbits > 0), frac * 2.0 ** (1 - bias), normal)
+    top = (1 << ebits) - 1
+    if special == "ieee":
+        value = np.where((exp == top) & (man == 0), sign * np.inf, value)
+        value = np.where((exp == top) & (man != 0), np.nan, value)
+    elif special == "fn":
+        value = np.where((exp == top) & (man == (1 << mbits) - 1), np.nan, value)
+    elif special == "fnuz":
+        value = np.where(codes == 0x80, np.nan, value)
+    else:
+        value = np.where(codes == 0xFF, np.nan, value)
+    return value
 
 
 def decode(raw: Any, dtype: str, wide: Any = None) -> Any:
@@ -71,12 +117,15 @@ def decode(raw: Any, dtype: str, wide: Any = None) -> Any:
     if dtype == "bfloat16":
         with np.errstate(invalid="ignore"):  # signalling NaN patterns widen to quiet NaNs, as torch's do
             return (raw.astype(np.uint32) << 16).view(np.float32).astype(wide)
-    if dtype in _FLOAT8_TABLES:
-        return _float8_table(dtype)[raw].astype(wide, copy=False)
+    if dtype in _FLOAT8_FORMATS:
+        return float8_table(dtype)[raw].astype(wide, copy=False)
+    if dtype == "complex32":  # two float16 halves per element
+        halves = raw.view(np.float16).astype(np.float64)
+        return (halves[0::2] + 1j * halves[1::2]).astype(np.complex128)
     info = dtype_info(dtype)
     if info.kind == "complex":
         return raw.astype(np.complex128)
-    # opaque and other float8 bit patterns come out as their codes: counts and first index are right,
+    # opaque and packed bit patterns come out as their codes: counts and first index are right,
     # magnitudes are not
     return raw.astype(wide)
 
@@ -151,7 +200,7 @@ def iter_view_blocks(
                 strides = [s * item for _, s in ds] or [item]
                 block = as_strided(flat, shape=shape, strides=strides, writeable=False).copy().reshape(-1)
                 del flat
-            yield block
+            yield to_native(block, tensor.dtype) if storage.big_endian else block
             return
         (n0, s0), rest = ds[0], ds[1:]
         rest_span = span(rest)
@@ -175,7 +224,8 @@ def iter_view_blocks(
             rows = max(1, limit // (row * item))
             try:
                 for i in range(0, tensor.shape[0], rows):
-                    yield full[i : i + rows].copy().reshape(-1)
+                    block = full[i : i + rows].copy().reshape(-1)
+                    yield to_native(block, tensor.dtype) if storage.big_endian else block
             finally:
                 del full, flat
         return
@@ -194,7 +244,8 @@ def raw_blocks(
     `elements` elements' span), each a fresh array the caller may keep.
 
     `logical=True` gives the tensor's C order (a diff pairs elements); False lets a strided view be
-    walked in storage order (statistics do not care). `convert(raw)`, when given, is applied while the
+    walked in storage order (statistics do not care). A big-endian storage's elements come swapped into
+    little-endian order, as torch.load swaps them. `convert(raw)`, when given, is applied while the
     bytes are still mapped, so a decoded block costs one copy, not two.
     """
     import numpy as np
@@ -210,6 +261,10 @@ def raw_blocks(
         count = min(elements, tensor.numel - start)
         with blobs.window(storage.file, offset + start * item, count * item) as view:
             raw = np.frombuffer(view, dtype=np_dtype, count=count)
-            block = raw.copy() if convert is None else convert(raw)
+            if storage.big_endian:
+                raw = to_native(raw, tensor.dtype)  # a copy already
+                block = raw if convert is None else convert(raw)
+            else:
+                block = raw.copy() if convert is None else convert(raw)
             del raw  # the window unmaps on leaving the `with` only when nothing still points into it
         yield block

@@ -38,6 +38,7 @@ class ConvertResult(Record):
     out_bytes: int = 0
     subtree: str = ""  # the part of the tree written, when --only narrowed it to one ("model")
     cast: int = 0
+    left_out: list[str] = field(default_factory=list)  # tensors whose dtype the output format cannot hold
     notes: list[str] = field(default_factory=list)
     trusted_load: str = ""  # the torch.load call that was run under --trust
 
@@ -49,7 +50,11 @@ def convert(
     only: list[str] | None = None,
     trust: bool = False,
     announce: Callable[[str], None] = print,
+    refuse_left_out: bool = False,
 ) -> ConvertResult:
+    """Write `source` as `out`. A tensor whose dtype the output format cannot hold (safetensors has no
+    complex128, quantized or bits types) is left out and named in a note, and `left_out` lists them;
+    `refuse_left_out=True` refuses the whole conversion instead, in one line naming them."""
     from ckinspect.formats import open_checkpoint
 
     source, out = Path(source), Path(out)
@@ -63,13 +68,16 @@ def convert(
         if unknown:
             raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
     tools = _Tools.choose(result, unsafe, dtype)  # torch only now: a refused file never pays for it
-    select = _Selection(result, groups, only, tools.target)
+    select = _Selection(result, groups, only, tools.target, writable_dtypes(result.out_format))
+    if refuse_left_out:
+        _refuse_unwritable(ckpt, select)
     built = _trusted_build(ckpt, unsafe, select, announce) if unsafe else _safe_build(ckpt, select, tools)
     for path, why in built.dropped:
         result.notes.append(f"{path}: {why}; left out")
+    _note_left_out(result)
     tree, names = _narrowed(built, result) if only else (built.tree, built.tensors)
     if not names:
-        raise CkinspectError(f"nothing to write: no tensors in group(s) {', '.join(only or [])}")
+        raise CkinspectError(_nothing_to_write(result, groups, only))
     if dtype and result.cast:
         result.notes.append(
             f"cast {result.cast} floating tensor(s) to {DTYPE_FLAGS[dtype]} (0-dim scalars such as step counters kept)"
@@ -131,16 +139,36 @@ class _Tools(Record):
         return _Tools(torch.Tensor, rebuild_tree, tensors_to_safetensors, target)
 
 
+def writable_dtypes(out_format: str) -> frozenset[str]:
+    """The dtypes an output holds: safetensors' own; for a torch file every torch dtype but the quantized
+    ones, whose scale and zero point the reader does not carry over (it lists them, never rebuilds them)."""
+    from ckinspect.dtypes import DTYPES, SAFETENSORS_DTYPES
+
+    if out_format == "safetensors":
+        return frozenset(SAFETENSORS_DTYPES.values())
+    return frozenset(name for name, d in DTYPES.items() if d.kind != "quantized")
+
+
 class _Selection(Record):
-    """Which tensors go into the output (--only groups) and what floating ones become (--dtype)."""
+    """Which tensors go into the output (--only groups, dtypes the format holds) and what floating ones
+    become (--dtype)."""
 
     result: ConvertResult
     groups: dict[str, str]
     only: list[str] | None
     target: Any  # the dtype to cast to, or None
+    writable: frozenset[str] | None = None  # dtypes the output holds; None: any
+
+    def wanted(self, name: str, info: TensorInfo) -> bool:
+        return not self.only or self.groups.get(name, info.group) in self.only
 
     def keep(self, name: str, info: TensorInfo) -> bool:
-        return not self.only or self.groups.get(name, info.group) in self.only
+        if not self.wanted(name, info):
+            return False
+        if self.writable is not None and info.dtype not in self.writable:
+            self.result.left_out.append(name)
+            return False
+        return True
 
     def cast(self, name: str, t: Any) -> Any:
         if self.target is None or not t.is_floating_point() or t.dtype == self.target:
@@ -149,6 +177,47 @@ class _Selection(Record):
             return t  # step counters and scalars keep their dtype
         self.result.cast += 1
         return t.to(self.target)
+
+
+def _unwritable(ckpt: Checkpoint, select: _Selection) -> list[TensorInfo]:
+    if select.writable is None:
+        return []
+    return [t for t in ckpt.tensors if select.wanted(t.name, t) and t.dtype not in select.writable]
+
+
+def _refuse_unwritable(ckpt: Checkpoint, select: _Selection) -> None:
+    unwritable = _unwritable(ckpt, select)
+    if unwritable:
+        raise CkinspectError(
+            f"refused: {select.result.out_format} cannot hold {len(unwritable)} tensor(s) of this file: "
+            f"{_named(unwritable)}; nothing was written"
+        )
+
+
+def _named(tensors: list[TensorInfo], shown: int = 5) -> str:
+    listed = ", ".join(f"{t.name} ({t.dtype})" for t in tensors[:shown])
+    return listed + (f" and {len(tensors) - shown} more" if len(tensors) > shown else "")
+
+
+def _note_left_out(result: ConvertResult) -> None:
+    if result.left_out:
+        more = len(result.left_out) - 5
+        shown = ", ".join(result.left_out[:5]) + (f" and {more} more" if more > 0 else "")
+        result.notes.append(
+            f"{len(result.left_out)} tensor(s) left out: the {result.out_format} output cannot hold their dtype "
+            f"({shown}); pass --refuse-left-out to refuse instead"
+        )
+
+
+def _nothing_to_write(result: ConvertResult, groups: dict[str, str], only: list[str] | None) -> str:
+    if result.left_out:
+        return (f"nothing to write: every tensor was left out, as the {result.out_format} output cannot hold "
+                f"their dtype ({', '.join(result.left_out[:5])})")  # fmt: skip
+    if only:
+        present = sorted(set(groups.values()))
+        return (f"nothing to write: no tensors in group(s) {', '.join(only)} "
+                f"(this file has {', '.join(present) or 'no tensors at all'})")  # fmt: skip
+    return f"nothing to write: {result.source} holds no tensors"
 
 
 def _trusted_build(ckpt: Checkpoint, unsafe: list[Finding], select: _Selection, announce: Callable[[str], None]):

@@ -22,7 +22,7 @@ from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import MAX_TREE_DEPTH
 from ckinspect.io.blobs import Blobs, read_chunks
 from ckinspect.io.safetensors_write import Entry, write_safetensors
-from ckinspect.io.values import raw_blocks, raw_numpy_dtype
+from ckinspect.io.values import raw_blocks, raw_numpy_dtype, swap_unit
 from ckinspect.model import StorageInfo, TensorInfo
 
 # the pieces a written file streams in: 1 MiB keeps convert and salvage to .pth under 256 MB beside
@@ -175,7 +175,9 @@ class StorageSource:
                 yield view[s : min(s + CHUNK, start + length)]
             return
         assert self.storage is not None
-        yield from read_chunks(self.storage, start, length, CHUNK)
+        unit = swap_unit(self.storage.dtype) if self.storage.big_endian else 1
+        for piece in read_chunks(self.storage, start, length, CHUNK):
+            yield piece if unit == 1 else _little_endian(piece, unit)
 
     def c_order_blocks(self, info: TensorInfo, elements: int) -> Iterator[Any]:
         """A view's raw elements in C order, as contiguous numpy blocks of at most `elements`."""
@@ -193,13 +195,20 @@ class StorageSource:
         yield np.ascontiguousarray(view).reshape(-1)
 
 
+def _little_endian(piece: memoryview, unit: int) -> memoryview:
+    """Bytes of a big-endian storage (elements, or complex halves, of `unit` bytes) swapped as torch.load swaps them."""
+    import numpy as np
+
+    return np.frombuffer(piece, f">u{unit}").astype(f"<u{unit}").data.cast("B")
+
+
 def as_source(data: StorageSource | bytes | bytearray | memoryview | None) -> StorageSource | None:
     return data if data is None or isinstance(data, StorageSource) else StorageSource(data=data)
 
 
 class RawTensor:
-    """A tensor as where its storage's raw little-endian bytes are plus its view; answers what convert asks
-    of a torch tensor. Its bytes are read only when written, in bounded chunks (`chunks()`)."""
+    """A tensor as where its storage's raw bytes are (a big-endian one's swapped as read) plus its view;
+    answers what convert asks of a torch tensor. Its bytes are read only when written, in bounded chunks."""
 
     __slots__ = ("info", "storage", "target")
 

@@ -66,10 +66,13 @@ class StorageBytes(Record):
 def salvage(broken: str | Path, out: str | Path) -> SalvageResult:
     broken, out = Path(broken), Path(out)
     if not broken.is_file():
-        raise CkinspectError(f"{broken}: no such file")
+        raise CkinspectError(f"{broken}: not a file" if broken.exists() else f"{broken}: no such file")
     if out.resolve() == broken.resolve():
         raise CkinspectError("OUT must differ from BROKEN: salvage never overwrites the damaged file")
-    buf = map_file(broken)
+    try:
+        buf = map_file(broken)
+    except OSError as exc:
+        raise CkinspectError(f"cannot read {broken}: {exc.strerror or exc}") from None
     head = bytes(buf[:8])
     if head.startswith(LOCAL_SIG):
         return _judged(_salvage_torch_zip(broken, out, buf))
@@ -180,13 +183,24 @@ def _write_tree(tree, result: SalvageResult, storage_bytes, why_missing) -> None
     result.missing = [(name, why_missing(info)) for name, info in built.missing]
     result.dropped = built.dropped
     if result.out_format == "safetensors":
-        size, notes = raw_to_safetensors(result.out, built.tensors, metadata={"salvaged_from": result.source.name})
+        size, notes = raw_to_safetensors(result.out, built.tensors, metadata=_provenance(result))
         result.notes += notes
     else:
         from ckinspect.ops.torchio import save_torch
 
         size = save_torch(result.out, built.tree, built.fills)
     result.out_bytes = size
+
+
+def _provenance(result: SalvageResult) -> dict[str, str]:
+    """What a safetensors output records of its salvage (its header's metadata, strings only): the source
+    and every tensor that was lost, so a later `--report` of the output can say what it lacks."""
+    meta = {"salvaged_from": result.source.name}
+    if result.missing:
+        meta["salvage_missing"] = json.dumps([name for name, _why in result.missing])
+    if result.dropped:
+        meta["salvage_dropped"] = json.dumps([path for path, _why in result.dropped])
+    return meta
 
 
 # ------------------------------------------------------------------------------------ torch legacy
@@ -263,7 +277,7 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
     sources = {name: _file_range(broken, name, base + begin, end - begin) for name, _d, _s, begin, end in kept}
     if result.out_format == "safetensors":
         entries = [Entry(name, dtype, shape, sources[name].chunks) for name, dtype, shape, _b, _e in kept]
-        result.out_bytes = write_safetensors(out, entries, {**meta, "salvaged_from": broken.name})
+        result.out_bytes = write_safetensors(out, entries, {**meta, **_provenance(result)})
     else:
         require_torch("writing a torch file")
         from ckinspect.formats.safetensors import contiguous_strides

@@ -29,6 +29,13 @@ RULE_TEXTS: dict[str, RuleText] = {
         "torch.load(weights_only=True) refuses this file until the named globals (numpy arrays and dtypes in "
         "RNG state, ...) are allowed with torch.serialization.add_safe_globals or the safe_globals context.",
     ),
+    "WEIGHTS_ONLY_REFUSED": RuleText(
+        "torch's weights_only loader would refuse this safe file for want of pickle opcodes",
+        "The pickle uses opcodes torch's weights_only unpickler does not implement (pickle protocols other than "
+        "2: FRAME, MEMOIZE, SHORT_BINUNICODE, BINBYTES ...), so torch.load(weights_only=True) fails although "
+        "nothing in it is unsafe. Load it with weights_only=False only if you trust where it comes from, or "
+        "re-save it with pickle protocol 2 (torch.save's default).",
+    ),
     "CORRUPT": RuleText(
         "The checkpoint cannot be read whole",
         "The file is truncated, its zip directory is missing or damaged, a CRC does not match, a safetensors "
@@ -85,6 +92,13 @@ RULE_TEXTS: dict[str, RuleText] = {
         "A TorchScript archive holds code (code/ members) that runs when the model is loaded with "
         "torch.jit.load and called. Listing it ran nothing; review the code before using the model.",
         ("security",),
+    ),
+    "CRC_NOT_RECORDED": RuleText(
+        "The archive records no CRC-32s, so its bytes cannot be checked against them",
+        "torch.save wrote every CRC-32 as 0 (torch.utils.serialization.config.save.compute_crc32 = False). torch "
+        "loads such a file; ckinspect still scans its values but cannot tell bytes changed on disk from the "
+        "saved ones. Save with compute_crc32 left on (the default) to make damage detectable.",
+        ("integrity",),
     ),
     "BOOKKEEPING_SENTINEL": RuleText(
         "A framework's bookkeeping value holds inf or NaN by design",

@@ -261,3 +261,25 @@ def test_public_names_and_types_ship():
     assert '"ckinspect" = ["py.typed"]' in (REPO / "pyproject.toml").read_text()  # shipped as package data
     with pytest.raises(AttributeError):
         ckinspect.no_such_name  # noqa: B018
+
+
+def test_last_good_of_a_run_not_started_yet(tmp_path):
+    with pytest.raises(ckinspect.CkinspectError, match="no such file or folder"):
+        ckinspect.last_good(tmp_path / "checkpoints")  # a mistyped path does not start a run afresh
+    assert ckinspect.last_good(tmp_path / "checkpoints", missing_ok=True) is None
+    (tmp_path / "checkpoints").mkdir()
+    assert ckinspect.last_good(tmp_path / "checkpoints") is None  # empty: nothing to resume from
+
+
+def test_integrations_import_no_framework_until_asked():
+    code = (
+        "import sys, ckinspect\n"
+        "import ckinspect.integrations, ckinspect.integrations.verifier\n"
+        "import ckinspect.integrations.accelerate, ckinspect.integrations.dcp\n"
+        "print([m for m in ('torch', 'transformers', 'lightning', 'accelerate', 'textual') if m in sys.modules])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
