@@ -377,7 +377,7 @@ def judged_run(
 def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunCheckpoint:
     """The checkpoint at `path` (a file or a folder that is one checkpoint; a URL prefix ending in /)
     judged alone: its folder is listed, only its own parts are read."""
-    from ckinspect.analysis.runs import Reader, collect, judge
+    from ckinspect.analysis.runs import Reader, collect, judge_run
     from ckinspect.io import folders
     from ckinspect.io.remote import RemotePath, is_url
 
@@ -392,7 +392,9 @@ def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunC
     if not found:
         seen = ", ".join(sorted(str(c.path) for c in run.checkpoints)[:5]) or "none"
         raise CkinspectError(f"{path} is not one checkpoint (checkpoints found there: {seen})")
-    return judge(found[0], Reader(verify=not quick))
+    run.checkpoints = found  # judged as its run would judge it, and only it: one definition of good
+    judge_run(run, Reader(), everything=False, values=not quick)
+    return found[0]
 
 
 def _is_url(path: str | os.PathLike[str]) -> bool:

@@ -24,6 +24,7 @@ from ckinspect.analysis.layouts import (
     Layout,
     has_data_position,
     is_rng_key,
+    optimizer_step,
     recognise,
     top_mapping,
 )
@@ -85,6 +86,7 @@ def structural_findings(ckpt: Checkpoint, layout: Layout | None = None) -> list[
     findings: list[Finding] = []
     findings += resume_findings(ckpt, layout)
     findings += optimizer_findings(ckpt, layout)
+    findings += step_findings(ckpt, layout)
     findings += bloat_findings(ckpt, summarize(ckpt))
     findings += leftover_findings(ckpt.path)
     return findings
@@ -204,6 +206,28 @@ def _empty(value: Any, depth: int = 4) -> bool:
 def _has_training_keys(top: Mapping[str, Any]) -> bool:
     keys = {k.lower() for k in top if isinstance(k, str)}
     return bool(keys & {"epoch", "global_step", "iter_num", "scaler", *SCHEDULER_KEYS}) or has_data_position(top)
+
+
+# ---------------------------------------------------------------- parts that record a step
+
+
+def step_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
+    """Lightning: the global step against its one optimizer's per-parameter step (automatic optimization
+    steps it once per global step). Under AMP (a scaler state) a skipped step leaves the optimizer behind,
+    so there only an optimizer ahead disagrees."""
+    top = top_mapping(ckpt)
+    step = ckpt.metadata.get("step")
+    if layout.name != "lightning" or top is None or len(layout.optimizers) != 1 or not isinstance(step, int):
+        return []
+    prefix, opt = layout.optimizers[0]
+    recorded = optimizer_step(ckpt, opt)
+    behind_ok = "native_amp_scaling_state" in top
+    if recorded is None or recorded == step or (behind_ok and recorded < step):
+        return []
+    shown = int(recorded) if float(recorded).is_integer() else recorded
+    message = (f"global_step is {step} but the optimizer's per-parameter step is {shown} ({prefix}state.*.step): "
+               "the optimizer state comes from another save")  # fmt: skip
+    return [Finding("PARTS_DISAGREE", message, f"{prefix}state")]
 
 
 # ---------------------------------------------------------------- optimizer vs model

@@ -171,6 +171,22 @@ def is_torch_optimizer_state(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping) and "state" in value and "param_groups" in value
 
 
+def optimizer_step(ckpt: Checkpoint, opt: Mapping[str, Any]) -> float | None:
+    """The step a torch optimizer state dict records: the largest per-parameter `step` (Adam's counter,
+    a tensor or a number); None where it keeps none."""
+    from ckinspect.analysis.scalars import read_scalar
+
+    state = opt.get("state") if is_torch_optimizer_state(opt) else None
+    steps = []
+    for entry in state.values() if isinstance(state, Mapping) else ():
+        value = entry.get("step") if isinstance(entry, Mapping) else None
+        if isinstance(value, TensorInfo):
+            value = read_scalar(ckpt, value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            steps.append(value)
+    return max(steps) if steps else None
+
+
 # ---------------------------------------------------------------- bookkeeping
 
 # Values a framework keeps about the run, not computed by training: where each sits in that framework's

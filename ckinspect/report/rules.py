@@ -106,6 +106,18 @@ RULE_TEXTS: dict[str, RuleText] = {
         "`kth_value`, EarlyStopping's `best_score`, ReduceLROnPlateau's `best`), starts at inf or -inf until a "
         "monitored score replaces it. Recognised by where it sits in the framework's layout: no damage.",
     ),
+    "WRITTEN_AFTER_COMMIT": RuleText(
+        "A data file of a save was modified after the save's commit marker",
+        "A save writes its data files first and its commit marker last (DCP's .metadata, HF's "
+        "trainer_state.json). A data file newer than the marker was rewritten after the save committed (a "
+        "resumed run saving the same step again, one rank at a time): the marker may describe other bytes. "
+        "Not a resume point; resume from an older checkpoint or save again.",
+    ),
+    "MIXED_RUN": RuleText(
+        "A checkpoint of another run, whose model shapes differ from the run's newest",
+        "The folder holds checkpoints of two runs (a restart with another model overwrote some saves). The "
+        "current model cannot load this one; last-good does not cross from one run to the other.",
+    ),
     "UPDATE_RATIO_OUTLIER": RuleText(
         "An update between two saves far outside the run's own history",
         "`ckinspect watch` measured ||Δw||/||w|| per step for the model or the optimizer state more than 10x "

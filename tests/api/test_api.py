@@ -283,3 +283,20 @@ def test_integrations_import_no_framework_until_asked():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.remote
+def test_urls_wherever_the_cli_takes_them(samples_server):
+    prefix = f"{samples_server.url}/interrupted/"
+    best = ckinspect.last_good(prefix)
+    assert (
+        str(best) == run_cli("last-good", prefix).stdout.strip() == f"{samples_server.url}/interrupted/tiny_resume.pth"
+    )
+    assert json.loads(json.dumps(ckinspect.judge_run(prefix).to_json())) == _cli_json("last-good", prefix)["run"]
+    a, b = f"{samples_server.url}/straight-60/tiny_resume.pth", f"{samples_server.url}/resumed-60/tiny_resume.pth"
+    result = ckinspect.diff(a, b)
+    assert result.identical
+    assert (
+        json.loads(json.dumps(result.to_json()))
+        == json.loads(run_cli("diff", a, b, "--report", "--format", "json").stdout)["diff"]
+    )

@@ -21,7 +21,7 @@ from pathlib import Path
 from ckinspect.analysis.leftovers import main_for_tmp
 from ckinspect.analysis.runs import deepspeed, hf, megatron
 from ckinspect.analysis.runs.judge import Reader, judge
-from ckinspect.analysis.runs.model import GOOD, Run, RunCheckpoint, step_in_name
+from ckinspect.analysis.runs.model import GOOD, Run, RunCheckpoint, step_in_name, written_after_commit
 from ckinspect.formats.discover import _is_checkpoint_file, _is_checkpoint_index, _shard_names, is_temporary
 from ckinspect.io import folders
 from ckinspect.io.remote import is_url
@@ -114,10 +114,16 @@ def judge_run(run: Run, reader: Reader, everything: bool = True, values: bool = 
     """
     best: RunCheckpoint | None = None
     newest_first = sorted(run.checkpoints, key=order, reverse=True)
+    current: dict[str, tuple[RunCheckpoint, dict[str, tuple[int, ...]]]] = {}  # per framework: the newest model
     for ckpt in newest_first:
         if not everything and _before(ckpt, best):
             continue  # its records put it before a good one: it cannot be the answer
         judge(ckpt, reader)
+        newest = current.get(ckpt.framework)
+        if newest is None and (shapes := _shapes_of(ckpt)) is not None:
+            current[ckpt.framework] = shapes
+        elif newest is not None and _other_run(ckpt, newest):
+            judge(ckpt, reader)  # its parts are cached: the verdict again, with MIXED_RUN
         if everything or not (ckpt.good and (best is None or order(ckpt) > order(best))):
             continue
         if values:
@@ -138,6 +144,41 @@ def check_values(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     if not ckpt.values_checked:
         judge(ckpt, Reader(verify=True, keep=reader.keep, scan_many=reader.scan_many))
     return ckpt
+
+
+def _shapes_of(ckpt: RunCheckpoint) -> tuple[RunCheckpoint, dict[str, tuple[int, ...]]] | None:
+    """The model's tensor shapes, where its model parts read whole."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for part in ckpt.parts:
+        opened = part.checkpoint
+        if opened is None or part.role not in ("model", "checkpoint"):
+            continue
+        if any(f.code in ("CORRUPT", "MISSING_PARTS") for f in part.findings):
+            return None
+        shapes.update((t.name, t.shape) for t in opened.tensors if t.group == "model")
+    return (ckpt, shapes) if shapes else None
+
+
+def _other_run(ckpt: RunCheckpoint, current: tuple[RunCheckpoint, dict[str, tuple[int, ...]]]) -> bool:
+    """MIXED_RUN when this checkpoint's model is not the shape of the run's newest (a restart with another
+    model overwrote some saves): resuming from it would cross from one run to another."""
+    mine = _shapes_of(ckpt)
+    newest, shapes = current
+    if mine is None or any(f.code == "MIXED_RUN" for f in ckpt.findings):
+        return False
+    theirs = mine[1]
+    changed = [n for n in theirs if n in shapes and theirs[n] != shapes[n]]
+    if changed:
+        name = changed[0]
+        detail = f"{len(changed)} tensor(s) of other shapes ({name}: {theirs[name]} here, {shapes[name]} there)"
+    elif sorted(theirs.values()) != sorted(shapes.values()):  # named otherwise (a prefix): the shapes decide
+        detail = f"{len(theirs)} model tensors here, {len(shapes)} there, of other shapes"
+    else:
+        return False
+    message = (f"its model differs from {newest.path.name}'s, the run's newest: {detail}; a checkpoint of another "
+               "run (a restart with another model), which the current model cannot load")  # fmt: skip
+    ckpt.add("MIXED_RUN", message)
+    return True
 
 
 def _before(ckpt: RunCheckpoint, best: RunCheckpoint | None) -> bool:
@@ -210,6 +251,8 @@ def _folder_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunChec
     if DCP_METADATA in names or DCP_METADATA + TMP_SUFFIX in names or any(n.endswith(".distcp") for n in names):
         ckpt = RunCheckpoint(folder, "dcp", step_in_name(folder.name))
         ckpt.part(folder, "checkpoint")
+        if DCP_METADATA in names:
+            written_after_commit(ckpt, folder / DCP_METADATA, [folder / n for n in names if n.endswith(".distcp")])
         if DCP_METADATA not in names:
             ckpt.add("MISSING_PARTS", f"{DCP_METADATA} is missing: DCP writes it last, after every rank's data; "
                                       "the save never finished")  # fmt: skip

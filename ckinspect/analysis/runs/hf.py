@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ckinspect.analysis.layouts import HF_MODEL_FILES
 from ckinspect.analysis.runs import deepspeed
-from ckinspect.analysis.runs.model import RunCheckpoint, read_json, step_in_name
+from ckinspect.analysis.runs.model import RunCheckpoint, read_json, step_in_name, written_after_commit
 from ckinspect.io import folders
 from ckinspect.vocab import HF_RNG_STATE, HF_TRAINER_STATE
 
@@ -118,6 +118,9 @@ def hf_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoin
             ckpt.add("MISSING_PARTS", f"{', '.join(gaps)} missing (rng_state_{max(rng_ranks)}.pth is there)")
     if TRAINING_ARGS in names:
         ckpt.part(folder / TRAINING_ARGS, "settings", loaded=False)
+    if TRAINER_STATE in names:  # the Trainer writes it after every other part
+        data = [p.path for p in ckpt.parts if p.role not in ("state", "pointer", "settings")]
+        written_after_commit(ckpt, folder / TRAINER_STATE, data)
     ckpt.set_counts(counts)
     return ckpt
 

@@ -102,6 +102,9 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
         steps = [p.checkpoint.metadata.get("step") for p in ckpt.parts if p.checkpoint is not None]
         ckpt.step = next((s for s in steps if isinstance(s, int) and not isinstance(s, bool)), None)
 
+    for finding in steps_disagree(ckpt):
+        if finding not in ckpt.findings:  # judged again with its values: once
+            ckpt.findings.append(finding)
     against: list[tuple[str, Finding]] = []  # (verdict, the finding that gives it)
     for finding in ckpt.findings:
         if finding.code in VERDICT_OF:
@@ -127,6 +130,47 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     ckpt.values_checked = reader.verify
     ckpt.notes = list(dict.fromkeys(ckpt.notes))  # judged again with its values: each note once
     return ckpt
+
+
+def steps_disagree(ckpt: RunCheckpoint) -> list[Finding]:
+    """Every part that records a step, held against the checkpoint's own step (HF Trainer: trainer_state's
+    global_step, optimizer.pt's per-parameter step, scheduler.pt's last_epoch; the Trainer steps both once
+    per optimizer step). Under fp16 (a scaler part) a skipped step leaves optimizer and scheduler behind,
+    so there only a part ahead of the global step disagrees."""
+    if ckpt.framework != "hf-trainer" or ckpt.step is None:
+        return []
+    behind_ok = any(part.role == "scaler" for part in ckpt.parts)
+    out = []
+    for part in ckpt.parts:
+        recorded = _recorded_step(part) if part.checkpoint is not None else None
+        if recorded is None:
+            continue
+        what, value = recorded
+        if value == ckpt.step or (behind_ok and value < ckpt.step):
+            continue
+        message = (f"{ckpt.part_name(part)} records step {_plain(value)} ({what}) but trainer_state.json's "
+                   f"global_step is {ckpt.step}: the parts come from different saves")  # fmt: skip
+        out.append(Finding("PARTS_DISAGREE", message))
+    return out
+
+
+def _recorded_step(part: Any) -> tuple[str, int | float] | None:
+    from ckinspect.analysis.layouts import optimizer_step, top_mapping
+
+    opened = part.checkpoint
+    top = top_mapping(opened)
+    if top is None:
+        return None
+    if part.role == "optimizer":
+        step = optimizer_step(opened, top)
+        return None if step is None else ("its optimizer's per-parameter step", step)
+    if part.role == "scheduler" and isinstance(top.get("last_epoch"), int):
+        return ("its scheduler's last_epoch", top["last_epoch"])
+    return None
+
+
+def _plain(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def _belongs(finding: Finding, ckpt: RunCheckpoint) -> bool:

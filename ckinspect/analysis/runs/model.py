@@ -36,7 +36,32 @@ VERDICT_OF = {
     "OPTIMIZER_MISMATCH": DAMAGED,
     "NONFINITE": DAMAGED,
     "RESUME_INCOMPLETE": NOT_RESUMABLE,
+    "WRITTEN_AFTER_COMMIT": DAMAGED,  # a data file rewritten after the marker that describes it
+    "MIXED_RUN": NOT_RESUMABLE,  # another run's model: the current one cannot load it
 }
+
+
+def written_after_commit(ckpt: RunCheckpoint, marker: Path, data: list[Path]) -> None:
+    """A save's data files are written first and its commit marker last (DCP's `.metadata`, HF's
+    trainer_state.json): a data file newer than the marker was rewritten after the commit (a resumed run
+    saving the same step again, one rank at a time), so the marker may describe other bytes."""
+    try:
+        committed = folders.mtime(marker)
+    except OSError:
+        return
+    newer = []
+    for path in data:
+        try:
+            if folders.mtime(path) > committed:
+                newer.append(path.name)
+        except OSError:
+            continue
+    if newer:
+        shown = ", ".join(sorted(newer)[:4]) + (f" and {len(newer) - 4} more" if len(newer) > 4 else "")
+        message = (f"{shown} modified after {marker.name}, which the save writes last: rewritten since the save "
+                   "committed, so the parts may not belong together")  # fmt: skip
+        ckpt.add("WRITTEN_AFTER_COMMIT", message)
+
 
 STEP_IN_NAME = re.compile(r"(\d+)(?!.*\d)")  # the last number in a name: checkpoint-500, global_step30, iter_0000020
 

@@ -5,6 +5,8 @@ from; framework bookkeeping (Lightning's default ModelCheckpoint `kth_value = in
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from pathlib import Path
 
@@ -92,3 +94,94 @@ def test_hf_trainer_nan_in_model_file_is_stepped_back_from(tmp_path, capsys):
     save_file(weights, newest / "model.safetensors", metadata={"format": "pt"})
     assert main(["last-good", str(run)]) == 0
     assert capsys.readouterr().out.strip() == str(folders[-2])
+
+
+# ------------------------------------------------------------------------------------ parts agree on the step
+
+
+def test_hf_trainer_stale_optimizer_inside_a_newer_checkpoint_disagrees(tmp_path, capsys):
+    run = framework_run("hf-trainer", tmp_path)
+    newest = run / "checkpoint-6"
+    shutil.copy2(run / "checkpoint-4" / "optimizer.pt", newest / "optimizer.pt")  # step 4's file, its own time
+    assert main(["last-good", str(run)]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "checkpoint-4")
+    main(["last-good", str(run), "--format", "json"])
+    listed = {Path(c["path"]).name: c for c in json.loads(capsys.readouterr().out)["run"]["checkpoints"]}
+    assert listed["checkpoint-6"]["verdict"] == "damaged"
+    assert listed["checkpoint-6"]["reasons"] == [
+        "PARTS_DISAGREE: optimizer.pt records step 4 (its optimizer's per-parameter step) but trainer_state.json's "
+        "global_step is 6: the parts come from different saves"
+    ]
+    # the scheduler from another save too
+    shutil.copy2(run / "checkpoint-2" / "optimizer.pt", newest / "optimizer.pt")
+    shutil.copy2(run / "checkpoint-2" / "scheduler.pt", newest / "scheduler.pt")
+    main(["last-good", str(run), "--format", "json"])
+    listed = {Path(c["path"]).name: c for c in json.loads(capsys.readouterr().out)["run"]["checkpoints"]}
+    assert [r.split(" (")[0] for r in listed["checkpoint-6"]["reasons"]] == [
+        "PARTS_DISAGREE: optimizer.pt records step 2",
+        "PARTS_DISAGREE: scheduler.pt records step 2",
+    ]
+    assert listed["checkpoint-4"]["verdict"] == "good"
+
+
+def test_lightning_optimizer_state_from_another_save_disagrees(tmp_path, capsys):
+    run = framework_run("lightning", tmp_path)
+    newest, older = run / "epoch=0-step=6.ckpt", run / "epoch=0-step=4.ckpt"
+    data = torch.load(newest, map_location="cpu", weights_only=False)
+    data["optimizer_states"] = torch.load(older, map_location="cpu", weights_only=False)["optimizer_states"]
+    torch.save(data, newest)
+    assert main(["--report", str(newest), "--format", "json"]) == 1
+    findings = json.loads(capsys.readouterr().out)["files"][0]["findings"]
+    (error,) = [f for f in findings if f["severity"] == "error"]
+    assert error["code"] == "PARTS_DISAGREE"
+    assert error["message"].startswith("global_step is 6 but the optimizer's per-parameter step is 4 ")
+    assert main(["last-good", str(run)]) == 0
+    assert capsys.readouterr().out.strip() == str(older)
+
+
+# ------------------------------------------------------------------- across a save, and across the run
+
+
+def test_dcp_rank_file_rewritten_after_its_metadata_is_not_good(tmp_path, capsys):
+    run = framework_run("dcp", tmp_path)  # the bundled trainer under torchrun, 2 gloo ranks
+    newest = run / "tiny_step000006"
+    committed = (newest / ".metadata").stat().st_mtime
+    os.utime(newest / "__1_0.distcp", (committed + 30, committed + 30))  # rank 1 saved the step again
+    assert main(["last-good", str(run)]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "tiny_step000004")
+    main(["last-good", str(run), "--format", "json"])
+    listed = {Path(c["path"]).name: c for c in json.loads(capsys.readouterr().out)["run"]["checkpoints"]}
+    assert listed["tiny_step000006"]["reasons"] == [
+        "WRITTEN_AFTER_COMMIT: __1_0.distcp modified after .metadata, which the save writes last: rewritten since "
+        "the save committed, so the parts may not belong together"
+    ]
+
+
+def test_hf_trainer_part_rewritten_after_trainer_state_is_not_good(tmp_path, capsys):
+    run = framework_run("hf-trainer", tmp_path)
+    newest = run / "checkpoint-6"
+    committed = (newest / "trainer_state.json").stat().st_mtime
+    os.utime(newest / "optimizer.pt", (committed + 30, committed + 30))
+    assert main(["last-good", str(run)]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "checkpoint-4")
+
+
+def test_a_run_mixed_with_another_models_checkpoints_is_not_crossed(tmp_path, capsys):
+    """A restart with a wider model overwrote the newest save; the older ones are the first run's. When the
+    newest is damaged, last-good must not name the first run's checkpoint (its shapes do not load)."""
+    run = framework_run("lightning", tmp_path)
+    newest = run / "epoch=0-step=6.ckpt"
+    data = torch.load(newest, map_location="cpu", weights_only=False)
+    data["state_dict"] = {k: torch.zeros(*(2 * d for d in v.shape)) for k, v in data["state_dict"].items()}
+    data.pop("optimizer_states")  # the other model's save: weights only, so not itself a resume point
+    torch.save(data, newest)
+    assert main(["last-good", str(run)]) == 1
+    err = capsys.readouterr().err
+    main(["last-good", str(run), "--format", "json"])
+    listed = {Path(c["path"]).name: c for c in json.loads(capsys.readouterr().out)["run"]["checkpoints"]}
+    for name in ("epoch=0-step=4.ckpt", "epoch=0-step=2.ckpt"):
+        assert listed[name]["verdict"] == "not-resumable"
+        assert listed[name]["reasons"][0].startswith(
+            "MIXED_RUN: its model differs from epoch=0-step=6.ckpt's, the run's newest: 4 tensor(s) of other shapes"
+        )
+    assert "no good checkpoint" in err
