@@ -7,6 +7,46 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
+
+
+# ---------------------------------------------------------------- values from a file, bounded
+
+
+def _bounded_reprlib() -> Any:
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel = 4  # at most 8^4 items looked at, however deep or shared the structure behind the value
+    r.maxtuple = r.maxlist = r.maxarray = r.maxdict = r.maxset = r.maxfrozenset = r.maxdeque = 8
+    r.maxstring, r.maxlong, r.maxother = 200, 60, 200
+    return r
+
+
+_REPR: Any = None
+
+
+def bounded_repr(value: Any, limit: int = 80) -> str:
+    """repr(value) in at most `limit` characters, at a cost bounded by what it prints, not by the structure
+    behind it: a pickle's memo can share one list a billion times over (repr() would never end) and an
+    int can have a million digits. Anything a file decodes to goes through this (or bounded_str) before
+    it is formatted into a message."""
+    global _REPR
+    if _REPR is None:
+        _REPR = _bounded_reprlib()
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - a repr that fails (an int past str()'s digit limit): say what it is
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def bounded_str(value: Any, limit: int = 200) -> str:
+    """str(value) for a str (cut to `limit`), bounded_repr for anything else: what a device name, a storage
+    key or a path part should be, whatever a hostile file put there instead."""
+    if type(value) is str:
+        return value if len(value) <= limit else value[: max(0, limit - 1)] + "…"
+    return bounded_repr(value, limit)
 
 
 # ---------------------------------------------------------------- numbers

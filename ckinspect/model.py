@@ -110,6 +110,43 @@ class TensorInfo(Record):
         return ((self.storage_offset + last + 1) * bits + 7 >> 3) - (self.storage_offset * bits >> 3)
 
 
+# The documented names of a composite tensor's parts, by layout (README: "Sparse, nested and meta tensors").
+COMPOSITE_PARTS: dict[str, tuple[str, ...]] = {
+    "sparse_coo": ("indices", "values"),
+    "sparse_csr": ("crow_indices", "col_indices", "values"),
+    "sparse_csc": ("ccol_indices", "row_indices", "values"),
+    "sparse_bsr": ("crow_indices", "col_indices", "values"),
+    "sparse_bsc": ("ccol_indices", "row_indices", "values"),
+    "nested": ("buffer", "sizes", "strides", "storage_offsets"),
+    "per_channel_affine": ("values", "scales", "zero_points"),  # quantized per channel: int values + per-channel params
+    "meta": (),  # a meta-device tensor: a shape and a dtype, no data at all
+}
+RAGGED = -1  # a nested tensor's ragged dimension in `shape` (null in JSON)
+
+
+class CompositeTensor(Record):
+    """A tensor torch saves as several tensors (sparse layouts, nested, per-channel quantized) or as none
+    (meta): listed as one entry with its layout, its logical shape and its parts. The parts are ordinary
+    TensorInfo in `Checkpoint.tensors`, named `<name>.<part>` (COMPOSITE_PARTS), so that the value scan,
+    diff and convert read them like any other tensor."""
+
+    layout: str  # a COMPOSITE_PARTS key
+    dtype: str  # of the values
+    shape: tuple[int, ...]  # logical shape (RAGGED for a nested tensor's ragged dimensions)
+    parts: dict[str, TensorInfo]
+    name: str = ""  # set by formats.tree.flatten, as for TensorInfo
+
+    def __setstate__(self, state: object) -> None:
+        raise TypeError("a pickle tries to rewrite a tensor descriptor")
+
+    def __reduce__(self) -> tuple[type[CompositeTensor], tuple[Any, ...]]:
+        return (CompositeTensor, self._values())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.parts.values())
+
+
 class Checkpoint(Record):
     """What a reader found in one checkpoint; the layout recogniser and the checks add to it."""
 
@@ -126,6 +163,7 @@ class Checkpoint(Record):
     layout: str = "unknown"  # which recogniser mapped the roles: trainer, minimind, nanogpt ...
     tree: Any = None  # the decoded object, TensorInfo in place of tensors; None when unread
     files: list[Path] = field(default_factory=list)  # every file it is made of (shards, .distcp)
+    composites: list[CompositeTensor] = field(default_factory=list)  # sparse, nested, meta ... (parts in tensors)
     _anatomy: Any = field(default=None, init=False)  # anatomy.summarize's memo of its last answer
 
     def tensor(self, name: str) -> TensorInfo | None:

@@ -92,6 +92,7 @@ SEVERITY: dict[str, Severity] = {
     # torch.save under compute_crc32=False: every CRC-32 is 0, the bytes cannot be checked
     "CRC_NOT_RECORDED": Severity.INFO,
     "BOOKKEEPING_SENTINEL": Severity.INFO,
+    "DUPLICATE_STORAGE": Severity.INFO,
     "WRITTEN_AFTER_COMMIT": Severity.WARNING,
     "MIXED_RUN": Severity.ERROR,
     # `ckinspect watch`: anomalies between the saves of one run

@@ -30,7 +30,7 @@ from ckinspect.analysis.layouts import (
 )
 from ckinspect.dtypes import dtype_info
 from ckinspect.fmt import human_bytes
-from ckinspect.model import Checkpoint, Finding, TensorInfo
+from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
 from ckinspect.vocab import OPTIMIZER_KEYS
 
@@ -169,9 +169,10 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     return findings
 
 
-def states_no_optimizer(top: Mapping[str, Any], depth: int = 2) -> bool:
+def states_no_optimizer(top: Mapping[str, Any], depth: int = 4) -> bool:
     """The file says it holds no optimizer: an optimizer entry that is None or empty, or a config
-    switch (save_optimizer=False, save_weights_only=True ...) at the top or in a config one or two levels down."""
+    switch (save_optimizer=False, save_weights_only=True ...) at the top or in a config up to three levels
+    below it (`config.train.checkpoint.save_optimizer`: released weights whose config is nested)."""
     for key, value in top.items():
         if not isinstance(key, str):
             continue
@@ -206,6 +207,53 @@ def _empty(value: Any, depth: int = 4) -> bool:
 def _has_training_keys(top: Mapping[str, Any]) -> bool:
     keys = {k.lower() for k in top if isinstance(k, str)}
     return bool(keys & {"epoch", "global_step", "iter_num", "scaler", *SCHEDULER_KEYS}) or has_data_position(top)
+
+
+# ---------------------------------------------------------------- duplicated storages
+
+DUPLICATE_MIN_BYTES = 64 << 10  # below this (norm weights, biases), sharing saves too little to mention
+
+
+def duplicate_storages(ckpt: Checkpoint) -> list[Finding]:
+    """Equal tensors saved in separate storages (a tied embedding copied by `{k: v.half()}`): an info with
+    the bytes sharing would save. Candidates cost nothing at listing (same dtype, size, view shape and the
+    CRC-32 the zip directory records); only they are read, and compared byte for byte, so equal is never
+    said without comparing. Run with the value scan (not under --quick)."""
+    users: dict[str, list[TensorInfo]] = {}
+    for tensor in ckpt.tensors:
+        users.setdefault(tensor.storage_key, []).append(tensor)
+    candidates: dict[tuple[Any, ...], list[str]] = {}
+    for key, st in ckpt.storages.items():
+        views = users.get(key)
+        if st.crc32 is None or st.offset is None or st.nbytes < DUPLICATE_MIN_BYTES or not views:
+            continue
+        candidates.setdefault((st.dtype, st.nbytes, st.crc32, views[0].shape), []).append(key)
+    findings = []
+    for keys in candidates.values():
+        equal = [k for k in keys[1:] if _same_bytes(ckpt.storages[keys[0]], ckpt.storages[k])]
+        if not equal:
+            continue
+        names = [users[k][0].name for k in (keys[0], *equal)]
+        saved = ckpt.storages[keys[0]].nbytes * len(equal)
+        share = f", {saved / ckpt.file_bytes:.0%} of the file" if ckpt.file_bytes else ""
+        findings.append(Finding("DUPLICATE_STORAGE", f"{' and '.join(names)} hold equal bytes in {len(names)} separate "
+                                f"storages: saving them as one (tied) would save {human_bytes(saved)}{share}",
+                                names[0]))  # fmt: skip
+    return findings
+
+
+def _same_bytes(a: StorageInfo, b: StorageInfo) -> bool:
+    from ckinspect.io.blobs import UnreadableStorage, read_chunks
+
+    try:
+        zeros = True  # all-zero storages (fresh moments, zero biases) are equal by no one's choice: not said
+        for x, y in zip(read_chunks(a), read_chunks(b), strict=True):
+            if x != y:
+                return False
+            zeros = zeros and not any(x)
+        return not zeros
+    except (UnreadableStorage, OSError, ValueError):
+        return False  # an unreadable storage is reported by the scan; never "equal" without comparing
 
 
 # ---------------------------------------------------------------- parts that record a step

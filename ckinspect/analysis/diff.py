@@ -46,7 +46,7 @@ class TensorChange(Record):
     __hash__ = None  # type: ignore[assignment]  # changed after it is built
 
     name: str
-    reason: str  # "values" | "shape" | "dtype"
+    reason: str  # "values" | "shape" | "dtype" | "layout" (a composite tensor's: sparse, nested, meta ...)
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     n_diff: int | None = None
@@ -502,6 +502,7 @@ def diff_checkpoints(
                 pool.shutdown()
     for p, vd in verdicts:
         _record_verdict(result, p, vd)
+    _record_composite_changes(result, a, b, only)
     if not only:  # the counters that decide what a resume does next are part of "identical", and so
         _record_counter_changes(result, a, b)  # is every other value saved beside the tensors
         _record_value_changes(result, a, b)
@@ -670,6 +671,32 @@ def _record_verdict(result: DiffResult, p: _Pair, vd: Any) -> None:
         result.changed.append(
             TensorChange(p.name, "values", vd.max_abs, vd.max_rel, vd.n_diff, _unravel(vd.first, x.shape), **common)
         )
+
+
+def _record_composite_changes(result: DiffResult, a: Checkpoint, b: Checkpoint, only: list[str] | None) -> None:
+    """Composite tensors (sparse, nested, meta ...) by name: their parts were compared as tensors, so what
+    is left is the whole's layout, logical shape and dtype, and a meta tensor (no parts) present on one side."""
+    ca, cb = {c.name: c for c in a.composites}, {c.name: c for c in b.composites}
+    if only and not (ca or cb):
+        return
+    result.only_a += [n for n, c in ca.items() if n not in cb and not c.parts]
+    result.only_b += [n for n, c in cb.items() if n not in ca and not c.parts]
+    for name in (n for n in ca if n in cb):
+        x, y = ca[name], cb[name]
+        reason = (
+            "layout"
+            if x.layout != y.layout
+            else "shape"
+            if x.shape != y.shape
+            else "dtype"
+            if x.dtype != y.dtype
+            else ""
+        )
+        if reason:
+            result.changed.append(TensorChange(name, reason, a_name=name, b_name=name, a_dtype=x.dtype, b_dtype=y.dtype,
+                                               a_shape=x.shape, b_shape=y.shape))  # fmt: skip
+        elif not x.parts:
+            result.same.append(name)  # a meta tensor is its layout, shape and dtype: nothing else to compare
 
 
 def _record_counter_changes(result: DiffResult, a: Checkpoint, b: Checkpoint) -> None:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from ckinspect.analysis.anatomy import analyze_layout
-from ckinspect.analysis.checks import structural_findings
+from ckinspect.analysis.checks import duplicate_storages, structural_findings
 from ckinspect.formats import open_checkpoint
 from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint
@@ -34,4 +34,5 @@ def inspect_path(target: Any, quick: bool = False, progress: Any = None, keep: A
         kept = keep(ckpt) if keep is not None else None  # what to keep depends on what the listing found
         # the report shows findings only: the checks alone (no min, max, mean or std) decide them all
         ckpt.findings.extend(scan_values(ckpt, progress, kept, mean_std=False).findings)
+        ckpt.findings.extend(duplicate_storages(ckpt))  # reads only candidates the listing found
     return ckpt

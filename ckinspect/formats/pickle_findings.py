@@ -322,7 +322,8 @@ def set_tree(ckpt: Checkpoint, tree: Any) -> None:
     """Adopt a decoded tree: its tensors named by their paths, malformed views dropped (check_views)."""
     ckpt.tree = tree
     too_deep: list[str] = []
-    ckpt.tensors = flatten(tree, too_deep=too_deep)
+    ckpt.composites = []
+    ckpt.tensors = flatten(tree, too_deep=too_deep, composites=ckpt.composites)
     if too_deep:
         ckpt.add("CORRUPT", f"the pickle nests containers more than {MAX_TREE_DEPTH} deep (at {too_deep[0]!r}...); "
                             "what lies deeper is not listed")  # fmt: skip

@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import gc
 
-from ckinspect.model import TensorInfo
+from ckinspect.fmt import bounded_str
+from ckinspect.model import CompositeTensor, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,16 +26,33 @@ MAX_KEY_CHARS = 1000  # past NAME_BUDGET, a longer key is cut in names, so that 
 NAME_BUDGET = 64 << 20
 
 
+def _named_composite(node: CompositeTensor, name: str, composites: list[CompositeTensor] | None) -> dict[str, Any]:
+    """A composite tensor named where it is first met (listed in `composites`), walked as its parts."""
+    if node.name == "":
+        node.name = name
+        if composites is not None:
+            composites.append(node)
+    elif node.name != name and composites is not None:
+        composites.append(node.replace(name=name))  # the same tensor saved under a second name
+    return node.parts
+
+
+def _key(k: Any) -> str:
+    """A dict key as a name: a str as it is, anything else (an int, a tuple a pickle's memo may share a
+    billion times over) at a cost bounded by MAX_KEY_CHARS."""
+    return k if type(k) is str else str(k) if type(k) is int else bounded_str(k, MAX_KEY_CHARS)
+
+
 def _children(node: Any) -> list[tuple[str, Any]] | None:
     """(key, child) pairs of a container, or None for a leaf."""
     if isinstance(node, dict):
-        return [(str(k), v) for k, v in node.items()]
+        return [(_key(k), v) for k, v in node.items()]
     if isinstance(node, (list, tuple)):
         return [(str(i), v) for i, v in enumerate(node)]
     fields = getattr(node, "fields", None)  # Opaque records (argparse.Namespace, dataclasses ...)
     if isinstance(fields, dict) and hasattr(node, "qualname"):
-        pairs = [(str(k), v) for k, v in fields.items()]
-        pairs += [(str(k), v) for k, v in getattr(node, "mapping", {}).items()]
+        pairs = [(_key(k), v) for k, v in fields.items()]
+        pairs += [(_key(k), v) for k, v in getattr(node, "mapping", {}).items()]
         pairs += [(str(i), v) for i, v in enumerate(getattr(node, "items", []))]
         return pairs
     return None
@@ -72,7 +90,9 @@ def walk(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 _SCALARS = (str, int, float, bool, type(None), bytes)
 
 
-def flatten(tree: Any, prefix: str = "", too_deep: list[str] | None = None) -> list[TensorInfo]:
+def flatten(
+    tree: Any, prefix: str = "", too_deep: list[str] | None = None, composites: list[CompositeTensor] | None = None
+) -> list[TensorInfo]:
     """Every tensor in the tree, named by its dotted path (`model.layers.0.attn.wq.weight`).
 
     An unnamed descriptor (name "", as the unpickler makes them) is named in place the first time
@@ -98,6 +118,8 @@ def flatten(tree: Any, prefix: str = "", too_deep: list[str] | None = None) -> l
             continue
         if kind in _SCALARS:
             continue
+        if kind is CompositeTensor:
+            node = _named_composite(node, path or ROOT_TENSOR_NAME, composites)
         if isinstance(node, TensorInfo):
             out.append(node.replace(name=path or ROOT_TENSOR_NAME))
             continue

@@ -16,9 +16,10 @@ import reprlib
 import struct
 
 from ckinspect.dtypes import TORCH_DTYPE_ATTRS, TORCH_STORAGE_CLASSES, dtype_info
+from ckinspect.fmt import bounded_repr, bounded_str
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import PickleScan, classify_global, is_torchscript_global, normalize, scan_pickle
-from ckinspect.model import TensorInfo
+from ckinspect.model import COMPOSITE_PARTS, RAGGED, CompositeTensor, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class ArrayInfo(metaclass=_FrozenMeta):
             raise CorruptPickle("numpy array with an unexpected state")
         shape, dtype, _fortran, raw = state[-4:]
         self.shape = tuple(int(s) for s in shape)
-        self.dtype = str(dtype)
+        self.dtype = str(dtype) if isinstance(dtype, _NumpyDType) else bounded_str(dtype, 80)
         if isinstance(raw, (bytes, bytearray)):
             self.nbytes = len(raw)
             self.data = bytes(raw) if len(raw) <= SMALL_ARRAY_BYTES else None
@@ -181,7 +182,7 @@ class ArrayInfo(metaclass=_FrozenMeta):
 
 class _NumpyDType(metaclass=_FrozenMeta):
     def __init__(self, descr: Any = "?", *_: Any) -> None:
-        self.descr = str(descr)
+        self.descr = bounded_str(descr, 80)
         self.order = "|" if self.descr in ("b1", "i1", "u1", "?") else "<"
 
     def __setstate__(self, state: Any) -> None:
@@ -198,7 +199,7 @@ _SCALAR_FORMATS = {"f8": "d", "f4": "f", "f2": "e", "i8": "q", "i4": "i", "i2": 
 
 def _numpy_scalar(dtype: Any, raw: Any = b"") -> Any:
     """numpy.float64(1.5) and friends as the Python number they hold (Opaque when not a plain number)."""
-    text = str(dtype)
+    text = str(dtype) if isinstance(dtype, _NumpyDType) else bounded_str(dtype, 80)
     fmt = _SCALAR_FORMATS.get(text.lstrip("<>|="))
     if fmt and isinstance(raw, (bytes, bytearray)) and len(raw) == struct.calcsize(fmt):
         return struct.unpack((">" if text.startswith(">") else "<") + fmt, raw)[0]
@@ -267,11 +268,11 @@ class _TensorClass(metaclass=_FrozenMeta):
 def _shape(value: Any, what: str) -> tuple[int, ...]:
     if type(value) is not tuple:
         if not isinstance(value, (tuple, list)):
-            raise CorruptPickle(f"tensor {what} is not a tuple of integers: {value!r:.80}")
+            raise CorruptPickle(f"tensor {what} is not a tuple of integers: {bounded_repr(value, 80)}")
         value = tuple(value)
     for v in value:  # a plain loop: this runs once per tensor and all() with a generator costs 5x more
         if type(v) is not int or v < 0 and what == "size":
-            raise CorruptPickle(f"tensor {what} is not a tuple of integers: {value!r:.80}")
+            raise CorruptPickle(f"tensor {what} is not a tuple of integers: {bounded_repr(value, 80)}")
     return value
 
 
@@ -310,12 +311,58 @@ class _RebuildTensor(metaclass=_FrozenMeta):
     __new__ = _rebuild_tensor  # type: ignore[assignment]  # a __new__ returning a TensorInfo is the point
 
 
+def _part(value: Any, what: str) -> TensorInfo:
+    if not isinstance(value, TensorInfo):
+        raise CorruptPickle(f"{what} is rebuilt from something that is not a tensor: {type(value).__name__}")
+    return value
+
+
+def _rebuild_sparse_tensor(layout: Any, data: Any) -> CompositeTensor:
+    """torch._utils._rebuild_sparse_tensor(layout, data): COO as (indices, values, size[, is_coalesced]) (the
+    3-tuple is the legacy form), CSR/CSC/BSR/BSC as (compressed indices, plain indices, values, size)."""
+    layout = _get_layout(layout)
+    names = COMPOSITE_PARTS.get(layout) if layout.startswith("sparse_") else None
+    if names is None or not isinstance(data, tuple) or len(data) not in (len(names) + 1, len(names) + 2):
+        raise CorruptPickle(f"_rebuild_sparse_tensor with layout {bounded_repr(layout, 40)} and data it cannot hold")
+    if layout != "sparse_coo" and len(data) != len(names) + 1:
+        raise CorruptPickle(f"_rebuild_sparse_tensor: {layout} takes {len(names) + 1} items, got {len(data)}")
+    parts = {name: _part(value, f"a {layout} tensor's {name}") for name, value in zip(names, data, strict=False)}
+    return CompositeTensor(layout, parts["values"].dtype, _shape(data[len(names)], "size"), parts)
+
+
+def _rebuild_nested_tensor(buffer: Any, sizes: Any, strides: Any, storage_offsets: Any) -> CompositeTensor:
+    """torch._utils._rebuild_nested_tensor: one flat buffer and, per component, its sizes, strides and offset.
+    The logical shape is (components, ragged...): the sizes live in a tensor, read only with the values."""
+    parts = {name: _part(value, f"a nested tensor's {name}") for name, value in
+             zip(COMPOSITE_PARTS["nested"], (buffer, sizes, strides, storage_offsets), strict=True)}  # fmt: skip
+    dims = parts["sizes"].shape
+    shape = (dims[0], *(RAGGED,) * dims[1]) if len(dims) == 2 else (dims[0] if dims else 0,)
+    return CompositeTensor("nested", parts["buffer"].dtype, shape, parts)
+
+
+def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, *_rest: Any) -> CompositeTensor:
+    """torch._utils._rebuild_meta_tensor_no_storage: a meta-device tensor, a shape and a dtype without data."""
+    if not isinstance(dtype, str):
+        raise CorruptPickle(f"a meta tensor with a dtype that is not one: {bounded_repr(dtype, 40)}")
+    shape = _shape(size, "size")
+    if len(_shape(stride, "stride")) != len(shape):
+        raise CorruptPickle("a meta tensor whose stride and size disagree")
+    return CompositeTensor("meta", dtype, shape, {})
+
+
 def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad=False, hooks=None, dtype=None, *_):
     return _tensor(storage, storage_offset, size, stride, dtype if isinstance(dtype, str) else None)
 
 
-def _rebuild_qtensor(storage, storage_offset, size, stride, *_rest):
-    return _tensor(storage, storage_offset, size, stride)
+def _rebuild_qtensor(storage, storage_offset, size, stride, quantizer_params=None, *_rest):
+    """A quantized tensor: per tensor, its integers (scale and zero point are numbers in the pickle); per
+    channel, a composite of its integers and its per-channel scales and zero points (tensors of their own)."""
+    values = _tensor(storage, storage_offset, size, stride)
+    params = quantizer_params if isinstance(quantizer_params, tuple) else ()
+    if len(params) == 4 and isinstance(params[1], TensorInfo) and isinstance(params[2], TensorInfo):
+        parts = {"values": values, "scales": params[1], "zero_points": params[2]}
+        return CompositeTensor("per_channel_affine", values.dtype, values.shape, parts)
+    return values
 
 
 class _RebuildParameter(metaclass=_FrozenMeta):
@@ -336,9 +383,9 @@ def _rebuild_device_tensor_from_cpu_tensor(data, *_rest):
 
 
 def _device(kind: Any = "cpu", index: Any = None) -> str:
-    if isinstance(kind, str) and isinstance(index, int):
-        return f"{kind}:{index}"
-    return str(kind)
+    if isinstance(kind, str) and type(index) is int:
+        return f"{bounded_str(kind)}:{index}"
+    return bounded_str(kind)
 
 
 def _size(dims: Any = ()) -> tuple[int, ...]:
@@ -346,7 +393,7 @@ def _size(dims: Any = ()) -> tuple[int, ...]:
 
 
 def _get_layout(name: Any) -> str:
-    return str(name).removeprefix("torch.")
+    return bounded_str(name, 80).removeprefix("torch.")
 
 
 _SAFE_CODECS = {"latin1", "latin-1", "iso-8859-1", "utf-8", "utf8", "ascii"}
@@ -355,18 +402,18 @@ _SAFE_CODECS = {"latin1", "latin-1", "iso-8859-1", "utf-8", "utf8", "ascii"}
 def _codecs_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
     """protocol 2 spells bytes as _codecs.encode(str, 'latin1'); other codecs could import modules."""
     if not isinstance(obj, str) or not isinstance(encoding, str) or encoding.lower() not in _SAFE_CODECS:
-        raise CorruptPickle(f"_codecs.encode with codec {encoding!r:.40} is not a bytes literal")
+        raise CorruptPickle(f"_codecs.encode with codec {bounded_repr(encoding, 40)} is not a bytes literal")
     return obj.encode(encoding.lower(), "strict")
 
 
 def _path(*parts: Any) -> str:
     """pathlib paths pickle as their parts ('/', 'a', 'b'): joined back into the path string."""
-    text = [str(p) for p in parts]
+    text = [bounded_str(p, 4096) for p in parts]
     return posixpath.join(*text) if text else "."
 
 
 def _windows_path(*parts: Any) -> str:
-    text = [str(p) for p in parts]
+    text = [bounded_str(p, 4096) for p in parts]
     return ntpath.join(*text) if text else "."
 
 
@@ -416,6 +463,9 @@ _STANDINS: dict[str, Any] = {
     "torch._utils._rebuild_tensor_v2": _RebuildTensor,
     "torch._utils._rebuild_tensor_v3": _Call(_rebuild_tensor_v3),
     "torch._utils._rebuild_qtensor": _Call(_rebuild_qtensor),
+    "torch._utils._rebuild_sparse_tensor": _Call(_rebuild_sparse_tensor),
+    "torch._utils._rebuild_nested_tensor": _Call(_rebuild_nested_tensor),
+    "torch._utils._rebuild_meta_tensor_no_storage": _Call(_rebuild_meta_tensor_no_storage),
     "torch._utils._rebuild_parameter": _RebuildParameter,
     "torch._utils._rebuild_parameter_with_state": _RebuildParameter,
     "torch._utils._rebuild_device_tensor_from_cpu_tensor": _Call(_rebuild_device_tensor_from_cpu_tensor),
@@ -497,8 +547,10 @@ def storage_persistent_load(pid: Any) -> Any:
         and pid[4] >= 0
         and pid[0] == "storage"
     ):
-        stype = pid[1]
-        return StorageRef(str(pid[2]), stype.dtype, str(pid[3]), pid[4] * stype.itemsize, stype.untyped)
+        stype, key, location = pid[1], pid[2], pid[3]
+        if type(key) is not str or type(location) is not str:
+            key, location = bounded_str(key, 1000), bounded_str(location)
+        return StorageRef(key, stype.dtype, location, pid[4] * stype.itemsize, stype.untyped)
     if isinstance(pid, tuple) and pid:
         tag = pid[0].decode("ascii", "replace") if isinstance(pid[0], bytes) else pid[0]
         if tag == "storage" and len(pid) >= 5:
@@ -508,14 +560,16 @@ def storage_persistent_load(pid: Any) -> Any:
             elif isinstance(stype, str) and stype in _DTYPE_NAMES:
                 dtype, untyped = stype, False  # some writers name the dtype itself
             else:
-                raise CorruptPickle(f"storage persistent id with an unknown storage type {stype!r:.60}")
+                raise CorruptPickle(f"storage persistent id with an unknown storage type {bounded_repr(stype, 60)}")
             if not isinstance(numel, int) or numel < 0:
-                raise CorruptPickle(f"storage {key!r:.40} has a bad element count {numel!r:.40}")
-            return StorageRef(str(key), dtype, str(location), numel * (1 if untyped else dtype_info(dtype).itemsize),
-                              untyped)  # fmt: skip
+                raise CorruptPickle(
+                    f"storage {bounded_repr(key, 40)} has a bad element count {bounded_repr(numel, 40)}"
+                )
+            return StorageRef(bounded_str(key, 1000), dtype, bounded_str(location),
+                              numel * (1 if untyped else dtype_info(dtype).itemsize), untyped)  # fmt: skip
         if tag == "module":
             return _opaque_class("torch.nn.Module(source)")(*pid[1:2])
-    raise CorruptPickle(f"persistent id that is not a storage: {pid!r:.80}")
+    raise CorruptPickle(f"persistent id that is not a storage: {bounded_repr(pid, 80)}")
 
 
 def _enum_member_getattr(cls: Any, name: Any) -> Any:
@@ -524,7 +578,7 @@ def _enum_member_getattr(cls: Any, name: Any) -> Any:
     if (isinstance(cls, type) and issubclass(cls, Opaque) and type(name) is str and name.isidentifier()
             and not name.startswith("_")):  # fmt: skip
         return _opaque_class(f"{cls.qualname}.{name}")()
-    raise UnsafePickle([f"builtins.getattr (applied to {cls!r:.60}, {name!r:.40})"])
+    raise UnsafePickle([f"builtins.getattr (applied to {bounded_repr(cls, 60)}, {bounded_repr(name, 40)})"])
 
 
 def _restore_type_tag(value: Any, type_str: Any = None) -> Any:

@@ -74,6 +74,9 @@ def convert(
     built = _trusted_build(ckpt, unsafe, select, announce) if unsafe else _safe_build(ckpt, select, tools)
     for path, why in built.dropped:
         result.notes.append(f"{path}: {why}; left out")
+    for path, composite in built.composites:
+        parts = ", ".join(f"{path}.{part}" for part in composite.parts)
+        result.notes.append(f"{path} ({composite.layout}, shape {list(composite.shape)}) written as its parts: {parts}")
     _note_left_out(result)
     tree, names = _narrowed(built, result) if only else (built.tree, built.tensors)
     if not names:
@@ -217,6 +220,8 @@ def _nothing_to_write(result: ConvertResult, groups: dict[str, str], only: list[
         present = sorted(set(groups.values()))
         return (f"nothing to write: no tensors in group(s) {', '.join(only)} "
                 f"(this file has {', '.join(present) or 'no tensors at all'})")  # fmt: skip
+    if result.notes:  # what was there could not be written (a meta tensor, an object ...): say why
+        return f"nothing to write: {result.source} holds no tensor that can be written ({result.notes[0]})"
     return f"nothing to write: {result.source} holds no tensors"
 
 

@@ -23,7 +23,7 @@ from ckinspect.formats.tree import MAX_TREE_DEPTH
 from ckinspect.io.blobs import Blobs, read_chunks
 from ckinspect.io.safetensors_write import Entry, write_safetensors
 from ckinspect.io.values import raw_blocks, raw_numpy_dtype, swap_unit
-from ckinspect.model import StorageInfo, TensorInfo
+from ckinspect.model import CompositeTensor, StorageInfo, TensorInfo
 
 # the pieces a written file streams in: 1 MiB keeps convert and salvage to .pth under 256 MB beside
 # torch's own ~225 MB (8 MiB pieces cost 16 MiB more, two buffers alive across a storage boundary),
@@ -45,6 +45,7 @@ class Built:
     dropped: list[tuple[str, str]] = field(default_factory=list)
     # torch route: placeholder storage (its _cdata) -> what fills it when the file is written (ops.torchio)
     fills: dict[int, Any] = field(default_factory=dict)
+    composites: list[tuple[str, CompositeTensor]] = field(default_factory=list)  # written as their parts
 
 
 def map_tree(
@@ -68,6 +69,13 @@ def map_tree(
     copies: dict[int, Any] = {}
 
     def walk(obj: Any, path: str, depth: int) -> Any:
+        if isinstance(obj, CompositeTensor):  # sparse, nested ...: its parts, under <path>.<part>
+            if not obj.parts:
+                built.dropped.append((path or "<root>", f"a {obj.layout} tensor ({obj.dtype}, shape "
+                                                        f"{list(obj.shape)}) holds no data to write"))  # fmt: skip
+                return SKIP
+            built.composites.append((path, obj))
+            obj = obj.parts
         if isinstance(obj, TensorInfo):
             path = path or "tensor"  # a bare torch.save(tensor): the readers' name for it
             if keep is not None and not keep(path, obj):

@@ -1,6 +1,6 @@
 """The JSON report, schema 1 (report/schema.py): a stable contract for CI and scripts.
 
-Keys beyond the schema (`layout`, `unused_bytes`, `tensors`) are additions; none changes the
+Keys beyond the schema (`layout`, `unused_bytes`, `tensors`, `composite_tensors`) are additions; none changes the
 meaning of a schema key. Sizes are exact bytes; `optimizer_share` is a fraction of `tensor_bytes`.
 `cut_short` is null for a file that holds every byte its tensors reach; for a file cut short it gives
 `missing_tensors`, `declared_bytes` per group (what the whole file held), `declared_optimizer_share`
@@ -18,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from ckinspect.analysis.anatomy import cut_short, missing_tensors, summarize
 from ckinspect.analysis.params import optimizer_params
 from ckinspect.dtypes import dtype_info
+from ckinspect.fmt import bounded_repr, bounded_str
 from ckinspect.formats.tree import no_gc
-from ckinspect.model import Checkpoint, Finding, TensorInfo
+from ckinspect.model import RAGGED, Checkpoint, CompositeTensor, Finding, TensorInfo
 from ckinspect.vocab import GROUPS, VERSION
 
 TYPE_CHECKING = False
@@ -30,6 +31,7 @@ SCHEMA_VERSION = 1
 _MAX_DEPTH = 8
 _MAX_ITEMS = 200
 _MAX_TEXT = 500
+_MAX_NODES = 20_000  # metadata values one jsonable() call visits at most
 
 
 def build(checkpoints: Sequence[Checkpoint], diff: Any = None) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
     missing = missing_tensors(ckpt)
     short = cut_short(ckpt, missing)
     metadata = {"step": None, "epoch": None, "world_size": None}
-    metadata.update({str(k): jsonable(v) for k, v in ckpt.metadata.items()})
+    metadata.update({bounded_str(k, _MAX_TEXT): jsonable(v) for k, v in ckpt.metadata.items()})
     return {
         "path": str(ckpt.path),
         "format": ckpt.format,
@@ -83,18 +85,45 @@ def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
             "declared_optimizer_share": round(short.optimizer_share, 6),
             "salvage": f"ckinspect salvage {shlex.quote(str(ckpt.path))} OUT",
         },
-        "tensors": tensor_entries(ckpt.tensors, optimizer_params(ckpt), {t.name for t in missing}),
+        "tensors": tensor_entries(ckpt.tensors, optimizer_params(ckpt), {t.name for t in missing}, ckpt.composites),
+        "composite_tensors": composite_entries(ckpt.composites),
     }
+
+
+def _json_shape(shape: tuple[int, ...]) -> list[int | None]:
+    return [None if n == RAGGED else n for n in shape]
+
+
+def composite_entries(composites: Sequence[CompositeTensor]) -> list[dict[str, Any]]:
+    """One entry per sparse, nested, meta or per-channel quantized tensor: its layout, logical shape and
+    parts (each also listed among the tensors, with `part_of`)."""
+    return [
+        {
+            "name": c.name,
+            "layout": c.layout,
+            "dtype": c.dtype,
+            "shape": _json_shape(c.shape),
+            "bytes": c.nbytes,
+            "parts": {
+                role: {"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.nbytes}
+                for role, t in c.parts.items()
+            },
+        }
+        for c in composites
+    ]
 
 
 def tensor_entries(
     tensors: Sequence[TensorInfo],
     params: dict[str, str] | None = None,
     missing: set[str] | frozenset[str] = frozenset(),
+    composites: Sequence[CompositeTensor] = (),
 ) -> list[dict[str, Any]]:
     """One entry per tensor; an optimizer state tensor tied to its parameter carries it as `param`, a
-    tensor whose bytes the file lacks (`missing`: names) `"missing": true`."""
+    tensor whose bytes the file lacks (`missing`: names) `"missing": true`, a part of a composite tensor
+    (composite_entries) the composite's name as `part_of`."""
     params = params or {}
+    part_of = {t.name: c.name for c in composites for t in c.parts.values()}
     bits_of: dict[str, int] = {}
     out = []
     for t in tensors:
@@ -107,29 +136,37 @@ def tensor_entries(
             entry["param"] = params[t.name]
         if missing and t.name in missing:
             entry["missing"] = True
+        if part_of and t.name in part_of:
+            entry["part_of"] = part_of[t.name]
         out.append(entry)
     return out
 
 
-def jsonable(value: Any, depth: int = 0) -> Any:
-    """Metadata as plain JSON: tensors become a short description, odd objects their (short) repr."""
+def jsonable(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
+    """Metadata as plain JSON: tensors become a short description, odd objects their (short) repr. At most
+    _MAX_NODES values are visited per call, so a structure a pickle shares a billion times over (its memo
+    can) costs what the report prints, not what the structure unfolds to."""
+    if budget is None:
+        budget = [_MAX_NODES]
+    budget[0] -= 1
     if value is None or isinstance(value, (bool, int, str)):
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+            return bounded_repr(value, _MAX_TEXT)  # str() of a million-digit int is slow, past 4300 digits refused
         return value if not isinstance(value, str) or len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "..."
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)  # NaN/inf are not JSON
     if isinstance(value, TensorInfo):
         return f"tensor {value.dtype} {list(value.shape)}"
-    if depth >= _MAX_DEPTH:
+    if depth >= _MAX_DEPTH or budget[0] <= 0:
         return "..."
     if isinstance(value, Mapping):
         items = list(value.items())[:_MAX_ITEMS]
-        return {str(k): jsonable(v, depth + 1) for k, v in items}
+        return {bounded_str(k, _MAX_TEXT): jsonable(v, depth + 1, budget) for k, v in items}
     if isinstance(value, (list, tuple)):
-        return [jsonable(v, depth + 1) for v in value[:_MAX_ITEMS]]
+        return [jsonable(v, depth + 1, budget) for v in value[:_MAX_ITEMS]]
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value)} bytes>"
-    text = repr(value)
-    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "..."
+    return bounded_repr(value, _MAX_TEXT)
 
 
 def render(report: dict[str, Any]) -> str:

@@ -106,6 +106,12 @@ RULE_TEXTS: dict[str, RuleText] = {
         "`kth_value`, EarlyStopping's `best_score`, ReduceLROnPlateau's `best`), starts at inf or -inf until a "
         "monitored score replaces it. Recognised by where it sits in the framework's layout: no damage.",
     ),
+    "DUPLICATE_STORAGE": RuleText(
+        "Equal tensors saved in separate storages",
+        "Two or more tensors hold byte-for-byte equal values in separate storages (a tied embedding copied by "
+        "`{k: v.half() for k, v in state_dict.items()}`). Saving them tied, as one storage, saves the bytes "
+        "the message names; loading may need the tie restored.",
+    ),
     "WRITTEN_AFTER_COMMIT": RuleText(
         "A data file of a save was modified after the save's commit marker",
         "A save writes its data files first and its commit marker last (DCP's .metadata, HF's "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckinspect.model import COMPOSITE_PARTS
 from ckinspect.vocab import FORMAT_TAGS, SEVERITY
 
 _COUNT = {"type": "integer", "minimum": 0}
@@ -38,6 +39,31 @@ _CUT_SHORT = {  # a file whose tensors name bytes it does not hold; not required
         },
         "declared_optimizer_share": {"type": "number", "minimum": 0, "maximum": 1},
         "salvage": {"type": "string"},
+    },
+}
+_SHAPE = {"type": "array", "items": {"type": ["integer", "null"]}}  # null: a nested tensor's ragged dimension
+_COMPOSITE = {
+    "type": "object",
+    "required": ["name", "layout", "dtype", "shape", "bytes", "parts"],
+    "properties": {
+        "name": {"type": "string"},
+        "layout": {"enum": list(COMPOSITE_PARTS)},
+        "dtype": {"type": "string"},
+        "shape": _SHAPE,
+        "bytes": _COUNT,
+        "parts": {  # part name (COMPOSITE_PARTS) -> the tensor holding it, listed in `tensors` too
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["name", "dtype", "shape", "bytes"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "dtype": {"type": "string"},
+                    "shape": _SHAPE,
+                    "bytes": _COUNT,
+                },  # fmt: skip
+            },
+        },
     },
 }
 _FILE = {
@@ -77,6 +103,7 @@ _FILE = {
         },
         "findings": {"type": "array", "items": _FINDING},
         "cut_short": {"anyOf": [{"type": "null"}, _CUT_SHORT]},
+        "composite_tensors": {"type": "array", "items": _COMPOSITE},  # sparse, nested, meta, per-channel quantized
     },
 }
 _DIFF = {
@@ -96,7 +123,7 @@ _DIFF = {
                 "required": ["name", "reason"],
                 "properties": {
                     "name": {"type": "string"},
-                    "reason": {"enum": ["values", "shape", "dtype"]},
+                    "reason": {"enum": ["values", "shape", "dtype", "layout"]},
                     "max_abs_diff": {"type": ["number", "null"]},
                 },
             },

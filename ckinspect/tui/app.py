@@ -63,11 +63,20 @@ class CkinspectApp(Host):
         return self._first_screen
 
     def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
-        """Textual saves screenshots to ~/Downloads and fails where there is none: then the current folder."""
+        self.deliver_screenshot(filename, path)
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None, *args: Any, **kw: Any) -> None:
+        """Textual saves screenshots to ~/Downloads and fails where there is none (its palette command too):
+        then the current folder. The notice names the file, absolute, so it can be found."""
         if path is None:
             downloads = Path.home() / "Downloads"
             path = str(downloads if downloads.is_dir() else Path.cwd())
-        self.deliver_screenshot(filename, path)
+        try:
+            saved = self.save_screenshot(filename, path)
+        except OSError as exc:
+            self.notify(f"screenshot not saved: {exc}", severity="error", markup=False)
+            return
+        self.notify(f"screenshot saved to {Path(saved).resolve()}", title="Screenshot", markup=False)
 
     def action_toggle_theme(self) -> None:
         self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]

@@ -21,7 +21,7 @@ def run(command: str, args: argparse.Namespace) -> int:
         paths = list(args.paths)
     from ckinspect.io.remote import is_url
 
-    for path in paths:
+    for path in paths if command != "watch" else []:  # watch waits for a run folder not made yet
         if not is_url(path) and not Path(path).exists():  # a URL's absence is found (one line) when it is read
             raise CkinspectError(f"{path}: no such file or folder")
 
@@ -32,7 +32,7 @@ def run(command: str, args: argparse.Namespace) -> int:
         from ckinspect.io.remote import WATCH_LOCAL_ONLY, refuse_remote
 
         refuse_remote(args.run_dir, WATCH_LOCAL_ONLY)
-        if not Path(args.run_dir).is_dir():
+        if Path(args.run_dir).exists() and not Path(args.run_dir).is_dir():
             raise CkinspectError(f"{args.run_dir}: not a folder")
         watch = {
             "settle": args.settle,

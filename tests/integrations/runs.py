@@ -112,11 +112,11 @@ def lightning_data():
     return torch.utils.data.DataLoader(data, batch_size=4)
 
 
-def lightning_trainer(dirpath: Path, callbacks: list, max_steps: int = LIGHTNING_STEPS):
+def lightning_trainer(dirpath: Path, callbacks: list, max_steps: int = LIGHTNING_STEPS, keep: int = -1):
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    every = ModelCheckpoint(dirpath=dirpath, every_n_train_steps=2, save_top_k=-1)
+    every = ModelCheckpoint(dirpath=dirpath, every_n_train_steps=2, save_top_k=keep)
     return L.Trainer(
         max_steps=max_steps,
         accelerator="cpu",

@@ -81,3 +81,23 @@ def test_a_torn_checkpoint_is_passed_over_and_the_run_resumes(tmp_path):
         ("epoch=0-step=8.ckpt", "good"),
     ]
     assert ckinspect.last_good(tmp_path) == tmp_path / "epoch=0-step=8.ckpt"
+
+
+def test_removed_checkpoints_are_judged_before_lightning_removes_them(tmp_path, monkeypatch):
+    """save_top_k=1: each save removes the one before, which the callback has judged by then, however slow
+    the judge (here 1 s more than it takes)."""
+    import time
+
+    from ckinspect.integrations import verifier
+
+    judge = verifier.judge_checkpoint
+
+    def slow(*args, **kwargs):
+        time.sleep(1)
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(verifier, "judge_checkpoint", slow)
+    callback = CkinspectCallback(fail_on="error")
+    lightning_trainer(tmp_path, [callback], keep=1).fit(lightning_module(), lightning_data())
+    assert [(c.path.name, c.verdict) for c in callback.verdicts] == [(n, "good") for n in NAMES]
+    assert sorted(p.name for p in tmp_path.glob("*.ckpt")) == NAMES[2:]

@@ -130,3 +130,24 @@ def test_two_ranks_every_rank_file_judged_and_a_nan_save_ends_the_job(tmp_path):
     assert "CheckpointRejected" in bad.stderr and "checkpoint-4: damaged: NONFINITE" in bad.stderr
     assert sorted(p.name for p in (tmp_path / "bad").glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     assert ckinspect.last_good(tmp_path / "bad") == tmp_path / "bad" / "checkpoint-2"
+
+
+def test_rotated_saves_are_judged_before_the_trainer_deletes_them(tmp_path, monkeypatch):
+    """save_total_limit=1: each save removes the one before, which the callback has judged by then, however
+    slow the judge (here 1 s more than it takes: the steps in between take milliseconds)."""
+    import time
+
+    from ckinspect.integrations import verifier
+
+    judge = verifier.judge_checkpoint
+
+    def slow(*args, **kwargs):
+        time.sleep(1)
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(verifier, "judge_checkpoint", slow)
+    out = tmp_path / "run"
+    callback = CkinspectCallback(fail_on="error")
+    hf_trainer(out, [callback], save_total_limit=1).train()
+    assert [(c.path.name, c.verdict) for c in callback.verdicts] == [(f"checkpoint-{s}", "good") for s in (2, 4, 6)]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-6"]

@@ -242,10 +242,78 @@ def _storage_units(pkl: bytes) -> dict[str, int]:
             else:
                 dtype = storage_type if isinstance(storage_type, torch.dtype) else storage_type.dtype
                 units[key] = unit_of(dtype)
-            untyped = torch.UntypedStorage(numel * dtype.itemsize)
+            untyped = torch.zeros(numel * dtype.itemsize, dtype=torch.uint8).untyped_storage()  # rebuilds read it
             storage = torch.storage.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
             keys[id(storage)] = key
             return storage
 
     Reader(io.BytesIO(pkl)).load()
     return units
+
+
+# ---------------------------------------------------------------- composite tensors: one entry, several parts
+
+COMPOSITES = ("coo", "coo_uncoalesced", "coo_legacy", "csr", "csc", "bsr", "bsc", "nested", "meta", "per_channel")
+
+
+class CompositeCase(NamedTuple):
+    kind: str
+    byteorder: str = "little"
+    protocol: int = 2
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}-{self.byteorder}-p{self.protocol}"
+
+
+def composite_cases() -> list[CompositeCase]:
+    return [CompositeCase(k, b, p) for k in COMPOSITES for b in BYTE_ORDERS for p in (2, 4)]
+
+
+class _LegacySparse:
+    """Pickles as torch did before is_coalesced was saved: _rebuild_sparse_tensor(layout, (indices, values, size))."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def __reduce__(self) -> Any:
+        t = self.t
+        return torch._utils._rebuild_sparse_tensor, (torch.sparse_coo, (t._indices(), t._values(), t.size()))
+
+
+def _dense(changed: bool) -> torch.Tensor:
+    d = torch.zeros(4, 6)
+    d[0, 1], d[1, 3], d[2, 0], d[3, 5], d[3, 2] = 1.5, float("nan"), -2.0, float("inf"), 3.0
+    if changed:
+        d[2, 0] = -5.0
+    return d
+
+
+def composite_tensor(kind: str, changed: bool = False) -> Any:
+    """The composite a case saves (`changed`: one stored value differs)."""
+    d = _dense(changed)
+    if kind == "coo":
+        return d.to_sparse().coalesce()
+    if kind in ("coo_uncoalesced", "coo_legacy"):
+        i = torch.tensor([[0, 2, 0, 3], [1, 0, 1, 5]])
+        v = torch.tensor([1.5, -2.5 if changed else -2.0, float("nan"), float("inf")])
+        t = torch.sparse_coo_tensor(i, v, (4, 6))
+        return _LegacySparse(t) if kind == "coo_legacy" else t
+    if kind in ("csr", "csc"):
+        return d.to_sparse_csr() if kind == "csr" else d.to_sparse_csc()
+    if kind in ("bsr", "bsc"):
+        return d.to_sparse_bsr((2, 3)) if kind == "bsr" else d.to_sparse_bsc((2, 3))
+    if kind == "nested":
+        return torch.nested.nested_tensor([d[:2, :3], d[1:, :3]])
+    if kind == "meta":
+        return torch.empty(4, 7 if changed else 6, device="meta")
+    scales = torch.tensor([0.5, 0.25, 1.0, 2.0], dtype=torch.float64)
+    return torch.quantize_per_channel(d.nan_to_num(0, 9, -9), scales, torch.tensor([0, 1, 2, 3]), 0, torch.qint8)
+
+
+def write_composite(case: CompositeCase, path: Path, changed: bool = False) -> None:
+    obj = {"t": composite_tensor(case.kind, changed), "dense": torch.arange(6.0)}
+    if case.byteorder == "big":
+        save_big_endian(obj, path, pickle_protocol=case.protocol)
+    else:
+        torch.save(obj, path, pickle_protocol=case.protocol)

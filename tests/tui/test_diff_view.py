@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+import pytest
+from textual import events
+from textual.timer import Timer
 from textual.widgets import Static
 
+from ckinspect.tui.app import create_app
 from ckinspect.tui.screens.diff import DiffScreen
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 from tests.tui.apps import make_app, settle
@@ -97,3 +104,82 @@ async def test_sort_by_delta_and_enter_shows_the_tensors_diff(tmp_path):
         assert "histogram of B - A" in histogram and "computing" not in histogram
         await pilot.press("escape")
         assert app.screen is screen
+
+
+# ---------------------------------------------------------------- one scroll position, and idle is idle
+
+SAMPLES = Path(__file__).parents[2] / "samples"
+
+
+def drawn(table: VirtualTable, y: int) -> str:
+    return "".join(segment.text for segment in table.render_line(y))
+
+
+def assert_aligned(left: VirtualTable, right: VirtualTable) -> None:
+    """Each line of the right pane draws the cells of the tensor the left pane draws on that line."""
+    top = int(left.scroll_y)
+    for y in range(1, left.scrollable_content_region.height):
+        position = top + y - 1
+        if position >= left.row_count:
+            break
+        key = left.rows[left.view[position]].key
+        expected = right.rows[right.visible_keys().index(key)]
+        text = drawn(right, y)
+        assert all(cell.strip()[:6] in text for cell in expected.cells if cell.strip()), (y, key, text)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 35), (200, 50)])
+async def test_the_panes_share_one_scroll_position_and_idle_is_idle(size):
+    """The real samples (83 tensors, more than a screen): Down Down, End, Home, PageDown keep each tensor's
+    Δ beside its own name; then, left alone, the screen processes no message and draws nothing."""
+    app = create_app("diff", [SAMPLES / "stopped-30/tiny_resume.pth", SAMPLES / "straight-60/tiny_resume.pth"],
+                     cursor_blink=False)  # fmt: skip
+    seen: list[str] = []
+    async with app.run_test(size=size, message_hook=lambda m: seen.append(type(m).__name__)) as pilot:
+        await settle(pilot)
+        left, right = panes(app.screen)
+        assert left.row_count > size[1]  # more rows than the screen: the panes must scroll
+        for keys in (("down", "down"), ("end",), ("home",), ("pagedown", "pagedown"), ("end", "up", "up"), ("home",)):
+            await pilot.press(*keys)
+            await pilot.pause()
+            assert_aligned(left, right)
+        for table, event in (
+            (left, events.MouseScrollDown),
+            (right, events.MouseScrollDown),
+            (right, events.MouseScrollUp),
+        ):
+            for _ in range(3):  # the wheel over either pane
+                table.post_message(event(table, 2, 3, 0, 1, 0, False, False, False))
+                await pilot.pause()
+            assert_aligned(left, right)
+        await pilot.resize_terminal(size[0] - 7, size[1] - 3)
+        await pilot.pause()
+        await pilot.press("end")
+        await pilot.pause()
+        assert_aligned(left, right)
+        await pilot.press("down", "down")
+        await settle(pilot)
+        drawn_lines = 0
+        original = VirtualTable.render_line
+
+        def counting(self, y):
+            nonlocal drawn_lines
+            drawn_lines += 1
+            return original(self, y)
+
+        ticks: list[str] = []
+        original_tick = Timer._tick
+
+        async def counting_tick(self, **kw):
+            ticks.append(self.name)
+            await original_tick(self, **kw)
+
+        seen.clear()
+        VirtualTable.render_line = counting  # type: ignore[method-assign]
+        Timer._tick = counting_tick  # type: ignore[method-assign]
+        try:
+            await asyncio.sleep(1.0)  # an idle second: nothing may run in it (no timing is asserted)
+        finally:
+            VirtualTable.render_line = original  # type: ignore[method-assign]
+            Timer._tick = original_tick  # type: ignore[method-assign]
+        assert (seen, drawn_lines, sorted(set(ticks))) == ([], 0, [])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ckinspect.tui.widgets.tensor_table import TensorTable
 from tests.tui.apps import make_app, settle
 from tests.tui.fixtures import DEMO_PATH
@@ -55,7 +57,7 @@ async def test_y_copies_the_name_and_o_exports_the_view(tmp_path, monkeypatch):
         await pilot.press("y")
         assert app.clipboard == "model.norm.weight"
         await pilot.press("Y")
-        assert app.clipboard == str(DEMO_PATH)
+        assert app.clipboard == str(tmp_path / DEMO_PATH) and Path(app.clipboard).is_absolute()  # pastes anywhere
         await pilot.press("slash", *"exp_avg_sq", "enter", "s")
         await pilot.press("o", "O")
         rows = list(csv.DictReader((tmp_path / "step_30_resume.pth-tensors.csv").open()))
@@ -77,3 +79,20 @@ async def test_a_screenshot_without_a_downloads_folder_lands_in_the_current_one(
         await pilot.pause()
         await app.workers.wait_for_complete()
         assert (tmp_path / "shot.svg").read_text().startswith("<svg")
+
+
+async def test_the_palettes_screenshot_without_a_downloads_folder_says_where_it_went(tmp_path, monkeypatch):
+    """The command palette's "Save screenshot" calls deliver_screenshot() with no folder: Textual's default is
+    ~/Downloads, which fails where there is none; it lands in the current folder and the notice says where."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    app = make_app("main", [DEMO_PATH], tmp_path / "data")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.deliver_screenshot()
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        shots = list(tmp_path.glob("*.svg"))
+        assert len(shots) == 1 and shots[0].read_text().startswith("<svg")
+        assert any(str(shots[0]) in n.message for n in app._notifications)

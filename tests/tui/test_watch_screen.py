@@ -4,14 +4,17 @@ are shown, and the sparklines follow the update ratio per group. Plus a snapshot
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
+import torch
 from textual.widgets import DataTable, Sparkline, Static
 
 from ckinspect.tui.app import create_app
+from ckinspect.tui.screens.inspect import InspectScreen
 from ckinspect.tui.screens.watch import WatchScreen
-from tests.analysis.runs.saves import half_written, save
+from tests.analysis.runs.saves import half_written, save, state
 
 
 async def until(pilot, condition, limit: float = 60.0) -> None:
@@ -76,3 +79,69 @@ def test_watch_screen_snapshot(snap_compare, tmp_path, monkeypatch):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(150, 36), run_before=run_before)
+
+
+def nan_moments_save(path: Path, step: int) -> None:
+    """A save whose optimizer's exp_avg_sq went NaN everywhere (as after an overflow in the update)."""
+    data = state(step)
+    for entry in data["optimizer"]["state"].values():
+        entry["exp_avg_sq"] = torch.full_like(entry["exp_avg_sq"], float("nan"))
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(data, tmp)
+    os.replace(tmp, path)
+
+
+async def test_at_80x24_selection_drives_the_detail_enter_opens_and_esc_backs_out(tmp_path):
+    for step in (10, 20):
+        save(tmp_path / f"ckpt-{step:04d}.pt", step)
+    nan_moments_save(tmp_path / "ckpt-0030.pt", 30)
+    app = create_app("watch", [tmp_path], cursor_blink=False, watch={"settle": 600.0, "interval": 0.05, "poll": True})
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: len(screen.events) == 3)
+        table = screen.query_one("#timeline", DataTable)
+        right_edge = 0
+        for column in table.ordered_columns:  # the verdict and the findings are on screen at 80 columns
+            right_edge += column.get_render_width(table)
+            if str(column.label) == "findings":
+                break
+        assert right_edge <= table.scrollable_content_region.width
+        newest = str(screen.query_one("#newest", Static).render())
+        assert "max |x| 0.00e+00" not in newest
+        assert "exp_avg_sq: rms -, max |x| NaN/Inf: all 1,024 values are non-finite" in newest
+        await pilot.press("up")
+        await pilot.pause()
+        assert "ckpt-0020.pt  step 20" in str(screen.query_one("#newest", Static).render())
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, InspectScreen) and app.screen.target == tmp_path / "ckpt-0020.pt"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is screen
+        await pilot.press("escape")  # the first screen: Esc does not quit (q does)
+        await pilot.pause()
+        assert app.is_running and app.screen is screen
+
+
+async def test_watch_waits_for_a_run_folder_that_does_not_exist_yet(tmp_path):
+    run = tmp_path / "not-yet"
+    app = create_app("watch", [run], cursor_blink=False, watch={"settle": 600.0, "interval": 0.05, "poll": True})
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: "waiting for" in str(screen.query_one("#watch-status", Static).render()))
+        save(run / "ckpt-0010.pt", 10)
+        await until(pilot, lambda: len(screen.events) == 1)
+        assert screen.events[0]["verdict"] == "good"
+
+
+def test_the_watch_command_does_not_refuse_a_run_folder_to_come(tmp_path, monkeypatch):
+    """`ckinspect watch RUN` before the trainer made RUN: the TUI starts (and waits), no exit 2."""
+    from ckinspect.tui import launch
+    from ckinspect.tui.app import CkinspectApp
+
+    started: list[str] = []
+    monkeypatch.setattr(CkinspectApp, "run", lambda self: started.append(type(self._first_screen).__name__))
+    from ckinspect.cli import main
+
+    assert main(["watch", str(tmp_path / "not-yet")]) == 0
+    assert started == ["WatchScreen"] and launch is not None

@@ -253,6 +253,7 @@ class DiffScreen(Screen[None]):
         self.query_one("#diff-filter", Input).cursor_blink = self.app.cursor_blink_enabled
         self.query_one("#tables").display = False
         self.query_one("#values").display = False
+        self.query_one("#right", VirtualTable).follow(self.query_one("#left", VirtualTable))
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="reading both checkpoints")
@@ -273,7 +274,7 @@ class DiffScreen(Screen[None]):
             return
         why = failure_text(event.worker.error)
         if event.worker.group == "load":
-            self.query_one("#diff-loading").display = False
+            self.query("#diff-loading").remove()
             self.query_one("#summary", Static).update(Text(f"cannot read both checkpoints: {why}"))
         else:
             self.result_note = f"value comparison {why}"
@@ -289,7 +290,7 @@ class DiffScreen(Screen[None]):
             left.columns[0] = left.columns[0].replace(label="A: name")
         right.columns = list(ONE_NAME_RIGHT if self.one_name else RIGHT_COLUMNS)
         refreshed = self._fit_right()  # may drop the dtypes on a narrow screen, refreshing the rows
-        self.query_one("#diff-loading").display = False
+        self.query("#diff-loading").remove()  # hidden, its animation timer would still tick 16 times a second
         self.query_one("#tables").display = True
         if not refreshed:
             self._refresh_rows()
@@ -409,7 +410,8 @@ class DiffScreen(Screen[None]):
             text.append("  (differences only)", style="italic")
         self.query_one("#summary", Static).update(themed(text))
 
-    # ------------------------------------------------------------ the two tables move together
+    # ------------------------------------------------------------ the two tables move together: the right
+    # pane follows the left (VirtualTable.follow), so one scroll position and one cursor exist
 
     @on(VirtualTable.SortRequested)
     def _sort_requested(self, event: VirtualTable.SortRequested) -> None:
@@ -432,25 +434,6 @@ class DiffScreen(Screen[None]):
             if marked is not None and marked not in [c.key for c in table.columns]:
                 marked = None
             table.sort_with(marked, reverse, key)
-
-    @on(VirtualTable.Scrolled)
-    def _scrolled(self, event: VirtualTable.Scrolled) -> None:
-        other = self._other(event.table)
-        if other is not None and round(other.scroll_y) != event.top:
-            other.scroll_to(y=event.top, animate=False, force=True)
-
-    @on(VirtualTable.RowHighlighted)
-    def _highlighted(self, event: VirtualTable.RowHighlighted) -> None:
-        other = self._other(event.table)
-        if other is not None and other.cursor != event.index:
-            other.cursor = event.index
-
-    def _other(self, table: VirtualTable) -> VirtualTable | None:
-        if table.id == "left":
-            return self.query_one("#right", VirtualTable)
-        if table.id == "right":
-            return self.query_one("#left", VirtualTable)
-        return None
 
     # ------------------------------------------------------------ actions
 

@@ -149,7 +149,7 @@ class InspectScreen(Screen[None]):
             )
             self.query_one(CheckpointHeader).update(themed(header))
             self.query_one(GroupBar).display = False  # no "reading…" under a file that cannot be read
-            self.query_one("#loading-progress").display = False
+            self.query("#loading-progress").remove()  # hidden, its animation would still tick
         elif worker.group == "scan":
             self.scan_note = f"value scan {why}"
             self._show_findings()
@@ -166,7 +166,7 @@ class InspectScreen(Screen[None]):
 
     def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
         self.ckpt = ckpt = message.ckpt
-        self.query_one("#loading").display = False
+        self.query("#loading").remove()  # hidden, the progress bar's animation timer would still tick
         self.query_one("#body").display = True
         missing = sum(1 for row in message.rows if isinstance(row, TensorRow) and row.missing)
         self.query_one(CheckpointHeader).show(ckpt, missing)
@@ -359,8 +359,10 @@ class InspectScreen(Screen[None]):
             self.notify(f"copied {row.key}", timeout=2)
 
     def action_copy_path(self) -> None:
-        self.app.copy_to_clipboard(str(self.target))
-        self.notify(f"copied {self.target}", timeout=2)
+        """The absolute path (a URL as it is): it pastes into a shell in any folder."""
+        path = str(self.target) if is_url(self.target) else str(Path(self.target).absolute())
+        self.app.copy_to_clipboard(path)
+        self.notify(terminal_safe(f"copied {path}"), timeout=2, markup=False)
 
     def action_export(self, fmt: str) -> None:
         from ckinspect.tui.core import export_tensors
@@ -373,7 +375,8 @@ class InspectScreen(Screen[None]):
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error", timeout=5)
             return
-        self.notify(f"{len(names):,} tensors written to {written}", timeout=4)
+        where = terminal_safe(f"{len(names):,} tensors written to {written.absolute()} (a new file, nothing replaced)")
+        self.notify(where, timeout=6, markup=False)
 
     def action_metadata(self) -> None:
         from ckinspect.tui.screens.metadata import MetadataScreen

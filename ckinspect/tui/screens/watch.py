@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -32,13 +32,15 @@ if TYPE_CHECKING:
     from ckinspect.tui.host import Host
 
 VERDICT_STYLE = {"good": "green", "not-resumable": "yellow", "": "dim"}  # every other verdict is red
-# (title, width): fixed widths, so a row arriving later never re-lays out the rows drawn before it
+# (title, width): fixed widths, so a row arriving later never re-lays out the rows drawn before it. What
+# says whether a save is good comes first: at 80 columns the verdict and findings are on screen, and the
+# columns to their right are the ones cut (the detail below shows them for the selected row).
 TIMELINE_COLUMNS = (
     ("#", 2),
     ("step", 6),
-    ("checkpoint", 15),
     ("verdict", 13),
     ("findings", 13),
+    ("checkpoint", 15),
     ("Δstep", 5),
     ("model upd", 9),  # ||Δw||/||w|| since the save before
     ("optim upd", 9),
@@ -47,7 +49,10 @@ TIMELINE_COLUMNS = (
 
 class WatchScreen(Screen[None]):
     app: Host  # for the type checker: textual types `app` as App[Any]
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.quit", "Quit", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Open", tooltip="Inspect the selected checkpoint (Esc comes back here)"),
+        Binding("escape", "back", "Back", show=False),
+    ]
 
     @dataclass
     class CheckpointJudged(Message):
@@ -77,6 +82,7 @@ class WatchScreen(Screen[None]):
         self.events: list[dict[str, Any]] = []
         self.ratios: dict[str, list[float]] = {group: [] for group in RATIO_GROUPS}
         self.mode = ""
+        self.following = True  # the cursor follows the newest save until the user moves it
 
     def compose(self) -> ComposeResult:
         yield Label(Text.assemble(("watch ", "bold"), terminal_safe(str(self.run_dir))), classes="title-line")
@@ -104,6 +110,11 @@ class WatchScreen(Screen[None]):
         from ckinspect.io.changes import Changes
         from ckinspect.jobs.watch import Follower
 
+        if not self.run_dir.is_dir():  # started before the run: wait for its folder to appear
+            self.post_message(self.Following(f"waiting for {terminal_safe(str(self.run_dir))} to be made"))
+            while not self.run_dir.is_dir():
+                if self.stop.wait(max(0.05, self.interval)):
+                    return
         follower = Follower(
             self.run_dir, settle=self.settle, verify=not self.app.quick, jobs=self.jobs, keep_bytes=self.keep_bytes
         )
@@ -139,9 +150,33 @@ class WatchScreen(Screen[None]):
             if isinstance(ratio, (int, float)):
                 self.ratios[group].append(ratio / max(1, delta))
                 self.query_one(f"#spark-{group}", Sparkline).data = list(self.ratios[group])
-        if event["event"] != "in-progress":
+        if event["event"] != "in-progress" and self.following:
             self.query_one("#newest", Static).update(newest_text(event, str(self.run_dir)))
         self._status()
+
+    @on(DataTable.RowHighlighted, "#timeline")
+    def _highlighted(self, message: DataTable.RowHighlighted) -> None:
+        """The selected save's detail; moving off the newest row stops following new saves."""
+        index = message.cursor_row
+        if not 0 <= index < len(self.events):
+            return
+        self.following = index == len(self.events) - 1
+        self.query_one("#newest", Static).update(newest_text(self.events[index], str(self.run_dir)))
+
+    @on(DataTable.RowSelected, "#timeline")
+    def _selected(self) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        from ckinspect.tui.screens.inspect import InspectScreen
+
+        index = self.query_one("#timeline", DataTable).cursor_row
+        if 0 <= index < len(self.events) and self.events[index]["event"] != "in-progress":
+            self.app.push_screen(InspectScreen(Path(self.events[index]["path"])))
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 1:  # the first screen, as everywhere: q quits, Esc does not
+            self.app.pop_screen()
 
     def _add_row(self, event: dict[str, Any]) -> None:
         updates = event.get("updates") or {}
@@ -160,7 +195,8 @@ class WatchScreen(Screen[None]):
             ratio_text(groups.get("optimizer", {}).get("ratio")) if groups else "",
             key=str(event["index"]),
         )
-        table.move_cursor(row=table.row_count - 1)
+        if self.following:
+            table.move_cursor(row=table.row_count - 1)
 
     def _status(self) -> None:
         judged = [e for e in self.events if e["event"] != "in-progress"]
@@ -169,6 +205,16 @@ class WatchScreen(Screen[None]):
         if judged and judged[-1]["step"] is not None:
             text += f"; newest at step {judged[-1]['step']}"
         self.query_one("#watch-status", Static).update(f"{text} — following by {self.mode or '…'}")
+
+
+def moment_text(stats: dict[str, Any]) -> str:
+    """rms and max |x| of one kind of moment; they are over the finite values, so NaN/Inf are named
+    instead of a max of 0 (all values NaN) that would read as a healthy, tiny moment."""
+    nonfinite = stats.get("nonfinite") or 0
+    if nonfinite and not stats.get("count"):
+        return f"rms -, max |x| NaN/Inf: all {nonfinite:,} values are non-finite"
+    text = f"rms {ratio_text(stats['rms'])}, max |x| {ratio_text(stats['max_abs'])}"
+    return text + (f" over the finite values; {nonfinite:,} NaN/Inf" if nonfinite else "")
 
 
 def newest_text(event: dict[str, Any], run_dir: str) -> Text:
@@ -191,7 +237,7 @@ def newest_text(event: dict[str, Any], run_dir: str) -> Text:
         if still:
             out.append(f"  unchanged layers: {', '.join(still[:4])}{' …' if len(still) > 4 else ''}\n")
         for name, stats in updates["moments"].items():
-            out.append(f"  {name}: rms {ratio_text(stats['rms'])}, max |x| {ratio_text(stats['max_abs'])}\n")
+            out.append(f"  {name}: {moment_text(stats)}\n")
     if not event["findings"]:
         out.append("no findings\n", style="green")
     for finding in event["findings"][:8]:

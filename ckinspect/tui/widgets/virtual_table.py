@@ -149,17 +149,6 @@ class VirtualTable(ScrollView, can_focus=True):
         def control(self) -> VirtualTable:
             return self.table
 
-    class Scrolled(Message):
-        """The first visible row changed (the diff screen keeps its two tables in step)."""
-
-        def __init__(self, table: VirtualTable, top: int) -> None:
-            super().__init__()
-            self.table, self.top = table, top
-
-        @property
-        def control(self) -> VirtualTable:
-            return self.table
-
     def __init__(
         self,
         columns: Sequence[Column],
@@ -182,6 +171,24 @@ class VirtualTable(ScrollView, can_focus=True):
         self._filter: Callable[[Row], bool] | None = None
         self._sort_fn: Callable[[int], Any] | None = None  # row index -> sort key, set by sort_with
         self._index_of: dict[str, int] = {}
+        self.leader: VirtualTable | None = None  # set by follow(): the table whose scroll and cursor this one draws
+        self._followers: list[VirtualTable] = []
+
+    def follow(self, leader: VirtualTable) -> None:
+        """Draw at `leader`'s scroll position and cursor, which it alone owns (the diff's right pane follows
+        the left): the two cannot disagree, and nothing passes positions back and forth. Both tables must
+        hold the same rows in the same order (sort_with on a shared key, the same filter)."""
+        self.leader = leader
+        leader._followers.append(self)
+        self.can_focus = False
+        self.styles.scrollbar_size_vertical = 0  # its own scroll position is never drawn
+
+    def top_row(self) -> int:
+        """The first row drawn: the leader's scroll position for a follower."""
+        return int((self.leader or self).scroll_y)
+
+    def _cursor_shown(self) -> int:
+        return (self.leader or self).cursor
 
     # ------------------------------------------------------------ data
 
@@ -286,6 +293,9 @@ class VirtualTable(ScrollView, can_focus=True):
             return
         self._scroll_cursor_into_view()
         self.refresh()
+        for follower in self._followers:
+            follower.set_reactive(VirtualTable.cursor, new)  # the same value, without its watcher
+            follower.refresh()
         self.post_message(self.RowHighlighted(self, self.current_row, new))
 
     def _page(self) -> int:
@@ -301,8 +311,21 @@ class VirtualTable(ScrollView, can_focus=True):
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
-        if round(old) != round(new):
-            self.post_message(self.Scrolled(self, round(new)))
+        if int(old) != int(new):
+            for follower in self._followers:
+                follower.refresh()
+
+    def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        if self.leader is not None:  # the wheel over a follower scrolls the one position, its leader's
+            self.leader._on_mouse_scroll_down(event)
+            return
+        super()._on_mouse_scroll_down(event)
+
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if self.leader is not None:
+            self.leader._on_mouse_scroll_up(event)
+            return
+        super()._on_mouse_scroll_up(event)
 
     def action_cursor_up(self) -> None:
         if self.cursor > 0:
@@ -350,12 +373,14 @@ class VirtualTable(ScrollView, can_focus=True):
                     self.sort_by(column)
                 self.post_message(self.SortRequested(self, column))
             return
-        position = int(self.scroll_y) + offset.y - 1
-        if 0 <= position < len(self.view):
-            was = self.cursor
-            self.cursor = position
+        owner = self.leader or self  # a click on a follower moves the one cursor, its leader's
+        position = self.top_row() + offset.y - 1
+        if 0 <= position < len(owner.view):
+            was = owner.cursor
+            owner.cursor = position
+            owner.focus()
             if was == position or event.chain > 1:
-                self.action_select()
+                owner.action_select()
 
     def _on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(self.scrollable_content_region.width, len(self.view) + 1)
@@ -441,7 +466,7 @@ class VirtualTable(ScrollView, can_focus=True):
                     label_styles.append(None)
                 labels.append(label)
             return self._line(labels, widths, header, label_styles).adjust_cell_length(width, header).crop(0, width)
-        position = int(self.scroll_y) + y - 1
+        position = self.top_row() + y - 1
         if not self.view:
             if y == 1:
                 muted = self.get_component_rich_style("virtual-table--empty")
@@ -450,7 +475,7 @@ class VirtualTable(ScrollView, can_focus=True):
         if position >= len(self.view):
             return Strip.blank(width, self.rich_style)
         row = self.rows[self.view[position]]
-        if position == self.cursor:
+        if position == self._cursor_shown():
             base = self.get_component_rich_style("virtual-table--cursor")
             styles: Sequence[str | None] = ()
         else:

@@ -1,0 +1,124 @@
+"""The harness for tensors torch saves as several tensors (sparse COO coalesced, uncoalesced and in its legacy
+3-tuple form, CSR, CSC, BSR, BSC, nested, per-channel quantized) or as none (meta): each is listed as one
+entry with its layout, logical shape and parts, the parts' bytes are torch's own, NaN in them is counted,
+diff compares them (never "identical" while one differs), convert writes them under their documented names."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from ckinspect.analysis.diff import diff_checkpoints
+from ckinspect.analysis.scan import scan_values
+from ckinspect.formats import open_checkpoint
+from ckinspect.model import COMPOSITE_PARTS, RAGGED
+from ckinspect.ops.convert import convert
+from tests.conftest import run_cli
+from tests.parity import torch_cases as tc
+from tests.parity.test_torch_parity import ckinspect_bytes, torch_bytes, torch_counts
+
+LAYOUTS = {"coo": "sparse_coo", "coo_uncoalesced": "sparse_coo", "coo_legacy": "sparse_coo", "csr": "sparse_csr",
+           "csc": "sparse_csc", "bsr": "sparse_bsr", "bsc": "sparse_bsc", "nested": "nested", "meta": "meta",
+           "per_channel": "per_channel_affine"}  # fmt: skip
+CASES = tc.composite_cases()
+
+
+def torch_parts(kind: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The parts of a composite as torch itself hands them out."""
+    layout = LAYOUTS[kind]
+    if layout == "sparse_coo":
+        return {"indices": t._indices(), "values": t._values()}
+    if layout in ("sparse_csr", "sparse_bsr"):
+        return {"crow_indices": t.crow_indices(), "col_indices": t.col_indices(), "values": t.values()}
+    if layout in ("sparse_csc", "sparse_bsc"):
+        return {"ccol_indices": t.ccol_indices(), "row_indices": t.row_indices(), "values": t.values()}
+    if layout == "nested":
+        buffer = torch.cat([c.reshape(-1) for c in t.unbind()])
+        offsets = t._nested_tensor_storage_offsets()
+        return {"buffer": buffer, "sizes": t._nested_tensor_size(), "strides": t._nested_tensor_strides(),
+                "storage_offsets": offsets}  # fmt: skip
+    if layout == "per_channel_affine":
+        return {"values": t, "scales": t.q_per_channel_scales(), "zero_points": t.q_per_channel_zero_points()}
+    return {}
+
+
+def _weights_only_refuses(path: Path) -> bool:
+    """torch's own safe loader, as the oracle of WEIGHTS_ONLY_REFUSED."""
+    try:
+        torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_composite(case: tc.CompositeCase, tmp_path: Path) -> None:
+    path = tmp_path / "composite.pt"
+    tc.write_composite(case, path)
+    expected = torch.load(path, weights_only=False)["t"]
+    ckpt = open_checkpoint(path)
+    refused = _weights_only_refuses(path)
+    assert [f.code for f in ckpt.findings if f.severity != "info"] == (["WEIGHTS_ONLY_REFUSED"] if refused else [])
+
+    (c,) = ckpt.composites
+    layout = LAYOUTS[case.kind]
+    shape = (2, RAGGED, RAGGED) if layout == "nested" else tuple(expected.shape)
+    assert (c.name, c.layout, c.shape, c.dtype) == ("t", layout, shape, str(expected.dtype).removeprefix("torch."))
+    parts = torch_parts(case.kind, expected)
+    assert tuple(c.parts) == COMPOSITE_PARTS[layout] == tuple(parts)
+    tensors = {t.name: t for t in ckpt.tensors}
+    assert sorted(tensors) == sorted(["dense", *(f"t.{p}" for p in parts)])
+    for part, value in parts.items():
+        assert c.parts[part] is tensors[f"t.{part}"]
+        assert ckinspect_bytes(ckpt, c.parts[part]) == torch_bytes(value), part
+
+    scan = scan_values(ckpt)
+    for part, value in parts.items():
+        if value.is_floating_point():
+            s = scan.stats[f"t.{part}"]
+            assert (s.nan, s.nonfinite) == torch_counts(value), part
+    nonfinite = {f.tensor for f in scan.findings if f.code == "NONFINITE"}
+    assert nonfinite == {f"t.{p}" for p, v in parts.items() if v.is_floating_point() and torch_counts(v)[1]}
+
+    _check_diff(case, path, ckpt, tmp_path)
+    _check_report_and_convert(case, path, parts, tmp_path)
+
+
+def _check_diff(case, path, ckpt, tmp_path) -> None:
+    same, changed = tmp_path / "same.pt", tmp_path / "changed.pt"
+    tc.write_composite(tc.CompositeCase(case.kind), same)
+    tc.write_composite(tc.CompositeCase(case.kind), changed, changed=True)
+    assert diff_checkpoints(open_checkpoint(same), ckpt).identical
+    result = diff_checkpoints(ckpt, open_checkpoint(changed))
+    assert not result.identical
+    if case.kind == "meta":
+        assert [(x.name, x.reason) for x in result.changed] == [("t", "shape")]
+    elif case.kind != "per_channel":  # its values are integers: the changed value rounds to another one
+        assert [x.name for x in result.changed] == ["t.values" if case.kind != "nested" else "t.buffer"]
+
+
+def _check_report_and_convert(case, path, parts, tmp_path) -> None:
+    proc = run_cli("--report", "--format", "json", "--quick", path)
+    entry = json.loads(proc.stdout)["files"][0]
+    (composite,) = entry["composite_tensors"]
+    assert composite["layout"] == LAYOUTS[case.kind]
+    assert {k: v["name"] for k, v in composite["parts"].items()} == {p: f"t.{p}" for p in parts}
+    assert {t["name"]: t.get("part_of") for t in entry["tensors"]} == {"dense": None, **{f"t.{p}": "t" for p in parts}}
+
+    out = tmp_path / "out.safetensors"
+    result = convert(path, out, announce=lambda _: None)
+    from safetensors.torch import load_file
+
+    loaded = load_file(out)
+    written = {f"t.{p}": v for p, v in parts.items() if not v.is_quantized}
+    assert sorted(loaded) == sorted(["dense", *written])
+    for name, value in written.items():
+        assert torch_bytes(loaded[name]) == torch_bytes(value), name
+    if case.kind == "meta":
+        assert any(n.startswith("t: a meta tensor (float32, shape [4, 6]) holds no data") for n in result.notes)
+    else:
+        assert any(n.startswith(f"t ({LAYOUTS[case.kind]}, shape ") for n in result.notes)
