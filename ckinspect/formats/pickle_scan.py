@@ -2,13 +2,15 @@
 
 A pickle is a program for a small stack machine; the only way it reaches code outside the data
 is through globals (GLOBAL, INST, STACK_GLOBAL, EXT*), so listing those lists everything loading
-it could call. The walk below reads opcodes and their arguments and never builds objects.
+it could call. Nothing here builds the objects a pickle describes or calls what it names.
 
-Two passes, because checkpoints are big: a lean pass that only skips over arguments (fast enough
-for a 50,000-tensor data.pkl) and, only when the pickle uses STACK_GLOBAL (protocol 4+, where the
-names come off the stack), a second pass that tracks the stack and the memo to resolve them.
-The lean pass also rejects memo indices no real pickler writes: CPython's C unpickler sizes its
-memo to the largest index it sees, so a 20-byte pickle could otherwise make it allocate gigabytes.
+The lean walk reads opcodes and their arguments (runs of them in one regex match, in C), checks the
+bounds (memo indices no real pickler writes: CPython's C unpickler sizes its memo to the largest
+index it sees, so a 20-byte pickle could otherwise make it allocate gigabytes), and names the GLOBAL,
+INST and EXT globals. Only a pickle with STACK_GLOBAL (protocol 4+, where the names come off the
+stack) needs an interpreter, and there is one: CPython's own unpickler, given inert stand-ins, when
+the pickle is held in memory and reads to its STOP; otherwise the stack walk below, which takes each
+opcode's stack effect from pickletools' table and follows pickle.py's semantics for the rest.
 """
 
 from __future__ import annotations
@@ -864,35 +866,29 @@ def _truncated(result: PickleScan, w: _Window, i: int, needed: int) -> int:
 # strings the data spelled out; otherwise (a value some call returned) it is reported unresolved.
 
 _S = pickle  # opcode bytes as pickle.py names them
-_PUSH_NONE = frozenset(
-    ord(c)
-    for c in (
-        _S.NONE, _S.NEWTRUE, _S.NEWFALSE, _S.EMPTY_TUPLE, _S.EMPTY_LIST, _S.EMPTY_DICT, _S.EMPTY_SET,
-        _S.BININT, _S.BININT1, _S.BININT2, _S.BINFLOAT, _S.NEXT_BUFFER,
-    )
-)  # fmt: skip
-_TO_MARK_PUSH = frozenset(ord(c) for c in (_S.TUPLE, _S.LIST, _S.DICT, _S.FROZENSET, _S.OBJ))
-_TO_MARK_KEEP = frozenset(ord(c) for c in (_S.APPENDS, _S.SETITEMS, _S.ADDITEMS))
-# (items popped, whether a new value is pushed): the rest keep the item under them in place
-_POP_PUSH = {
-    ord(_S.TUPLE1): (1, True),
-    ord(_S.TUPLE2): (2, True),
-    ord(_S.TUPLE3): (3, True),
-    ord(_S.REDUCE): (2, True),
-    ord(_S.NEWOBJ): (2, True),
-    ord(_S.NEWOBJ_EX): (3, True),
-    ord(_S.BINPERSID): (1, True),
-    ord(_S.READONLY_BUFFER): (1, True),
-    ord(_S.BUILD): (1, False),
-    ord(_S.APPEND): (1, False),
-    ord(_S.SETITEM): (2, False),
-}
+# Opcodes that fill the object under their arguments, which stays on the stack (pickletools gives it as both
+# popped and pushed); a string there stays a string.
+_IN_PLACE = frozenset(ord(c) for c in (_S.APPEND, _S.APPENDS, _S.SETITEM, _S.SETITEMS, _S.ADDITEMS, _S.BUILD))
+
+
+def _stack_effect(op: pickletools.OpcodeInfo) -> tuple[bool, int, int]:
+    """(pops the frame since the mark, items popped below it, None values pushed), from pickletools' table."""
+    before, after = op.stack_before, op.stack_after
+    to_mark = pickletools.markobject in before
+    pops = before.index(pickletools.markobject) if to_mark else len(before)
+    pushes = len(after)
+    if ord(op.code) in _IN_PLACE:
+        pops, pushes = pops - 1, pushes - 1
+    return to_mark, pops, pushes
+
+
+_EFFECT = {ord(op.code): _stack_effect(op) for op in pickletools.opcodes}
 _STR_LEN = {ord(_S.SHORT_BINUNICODE): 1, ord(_S.BINUNICODE): 4, ord(_S.BINUNICODE8): 8,
             ord(_S.SHORT_BINSTRING): 1, ord(_S.BINSTRING): 4}  # fmt: skip
 _BINSTRINGS = frozenset((ord(_S.SHORT_BINSTRING), ord(_S.BINSTRING)))
 _MEMO_PUT = {ord(_S.BINPUT): 1, ord(_S.LONG_BINPUT): 4}
 _MEMO_GET = {ord(_S.BINGET): 1, ord(_S.LONG_BINGET): 4}
-_LINE_PUSH = frozenset(ord(c) for c in (_S.INT, _S.LONG, _S.FLOAT, _S.PERSID))
+_SIZE_WIDTH = {_LEN1: 1, _LEN4: 4, _LEN8: 8}
 
 
 class _Memo:
@@ -936,160 +932,212 @@ class _Memo:
         self.strings.clear()
 
 
-def _stack_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> None:
-    """Walk one pickle (already accepted by the lean walk) tracking pickle.py's stack, metastack and memo."""
-    stack: list[str | None] = []
-    metastack: list[list[str | None]] = []
-    depth = 0  # items and marks held, for the MAX_STACK bound
-    lost = False  # past the bound: nothing on the stack is known any more
-    memo = _Memo()
-    table = _TABLE
-    end = result.end
+class _StackWalk:
+    """pickle.py's stack, metastack and memo over one pickle, with strings as the only values kept (others
+    are None). Opcodes with names or strings in them have a handler; every other one takes its stack effect
+    from pickletools' table (_EFFECT) and its argument's length from _TABLE."""
 
-    def read(count: int) -> bytes:
-        nonlocal i
-        if i + count > len(w.buf):
-            i = w.more(i, count)
-        chunk = bytes(w.buf[i : i + count])
-        i += len(chunk)
+    def __init__(self, w: _Window, i: int, result: PickleScan, names: _Names) -> None:
+        self.w, self.i, self.result, self.names = w, i, result, names
+        self.stack: list[str | None] = []
+        self.metastack: list[list[str | None]] = []
+        self.depth = 0  # items and marks held, for the MAX_STACK bound
+        self.lost = False  # past the bound: nothing on the stack is known any more
+        self.memo = _Memo()
+
+    # -- the bytes
+    def read(self, count: int) -> bytes:
+        w = self.w
+        if self.i + count > len(w.buf):
+            self.i = w.more(self.i, count)
+        chunk = bytes(w.buf[self.i : self.i + count])
+        self.i += len(chunk)
         return chunk
 
-    def pop_mark() -> None:
-        nonlocal stack, depth
-        depth -= len(stack) + 1
-        stack = metastack.pop() if metastack else []
+    def number(self, width: int, signed: bool = False) -> int:
+        return int.from_bytes(self.read(width), "little", signed=signed)
 
-    while w.base + i < end:
-        if i + 16 > len(w.buf):
-            i = w.more(i, 16)
-        op = w.buf[i]
-        i += 1
-        k = table[op]
-        if op in _PUSH_NONE:
-            i += max(k, 0)
-            stack.append(None)
-            depth += 1
-        elif op in _STR_LEN:
-            width = _STR_LEN[op]
-            size = int.from_bytes(read(width), "little", signed=op == 0x54)
-            value: str | None = None
-            if 0 <= size <= MAX_NAME:
-                raw = read(size)
-                try:
-                    value = raw.decode("utf-8", "surrogateescape" if op in _BINSTRINGS else "surrogatepass")
-                except UnicodeDecodeError:
-                    value = None
-            else:
-                i, _whole = w.skip(i, max(size, 0))
-            stack.append(value)
-            depth += 1
-        elif op == 0x28:  # MARK
-            metastack.append(stack)
-            stack = []
-            depth += 1
-        elif op == 0x30:  # POP
-            if stack:
-                stack.pop()
-                depth -= 1
-            else:
-                pop_mark()
-        elif op == 0x31:  # POP_MARK
-            pop_mark()
-        elif op == 0x32:  # DUP
-            stack.append(stack[-1] if stack else None)
-            depth += 1
-        elif op in _TO_MARK_PUSH:
-            pop_mark()
-            stack.append(None)
-            depth += 1
-        elif op in _TO_MARK_KEEP:
-            pop_mark()
-        elif op in _POP_PUSH:
-            pops, push = _POP_PUSH[op]
-            take = min(pops, len(stack))
-            if take:
-                del stack[-take:]
-                depth -= take
-            if push:
-                stack.append(None)
-                depth += 1
-        elif op in _MEMO_PUT:
-            memo.put(int.from_bytes(read(_MEMO_PUT[op]), "little"), stack[-1] if stack and not lost else None)
-        elif op in _MEMO_GET:
-            stack.append(None if lost else memo.get(int.from_bytes(read(_MEMO_GET[op]), "little")))
-            depth += 1
-        elif op == 0x94:  # MEMOIZE
-            memo.memoize(stack[-1] if stack and not lost else None)
-        elif k == _STACK_GLOBAL:
-            name = stack.pop() if stack else None
-            module = stack.pop() if stack else None
-            depth -= 2
-            if not lost and isinstance(module, str) and isinstance(name, str):
-                names.add(_ref(module, name, "STACK_GLOBAL"))
-            else:
-                names.add(GlobalRef("<unresolved>", "STACK_GLOBAL", "unsafe", "STACK_GLOBAL"))
-            stack.append(None)
-            depth += 1
-        elif k == _LINE2:  # GLOBAL, INST: already listed by the lean walk, in the same order
-            i, first, second, _found = _line_pair(w, i)
-            _line_global(result, names, first, second, "GLOBAL" if op == 0x63 else "INST")
-            if op == 0x69:
-                pop_mark()
-            stack.append(None)
-            depth += 1
-        elif k == _EXT:
-            size = _EXT_SIZES[op]
-            names.ext(int.from_bytes(read(size), "little", signed=op == 0x84))
-            stack.append(None)
-            depth += 1
-        elif k in (_LINE, _PUT):
-            i, text, _found = _read_line(w, i)
-            text = text or b""
-            if op == 0x53:  # STRING: a quoted repr
+    def line(self) -> bytes:
+        self.i, text, _found = _read_line(self.w, self.i)
+        return text or b""
+
+    def skip_argument(self, kind: int) -> None:
+        if kind >= 0:
+            self.i += kind
+        elif kind == _PROTO:
+            self.i += 1
+        elif kind == _LINE:
+            self.line()
+        elif kind in _SIZE_WIDTH:
+            size = self.number(_SIZE_WIDTH[kind])  # read before self.i is taken: it moves the position
+            self.i, _whole = self.w.skip(self.i, size)
+
+    # -- the stack
+    def push(self, value: str | None) -> None:
+        self.stack.append(value)
+        self.depth += 1
+
+    def top(self) -> str | None:
+        return self.stack[-1] if self.stack and not self.lost else None
+
+    def pop_mark(self) -> None:
+        self.depth -= len(self.stack) + 1
+        self.stack = self.metastack.pop() if self.metastack else []
+
+    def apply(self, to_mark: bool, pops: int, pushes: int) -> None:
+        if to_mark:
+            self.pop_mark()
+        take = min(pops, len(self.stack))
+        if take:
+            del self.stack[-take:]
+            self.depth -= take
+        for _ in range(pushes):
+            self.push(None)
+
+    def bound(self) -> None:
+        if self.depth > MAX_STACK and not self.lost:
+            self.lost = True
+            self.memo.lose()
+            self.stack, self.metastack, self.depth = [], [], 0
+
+    # -- opcodes with a handler: True to go on, False at STOP
+    def step(self, op: int) -> bool:
+        handler = _HANDLERS.get(op)
+        if handler is not None:
+            return handler(self, op)
+        kind = _TABLE[op]
+        if kind == _BAD:  # the lean walk stopped there: so does CPython
+            return False
+        self.skip_argument(kind)
+        self.apply(*_EFFECT[op])
+        return True
+
+    def binary_string(self, op: int) -> bool:
+        size = self.number(_STR_LEN[op], signed=op == 0x54)
+        value: str | None = None
+        if 0 <= size <= MAX_NAME:
+            try:
+                value = self.read(size).decode("utf-8", "surrogateescape" if op in _BINSTRINGS else "surrogatepass")
+            except UnicodeDecodeError:
                 value = None
-                if len(text) >= 2 and text[:1] == text[-1:] and text[:1] in (b"'", b'"'):
-                    try:
-                        value = codecs.escape_decode(text[1:-1])[0].decode("utf-8", "surrogateescape")
-                    except (ValueError, UnicodeDecodeError):
-                        value = None
-                stack.append(value)
-                depth += 1
-            elif op == 0x56:  # UNICODE
-                try:
-                    stack.append(text.decode("raw-unicode-escape"))
-                except UnicodeDecodeError:
-                    stack.append(None)
-                depth += 1
-            elif op == 0x70:  # PUT
-                if text.strip().isdigit() and len(text) <= 12:
-                    memo.put(int(text), stack[-1] if stack and not lost else None)
-            elif op == 0x67:  # GET
-                index = int(text) if text.strip().isdigit() and len(text) <= 12 else -1
-                stack.append(None if lost else memo.get(index))
-                depth += 1
-            elif op in _LINE_PUSH:
-                stack.append(None)
-                depth += 1
-        elif k == _STOP:
-            return
-        elif k >= 0:  # PROTO, FRAME and the rest that only carry an argument
-            i += k
-        elif k == _PROTO:
-            i += 1
-        elif k in (_LEN1, _LEN4, _LEN8):  # bytes: pushed as a value that is not a string
-            width = 1 if k == _LEN1 else 4 if k == _LEN4 else 8
-            size = int.from_bytes(read(width), "little")
-            i, _whole = w.skip(i, size)
-            stack.append(None)
-            depth += 1
-        elif k == _LONG_BINPUT:
-            i += 4
         else:
+            self.i, _whole = self.w.skip(self.i, max(size, 0))
+        self.push(value)
+        return True
+
+    def quoted_string(self, op: int) -> bool:  # STRING: a quoted repr
+        text, value = self.line(), None
+        if len(text) >= 2 and text[:1] == text[-1:] and text[:1] in (b"'", b'"'):
+            try:
+                value = codecs.escape_decode(text[1:-1])[0].decode("utf-8", "surrogateescape")
+            except (ValueError, UnicodeDecodeError):
+                value = None
+        self.push(value)
+        return True
+
+    def unicode_line(self, op: int) -> bool:  # UNICODE
+        try:
+            self.push(self.line().decode("raw-unicode-escape"))
+        except UnicodeDecodeError:
+            self.push(None)
+        return True
+
+    def mark(self, op: int) -> bool:
+        self.metastack.append(self.stack)
+        self.stack = []
+        self.depth += 1
+        return True
+
+    def pop(self, op: int) -> bool:  # POP on an empty frame pops the mark
+        if self.stack:
+            self.stack.pop()
+            self.depth -= 1
+        else:
+            self.pop_mark()
+        return True
+
+    def dup(self, op: int) -> bool:
+        self.push(self.stack[-1] if self.stack else None)
+        return True
+
+    def memo_put(self, op: int) -> bool:
+        self.memo.put(self.number(_MEMO_PUT[op]), self.top())
+        return True
+
+    def memo_get(self, op: int) -> bool:
+        index = self.number(_MEMO_GET[op])
+        self.push(None if self.lost else self.memo.get(index))
+        return True
+
+    def memoize(self, op: int) -> bool:
+        self.memo.memoize(self.top())
+        return True
+
+    def text_put(self, op: int) -> bool:  # PUT
+        text = self.line()
+        if text.strip().isdigit() and len(text) <= 12:
+            self.memo.put(int(text), self.top())
+        return True
+
+    def text_get(self, op: int) -> bool:  # GET
+        text = self.line()
+        index = int(text) if text.strip().isdigit() and len(text) <= 12 else -1
+        self.push(None if self.lost else self.memo.get(index))
+        return True
+
+    def stack_global(self, op: int) -> bool:
+        name = self.stack.pop() if self.stack else None
+        module = self.stack.pop() if self.stack else None
+        self.depth -= 2
+        if not self.lost and isinstance(module, str) and isinstance(name, str):
+            self.names.add(_ref(module, name, "STACK_GLOBAL"))
+        else:
+            self.names.add(GlobalRef("<unresolved>", "STACK_GLOBAL", "unsafe", "STACK_GLOBAL"))
+        self.push(None)
+        return True
+
+    def line_global(self, op: int) -> bool:  # GLOBAL, INST: listed in the order the lean walk met them
+        self.i, first, second, _found = _line_pair(self.w, self.i)
+        _line_global(self.result, self.names, first, second, "GLOBAL" if op == 0x63 else "INST")
+        if op == 0x69:
+            self.pop_mark()
+        self.push(None)
+        return True
+
+    def ext(self, op: int) -> bool:
+        self.names.ext(self.number(_EXT_SIZES[op], signed=op == 0x84))
+        self.push(None)
+        return True
+
+    def stop(self, op: int) -> bool:
+        return False
+
+
+_HANDLERS = {
+    **{op: _StackWalk.binary_string for op in _STR_LEN},
+    **{op: _StackWalk.memo_put for op in _MEMO_PUT},
+    **{op: _StackWalk.memo_get for op in _MEMO_GET},
+    **{op: _StackWalk.ext for op in _EXT_SIZES},
+    **{ord(c): handler for c, handler in (
+        (_S.STRING, _StackWalk.quoted_string), (_S.UNICODE, _StackWalk.unicode_line), (_S.MARK, _StackWalk.mark),
+        (_S.POP, _StackWalk.pop), (_S.DUP, _StackWalk.dup), (_S.MEMOIZE, _StackWalk.memoize),
+        (_S.PUT, _StackWalk.text_put), (_S.GET, _StackWalk.text_get), (_S.STACK_GLOBAL, _StackWalk.stack_global),
+        (_S.GLOBAL, _StackWalk.line_global), (_S.INST, _StackWalk.line_global), (_S.STOP, _StackWalk.stop),
+    )},
+}  # fmt: skip
+
+
+def _stack_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> None:
+    """Walk one pickle (already accepted by the lean walk) tracking pickle.py's stack, metastack and memo."""
+    walk = _StackWalk(w, i, result, names)
+    while w.base + walk.i < result.end:
+        if walk.i + 16 > len(w.buf):
+            walk.i = w.more(walk.i, 16)
+        op = w.buf[walk.i]
+        walk.i += 1
+        if not walk.step(op):
             return
-        if depth > MAX_STACK and not lost:
-            lost = True
-            memo.lose()
-            stack, metastack, depth = [], [], 0
+        walk.bound()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,181 @@
+"""The many-tensor listing: where its time goes, and how it grows from 50,000 to 640,000 tensors.
+
+    python bench/bench_pickle_scan.py                       # 50k, 160k, 640k tensors; protocols 2 and 4
+    python bench/bench_pickle_scan.py --tensors 50000 --protocols 2
+    python bench/bench_pickle_scan.py --code /path/to/other/checkout   # time another tree's ckinspect
+    python bench/bench_pickle_scan.py --dir D --keep                    # keep the files (then --reuse)
+
+Each file is a torch.save zip (written by a child process) of N four-element float32 tensors, each its own
+storage (the per-tensor overhead case). Per file, in fresh processes, each run once untimed (bytecode and
+page cache warm) and then --rounds times, in turn:
+
+- `ckinspect --report F --quick --format json` (the CI listing) and `torch.load(F, weights_only=True)`
+  followed by a walk of the tensors (what a user runs without ckinspect): wall time and CPU (user + sys,
+  from wait4), best of the rounds, and the ratio of the two CPU times;
+- inside one ckinspect process: CPU of the pickle scan (scan_stream of data.pkl), of the restricted
+  unpickler (decode with the storage collector), of reading the zip directory, and of the whole reader
+  (open_checkpoint, the listing the TUI shows), each the best of the rounds.
+
+Then the growth exponent of each figure between the smallest and the largest N (1.0 is linear). The
+machine's load is printed with the figures: ratios are measured side by side, absolute times are not
+comparable across runs on a busy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+WRITE = r"""
+import sys, torch
+n, path, protocol = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+torch.save({f"blocks.{i // 100}.p{i % 100}": torch.full((4,), float(i)) for i in range(n)}, path,
+           pickle_protocol=protocol)
+"""
+
+TORCH_LISTING = r"""
+import sys, warnings, torch
+warnings.simplefilter("ignore")
+obj = torch.load(sys.argv[1], weights_only=sys.argv[2] == "1", map_location="cpu")
+print(sum(1 for v in obj.values() if isinstance(v, torch.Tensor)))
+"""
+
+# The parts of ckinspect's listing, each timed in one process (CPU seconds, best of `rounds`).
+PARTS = r"""
+import json, os, sys, time
+from ckinspect.formats import open_checkpoint
+from ckinspect.formats.pickle_findings import StorageCollector
+from ckinspect.formats.pickle_scan import scan_stream
+from ckinspect.formats.unpickler import restricted_load
+from ckinspect.io.zipdir import FileReader, read_directory, read_member
+
+path, rounds = sys.argv[1], int(sys.argv[2])
+def opened():
+    fd = os.open(path, os.O_RDONLY)
+    return fd, FileReader(fd, os.fstat(fd).st_size)
+
+fd, reader = opened()
+members, cd_start = read_directory(reader, 0, reader.size)
+pkl = next(m for m in members if m.name.endswith("/data.pkl"))
+data = read_member(reader, pkl, cd_start)
+os.close(fd)
+
+def best(fn):
+    times = []
+    for _ in range(rounds):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return min(times)
+
+def directory():
+    fd, reader = opened()
+    read_directory(reader, 0, reader.size)
+    os.close(fd)
+
+scans = scan_stream(data)
+print(json.dumps({
+    "scan": best(lambda: scan_stream(data)),
+    "unpickler": best(lambda: restricted_load(data, StorageCollector(), scan=scans[0])),
+    "zip directory": best(directory),
+    "reader": best(lambda: open_checkpoint(path)),
+    "tensors": len(open_checkpoint(path).tensors),
+}))
+"""
+
+
+def child_env(code: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(code)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """(wall s, CPU s user + sys, stdout) of one child process."""
+    import time
+
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{argv[:4]} exited {proc.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime, out
+
+
+def best_of(argv: list[str], env: dict[str, str], rounds: int) -> tuple[float, float, str]:
+    timed(argv, env)  # untimed: bytecode and page cache warm
+    runs = [timed(argv, env) for _ in range(rounds)]
+    return min(r[0] for r in runs), min(r[1] for r in runs), runs[-1][2]
+
+
+def measure(path: Path, code: Path, rounds: int) -> dict[str, float]:
+    env = child_env(code)
+    cli = [sys.executable, "-m", "ckinspect", "--report", str(path), "--quick", "--format", "json"]
+    wall, cpu, out = best_of(cli, env, rounds)
+    listed = json.loads(out)["files"][0]["tensor_count"]
+    # torch refuses protocol 4 with weights_only=True (WEIGHTS_ONLY_REFUSED): it is timed with False there
+    safe = "1" if "_p2" in path.name else "0"
+    t_wall, t_cpu, t_out = best_of([sys.executable, "-c", TORCH_LISTING, str(path), safe], env, rounds)
+    assert int(t_out) == listed, (t_out, listed)
+    _w, _c, parts_out = timed([sys.executable, "-c", PARTS, str(path), str(rounds)], env)
+    parts = json.loads(parts_out)
+    assert parts.pop("tensors") == listed
+    return {"cli wall": wall, "cli cpu": cpu, "torch wall": t_wall, "torch cpu": t_cpu, **parts}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tensors", type=int, nargs="+", default=[50_000, 160_000, 640_000])
+    parser.add_argument("--protocols", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--code", type=Path, default=REPO, help="the ckinspect checkout to time (default: this one)")
+    parser.add_argument("--dir", type=Path)
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--reuse", action="store_true", help="time files a --keep run left in --dir")
+    args = parser.parse_args()
+    folder = args.dir or Path(tempfile.mkdtemp(prefix="ckinspect-bench-pickle-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; code: {args.code}")
+    try:
+        for protocol in args.protocols:
+            figures: dict[int, dict[str, float]] = {}
+            for n in args.tensors:
+                path = folder / f"many_{n}_p{protocol}.pt"
+                if not (args.reuse and path.exists()):
+                    subprocess.run([sys.executable, "-c", WRITE, str(n), str(path), str(protocol)], check=True,
+                                   env=child_env(args.code))  # fmt: skip
+                figures[n] = f = measure(path, args.code, args.rounds)
+                print(f"protocol {protocol}, {n:>7,} tensors: report {f['cli wall']:.2f} s wall {f['cli cpu']:.2f} "
+                      f"CPU-s | torch.load {f['torch wall']:.2f} s wall {f['torch cpu']:.2f} CPU-s | "
+                      f"torch/ours CPU {f['torch cpu'] / f['cli cpu']:.2f}x | in-process CPU-s: scan {f['scan']:.3f}, "
+                      f"unpickler {f['unpickler']:.3f}, zip directory {f['zip directory']:.3f}, "
+                      f"reader {f['reader']:.3f}", flush=True)  # fmt: skip
+            small, large = min(figures), max(figures)
+            if small != large:
+                growth = {
+                    key: math.log(figures[large][key] / figures[small][key]) / math.log(large / small)
+                    for key in ("cli cpu", "scan", "unpickler", "reader", "torch cpu")
+                }
+                print(f"protocol {protocol}, growth exponent {small:,} -> {large:,} tensors: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in growth.items()))  # fmt: skip
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
