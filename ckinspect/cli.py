@@ -217,6 +217,12 @@ def _drift_parser() -> argparse.ArgumentParser:
     drift.add_argument("path", metavar="PATH", help="a checkpoint, or a Hugging Face model folder")
     drift.add_argument("--report", action="store_true", help="print instead of opening the TUI")
     drift.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a config.json (transformers' format) for a state dict that carries none; without it the "
+        "architecture is inferred from names and shapes, and what was assumed is said",
+    )
+    drift.add_argument(
         "--fp8",
         action="store_true",
         help="also measure the logits under fp8 (float8_e4m3fn and float8_e5m2, simulated with per-tensor scaling)",

@@ -236,13 +236,15 @@ def logit_drift_or_why(
     formats: tuple[str, ...] = LOGIT_FORMATS,
     whole: bool = False,
     seed: int = 0,
+    config: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(the logit drift, None), or (None, why it was skipped): the model is unknown, some weights
     cannot be read (`drifts`: weight_drift's results, whose errors say which), or the model refuses
-    the weights (a damaged state dict). The weight drift stands on its own either way."""
+    the weights (a damaged state dict). The weight drift stands on its own either way. `config`: the
+    architecture of a state dict that carries none (`drift --config FILE`)."""
     from ckinspect.analysis.logit_models import find_model
 
-    model, reason = find_model(ckpt)
+    model, reason = find_model(ckpt, config)
     unreadable = [d for d in drifts or [] if d.error]
     if reason is None and unreadable:
         reason = f"{len(unreadable)} weight tensor(s) cannot be read ({unreadable[0].error})"

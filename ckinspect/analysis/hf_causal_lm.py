@@ -63,6 +63,25 @@ class HuggingFaceCausalLM:
             return f"a Hugging Face folder, but transformers builds no causal LM for model type {kind!r}"
         return cls(folder, config, model_class)
 
+    @classmethod
+    def from_config(cls, folder: Path, values: dict[str, Any], label: str) -> HuggingFaceCausalLM | str:
+        """The model a config dict describes (a bare state dict's inferred or given config), labelled."""
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        kind = str(values.get("model_type", ""))
+        try:
+            with quiet_transformers():
+                config = AutoConfig.for_model(kind, **{k: v for k, v in values.items() if k != "model_type"})
+        except Exception as exc:  # ValueError for an unknown model_type, TypeError for a bad field
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return f"transformers cannot use the config ({first})"
+        model_class = AutoModelForCausalLM._model_mapping.get(type(config), None)
+        if model_class is None:
+            return f"transformers builds no causal LM for model type {kind!r}"
+        built = cls(folder, config, model_class)
+        built.label = label
+        return built
+
     def skeleton(self) -> Any:
         import torch
 

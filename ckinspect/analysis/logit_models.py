@@ -88,12 +88,16 @@ def registered_plugins() -> tuple[tuple[tuple[str, ModelPlugin], ...], tuple[str
     return tuple(plugins), tuple(failures)
 
 
-def find_model(ckpt: Checkpoint) -> tuple[LogitModel | None, str | None]:
-    """(the model that can give this checkpoint's logits, None), or (None, why there is none)."""
+def find_model(ckpt: Checkpoint, given_config: dict[str, Any] | None = None) -> tuple[LogitModel | None, str | None]:
+    """(the model that can give this checkpoint's logits, None), or (None, why there is none). A checkpoint
+    with no config of its own is inferred from its names and shapes (analysis.bare_models), or built
+    from `given_config` (`drift --config FILE`)."""
     if not has_torch():  # every model runs in torch, an extra: say so rather than "unknown model"
         return None, needs_torch_message("logit drift")
     plugins, failures = registered_plugins()
-    asked = [plugin for _, plugin in plugins] + [HuggingFaceFolder()]
+    from ckinspect.analysis.bare_models import BareStateDict
+
+    asked = [plugin for _, plugin in plugins] + [HuggingFaceFolder(), BareStateDict(given_config)]
     for plugin in asked:
         found = plugin.build(ckpt)
         if isinstance(found, str):

@@ -26,7 +26,10 @@ def run(args: argparse.Namespace) -> int:
     with terminal_progress("rounding weights", enabled=not getattr(args, "no_progress", False)) as progress:
         drifts = drift.weight_drift(ckpt, progress)
     formats = LOGIT_FORMATS + (FP8_FORMATS if getattr(args, "fp8", False) else ())
-    logits, reason = drift.logit_drift_or_why(ckpt, drifts, formats, whole=getattr(args, "whole_model", False))
+    given = _config_file(getattr(args, "config", None))
+    logits, reason = drift.logit_drift_or_why(
+        ckpt, drifts, formats, whole=getattr(args, "whole_model", False), config=given
+    )
     findings = [
         Finding("FP16_OVERFLOW", f"{d.name}: {d.fp16.overflow:,} values become inf when stored as float16", d.name)
         for d in drifts
@@ -50,3 +53,21 @@ def run(args: argparse.Namespace) -> int:
     if any(d.error for d in drifts):
         return EXIT_ERROR
     return EXIT_FINDINGS if fails(findings, getattr(args, "fail_on", "error")) else EXIT_OK
+
+
+def _config_file(path: str | None) -> dict | None:
+    """`--config FILE`: a JSON object with a `model_type` (transformers' config.json), or one line why not."""
+    if path is None:
+        return None
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except OSError as exc:
+        raise CkinspectError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise CkinspectError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise CkinspectError(f"{path}: not a model config (a JSON object with a model_type, as config.json has)")
+    return config

@@ -99,31 +99,42 @@ def _judged(result: SalvageResult) -> SalvageResult:
 
 
 def zip_storages(buf) -> tuple[LocalMember | None, dict[str, StorageBytes]]:
-    """data.pkl's member and every `data/<key>` storage member, judged whole or not."""
+    """data.pkl's member and every `data/<key>` storage member, judged whole or not (a save whose every
+    CRC-32 is 0, torch.save under compute_crc32=False, is judged by completeness alone)."""
     pickle_member = None
-    storages: dict[str, StorageBytes] = {}
+    found: dict[str, LocalMember] = {}
+    recorded = False
     for m in walk_local_headers(buf):
+        recorded = recorded or bool(m.crc32)
         prefix, _, rest = m.name.partition("/")
         if rest == "data.pkl" and pickle_member is None:
             pickle_member = m
         elif rest.startswith("data/"):
-            key = rest[len("data/") :]
-            storages[key] = StorageBytes(key, m, _member_state(buf, m))
+            found[rest[len("data/") :]] = m
+    storages = {key: StorageBytes(key, m, _member_state(buf, m, recorded)) for key, m in found.items()}
     return pickle_member, storages
 
 
-def _member_state(buf, m: LocalMember) -> str:
+def _member_state(buf, m: LocalMember, crcs_recorded: bool = True) -> str:
     if m.method != 0:
         return "compressed"
     if m.size is None or m.crc32 is None:  # not m.complete
         return "cut short"
-    if crc32_of(buf, m.data_offset, m.size) != m.crc32:
+    if crcs_recorded and crc32_of(buf, m.data_offset, m.size) != m.crc32:
         return "CRC mismatch"
     return "ok"
 
 
+def _big_endian(buf) -> bool:
+    """The archive's byteorder record says "big" (torch then swaps its typed storages on load)."""
+    for m in walk_local_headers(buf):
+        if m.name.partition("/")[2] == "byteorder" and m.size is not None and m.method == 0:
+            return bytes(buf[m.data_offset : m.data_offset + m.size]) == b"big"
+    return False
+
+
 def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
-    from ckinspect.formats.unpickler import restricted_load
+    from ckinspect.formats.unpickler import StorageRef, restricted_load, storage_persistent_load
 
     result = SalvageResult(broken, out, "torch-zip", _out_format(out))
     pickle_member, storages = zip_storages(buf)
@@ -131,20 +142,35 @@ def _salvage_torch_zip(broken: Path, out: Path, buf) -> SalvageResult:
         raise CkinspectError(
             f"{broken}: data.pkl is lost or cut short, so no tensor can be told from another; nothing salvaged"
         )
-    state = _member_state(buf, pickle_member)
+    state = _member_state(
+        buf, pickle_member, any(s.member.crc32 for s in storages.values()) or bool(pickle_member.crc32)
+    )
     if state != "ok":
         raise CkinspectError(f"{broken}: data.pkl {state}; refusing to guess the tensors' layout")
     data = bytes(buf[pickle_member.data_offset : pickle_member.end])
+    refs: dict[str, StorageRef] = {}
+
+    def remember(pid: Any) -> Any:
+        ref = storage_persistent_load(pid)
+        refs[ref.key] = ref
+        return ref
+
     try:
-        tree = restricted_load(data)
+        tree = restricted_load(data, remember)
     except Exception as exc:  # UnsafePickle / CorruptPickle: say what it was, do not run it
         raise CkinspectError(f"{broken}: data.pkl cannot be read safely ({type(exc).__name__}: {exc})") from exc
+    big = _big_endian(buf)
 
     def storage_bytes(info) -> StorageSource | None:
         st = storages.get(info.storage_key)
         if st is None or not st.ok or st.member.size is None:
             return None
-        return _file_range(broken, st.key, st.member.data_offset, st.member.size)
+        ref = refs.get(info.storage_key)
+        swapped = big and ref is not None and not ref.untyped  # as torch.load swaps: typed storages only
+        source = _file_range(broken, st.key, st.member.data_offset, st.member.size)
+        if swapped and source.storage is not None:
+            source.storage.dtype, source.storage.big_endian = ref.dtype, True  # type: ignore[union-attr]
+        return source
 
     def why_missing(info) -> str:
         st = storages.get(info.storage_key)

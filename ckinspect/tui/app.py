@@ -29,7 +29,7 @@ def ckinspect_theme(name: str) -> Theme:
 class CkinspectApp(Host):
     TITLE = "ckinspect"
     CSS_PATH = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss", "watch.tcss"]
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]  # below 140 the tables take the whole width
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark,f1", "help", "Help", key_display="?"),
@@ -45,6 +45,7 @@ class CkinspectApp(Host):
         theme: str = THEMES[0],
         cursor_blink: bool = True,
         quick: bool = False,
+        remember_theme: bool = False,
     ) -> None:
         super().__init__()
         for name in THEMES:
@@ -54,6 +55,16 @@ class CkinspectApp(Host):
         self.backend = backend or Backend()
         self.cursor_blink_enabled = cursor_blink
         self.theme = theme
+        self.remember_theme = remember_theme  # the CLI's app saves the theme chosen (tui/preferences.py)
+
+    def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, theme: Theme) -> None:
+        if self.remember_theme:  # `t` or the palette's theme picker: the next run opens in it
+            from ckinspect.tui.preferences import save_theme
+
+            save_theme(theme.name)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         """Any other theme picked from the palette still has the colours the widgets name."""
@@ -121,6 +132,7 @@ def create_app(
     cursor_blink: bool = True,
     quick: bool = False,
     watch: dict[str, Any] | None = None,
+    remember_theme: bool = False,
 ) -> CkinspectApp:
     """`main` PATH... (a file, or folders to choose from), `diff` A B, `drift` PATH, or `watch` RUN_DIR
     (`watch`: the WatchScreen's settle, interval and poll)."""
@@ -150,4 +162,10 @@ def create_app(
         from ckinspect.tui.screens.folder import FolderScreen
 
         screen = FolderScreen(targets)
-    return CkinspectApp(screen, backend=backend, theme=theme, cursor_blink=cursor_blink, quick=quick)
+    if remember_theme:
+        from ckinspect.tui.preferences import saved_theme
+
+        theme = saved_theme(THEMES, theme)
+    return CkinspectApp(
+        screen, backend=backend, theme=theme, cursor_blink=cursor_blink, quick=quick, remember_theme=remember_theme
+    )

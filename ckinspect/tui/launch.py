@@ -41,7 +41,7 @@ def run(command: str, args: argparse.Namespace) -> int:
             "jobs": args.jobs,
             "keep_bytes": args.keep << 20,
         }
-    app = create_app(command, paths, quick=bool(getattr(args, "quick", False)), watch=watch)
+    app = create_app(command, paths, quick=bool(getattr(args, "quick", False)), watch=watch, remember_theme=True)
     if command == "watch":
         from ckinspect.commands.watch import stopping_on_signals
 

@@ -33,8 +33,9 @@ def test_unknown_model_names_what_every_plugin_looks_for(tmp_path):
     ckpt = simple_checkpoint(tmp_path / "w.pt", {"w": np.ones(3, np.float32)})
     model, reason = logit_models.find_model(ckpt)
     assert model is None
-    assert (
-        reason == "the model is unknown: no ckinspect-trainer/1 config in the checkpoint and no config.json beside it"
+    assert reason == (
+        "the model is unknown: no ckinspect-trainer/1 config in the checkpoint and no config.json beside it "
+        "and no Llama/Qwen2/Qwen3/MiniMind names among its tensors"
     )
 
 
@@ -47,7 +48,7 @@ def test_a_plugin_that_cannot_load_is_named_and_the_weight_drift_still_runs(tmp_
     drifts = weight_drift(ckpt)
     assert logit_drift_or_why(ckpt, drifts) == (
         None,
-        "the model is unknown: no config.json beside it; "
+        "the model is unknown: no config.json beside it and no Llama/Qwen2/Qwen3/MiniMind names among its tensors; "
         "model plugin 'broken' cannot be loaded (ImportError: No module named 'gone')",
     )
     assert [d.name for d in drifts] == ["w"] and drifts[0].fp16.max_abs == 0.0

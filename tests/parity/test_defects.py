@@ -173,3 +173,33 @@ def test_convert_counts_and_names_what_it_left_out(tmp_path):
     assert refused.stderr.strip() == ("ckinspect: refused: safetensors cannot hold 1 tensor(s) of this file: "
                                       "c (complex128); nothing was written")  # fmt: skip
     assert not (tmp_path / "refused.safetensors").exists()
+
+
+# ---------------------------------------------------------------- salvage of big-endian and CRC-less saves
+
+
+def test_salvage_swaps_a_big_endian_save_and_accepts_one_without_crcs(tmp_path):
+    from ckinspect.ops.salvage import salvage
+    from tests.parity import torch_cases as tc
+
+    saved = {"f": tc.base_values("float32"), "c": tc.base_values("complex64"), "u": tc.base_values("uint16"),
+             "z": torch.arange(4096.0)}  # fmt: skip
+    for crc in (True, False):
+        path = tmp_path / f"big-{crc}.pt"
+        with tc.save_config(crc=crc):
+            tc.save_big_endian(saved, path)
+        expected = torch.load(path, weights_only=True)  # torch's values: typed storages swapped, uint16 not
+        raw = path.read_bytes()
+        cut = tmp_path / f"cut-{crc}.pt"
+        cut.write_bytes(raw[: raw.find(b"/data/3") + 1000])  # 1000 bytes into z's storage (16 KiB)
+        for out in (tmp_path / f"out-{crc}.pth", tmp_path / f"out-{crc}.safetensors"):
+            result = salvage(cut, out)
+            assert sorted(result.recovered) == ["c", "f", "u"], result.missing
+            if out.suffix == ".pth":
+                back = torch.load(out, weights_only=True)
+            else:
+                from safetensors.torch import load_file
+
+                back = load_file(out)
+            assert {k: v.view(torch.uint8).tolist() for k, v in back.items()} == {
+                k: expected[k].view(torch.uint8).tolist() for k in ("c", "f", "u")}  # fmt: skip

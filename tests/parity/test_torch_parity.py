@@ -53,6 +53,16 @@ def test_pinned_to_the_installed_torch():
         assert dtype_info(name).itemsize == getattr(torch, name).itemsize, name
 
 
+@pytest.mark.parametrize("dtype", tc.LEGACY_UNLOADABLE)
+def test_torch_cannot_load_its_own_legacy_saves_of_untyped_dtypes(dtype: str, tmp_path: Path) -> None:
+    """Why the matrix has no legacy cases of these: torch.load fails on them. When an upgrade fixes it,
+    this fails: add the cases back to the matrix."""
+    path = tmp_path / "legacy.pt"
+    tc.write_case(tc.Case(dtype, format="legacy"), path)
+    with pytest.raises(AttributeError, match="UntypedStorage"):
+        torch.load(path, weights_only=False)
+
+
 def test_the_ci_share_covers_every_axis():
     share = tc.ci_share()
     assert 200 <= len(share) <= 400

@@ -74,7 +74,14 @@ class Case(NamedTuple):
         return f"{self.dtype}-{self.view}-{self.byteorder}-p{self.protocol}-{self.format}-a{self.alignment}-{crc}"
 
 
+# torch.save writes these through an UntypedStorage, and torch.load's legacy (pre-1.6) reader cannot read
+# them back (AttributeError: UntypedStorage has no dtype): no oracle, so no such cases; pinned by a test
+LEGACY_UNLOADABLE = (*FLOAT8, "float4_e2m1fn_x2", "complex32", "uint16", "uint32", "uint64", *BITS)
+
+
 def _valid(case: Case) -> bool:
+    if case.format == "legacy" and case.dtype in LEGACY_UNLOADABLE:
+        return False
     if case.format == "legacy":  # no byteorder record, no alignment, no CRCs: those axes do not exist there
         return case.byteorder == "little" and case.alignment == 64 and case.crc
     # quantized tensors are saved whole (torch cannot view their raw values); per-channel is a case of its own

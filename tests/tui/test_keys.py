@@ -96,3 +96,20 @@ async def test_the_palettes_screenshot_without_a_downloads_folder_says_where_it_
         shots = list(tmp_path.glob("*.svg"))
         assert len(shots) == 1 and shots[0].read_text().startswith("<svg")
         assert any(str(shots[0]) in n.message for n in app._notifications)
+
+
+async def test_at_120_columns_the_tensor_table_takes_the_width_names_keep_their_prefix():
+    """The samples' resume file at 120x35: the table is as wide as the terminal (the details and findings
+    below it), so no name loses its start and no shape is cut."""
+    from ckinspect.tui.app import create_app
+
+    sample = Path(__file__).parents[2] / "samples" / "resumed-60" / "tiny_resume.pth"
+    app = create_app("main", [sample], cursor_blink=False, quick=True)
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(TensorTable)
+        assert table.size.width >= 118
+        lines = ["".join(s.text for s in table.render_line(y)) for y in range(1, table.size.height)]
+        drawn = "\n".join(lines)
+        assert "…" not in drawn, drawn
+        assert "model.layers.0.attn.wq.weight" in drawn or "optimizer.state" in drawn

@@ -100,3 +100,50 @@ async def test_rows_take_the_light_themes_colours(tmp_path):
         await pilot.press("t")
         await pilot.pause()
         assert app.theme == "ckinspect-dark" and group_colour() == "#7AB2FF"
+
+
+def drawn_contrast(strip, text: str) -> float:
+    """Contrast of the segment that draws `text`, from the colours Textual resolved for it."""
+    for segment in strip:
+        if text in segment.text and segment.style is not None:
+            fg, bg = segment.style.color, segment.style.bgcolor
+            assert fg is not None and bg is not None, segment
+            as_colour = [Color(*c.get_truecolor()) for c in (fg, bg)]
+            return contrast(*as_colour)
+    raise AssertionError(f"{text!r} not drawn in {''.join(s.text for s in strip)!r}")
+
+
+@pytest.mark.parametrize("theme", THEMES)
+async def test_the_sorted_header_and_the_findings_title_are_readable(tmp_path, theme):
+    """As drawn: the sorted column's header (was 1.27:1 in the light theme) and the findings panel's title
+    with its count (was 1.37:1)."""
+    from textual.geometry import Region
+
+    app: CkinspectApp = make_app("main", [DEMO_PATH], tmp_path, theme=theme)
+    async with app.run_test(size=(120, 34)) as pilot:
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press("s")
+        await pilot.pause()
+        table = app.screen.query_one("#tensors")
+        assert drawn_contrast(table.render_line(0), "▼") >= 4.5
+        panel = app.screen.query_one("#findings")
+        (top,) = panel.render_lines(Region(0, 0, panel.size.width + 2, 1))
+        assert drawn_contrast(top, "findings") >= 4.5
+
+
+async def test_the_theme_chosen_is_remembered_in_the_users_config_folder(tmp_path, monkeypatch):
+    from ckinspect.tui.app import create_app
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    first = create_app("main", [DEMO_PATH], backend=make_app("main", [DEMO_PATH], tmp_path).backend,
+                       cursor_blink=False, remember_theme=True)  # fmt: skip
+    assert first.theme == "ckinspect-dark"
+    async with first.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("t")
+        await pilot.pause()
+    assert (tmp_path / "config" / "ckinspect" / "tui.json").read_text() == '{"theme": "ckinspect-light"}\n'
+    again = create_app("main", [DEMO_PATH], backend=first.backend, cursor_blink=False, remember_theme=True)
+    assert again.theme == "ckinspect-light"

@@ -12,6 +12,7 @@ from pathlib import Path
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.analysis.runs.model import DAMAGED, GOOD, INCOMPLETE, NOT_RESUMABLE, UNSAFE, VERDICT_OF, RunCheckpoint
 from ckinspect.model import Checkpoint, Finding
+from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -80,8 +81,31 @@ class Reader:
     def inspect(self, path: Path) -> Checkpoint:
         ckpt = self.cache.get(path)
         if ckpt is None:
-            ckpt = self.cache[path] = inspect_path(path, quick=not self.verify, keep=self.keep)
+            try:
+                ckpt = inspect_path(path, quick=not self.verify, keep=self.keep)
+            except CkinspectError:
+                why = _open_error(path)
+                if why is None:
+                    raise
+                # one part the user may not read (mode 0600, another owner): that checkpoint is judged
+                # unreadable, and the run (the others, last-good, the folder view) goes on
+                ckpt = Checkpoint(path, "unknown", 0)
+                ckpt.add("CORRUPT", f"cannot read ({why}): skipped, nothing in it judged")
+            self.cache[path] = ckpt
         return ckpt
+
+
+def _open_error(path: Path) -> str | None:
+    """Why a local file cannot be opened (permission, I/O), or None when it can (or is not a local file)."""
+    try:
+        with open(path, "rb"):
+            return None
+    except (IsADirectoryError, FileNotFoundError):
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    except TypeError:  # a remote path
+        return None
 
 
 def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:

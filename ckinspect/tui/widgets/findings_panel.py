@@ -17,7 +17,7 @@ from ckinspect.vocab import SEVERITY_RANK
 
 class FindingsPanel(OptionList):
     DEFAULT_CSS = """
-    FindingsPanel { height: 1fr; border: round $panel-lighten-2; }
+    FindingsPanel { height: 1fr; border: round $panel-lighten-2; border-title-color: $foreground; }
     FindingsPanel:focus { border: round $accent; }
     """
 

@@ -103,7 +103,7 @@ class VirtualTable(ScrollView, can_focus=True):
         height: 1fr;
         overflow-x: hidden;
         & > .virtual-table--header { text-style: bold; background: $panel; color: $foreground; }
-        & > .virtual-table--header-sorted { text-style: bold underline; background: $panel; color: $accent; }
+        & > .virtual-table--header-sorted { text-style: bold underline; background: $panel; color: $ck-info; }
         & > .virtual-table--even-row { background: $surface-lighten-1 50%; }
         & > .virtual-table--cursor {
             background: $block-cursor-blurred-background;
