@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
+from textual.widgets import ContentSwitcher, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
@@ -23,6 +23,7 @@ from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, Sta
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.tensor_table import COLUMNS, DESCENDING_FIRST, TensorRow, TensorTable, tensor_rows
@@ -86,6 +87,8 @@ class InspectScreen(Screen[None]):
         Binding("escape", "back", "Back", show=False),
     ]
 
+    FOOTER_MORE = ("value_stats", "focus_findings", "drift", "export('csv')", "copy_name", "repair", "sort_reverse")
+
     def __init__(self, target: Path, ckpt: Checkpoint | None = None, scanned: ScanOutcome | None = None) -> None:
         super().__init__()
         self.target = as_path(target)
@@ -111,7 +114,7 @@ class InspectScreen(Screen[None]):
             with Vertical(id="side"):
                 yield DetailsPane(id="details")
                 yield FindingsPanel(id="findings")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).cursor_blink = self.app.cursor_blink_enabled

@@ -8,12 +8,13 @@ from typing import Any, ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Tree
+from textual.widgets import Label, Tree
 from textual.widgets.tree import TreeNode
 
 from ckinspect.fmt import value_text
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import natural_key
+from ckinspect.tui.widgets.footer import KeysFooter
 
 LEAVES_SHOWN = 16  # a list of 5,000 parameter ids shows its first ones and a count
 
@@ -46,7 +47,7 @@ class MetadataScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Label(f"beside the tensors: {self.ckpt.path}", classes="title-line")
         yield Tree("values", id="values-tree")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         from ckinspect.analysis.diff import non_tensor_values

@@ -19,13 +19,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Label, Sparkline, Static
+from textual.widgets import DataTable, Label, Sparkline, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.analysis.updates import RATIO_GROUPS
 from ckinspect.fmt import terminal_safe
 from ckinspect.report.watch_report import ratio_text, shown
 from ckinspect.tui.screens.inspect import failure_text
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.vocab import WATCH_KEEP_MIB
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class WatchScreen(Screen[None]):
                 for group in RATIO_GROUPS:
                     yield Label(f"{group} update ratio ||Δw||/||w|| per step", classes="spark-label")
                     yield Sparkline([], id=f"spark-{group}", classes="ratio-spark")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#timeline", DataTable)
