@@ -274,6 +274,10 @@ class InspectScreen(Screen[None]):
         self.query_one(TensorTable).move_to_key(event.name)
         self._show_details(event.name)
 
+    @on(TensorTree.ModuleChosen)
+    def _tree_module(self, event: TensorTree.ModuleChosen) -> None:
+        self.query_one(DetailsPane).show_module(event.path, event.tensors, event.nbytes)
+
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         matches = name_matcher(event.value)
@@ -335,6 +339,7 @@ class InspectScreen(Screen[None]):
         else:
             switcher.current = "tensors"
             self.query_one(TensorTable).focus()
+            self._show_details()  # the table's row, whatever the tree showed last
 
     def action_value_stats(self) -> None:
         row = self.query_one(TensorTable).current_row
@@ -393,7 +398,7 @@ class InspectScreen(Screen[None]):
         from ckinspect.tui.screens.metadata import MetadataScreen
 
         if self.ckpt is not None:
-            self.app.push_screen(MetadataScreen(self.ckpt))
+            self.app.push_screen(MetadataScreen(self.ckpt, self.params))
 
     def action_drift(self) -> None:
         from ckinspect.tui.screens.drift import DriftScreen
