@@ -158,7 +158,8 @@ class WatchScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#timeline")
     def _highlighted(self, message: DataTable.RowHighlighted) -> None:
         """The selected save's detail; moving off the newest row stops following new saves."""
-        index = message.cursor_row
+        index = message.data_table.cursor_row  # where it is now: saves judged since this message was
+        # posted moved it on (following), and the row in the message would read as the user moving off
         if not 0 <= index < len(self.events):
             return
         self.following = index == len(self.events) - 1
