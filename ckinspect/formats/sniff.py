@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, FileReader, ZipError, local_name, read_directory
+from ckinspect.vocab import HF_TRAINER_STATE
 
 HEAD_BYTES = 4096
 
@@ -266,7 +267,7 @@ def _describe_folder(path: Path) -> str:
         names = {entry.name for entry in os.scandir(path)}
     except OSError as exc:
         return f"an unreadable folder ({exc.strerror or exc})"
-    if "trainer_state.json" in names:
+    if HF_TRAINER_STATE in names:
         return "a Hugging Face Trainer checkpoint folder (report the folder to list its files)"
     if any(name.endswith(".index.json") for name in names):
         return "a folder holding a sharded set (open its *.index.json)"

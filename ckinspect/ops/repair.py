@@ -26,10 +26,10 @@ from ckinspect.analysis.leftovers import Leftover, TmpStatus, check_integrity, c
 from ckinspect.io.atomic import atomic_write_text, fsync_dir
 from ckinspect.io.contain import OutsideTarget, inside, refuse_symlink
 from ckinspect.record import Record, field
-from ckinspect.vocab import QUARANTINE_DIR, CkinspectError
+from ckinspect.vocab import QUARANTINE_DIR, CkinspectError, RepairKind
 
 MANIFEST = "manifest.json"
-ACTIONS = ("promote", "promote-keep-old", "set-aside", "nothing")
+ACTIONS = tuple(RepairKind)
 AfterStep = Callable[[int], None]  # called with the count of filesystem steps made so far
 
 
