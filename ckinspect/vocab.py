@@ -90,7 +90,8 @@ SEVERITY: dict[str, Severity] = {
     "MISSING_PARTS": Severity.ERROR,
     "PARTS_DISAGREE": Severity.ERROR,
     "EMBEDDED_CODE": Severity.WARNING,
-    "CRC_NOT_RECORDED": Severity.INFO,  # torch.save under compute_crc32=False: every CRC-32 is 0, the bytes cannot be checked
+    # torch.save under compute_crc32=False: every CRC-32 is 0, the bytes cannot be checked
+    "CRC_NOT_RECORDED": Severity.INFO,
     "BOOKKEEPING_SENTINEL": Severity.INFO,
     "DUPLICATE_STORAGE": Severity.INFO,
     "WRITTEN_AFTER_COMMIT": Severity.WARNING,
