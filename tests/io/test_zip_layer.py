@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from ckinspect.io.reader import FileReader
 from ckinspect.io.zipdir import (
     LOCAL,
     ZIP64_MARK,
-    FileReader,
     ZipError,
     local_name,
     read_directory,
