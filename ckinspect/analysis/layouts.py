@@ -174,7 +174,7 @@ def is_torch_optimizer_state(value: Any) -> TypeGuard[Mapping[str, Any]]:
 def optimizer_step(ckpt: Checkpoint, opt: Mapping[str, Any]) -> float | None:
     """The step a torch optimizer state dict records: the largest per-parameter `step` (Adam's counter,
     a tensor or a number); None where it keeps none."""
-    from ckinspect.analysis.anatomy import read_scalar
+    from ckinspect.analysis.scalars import read_scalar
 
     state = opt.get("state") if is_torch_optimizer_state(opt) else None
     steps = []
