@@ -21,7 +21,7 @@ from ckinspect.io.remote import as_path, is_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 FOLDER = "folder:"  # a listed completion that is a folder: chosen, it is typed on rather than opened
 COMPLETIONS_LISTED = 200  # a folder of 50,000 files lists its first ones; typing more narrows them
@@ -71,7 +71,7 @@ class PathInput(Input):
 
 
 class PickFileScreen(ModalScreen[Path | None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     class Candidates(Message):
