@@ -405,12 +405,13 @@ def _is_url(path: str | os.PathLike[str]) -> bool:
 
 def _guarded(call: Callable[[], T]) -> T:
     """Every error as a CkinspectError: ours as they are, the system's (OSError) as one, a bug of ours as
-    InternalError with the original chained. Listings of URL prefixes are forgotten after each call, as
-    after each command, so the next call sees what was written since."""
-    from ckinspect.io.folders import forget_listings
+    InternalError with the original chained. Each call owns the listings of the URL prefixes it lists (as
+    each command does), so the next call sees what was written since."""
+    from ckinspect.io.folders import Listings
 
     try:
-        return call()
+        with Listings().in_use():
+            return call()
     except CkinspectError:
         raise
     except OSError as exc:
@@ -418,5 +419,3 @@ def _guarded(call: Callable[[], T]) -> T:
         raise CkinspectError(f"{where}{exc.strerror or exc}") from exc
     except Exception as exc:
         raise InternalError(f"internal error: {type(exc).__name__}: {exc}") from exc
-    finally:
-        forget_listings()
