@@ -18,7 +18,7 @@ which raise what the readers raise, so that the CLI keeps its own one-line error
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePath
+from pathlib import PurePath
 
 from ckinspect.model import Checkpoint, Finding, TensorInfo
 from ckinspect.record import Record
@@ -263,7 +263,9 @@ def last_good(
     is an error (a mistyped path must not start a run afresh), or with `missing_ok` None: a first launch."""
 
     def run() -> PurePath | None:
-        if missing_ok and not _is_url(run_dir) and not Path(run_dir).exists():
+        from ckinspect.io import folders
+
+        if missing_ok and folders.known_missing(run_dir):
             return None
         best = judged_run(run_dir, quick=quick, verify=verify).last_good
         return None if best is None else best.path
@@ -317,14 +319,11 @@ def open_checked(path: str | os.PathLike[str], structure_only: bool = False) -> 
     """Open + analyze + structural checks (diff's sides), a usage error for a path that does not exist.
     `structure_only` (diff --quick): no value will be read from it (a DCP folder is listed from .metadata)."""
     from ckinspect.analysis.inspect import inspect_path
-    from ckinspect.io.remote import is_url
+    from ckinspect.io import folders
 
-    if is_url(path):  # opened by range reads; a missing or denied object is a one-line error from the read
-        return inspect_path(os.fspath(path), quick=True, structure_only=structure_only)
-    target = Path(path)
-    if not target.exists():
+    if folders.known_missing(path):  # a URL: a missing or denied object is a one-line error from its read
         raise CkinspectError(f"{path}: no such file or folder")
-    return inspect_path(target, quick=True, structure_only=structure_only)
+    return inspect_path(os.fspath(path), quick=True, structure_only=structure_only)
 
 
 def compare(
@@ -384,7 +383,7 @@ def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunC
     if is_url(path) and not RemotePath(os.fspath(path)).is_folder_url():
         raise CkinspectError(f"{path}: a remote checkpoint is judged by its folder's URL (ending in /)")
     target = folders.open_folder(path)  # a URL prefix: listed now
-    is_dir = is_url(path) or target.is_dir()
+    is_dir = folders.is_dir(target)
     if not is_dir and not target.exists():
         raise CkinspectError(f"{path}: no such file or folder")
     run = collect(target if is_dir else target.parent)
@@ -395,12 +394,6 @@ def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunC
     run.checkpoints = found  # judged as its run would judge it, and only it: one definition of good
     judge_run(run, Reader(), everything=False, values=not quick)
     return found[0]
-
-
-def _is_url(path: str | os.PathLike[str]) -> bool:
-    from ckinspect.io.remote import is_url
-
-    return is_url(path)
 
 
 def _guarded(call: Callable[[], T]) -> T:

@@ -231,6 +231,34 @@ def listed_folder(path: str | os.PathLike[str]) -> Path:
     return known if known is not None else open_folder(root)  # type: ignore[return-value]  # a URL as a Path
 
 
+def names_folder(raw: str | os.PathLike[str]) -> bool:
+    """Whether the user names a folder: a URL by its trailing slash (a prefix, listed when opened), a local
+    path by being one now."""
+    return RemotePath(os.fspath(raw)).is_folder_url() if is_url(raw) else Path(raw).is_dir()
+
+
+def target(raw: str | os.PathLike[str], listed: bool = False) -> Path:
+    """What the user names, as the Path the layers above read: a local Path, a URL naming one object as a
+    RemotePath (read by range requests), a URL prefix as its listed folder (`open_folder`; with `listed`, the
+    listing this command took already, if it took one)."""
+    if not is_url(raw):
+        return Path(raw)
+    if not RemotePath(os.fspath(raw)).is_folder_url():
+        return RemotePath(os.fspath(raw))  # type: ignore[return-value]  # a URL as a Path (pure operations only)
+    return listed_folder(raw) if listed else open_folder(raw)
+
+
+def known_missing(path: str | os.PathLike[str]) -> bool:
+    """A local path that is not there (a usage error before anything is read). A URL is never known missing
+    here: its absence is found, as one line, when it is read."""
+    return not is_url(path) and not Path(path).exists()
+
+
+def real(path: Path) -> Path:
+    """The path with its links resolved on disk (a loop is seen by it); a URL as it is (a prefix has no links)."""
+    return path if is_url(path) else path.resolve()
+
+
 def _find(path: RemotePath) -> tuple[RemoteListing, str]:
     return current().find(path)
 
@@ -394,8 +422,8 @@ def listed_size(path: RemotePath) -> int | None:
     return None if found is None else found[0].objects[found[1]].size
 
 
-def open_remote(path: str | RemotePath) -> RemoteFile:
+def open_remote(path: str | os.PathLike[str]) -> RemoteFile:
     """The object at `path`, ready for positioned reads; CkinspectError (one line) when it cannot be read.
     Its size comes from the listing of its folder when one was taken (io.folders), else from one request."""
-    path = path if isinstance(path, RemotePath) else RemotePath(path)
-    return RemoteFile(path, listed_size(path))
+    remote = path if isinstance(path, RemotePath) else RemotePath(os.fspath(path))
+    return RemoteFile(remote, listed_size(remote))
