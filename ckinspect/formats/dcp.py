@@ -28,8 +28,10 @@ from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
-from ckinspect.io.remote import RemoteFile, as_path, is_url, open_remote
-from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, FileReader, ZipError
+from ckinspect.io.folders import open_remote
+from ckinspect.io.reader import FileReader
+from ckinspect.io.remote import RemoteFile, as_path, is_url
+from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False

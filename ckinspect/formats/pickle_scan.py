@@ -27,6 +27,7 @@ import struct
 import zlib
 
 from ckinspect.record import Record, field
+from ckinspect.vocab import GlobalKind
 
 # ----------------------------------------------------------------------------------------------
 # Classification
@@ -231,7 +232,7 @@ def mark_torchscript(scans: list[PickleScan]) -> None:
     for scan in scans:
         for g in scan.globals:
             if g.kind == "unsafe" and is_torchscript_global(g.module, g.name):
-                g.kind = "torchscript"
+                g.kind = GlobalKind.TORCHSCRIPT
 
 
 # Globals that give a pickle code execution, file or network access; named so messages can say so.
@@ -389,20 +390,20 @@ def is_dangerous(module: str, name: str) -> bool:
     )
 
 
-def classify_global(module: str, name: str) -> str:
+def classify_global(module: str, name: str) -> GlobalKind:
     """ "allowed" if torch.load(weights_only=True) accepts it by default, "benign" if it only builds
     data, "unsafe" otherwise (including every name known to run code)."""
     module, name = normalize(module, name)
     qualname = f"{module}.{name}"
     if qualname in ALLOWED:
-        return "allowed"
+        return GlobalKind.ALLOWED
     if qualname in TORCH_REGISTERED_BY_DEFAULT:
-        return "allowed"
+        return GlobalKind.ALLOWED
     if qualname in BENIGN or qualname in TORCH_REGISTERED_BY_IMPORT:
-        return "benign"
+        return GlobalKind.BENIGN
     if module in _BENIGN_MODULES and "." not in name and not name.startswith("__"):
-        return "benign"
-    return "unsafe"
+        return GlobalKind.BENIGN
+    return GlobalKind.UNSAFE
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ckinspect.io.remote import RemotePath, filesystem, is_url, shown, with_retries
+from ckinspect.io.remote import RemoteFile, RemotePath, filesystem, is_url, shown, with_retries
 from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
@@ -302,8 +302,6 @@ def size(path: Path) -> int:
         return path.stat().st_size
     found = _listed_file(remote)
     if found is None:  # a URL outside any listing: ask for it
-        from ckinspect.io.remote import RemoteFile
-
         return RemoteFile(remote).size
     return found[0].size(found[1], remote)
 
@@ -338,8 +336,6 @@ def read_bytes(path: Path, limit: int | None = None) -> bytes:
     if remote is None:
         with open(path, "rb") as handle:
             return handle.read() if limit is None else handle.read(limit)
-    from ckinspect.io.remote import RemoteFile
-
     # a failed request is the network's, not the file's: CkinspectError (one line, exit 2), never "unreadable"
     found = _listed_file(remote)  # outside any listing: its size from one request
     opened = RemoteFile(remote) if found is None else RemoteFile(remote, found[0].size(found[1], remote))
@@ -358,3 +354,10 @@ def listed_size(path: RemotePath) -> int | None:
     except FileNotFoundError:
         return None
     return None if found is None else found[0].objects[found[1]].size
+
+
+def open_remote(path: str | RemotePath) -> RemoteFile:
+    """The object at `path`, ready for positioned reads; CkinspectError (one line) when it cannot be read.
+    Its size comes from the listing of its folder when one was taken (io.folders), else from one request."""
+    path = path if isinstance(path, RemotePath) else RemotePath(path)
+    return RemoteFile(path, listed_size(path))

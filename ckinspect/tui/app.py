@@ -7,13 +7,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual.app import App, SystemCommand
+from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.theme import BUILTIN_THEMES, Theme
 
 from ckinspect.io.remote import RemotePath
 from ckinspect.tui.core import Backend
+from ckinspect.tui.host import Host
 from ckinspect.tui.widgets.palette import BASE_THEMES, THEME_VARIABLES
 
 THEMES = ("ckinspect-dark", "ckinspect-light")  # textual's own, with status colours that stay readable
@@ -25,7 +26,7 @@ def ckinspect_theme(name: str) -> Theme:
     return dataclasses.replace(base, name=name, variables={**base.variables, **THEME_VARIABLES[name]})
 
 
-class CkinspectApp(App[int]):
+class CkinspectApp(Host):
     TITLE = "ckinspect"
     CSS_PATH = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss", "watch.tcss"]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]  # below 140 the tables take the whole width

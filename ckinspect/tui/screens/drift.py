@@ -19,13 +19,13 @@ from ckinspect.fmt import terminal_safe
 from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import format_value
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import DriftComputed, Progress
-from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
     from ckinspect.analysis.drift import TensorDrift
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 LOGIT_STEP = "computing logit drift: running the model in fp32, fp16 and bf16 (tens of seconds on a CPU)"
 
@@ -70,7 +70,7 @@ def drift_rows(drifts: list[TensorDrift]) -> list[Row]:
 
 
 class DriftScreen(Screen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     # one key per sort column, as on the inspect screen (again: reverse); `w` puts the worst first again
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("w", "worst_first", "Worst", tooltip="Worst first, as the drift report orders them"),

@@ -15,10 +15,10 @@ from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
-from ckinspect.io.blobs import UnreadableStorage
 from ckinspect.io.remote import as_path, is_url
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, ValueStats, add_findings, name_matcher
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
@@ -28,22 +28,14 @@ from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.tensor_table import COLUMNS, DESCENDING_FIRST, TensorRow, TensorTable, tensor_rows
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
-from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ckinspect.tui.app import CkinspectApp
-
-
-def failure_text(error: BaseException | None) -> str:
-    """One line for the UI: the message of an error the core raises on purpose, else its type too."""
-    if isinstance(error, (CkinspectError, UnreadableStorage, OSError, ValueError)):
-        return terminal_safe(f"failed: {error}")  # messages name files: no control sequence reaches the screen
-    return terminal_safe(f"failed: {type(error).__name__}: {error}")
+    from ckinspect.tui.host import Host
 
 
 class InspectScreen(Screen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     AUTO_FOCUS = ""  # nothing until the tables are there: a filter box focused while loading ate the q of quit
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring, or a glob with * ? ["),

@@ -21,11 +21,11 @@ from ckinspect.io.remote import as_path, is_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 
 class PickFileScreen(ModalScreen[Path | None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     class Candidates(Message):

@@ -14,14 +14,14 @@ from textual.widgets import Footer, Label, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import RepairApplied, RepairPlanned, RepairUndone
 from ckinspect.tui.screens.confirm import ConfirmScreen
-from ckinspect.tui.screens.inspect import failure_text
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
     from ckinspect.ops.repair import RepairPlan
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 COLUMNS = (
     Column("action", "action", 16),
@@ -55,7 +55,7 @@ def action_rows(plan: RepairPlan, folder: Path) -> list[Row]:
 
 
 class RepairScreen(Screen[bool]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "a",

@@ -25,11 +25,11 @@ from textual.worker import Worker, WorkerState
 from ckinspect.analysis.updates import RATIO_GROUPS
 from ckinspect.fmt import terminal_safe
 from ckinspect.report.watch_report import ratio_text, shown
-from ckinspect.tui.screens.inspect import failure_text
+from ckinspect.tui.host import failure_text
 from ckinspect.vocab import WATCH_KEEP_MIB
 
 if TYPE_CHECKING:
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 VERDICT_STYLE = {"good": "green", "not-resumable": "yellow", "": "dim"}  # every other verdict is red
 # (title, width): fixed widths, so a row arriving later never re-lays out the rows drawn before it. What
@@ -48,7 +48,7 @@ TIMELINE_COLUMNS = (
 
 
 class WatchScreen(Screen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", tooltip="Inspect the selected checkpoint (Esc comes back here)"),
         Binding("escape", "back", "Back", show=False),
