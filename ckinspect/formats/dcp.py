@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ckinspect.formats import dcp_metadata
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
-from ckinspect.formats.pickle_scan import GlobalRef, scan_file, scan_stream
+from ckinspect.formats.pickle_scan import NOT_DECODED, GlobalRef, scan_decoding, scan_file
 from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
@@ -177,12 +177,13 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: 
 
 def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any] | None:
     """The static scan judges every global (and what CPython's unpickler would choke or balloon on: memo
-    indices, sizes); then the fast decoder, or for anything it declines the restricted unpickler, decodes."""
-    scans = scan_stream(data, limit=1)
-    if not scans:
+    indices, sizes); the fast decoder decodes in the same pass, or for anything it declines the restricted
+    unpickler decodes after the scan."""
+    if not data:
         ckpt.add("CORRUPT", f"{index} is empty")
         return None
-    scan = scans[0]
+    # judged and, when it is what torch's writer emits, decoded in the same pass of the C unpickler
+    scan, fast = scan_decoding(data, dcp_metadata.FastUnpickler)
     # Python 3.11.0-3.11.x pickled enum members (DCP's _MEM_FORMAT_ENCODING) as getattr(EnumClass, "NAME"):
     # accepted here only because the unpickler checks every such call (see unpickler.GUARDED)
     guarded = frozenset({ENUM_GETATTR}) if any(g.qualname == ENUM_GETATTR for g in scan.globals) else frozenset()
@@ -195,9 +196,9 @@ def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any]
     if scan.error is not None:
         ckpt.add("CORRUPT", f"{index}: {scan.error}")
         return None
-    fast = dcp_metadata.fast_fields(data[: scan.end])  # judged safe by the scan: decoded at C speed
-    if fast is not None:
-        return fast
+    fields = dcp_metadata.metadata_fields(fast) if fast is not NOT_DECODED else None
+    if fields is not None:
+        return fields
     meta = decode(ckpt, data[: scan.end], scan, index, guarded=guarded)
     fields = _fields(meta)
     if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):
