@@ -1,6 +1,6 @@
 """One look for every text renderer (`--report`, `diff --report`, `drift --report`): width, colour, tables.
 
-80 columns in files and pipes (COLUMNS honoured), the terminal's width capped at 120 on a TTY; colour
+80 columns in files and pipes (COLUMNS honoured), the terminal's width capped at 200 on a TTY; colour
 only on a terminal; light tables whose long tensor names fold instead of pushing columns off screen.
 Imported only on the text path: the JSON and Markdown renderers never load rich.
 """
@@ -19,7 +19,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-TEXT_WIDTH_MAX = 120  # wider tables are harder to read, not easier
+TEXT_WIDTH_MAX = 200  # the widest terminal a table spreads over (issue 30: every width used)
 PIPE_WIDTH = 80
 
 

@@ -132,11 +132,12 @@ def _changed_rows(diff: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def _change(c: dict[str, Any]) -> str:
-    """The reason, plus what became what when the dtype or shape changed (the text table has no columns for them)."""
+def _change(c: dict[str, Any], dtype: bool = True, shape: bool = True) -> str:
+    """The reason, plus what became what when the dtype or shape changed (where the table has no column
+    for it)."""
     a, b = c["a"], c["b"]
-    what = [f"{a['dtype']} -> {b['dtype']}"] if a["dtype"] != b["dtype"] else []
-    if a["shape"] != b["shape"]:
+    what = [f"{a['dtype']} -> {b['dtype']}"] if dtype and a["dtype"] != b["dtype"] else []
+    if shape and a["shape"] != b["shape"]:
         what.append(f"{_shape(a['shape'])} -> {_shape(b['shape'])}")
     return " ".join([c["reason"], *what])
 
@@ -155,40 +156,71 @@ def value_rows(diff: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def _values_table(diff: dict[str, Any]) -> Any:
-    from ckinspect.report.console import Wrapped, make_table
+    from ckinspect.report.console import Cell, NameTable
 
-    table = make_table("values that differ (beside the tensors)")
-    table.add_column("value", overflow="fold", ratio=1, min_width=16)
-    table.add_column("A", overflow="fold", max_width=24)
-    table.add_column("B", overflow="fold", max_width=24)
-    for path, va, vb in value_rows(diff):
-        table.add_row(Wrapped(path), va, vb)
-    return table
+    rows = [[Cell(path), Cell(va), Cell(vb)] for path, va, vb in value_rows(diff)]
+    headers = [("value", "left"), ("A", "left"), ("B", "left")]
+    return NameTable(headers, rows, "values that differ (beside the tensors)")
 
 
-def _changed_table(diff: dict[str, Any]) -> Any:
-    """Tensor name first; columns that would repeat one value on every row go to the title instead (80 columns)."""
+# The changed-tensor table uses the width it is given (80 in a pipe, the terminal's up to 200). When the
+# columns do not all fit beside a name column of NAME_ROOM, they are dropped in this order, first dropped
+# first; the tensor's name, max |Δ| and how many values differ always stay. A dropped dtype or shape that
+# changed is still said, in the change column (or the title, when every row has the same change).
+DROP_ORDER = ("shape", "dtype", "first at", "max rel")
+NAME_ROOM = 32  # names longer than their column take a line of their own, whole: never split or cut
 
-    from ckinspect.report.console import Wrapped, make_table
+
+def _changed_cells(c: dict[str, Any], change: str) -> dict[str, str]:
+    a, b = c["a"], c["b"]
+    return {
+        "tensor": a["name"],
+        "change": change,
+        "dtype": a["dtype"] if a["dtype"] == b["dtype"] else f"{a['dtype']} -> {b['dtype']}",
+        "shape": _shape(a["shape"]) if a["shape"] == b["shape"] else f"{_shape(a['shape'])} -> {_shape(b['shape'])}",
+        "max |Δ|": number(c["max_abs_diff"]),
+        "max rel": number(c.get("max_rel_diff")),
+        "differing": _differing_short(c),
+        "first at": _first_at(c),
+    }
+
+
+def changed_columns(rows: list[dict[str, str]], width: int, wanted: list[str]) -> list[str]:
+    """The columns of `wanted` that fit `width` beside the names, dropping in DROP_ORDER."""
+    columns = list(wanted)
+    longest_name = max((len(r["tensor"]) for r in rows), default=0)
+
+    def need(cols: list[str]) -> int:
+        others = [max(len(col), *(len(r[col]) for r in rows)) for col in cols if col != "tensor"]
+        return min(longest_name, NAME_ROOM) + sum(others) + 2 * len(others)
+
+    for dropped in DROP_ORDER:
+        if need(columns) <= width:
+            break
+        if dropped in columns:
+            columns.remove(dropped)
+    return columns
+
+
+def _changed_table(diff: dict[str, Any], width: int) -> Any:
+    """Tensor name first; columns that would repeat one value on every row go to the title instead."""
+    from ckinspect.report.console import Cell, NameTable
 
     changes = [_change(c) for c in diff["changed"]]
     same_change = len(set(changes)) == 1
     # "first at" locates a sparse change (one flipped byte); a column of [0,0] says nothing
     pinpoint = any(any(c["first_index"] or ()) for c in diff["changed"])
-    table = make_table(f"changed tensors: {changes[0]}" if same_change else "changed tensors")
-    table.add_column("tensor", overflow="fold", ratio=1, min_width=16)
-    if not same_change:
-        table.add_column("change", overflow="fold", max_width=24)
-    table.add_column("max |Δ|", justify="right", no_wrap=True)
-    table.add_column("max rel", justify="right", no_wrap=True)
-    table.add_column("differing", justify="right", no_wrap=True)
-    if pinpoint:
-        table.add_column("first at", overflow="fold", max_width=16)
-    for c, change in zip(diff["changed"], changes, strict=True):
-        row = [Wrapped(c["a"]["name"])] + ([] if same_change else [change])
-        row += [number(c["max_abs_diff"]), number(c.get("max_rel_diff")), _differing_short(c)]
-        table.add_row(*row, *([_first_at(c)] if pinpoint else []))
-    return table
+    rows = [_changed_cells(c, change) for c, change in zip(diff["changed"], changes, strict=True)]
+    wanted = ["tensor", *([] if same_change else ["change"]), "dtype", "shape", "max |Δ|", "max rel", "differing"]
+    columns = changed_columns(rows, width, wanted + (["first at"] if pinpoint else []))
+    for c, row in zip(diff["changed"], rows, strict=True):  # what became what, unless its column says it
+        row["change"] = _change(c, dtype="dtype" not in columns, shape="shape" not in columns)
+    if not same_change and len({row["change"] for row in rows}) == 1:  # the same once columns say the rest
+        same_change, changes = True, [rows[0]["change"]]
+    columns = [col for col in columns if col != "change" or not same_change]
+    title = f"changed tensors: {changes[0]}" if same_change else "changed tensors"
+    headers = [(col, "right" if col in _NUMERIC else "left") for col in columns]
+    return NameTable(headers, [[Cell(row[col]) for col in columns] for row in rows], title)
 
 
 _HEADERS = ["tensor", "reason", "dtype", "shape", "max |Δ|", "max rel", "differing", "first at"]
@@ -238,9 +270,9 @@ def render_text(
     console.print(Text(f"matching: {diff['match']}", style="dim"))
     console.print(Text(summary_line(diff), style="bold green" if diff["identical"] else "bold yellow"))
     if diff["changed"]:
-        console.print(_changed_table(diff))
+        console.print(_changed_table(diff, width), crop=False)  # a name wider than the line overflows it
     if value_rows(diff):
-        console.print(_values_table(diff))
+        console.print(_values_table(diff), crop=False)
     say = functools.partial(console.print, markup=False, soft_wrap=True)  # names and messages are not markup
     for heading, shown, more in _name_lists(diff):
         say(f"{heading}:")

@@ -87,9 +87,12 @@ def test_diff_table_names_what_changed_and_where():
         ],
     }
     assert max(map(len, diff_report.render_text(diff, width=80).splitlines())) <= 80
-    text = diff_report.render_text(diff, width=100)
+    text = diff_report.render_text(diff, width=80)
     assert re.search(r"tok\.weight\s+values\s+1\s+0\.5\s+1 \(0\.3%\)\s+\[2,3\]", text)
     assert re.search(r"head\.weight\s+dtype float32 -> float16\s+1\s+0\.5\s+all 320\s+\[0,0\]", text)
+    text = diff_report.render_text(diff, width=100)  # wider: the dtype gets its column (DROP_ORDER)
+    assert re.search(r"tok\.weight\s+values\s+float32\s+1\s+0\.5\s+1 \(0\.3%\)\s+\[2,3\]", text)
+    assert re.search(r"head\.weight\s+dtype\s+float32 -> float16\s+1\s+0\.5\s+all 320\s+\[0,0\]", text)
     diff["changed"] = diff["changed"][1:]  # one kind of change: it moves to the title, first-at zeros go
     text = diff_report.render_text(diff, width=80)
     assert "changed tensors: dtype float32 -> float16" in text and "first at" not in text
