@@ -86,7 +86,7 @@ def _files(folder: Path) -> list[tuple[str, Path]]:
 def _opened(path: Path) -> Iterator[FileReader | RemoteFile]:
     """Positioned reads of one file: a local file's handle is closed on exit; a remote object has none."""
     if is_url(path):
-        yield open_remote(path)  # type: ignore[arg-type]  # a RemotePath
+        yield open_remote(path)  # a RemotePath
         return
     with open(path, "rb") as f:
         yield FileReader(f.fileno(), os.fstat(f.fileno()).st_size)

@@ -189,6 +189,25 @@ BENIGN: frozenset[str] = frozenset(
         "torch.distributed.checkpoint.filesystem._StoragePrefix",
     ]
 )
+# Globals torch's weights_only unpickler accepts once the torch module that registers them (add_safe_globals,
+# at its import) has been imported. `import torch` imports torch.nested and torch.distributed.device_mesh
+# itself (ALLOWED below); not torch._dynamo (the dim marks an NJT carries) nor torch.distributed.tensor
+# (DTensors): torch.load(weights_only=True) refuses such a file until the user imports them (ALLOWLIST_NEEDED).
+TORCH_REGISTERED_BY_IMPORT: dict[str, str] = {
+    "torch._dynamo.decorators._DimRange": "torch._dynamo",
+    **{f"torch.distributed.{name}": "torch.distributed.tensor" for name in (
+        "tensor.DTensor", "device_mesh.DeviceMesh", "tensor._dtensor_spec.DTensorSpec",
+        "tensor._dtensor_spec.TensorMeta", "tensor._dtensor_spec.ShardOrderEntry",
+        "tensor.placement_types.Partial", "tensor.placement_types.Replicate", "tensor.placement_types.Shard",
+        "tensor.placement_types._StridedShard")},
+}  # fmt: skip
+TORCH_REGISTERED_BY_DEFAULT = (
+    "torch.nested._internal.nested_tensor.NestedTensor",  # jagged nested tensors (NJT)
+    "torch.nested._internal.nested_tensor._rebuild_njt",
+    "torch.distributed._mesh_layout._MeshLayout",  # a DTensor's device mesh
+    "torch.distributed._mesh_layout._FlatLayout",
+)
+
 _BENIGN_MODULES: tuple[str, ...] = (
     "torch.distributed.checkpoint.metadata",  # DCP .metadata dataclasses and enums
     "numpy.dtypes",  # numpy 2 DType classes (Float64DType ...)
@@ -382,7 +401,9 @@ def classify_global(module: str, name: str) -> GlobalKind:
     qualname = f"{module}.{name}"
     if qualname in ALLOWED:
         return GlobalKind.ALLOWED
-    if qualname in BENIGN:
+    if qualname in TORCH_REGISTERED_BY_DEFAULT:
+        return GlobalKind.ALLOWED
+    if qualname in BENIGN or qualname in TORCH_REGISTERED_BY_IMPORT:
         return GlobalKind.BENIGN
     if module in _BENIGN_MODULES and "." not in name and not name.startswith("__"):
         return GlobalKind.BENIGN
