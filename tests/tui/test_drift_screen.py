@@ -35,3 +35,75 @@ async def test_worst_first_is_the_reports_order_and_each_key_sorts_one_column():
         await pilot.press("w")
         assert table.visible_keys() == shown
     assert as_path(SAMPLE) == SAMPLE
+
+
+def visible_lines(widget) -> list[str]:
+    return [strip.text.rstrip() for strip in widget.render_lines(widget.region.reset_offset)[: widget.region.height]]
+
+
+async def test_at_80x24_the_bf16_logit_line_is_shown_whole():
+    """Title, fp16 and bf16 lines all on screen at 80x24, every `label value` pair whole (a line wraps
+    between pairs); the table keeps most of the screen."""
+    from ckinspect.tui.screens.drift import _pairs
+
+    app = create_app("drift", [SAMPLE], cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        logits = app.screen.query_one("#logits")
+        shown = "\n".join(visible_lines(logits))
+        data = app.screen._shown[0]
+        assert data is not None, shown  # the sample's model is known: the logit drift ran
+        for label in ("fp16", "bf16"):
+            assert f"{label}: max |Δlogit|" in shown, shown
+            for pair in _pairs(data[label]):
+                assert pair in shown, (pair, shown)
+        assert all(len(line) <= 80 for line in shown.splitlines())
+        assert app.screen.query_one(VirtualTable).size.height >= 12
+
+
+class SlowLogits:
+    """The real backend, but the model run waits until the test lets it finish."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from ckinspect.tui.core import Backend
+
+        self.real = Backend()
+        self.release = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def logit_drift(self, ckpt):
+        self.release.wait(60)
+        return self.real.logit_drift(ckpt)
+
+
+async def test_the_logit_step_says_what_runs_and_for_how_long():
+    import asyncio
+    import time
+
+    from textual.widgets import Static
+
+    from ckinspect.tui.screens.drift import LOGIT_STEP
+
+    backend = SlowLogits()
+    app = create_app("drift", [SAMPLE], backend=backend, cursor_blink=False)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = app.screen
+            logits = screen.query_one("#logits", Static)
+            deadline = time.monotonic() + 60  # a generous wait for the first tick on a loaded machine
+            while not str(logits.render()).endswith(" s"):
+                assert time.monotonic() < deadline, str(logits.render())
+                await asyncio.sleep(0.1)
+            assert str(logits.render()).startswith(LOGIT_STEP + " · ")
+            assert screen.query_one(VirtualTable).row_count > 0  # the weight drift is shown meanwhile
+            assert screen._ticking is not None
+            backend.release.set()
+            await settle(pilot)
+            assert screen._ticking is None  # the timer stops with the step
+            assert "bf16: max |Δlogit|" in str(logits.render())
+    finally:
+        backend.release.set()

@@ -70,6 +70,33 @@ def drift_rows(drifts: list[TensorDrift]) -> list[Row]:
     return rows
 
 
+def _pairs(part: dict[str, Any]) -> list[str]:
+    """`label value` pairs of one format's logit drift (a line wraps between pairs, never inside one)."""
+    pairs = [f"max |Δlogit| {format_value(part.get('max_abs'))}", f"mean {format_value(part.get('mean_abs'))}"]
+    agreement = part.get("top1_agreement")
+    if isinstance(agreement, (int, float)):
+        pairs.append(f"top-1 agreement {agreement:.2%}")
+    if part.get("kl_mean") is not None:
+        pairs.append(f"KL {format_value(part['kl_mean'])}")
+    change = part.get("perplexity_change")
+    if isinstance(change, (int, float)):
+        pairs.append(f"perplexity {change * 100:+.3g}%")
+    return pairs
+
+
+def pack(head: str, pairs: list[str], width: int) -> list[str]:
+    """`head` then the pairs, two spaces apart, in lines of at most `width` (a pair never split; the
+    following lines indented under the first pair)."""
+    lines, line, indent = [], head, " " * len(head)
+    for pair in pairs:
+        gap = "" if line in (head, indent) else "  "
+        if len(line) + len(gap) + len(pair) > width and line not in (head, indent):
+            lines.append(line)
+            line, gap = indent, ""
+        line += gap + pair
+    return [*lines, line]
+
+
 class DriftScreen(Screen[None]):
     app: Host  # for the type checker: textual types `app` as App[Any]
     # one key per sort column, as on the inspect screen (again: reverse); `w` puts the worst first again
@@ -140,31 +167,32 @@ class DriftScreen(Screen[None]):
         table.set_rows(drift_rows(message.weights))
         table.focus()
 
+    def on_resize(self) -> None:
+        shown = getattr(self, "_shown", None)
+        if shown is not None and shown[0] is not None:
+            self.query_one("#logits", Static).update(self._logit_text(*shown))
+
     def _tick(self, started: float) -> None:
         self.query_one("#logits", Static).update(
             Text(f"{LOGIT_STEP} · {time.monotonic() - started:.0f} s", style="italic")
         )
 
     def _logit_text(self, logits: dict[str, Any] | None, note: str) -> Text:
+        self._shown = (logits, note)  # drawn again for another width
         from ckinspect.report.drift_report import logit_inputs, logit_title
 
         if logits is None:
             return Text(note, style="italic")
+        width = max(40, (self.size.width or self.app.size.width) - 2)  # the panel's padding
         text = Text(logit_title(logits), style="bold")
         for label in logits.get("formats", ("fp16", "bf16")):
             part = logits.get(label)
             if not isinstance(part, dict):
                 continue
-            text.append(f"\n{label}: ", style="bold")
-            text.append(f"max |Δlogit| {format_value(part.get('max_abs'))}  mean {format_value(part.get('mean_abs'))}")
-            agreement = part.get("top1_agreement")
-            if isinstance(agreement, (int, float)):
-                text.append(f"  top-1 agreement {agreement:.2%}")
-            if part.get("kl_mean") is not None:
-                text.append(f"  KL {format_value(part['kl_mean'])}")
-            change = part.get("perplexity_change")
-            if isinstance(change, (int, float)):
-                text.append(f"  perplexity {change * 100:+.3g}%")
+            for i, line in enumerate(pack(f"{label}: ", _pairs(part), width)):
+                text.append("\n")
+                text.append(line[: len(label) + 2], style="bold" if i == 0 else "")
+                text.append(line[len(label) + 2 :])
         for line in logit_inputs(logits):
             text.append(f"\n{line}", style="dim")
         return text
