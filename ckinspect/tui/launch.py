@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ckinspect.vocab import CkinspectError
 
@@ -45,8 +46,22 @@ def run(command: str, args: argparse.Namespace) -> int:
     if command == "watch":
         from ckinspect.commands.watch import stopping_on_signals
 
-        with stopping_on_signals(terminate=app.exit):  # it runs until stopped, whatever the parent ignored
+        with stopping_on_signals(terminate=lambda: exit_soon(app)):  # runs until stopped, whatever was ignored
             app.run()
     else:
         app.run()
     return app.return_code or 0  # 1 when the app stopped on an unhandled error (Textual printed it)
+
+
+def exit_soon(app: Any) -> None:
+    """SIGTERM's handler: the app exits as from `q`. Called from a signal handler, a bare `app.exit()` only
+    queued its message: an idle app (waiting in epoll for its next event) never read it, so the watch TUI
+    kept running. Scheduled through the loop's self-pipe, it wakes the loop."""
+    import asyncio
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # before the app's loop started or after it ended
+        app.exit()
+        return
+    loop.call_soon_threadsafe(app.exit)
