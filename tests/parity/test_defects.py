@@ -229,5 +229,6 @@ def test_convert_to_pth_names_the_quantized_tensors_it_leaves_out_and_why(tmp_pa
     assert refused.returncode == 2
     assert refused.stderr.strip() == (
         "ckinspect: refused: torch-zip cannot hold 2 tensor(s) of this file: q (quint8), pc.values (qint8); "
-        "quantized: ckinspect reads their integers but does not rebuild the scale and zero point; nothing was written")
+        "quantized: ckinspect reads their integers but does not rebuild the scale and zero point; nothing was written"
+    )
     assert not (tmp_path / "refused.pth").exists()
