@@ -34,7 +34,7 @@ def composite_rows(entry: Mapping[str, Any]) -> list[tuple[str, str, str, str, s
     rows = []
     for c in entry.get("composite_tensors", [])[:ALL_TENSORS_UP_TO]:
         kind = c["layout"] if not c.get("subclass") else f"{c['subclass'].rsplit('.', 1)[-1]} ({c['layout']})"
-        shape = shape_text([RAGGED_TEXT if n is None else n for n in c["shape"]])
+        shape = "×".join(RAGGED_TEXT if n is None else str(n) for n in c["shape"]) or shape_text(())
         parts = ", ".join(c["parts"]) or "no data"
         rows.append((c["name"], kind, c["dtype"], shape, human_bytes(c["bytes"]), parts))
     return rows
