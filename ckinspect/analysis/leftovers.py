@@ -268,7 +268,7 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
 def _positioned(path: Path) -> Iterator[Any]:
     """Positioned reads of a file on disk (FileReader) or of a URL (io.remote: ranged requests)."""
     if is_url(path):
-        yield open_remote(path)  # type: ignore[arg-type]  # a RemotePath
+        yield open_remote(path)  # a RemotePath
         return
     with open(path, "rb") as handle:
         yield FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size)

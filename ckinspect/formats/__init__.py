@@ -58,13 +58,9 @@ def read_remote(url: str | os.PathLike[str], structure_only: bool = False) -> Ch
     """A remote torch zip or safetensors file, listed from the few ranges it needs (ckinspect.io.remote).
     A read that fails (not found, denied, timed out) raises CkinspectError; bad content is CORRUPT."""
     from ckinspect.io import folders
-    from ckinspect.io.remote import RemotePath
 
-    remote = RemotePath(os.fspath(url))
-    if remote.is_folder_url():  # `diff s3://b/step-2/ ...`: a folder named as one checkpoint (DCP), listed first
-        remote = folders.open_folder(remote)  # type: ignore[assignment]  # a RemotePath
-    path: Path = remote  # type: ignore[assignment]  # a URL stands where readers expect a Path (pure operations only)
-    if remote.name.endswith(".index.json"):  # a sharded set: its index, then each shard by range requests
+    path = folders.target(url)  # `diff s3://b/step-2/ ...`: a folder named as one checkpoint (DCP), listed first
+    if path.name.endswith(".index.json"):  # a sharded set: its index, then each shard by range requests
         from ckinspect.formats.sharded import read_sharded
 
         return read_sharded(path)
@@ -78,4 +74,4 @@ def read_remote(url: str | os.PathLike[str], structure_only: bool = False) -> Ch
         ckpt = Checkpoint(path=path, format="unknown", file_bytes=folders.tree_size(path), files=[])
         ckpt.add("CORRUPT", "a remote folder that is not a DCP checkpoint (no .metadata, no .distcp files)")
         return ckpt
-    return read_remote_file(remote)
+    return read_remote_file(path)

@@ -11,10 +11,6 @@ from ckinspect.formats.opening import empty, why
 from ckinspect.io.reader import PositionedReader
 from ckinspect.model import Checkpoint
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ckinspect.io.remote import RemotePath
-
 # format -> (module, function); imported only when a file of that format is opened
 FILE_READERS: dict[str, tuple[str, str]] = {
     "torch-zip": ("ckinspect.formats.torch_zip", "read_torch_zip"),
@@ -45,14 +41,13 @@ def read_file_as(path: Path, kind: str) -> Checkpoint:
     return run_reader(path, kind, *FILE_READERS[kind])
 
 
-def read_remote_file(remote: RemotePath) -> Checkpoint:
+def read_remote_file(path: Path) -> Checkpoint:
     """One remote object: a torch zip or a safetensors file listed from the few ranges it needs; anything
     else is CORRUPT (download it first). A read that fails raises CkinspectError."""
     from ckinspect.formats.sniff import HEAD_BYTES, describe_bytes, sniff_bytes
     from ckinspect.io.folders import open_remote
 
-    path: Path = remote  # type: ignore[assignment]  # a URL stands where readers expect a Path (pure operations only)
-    reader: PositionedReader = open_remote(remote)
+    reader: PositionedReader = open_remote(path)  # `path` a URL: a RemotePath (io.folders.target)
     head = reader.small_read(0, HEAD_BYTES)
     kind = sniff_bytes(head, reader.size)
     if kind == "torch-zip":
@@ -65,9 +60,7 @@ def read_remote_file(remote: RemotePath) -> Checkpoint:
         except ZipError as exc:
             ckpt.add("CORRUPT", f"{path.name}: {exc}")
         return ckpt
-    if kind == "safetensors" or (
-        remote.suffix == ".safetensors" and describe_bytes(head, reader.size) == "binary data"
-    ):
+    if kind == "safetensors" or (path.suffix == ".safetensors" and describe_bytes(head, reader.size) == "binary data"):
         from ckinspect.formats.safetensors import read_safetensors
 
         return read_safetensors(path, reader=reader)

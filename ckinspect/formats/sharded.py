@@ -102,8 +102,8 @@ def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
         from ckinspect.io.folders import open_remote
 
         if kind == "safetensors":
-            return read_safetensors(shard_path, member=shard, reader=open_remote(shard_path))  # type: ignore[arg-type]
-        return read_remote_file(shard_path)  # type: ignore[arg-type]  # a RemotePath; a torch zip; anything else is CORRUPT there ("download it first")
+            return read_safetensors(shard_path, member=shard, reader=open_remote(shard_path))
+        return read_remote_file(shard_path)  # a torch zip; anything else is CORRUPT there ("download it first")
     if kind == "safetensors":
         return read_safetensors(shard_path, member=shard)
     if kind in ("torch-zip", "torch-legacy", "pickle"):  # a .bin shard is torch.load-ed: a plain pickle runs too

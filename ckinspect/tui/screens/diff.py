@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
+from textual.widgets import Input, Label, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import human_bytes, shape_text, terminal_safe
@@ -21,6 +21,7 @@ from ckinspect.tui.core import name_matcher, natural_key
 from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
 from ckinspect.tui.pairs import Pair
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, STATUS_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
@@ -247,7 +248,7 @@ class DiffScreen(Screen[None]):
             yield VirtualTable(LEFT_COLUMNS, id="left", empty_text="no tensor to show", sorts_itself=False)
             yield VirtualTable(RIGHT_COLUMNS, id="right", empty_text="", sorts_itself=False)
         yield VirtualTable(VALUE_COLUMNS, id="values", empty_text="")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#diff-filter", Input).cursor_blink = self.app.cursor_blink_enabled

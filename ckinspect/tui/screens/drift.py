@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
@@ -21,6 +21,7 @@ from ckinspect.model import Checkpoint
 from ckinspect.tui.core import format_value
 from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import DriftComputed, Progress
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class DriftScreen(Screen[None]):
         )
         yield Static("computing rounding errors…", id="logits")  # as many lines as the logit drift needs
         yield VirtualTable(COLUMNS, id="drift-table", empty_text="computing…")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.compute()

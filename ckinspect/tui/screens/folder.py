@@ -15,7 +15,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from ckinspect.fmt import human_bytes, terminal_safe
@@ -26,6 +26,7 @@ from ckinspect.tui.core import ScanOutcome, add_findings, natural_key, severity_
 from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import RunJudged, TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 from ckinspect.vocab import SEVERITY_RANK
@@ -146,7 +147,7 @@ class FolderScreen(Screen[None]):
         yield Static("looking for checkpoints…", classes="summary-line", id="folder-summary")
         yield VirtualTable(COLUMNS, id="targets", empty_text="looking…")
         yield Static("", classes="summary-line", id="run-reasons")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one(VirtualTable).focus()

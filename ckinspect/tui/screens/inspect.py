@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
+from textual.widgets import ContentSwitcher, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
@@ -23,6 +23,7 @@ from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, Sta
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.tensor_table import COLUMNS, DESCENDING_FIRST, TensorRow, TensorTable, tensor_rows
@@ -78,6 +79,8 @@ class InspectScreen(Screen[None]):
         Binding("escape", "back", "Back", show=False),
     ]
 
+    FOOTER_MORE = ("value_stats", "focus_findings", "drift", "export('csv')", "copy_name", "repair", "sort_reverse")
+
     def __init__(self, target: Path, ckpt: Checkpoint | None = None, scanned: ScanOutcome | None = None) -> None:
         super().__init__()
         self.target = as_path(target)
@@ -103,7 +106,7 @@ class InspectScreen(Screen[None]):
             with Vertical(id="side"):
                 yield DetailsPane(id="details")
                 yield FindingsPanel(id="findings")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).cursor_blink = self.app.cursor_blink_enabled
@@ -263,6 +266,10 @@ class InspectScreen(Screen[None]):
         self.query_one(TensorTable).move_to_key(event.name)
         self._show_details(event.name)
 
+    @on(TensorTree.ModuleChosen)
+    def _tree_module(self, event: TensorTree.ModuleChosen) -> None:
+        self.query_one(DetailsPane).show_module(event.path, event.tensors, event.nbytes)
+
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         matches = name_matcher(event.value)
@@ -324,6 +331,7 @@ class InspectScreen(Screen[None]):
         else:
             switcher.current = "tensors"
             self.query_one(TensorTable).focus()
+            self._show_details()  # the table's row, whatever the tree showed last
 
     def action_value_stats(self) -> None:
         row = self.query_one(TensorTable).current_row
@@ -382,7 +390,7 @@ class InspectScreen(Screen[None]):
         from ckinspect.tui.screens.metadata import MetadataScreen
 
         if self.ckpt is not None:
-            self.app.push_screen(MetadataScreen(self.ckpt))
+            self.app.push_screen(MetadataScreen(self.ckpt, self.params))
 
     def action_drift(self) -> None:
         from ckinspect.tui.screens.drift import DriftScreen

@@ -19,13 +19,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Label, Sparkline, Static
+from textual.widgets import DataTable, Label, Sparkline, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.analysis.updates import RATIO_GROUPS
 from ckinspect.fmt import terminal_safe
 from ckinspect.report.watch_report import ratio_text, shown
 from ckinspect.tui.host import failure_text
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.vocab import WATCH_KEEP_MIB
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class WatchScreen(Screen[None]):
                 for group in RATIO_GROUPS:
                     yield Label(f"{group} update ratio ||Δw||/||w|| per step", classes="spark-label")
                     yield Sparkline([], id=f"spark-{group}", classes="ratio-spark")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#timeline", DataTable)
@@ -157,7 +158,8 @@ class WatchScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#timeline")
     def _highlighted(self, message: DataTable.RowHighlighted) -> None:
         """The selected save's detail; moving off the newest row stops following new saves."""
-        index = message.cursor_row
+        index = message.data_table.cursor_row  # where it is now: saves judged since this message was
+        # posted moved it on (following), and the row in the message would read as the user moving off
         if not 0 <= index < len(self.events):
             return
         self.following = index == len(self.events) - 1
