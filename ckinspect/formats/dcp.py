@@ -395,7 +395,7 @@ class _Lister:
         """A chunk as `.metadata` declares it: its item must at least hold its bytes. Half a million chunks at 256
         ranks: an item in a file already opened, within it and without transforms takes the short way here;
         anything else goes through item(), which says what is wrong."""
-        relative = where.get("relative_path") if type(where) is dict else None
+        relative: Any = where.get("relative_path") if type(where) is dict else None
         reader = self.readers.get(relative) if type(relative) is str else None
         offset, length = (where["offset"], where["length"]) if reader is not None else (None, None)  # type: ignore[index]
         if (reader is None or isinstance(reader, str) or type(offset) is not int or type(length) is not int
