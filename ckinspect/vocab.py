@@ -48,6 +48,7 @@ SEVERITY: dict[str, str] = {
     "DUPLICATE_STORAGE": "info",
     "WRITTEN_AFTER_COMMIT": "warning",
     "MIXED_RUN": "error",
+    "WEIGHTS_DIFFER": "warning",  # the weights file beside a resume file holds another step's weights
     # `ckinspect watch`: anomalies between the saves of one run
     "UPDATE_RATIO_OUTLIER": "warning",
     "LAYER_FROZEN": "warning",
@@ -89,6 +90,7 @@ TRAINER_FORMAT_PREFIX = "ckinspect-trainer/"
 
 # Interrupted saves: `<name>.tmp` beside `<name>`; repair sets aside into this folder.
 TMP_SUFFIX = ".tmp"
+RESUME_SUFFIX = "_resume"  # `<name>_resume.pth` beside `<name>.pth` (the bundled trainer, MiniMind)
 QUARANTINE_DIR = ".ckinspect-quarantine"
 DCP_METADATA = ".metadata"
 
