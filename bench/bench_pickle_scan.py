@@ -56,7 +56,8 @@ from ckinspect.formats import open_checkpoint
 from ckinspect.formats.pickle_findings import StorageCollector
 from ckinspect.formats.pickle_scan import scan_stream
 from ckinspect.formats.unpickler import restricted_load
-from ckinspect.io.zipdir import FileReader, read_directory, read_member
+from ckinspect.io.reader import FileReader
+from ckinspect.io.zipdir import read_directory, read_member
 
 path, rounds = sys.argv[1], int(sys.argv[2])
 def opened():

@@ -18,7 +18,7 @@ which raise what the readers raise, so that the CLI keeps its own one-line error
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePath
+from pathlib import PurePath
 
 from ckinspect.model import Checkpoint, Finding, TensorInfo
 from ckinspect.record import Record
@@ -263,7 +263,9 @@ def last_good(
     is an error (a mistyped path must not start a run afresh), or with `missing_ok` None: a first launch."""
 
     def run() -> PurePath | None:
-        if missing_ok and not _is_url(run_dir) and not Path(run_dir).exists():
+        from ckinspect.io import folders
+
+        if missing_ok and folders.known_missing(run_dir):
             return None
         best = judged_run(run_dir, quick=quick, verify=verify).last_good
         return None if best is None else best.path
@@ -317,14 +319,11 @@ def open_checked(path: str | os.PathLike[str], structure_only: bool = False) -> 
     """Open + analyze + structural checks (diff's sides), a usage error for a path that does not exist.
     `structure_only` (diff --quick): no value will be read from it (a DCP folder is listed from .metadata)."""
     from ckinspect.analysis.inspect import inspect_path
-    from ckinspect.io.remote import is_url
+    from ckinspect.io import folders
 
-    if is_url(path):  # opened by range reads; a missing or denied object is a one-line error from the read
-        return inspect_path(os.fspath(path), quick=True, structure_only=structure_only)
-    target = Path(path)
-    if not target.exists():
+    if folders.known_missing(path):  # a URL: a missing or denied object is a one-line error from its read
         raise CkinspectError(f"{path}: no such file or folder")
-    return inspect_path(target, quick=True, structure_only=structure_only)
+    return inspect_path(os.fspath(path), quick=True, structure_only=structure_only)
 
 
 def compare(
@@ -384,7 +383,7 @@ def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunC
     if is_url(path) and not RemotePath(os.fspath(path)).is_folder_url():
         raise CkinspectError(f"{path}: a remote checkpoint is judged by its folder's URL (ending in /)")
     target = folders.open_folder(path)  # a URL prefix: listed now
-    is_dir = is_url(path) or target.is_dir()
+    is_dir = folders.is_dir(target)
     if not is_dir and not target.exists():
         raise CkinspectError(f"{path}: no such file or folder")
     run = collect(target if is_dir else target.parent)
@@ -397,20 +396,15 @@ def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunC
     return found[0]
 
 
-def _is_url(path: str | os.PathLike[str]) -> bool:
-    from ckinspect.io.remote import is_url
-
-    return is_url(path)
-
-
 def _guarded(call: Callable[[], T]) -> T:
     """Every error as a CkinspectError: ours as they are, the system's (OSError) as one, a bug of ours as
-    InternalError with the original chained. Listings of URL prefixes are forgotten after each call, as
-    after each command, so the next call sees what was written since."""
-    from ckinspect.io.folders import forget_listings
+    InternalError with the original chained. Each call owns the listings of the URL prefixes it lists (as
+    each command does), so the next call sees what was written since."""
+    from ckinspect.io.folders import Listings
 
     try:
-        return call()
+        with Listings().in_use():
+            return call()
     except CkinspectError:
         raise
     except OSError as exc:
@@ -418,5 +412,3 @@ def _guarded(call: Callable[[], T]) -> T:
         raise CkinspectError(f"{where}{exc.strerror or exc}") from exc
     except Exception as exc:
         raise InternalError(f"internal error: {type(exc).__name__}: {exc}") from exc
-    finally:
-        forget_listings()

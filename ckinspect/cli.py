@@ -405,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(command)
     args = parser.parse_args(argv[1:] if command != "main" else argv)
     try:
-        return _dispatch(command, args)
+        return _dispatch_listed(command, args)
     except CkinspectError as exc:
         print(f"ckinspect: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -422,10 +422,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    finally:
-        from ckinspect.io.folders import forget_listings
 
-        forget_listings()  # a URL prefix listed by this command is listed afresh by the next
+
+def _dispatch_listed(command: str, args: argparse.Namespace) -> int:
+    """The command, with the listings of the URL prefixes it lists its own: the next command lists afresh."""
+    from ckinspect.io.folders import Listings
+
+    with Listings().in_use():
+        return _dispatch(command, args)
 
 
 def _debug() -> bool:

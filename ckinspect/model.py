@@ -120,6 +120,8 @@ COMPOSITE_PARTS: dict[str, tuple[str, ...]] = {
     "nested": ("buffer", "sizes", "strides", "storage_offsets"),
     "per_channel_affine": ("values", "scales", "zero_points"),  # quantized per channel: int values + per-channel params
     "meta": (),  # a meta-device tensor: a shape and a dtype, no data at all
+    "jagged": ("values", "offsets", "lengths"),  # torch.nested with layout=torch.jagged (NJT); lengths when saved
+    "wrapper_subclass": (),  # a tensor subclass without storage (DTensor ...): parts named by its attributes
 }
 RAGGED = -1  # a nested tensor's ragged dimension in `shape` (null in JSON)
 
@@ -135,6 +137,7 @@ class CompositeTensor(Record):
     shape: tuple[int, ...]  # logical shape (RAGGED for a nested tensor's ragged dimensions)
     parts: dict[str, TensorInfo]
     name: str = ""  # set by formats.tree.flatten, as for TensorInfo
+    subclass: str = ""  # a wrapper subclass's class (torch.distributed.tensor.DTensor ...)
 
     def __setstate__(self, state: object) -> None:
         raise TypeError("a pickle tries to rewrite a tensor descriptor")

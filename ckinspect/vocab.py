@@ -6,6 +6,8 @@ Plain data and one exception class: importing it costs nothing and pulls in noth
 
 from __future__ import annotations
 
+from enum import Enum
+
 # The package's version: pyproject.toml reads it from here; --version and JSON reports print it.
 VERSION = "0.1.0"
 
@@ -19,6 +21,51 @@ class InternalError(CkinspectError):
     """A bug of ours met by a Python API call; the original exception is its __cause__."""
 
 
+class StrEnum(str, Enum):
+    """A str whose value is the JSON text: members compare, hash, print and serialise as their value
+    (enum.StrEnum from Python 3.11, kept here while 3.10 is supported)."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(str.__str__(self), format_spec)
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class Verdict(StrEnum):
+    """A run's checkpoint, judged (analysis.runs)."""
+
+    GOOD = "good"
+    INCOMPLETE = "incomplete"  # parts its records promise are missing, or the save never finished
+    DAMAGED = "damaged"  # a part cannot be read whole, or the parts disagree
+    UNSAFE = "unsafe"  # a part the framework loads names code-running globals
+    NOT_RESUMABLE = "not-resumable"  # weights only, or resume state missing (RESUME_INCOMPLETE)
+
+
+class RepairKind(StrEnum):
+    """What repair does with one leftover temporary (ops.repair)."""
+
+    PROMOTE = "promote"
+    PROMOTE_KEEP_OLD = "promote-keep-old"
+    SET_ASIDE = "set-aside"
+    NOTHING = "nothing"
+
+
+class GlobalKind(StrEnum):
+    """What a global a pickle names is (formats.pickle_scan.classify_global)."""
+
+    ALLOWED = "allowed"  # in torch's default weights_only set
+    BENIGN = "benign"  # only builds data, outside that set
+    UNSAFE = "unsafe"  # can run code (or unknown)
+    TORCHSCRIPT = "torchscript"  # resolved by torch.jit.load inside a TorchScript archive
+
+
 # Exit statuses of every command (the CLI contract; README, "Using it").
 EXIT_OK = 0  # nothing at or above --fail-on; diff: identical
 EXIT_FINDINGS = 1  # findings at or above --fail-on; diff: different
@@ -28,44 +75,45 @@ SAME_STRUCTURE = "same structure"  # diff --quick's verdict when nothing it comp
 GROUPS: tuple[str, ...] = ("model", "optimizer", "rng", "other")
 
 # Finding codes are a stable contract (README's findings table); the severity is fixed per code.
-SEVERITY: dict[str, str] = {
-    "UNSAFE_PICKLE": "error",
-    "ALLOWLIST_NEEDED": "warning",
-    "WEIGHTS_ONLY_REFUSED": "warning",
-    "CORRUPT": "error",
-    "LEFTOVER_TMP": "warning",
-    "NONFINITE": "error",
-    "FP16_OVERFLOW": "warning",
-    "RESUME_INCOMPLETE": "warning",
-    "HALF_PRECISION_RESUME": "warning",
-    "OPTIMIZER_MISMATCH": "error",
-    "STORAGE_BLOAT": "warning",
-    "MISSING_PARTS": "error",
-    "PARTS_DISAGREE": "error",
-    "EMBEDDED_CODE": "warning",
-    "CRC_NOT_RECORDED": "info",  # torch.save under compute_crc32=False: every CRC-32 is 0, the bytes cannot be checked
-    "BOOKKEEPING_SENTINEL": "info",
-    "DUPLICATE_STORAGE": "info",
-    "WRITTEN_AFTER_COMMIT": "warning",
-    "MIXED_RUN": "error",
-    "WEIGHTS_DIFFER": "warning",  # the weights file beside a resume file holds another step's weights
+SEVERITY: dict[str, Severity] = {
+    "UNSAFE_PICKLE": Severity.ERROR,
+    "ALLOWLIST_NEEDED": Severity.WARNING,
+    "WEIGHTS_ONLY_REFUSED": Severity.WARNING,
+    "CORRUPT": Severity.ERROR,
+    "LEFTOVER_TMP": Severity.WARNING,
+    "NONFINITE": Severity.ERROR,
+    "FP16_OVERFLOW": Severity.WARNING,
+    "RESUME_INCOMPLETE": Severity.WARNING,
+    "HALF_PRECISION_RESUME": Severity.WARNING,
+    "OPTIMIZER_MISMATCH": Severity.ERROR,
+    "STORAGE_BLOAT": Severity.WARNING,
+    "MISSING_PARTS": Severity.ERROR,
+    "PARTS_DISAGREE": Severity.ERROR,
+    "EMBEDDED_CODE": Severity.WARNING,
+    # torch.save under compute_crc32=False: every CRC-32 is 0, the bytes cannot be checked
+    "CRC_NOT_RECORDED": Severity.INFO,
+    "BOOKKEEPING_SENTINEL": Severity.INFO,
+    "DUPLICATE_STORAGE": Severity.INFO,
+    "WRITTEN_AFTER_COMMIT": Severity.WARNING,
+    "MIXED_RUN": Severity.ERROR,
+    "WEIGHTS_DIFFER": Severity.WARNING,  # the weights file beside a resume file holds another step's weights
     # `ckinspect watch`: anomalies between the saves of one run
-    "UPDATE_RATIO_OUTLIER": "warning",
-    "LAYER_FROZEN": "warning",
-    "NONFINITE_ONSET": "error",
+    "UPDATE_RATIO_OUTLIER": Severity.WARNING,
+    "LAYER_FROZEN": Severity.WARNING,
+    "NONFINITE_ONSET": Severity.ERROR,
 }
 # What `ckinspect diff` finds, named like finding codes so SARIF and JUnit can carry it. Not findings about one
 # checkpoint (so not in SEVERITY or the JSON report's findings): a difference fails a diff as its exit 1 does.
-DIFF_CODES: dict[str, str] = {
-    "TENSOR_CHANGED": "error",
-    "TENSOR_ONLY_IN_A": "error",
-    "TENSOR_ONLY_IN_B": "error",
-    "METADATA_CHANGED": "error",
-    "TENSOR_UNREADABLE": "error",
+DIFF_CODES: dict[str, Severity] = {
+    "TENSOR_CHANGED": Severity.ERROR,
+    "TENSOR_ONLY_IN_A": Severity.ERROR,
+    "TENSOR_ONLY_IN_B": Severity.ERROR,
+    "METADATA_CHANGED": Severity.ERROR,
+    "TENSOR_UNREADABLE": Severity.ERROR,
 }
 # Codes that say a checkpoint cannot be read whole: a damaged file, or a part its own records name is not there.
 NOT_WHOLE_CODES = ("CORRUPT", "MISSING_PARTS")
-SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "error": 2}
+SEVERITY_RANK: dict[str, int] = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
 FAIL_ON_CHOICES = ("error", "warning", "never")
 # --format of the commands that report findings; sarif and junit are for CI (code scanning, test dashboards)
 REPORT_FORMATS = ("text", "json", "markdown", "sarif", "junit")
@@ -122,6 +170,44 @@ FOUND_SUFFIXES = frozenset(suffix for suffix, found, _, _ in SUFFIX_TABLE if fou
 PAIRED_SUFFIXES = tuple(suffix for suffix, _, paired, _ in SUFFIX_TABLE if paired)
 NAMED_SUFFIXES = frozenset(suffix for suffix, _, _, named in SUFFIX_TABLE if named)
 INDEX_SUFFIX = ".index.json"  # a sharded set's index: `model.safetensors.index.json`
+
+# The containers trainers keep the model's and the optimizer's state under: dotted-path components that name a
+# role wherever they appear (`app.optim.state...` in DCP too). Layouts, diff and checks all read these.
+MODEL_KEYS = frozenset(
+    {
+        "model",
+        "module",
+        "state_dict",
+        "model_state_dict",
+        "model_state",
+        "net",
+        "network",
+        "weights",
+        "params",
+        "ema",
+        "model_ema",
+        "ema_model",
+        "ema_state_dict",
+    }
+)
+OPTIMIZER_KEYS = frozenset(
+    {
+        "optimizer",
+        "optimizers",
+        "optim",
+        "opt",
+        "optimizer_state",
+        "optimizer_states",
+        "optimizer_state_dict",
+        "optim_state",
+        "optim_state_dict",
+        "opt_state",
+    }
+)
+# Hugging Face Trainer's own files: its state (written last, the save's commit mark) and its RNG files, one
+# per process (`rng_state.pth` alone, `rng_state_K.pth` each); formats, layouts and runs share the spelling.
+HF_TRAINER_STATE = "trainer_state.json"
+HF_RNG_STATE = r"^rng_state(?:_(\d+))?\.pth$"
 
 # Top-level keys where known layouts keep the step counter, the epoch and the number of processes.
 STEP_KEYS = (

@@ -148,3 +148,62 @@ def test_the_checker_sees_every_kind_of_import(tmp_path, monkeypatch):
         "ckinspect.tui.app",
         "textual.widgets",
     ]
+
+
+def _same_layer_graph() -> dict[str, set[str]]:
+    """module -> the modules of its own layer it imports (at any depth, as above)."""
+    graph: dict[str, set[str]] = {}
+    for path in _sources():
+        here = _module_name(path)
+        mine = graph.setdefault(here, set())
+        for _line, target in _imports(path):
+            if target.startswith("ckinspect.") and target != here and _layer_of(target) == _layer_of(here):
+                mine.add(target)
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of two or more modules (Tarjan): each is an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in graph:
+                continue
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_circle_inside_a_layer():
+    """Two modules of one layer never import each other, directly or round a loop: each piece of a layer
+    can be read, tested and changed from the bottom up (a shared name moves down to a module both import)."""
+    graph = _same_layer_graph()
+    circles = [" -> ".join(group) + " -> " + group[0] for group in _circles(graph)]
+    assert circles == [], "import circles:\n" + "\n".join(circles)
+
+
+def test_the_circle_finder_finds_a_loop_and_only_a_loop():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}
+    assert _circles(graph) == [["a", "b", "c"]]

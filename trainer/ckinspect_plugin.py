@@ -91,7 +91,7 @@ class TrainerModel:
         return inputs, f"{DRIFT_BATCH}x{length} windows of the trainer's held-out text, seed {seed}"
 
     def text_tokens(self, text: str) -> tuple[Any, str]:
-        from ckinspect.analysis.blockwise import text_windows
+        from ckinspect.analysis.logit_inputs import text_windows
         from trainer.model import ModelConfig
 
         ids = list(text.encode("utf-8"))  # the model's vocabulary is the 256 byte values

@@ -407,22 +407,6 @@ def _by_blocks(
 # ---------------------------------------------------------------- inputs and measures
 
 
-def random_batch(seed: int, batch: int, length: int, vocab: int) -> Any:
-    """Token ids drawn uniformly below `vocab` from a generator seeded with `seed`: shape (batch, length)."""
-    import torch
-
-    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
-
-
-def text_windows(ids: list[int], length: int) -> Any:
-    """Token ids cut into as many whole windows of `length` as they fill (at least one, shorter if need be)."""
-    import torch
-
-    length = max(2, min(length, len(ids)))
-    count = max(1, len(ids) // length)
-    return torch.tensor(ids[: count * length], dtype=torch.long).reshape(count, length)
-
-
 def compare_logits(reference: Any, got: Any) -> dict[str, Any]:
     """max and mean |Δlogit|, the share of positions whose argmax agrees, how many were compared, and the
     KL divergence KL(reference || got) of the next-token distributions (nats; mean and max over positions)."""

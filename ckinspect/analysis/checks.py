@@ -32,6 +32,7 @@ from ckinspect.dtypes import dtype_info
 from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
+from ckinspect.vocab import OPTIMIZER_KEYS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -178,7 +179,7 @@ def states_no_optimizer(top: Mapping[str, Any], depth: int = 4) -> bool:
         lowered = key.lower()
         if lowered in NO_OPTIMIZER_SWITCHES and value is NO_OPTIMIZER_SWITCHES[lowered]:
             return True
-        if lowered in ("optimizer", "optimizer_state_dict", "optimizer_states", "optim") and value in (None, {}, []):
+        if lowered in OPTIMIZER_KEYS and value in (None, {}, []):
             return True
         fields = value if isinstance(value, Mapping) else getattr(value, "fields", None)
         if depth > 1 and isinstance(fields, Mapping) and states_no_optimizer(fields, depth - 1):

@@ -27,24 +27,14 @@ from ckinspect.io.remote import RemotePath
 from ckinspect.io.values import decode, raw_blocks, swap_unit
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record, field
-from ckinspect.vocab import GROUPS, SAME_STRUCTURE
+from ckinspect.vocab import GROUPS, MODEL_KEYS, OPTIMIZER_KEYS, SAME_STRUCTURE
 
 COMPARE_CHUNK = 16 << 20  # bytes per memcmp window
 _DECODE_ELEMENTS = 1 << 20  # elements per decoded block (8 MiB of float64 per side)
 
-# First path components under which trainers keep the model's state dict.
-MODEL_CONTAINERS = (
-    "model",
-    "state_dict",
-    "model_state_dict",
-    "model_state",
-    "module",
-    "net",
-    "network",
-    "params",
-    "weights",
-)
-OPTIMIZER_CONTAINERS = ("optimizer", "optimizer_states", "optimizer_state_dict", "optim", "opt", "optimizer_state")
+# First path components under which trainers keep the model's and the optimizer's state (vocab's one set).
+MODEL_CONTAINERS = MODEL_KEYS
+OPTIMIZER_CONTAINERS = OPTIMIZER_KEYS
 RESUME_COUNTERS = ("step", "epoch", "world_size")
 WRAPPERS = ("_orig_mod", "module")  # torch.compile and DDP/DataParallel wrap the model under these names
 

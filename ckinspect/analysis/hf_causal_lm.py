@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ckinspect.analysis.blockwise import random_batch, text_windows
+from ckinspect.analysis.logit_inputs import random_batch, text_windows
 
 BATCH, LENGTH = 4, 64  # the random batch: sequences x tokens (shorter if the model's context is)
 TEXT_WINDOW = 256  # the bundled text is cut into windows of at most this many tokens

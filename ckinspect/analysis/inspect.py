@@ -9,14 +9,11 @@ raises CkinspectError only for a path that cannot be opened at all.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from ckinspect.analysis.anatomy import analyze_layout
 from ckinspect.analysis.checks import duplicate_storages, structural_findings
 from ckinspect.analysis.pairs import weights_beside
 from ckinspect.formats import open_checkpoint
-from ckinspect.io.remote import is_url
+from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 
 TYPE_CHECKING = False
@@ -30,7 +27,7 @@ def inspect_path(
     """`structure_only`: no value will ever be read from what this returns (--quick's report, diff, last-good),
     so a DCP folder is listed from its `.metadata` alone (open_checkpoint); implies `quick`."""
     raw = target.path if hasattr(target, "path") else target
-    ckpt = open_checkpoint(raw if is_url(raw) else Path(os.fspath(raw)), structure_only=structure_only)
+    ckpt = open_checkpoint(as_path(raw), structure_only=structure_only)
     quick = quick or structure_only
     layout = analyze_layout(ckpt)
     ckpt.findings.extend(structural_findings(ckpt, layout=layout))

@@ -21,7 +21,16 @@ from pathlib import Path
 from ckinspect.dtypes import dtype_info
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record, field
-from ckinspect.vocab import EPOCH_KEYS, STEP_KEYS, TRAINER_FORMAT_PREFIX, WORLD_SIZE_KEYS
+from ckinspect.vocab import (
+    EPOCH_KEYS,
+    HF_RNG_STATE,
+    HF_TRAINER_STATE,
+    MODEL_KEYS,
+    OPTIMIZER_KEYS,
+    STEP_KEYS,
+    TRAINER_FORMAT_PREFIX,
+    WORLD_SIZE_KEYS,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,38 +38,6 @@ if TYPE_CHECKING:
     from typing import Any, TypeGuard
 
 
-# Dotted-path components that name a role wherever they appear (`app.optim.state...` in DCP too).
-MODEL_KEYS = frozenset(
-    {
-        "model",
-        "module",
-        "state_dict",
-        "model_state_dict",
-        "model_state",
-        "net",
-        "network",
-        "weights",
-        "params",
-        "ema",
-        "model_ema",
-        "ema_model",
-        "ema_state_dict",
-    }
-)
-OPTIMIZER_KEYS = frozenset(
-    {
-        "optimizer",
-        "optimizers",
-        "optim",
-        "opt",
-        "optimizer_state",
-        "optimizer_states",
-        "optimizer_state_dict",
-        "optim_state",
-        "optim_state_dict",
-        "opt_state",
-    }
-)
 # Saved state that fixes which batch comes next, beside an RNG state: samplers, dataloader and loop progress.
 DATA_POSITION_KEYS = frozenset(
     {
@@ -117,7 +94,7 @@ _ROLE_NAMES = re.compile(
 _ROLE_WORDS = ("opt", "state.", "rng", "random_state", "generator")
 
 HF_MODEL_FILES = re.compile(r"^(model|pytorch_model|adapter_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?$")
-HF_RNG_FILE = re.compile(r"^rng_state(_\d+)?\.pth$")
+HF_RNG_FILE = re.compile(HF_RNG_STATE)
 
 
 class Layout(Record):
@@ -197,7 +174,7 @@ def is_torch_optimizer_state(value: Any) -> TypeGuard[Mapping[str, Any]]:
 def optimizer_step(ckpt: Checkpoint, opt: Mapping[str, Any]) -> float | None:
     """The step a torch optimizer state dict records: the largest per-parameter `step` (Adam's counter,
     a tensor or a number); None where it keeps none."""
-    from ckinspect.analysis.anatomy import read_scalar
+    from ckinspect.analysis.scalars import read_scalar
 
     state = opt.get("state") if is_torch_optimizer_state(opt) else None
     steps = []
@@ -397,7 +374,7 @@ def _hf_trainer(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
     path = as_path(ckpt.path)  # under a listed URL prefix, its siblings come from the listing (io.folders)
     name = path.name
     folder = path.parent
-    state_file = folder / "trainer_state.json"
+    state_file = folder / HF_TRAINER_STATE
     if not folders.is_file(state_file):
         return None
     meta: dict[str, Any] = {}

@@ -20,8 +20,10 @@ from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
 from ckinspect.io import folders
 from ckinspect.io.blobs import files_differ
-from ckinspect.io.remote import as_path, is_url, open_remote
-from ckinspect.io.zipdir import LOCAL_SIG, STORED, FileReader, ZipError, data_offset, member_chunks, read_directory
+from ckinspect.io.folders import open_remote
+from ckinspect.io.reader import FileReader
+from ckinspect.io.remote import as_path, is_url
+from ckinspect.io.zipdir import LOCAL_SIG, STORED, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
 from ckinspect.vocab import (
     DCP_METADATA,
@@ -266,7 +268,7 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
 def _positioned(path: Path) -> Iterator[Any]:
     """Positioned reads of a file on disk (FileReader) or of a URL (io.remote: ranged requests)."""
     if is_url(path):
-        yield open_remote(path)  # type: ignore[arg-type]  # a RemotePath
+        yield open_remote(path)  # a RemotePath
         return
     with open(path, "rb") as handle:
         yield FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size)

@@ -46,6 +46,17 @@ def optimizer_params(ckpt: Checkpoint) -> dict[str, str]:
     return out
 
 
+def names_by_index(mapping: dict[str, str]) -> dict[tuple[str, int], str]:
+    """(optimizer prefix, parameter index) -> parameter name, from `optimizer_params`' answer: what an
+    index in `<prefix>param_groups[i]["params"]` stands for."""
+    out: dict[tuple[str, int], str] = {}
+    for state, param in mapping.items():
+        m = _STATE.match(state)
+        if m:
+            out[(m["prefix"], int(m["index"]))] = param
+    return out
+
+
 def _param_order(ckpt: Checkpoint, prefix: str) -> list[int]:
     """The parameter indices in `<prefix>param_groups`, group after group ([] when not found)."""
     if ckpt.tree is None:

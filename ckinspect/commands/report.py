@@ -134,24 +134,18 @@ def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool, jobs
     """The run view of each folder that holds a run: several checkpoints, or one made of several files.
     The parts already read for the report are not read again."""
     from ckinspect.analysis.runs import Reader, collect, is_run, judge_run
-    from ckinspect.io.folders import listed_folder
-    from ckinspect.io.remote import RemotePath
+    from ckinspect.io import folders
+    from ckinspect.io.remote import as_path
 
     runs = []
     from ckinspect.jobs.parallel import scanner
 
     reader = Reader(verify=not quick, scan_many=scanner(jobs))
-    reader.cache.update({ckpt.path if is_url(ckpt.path) else Path(ckpt.path): ckpt for ckpt in checkpoints})
+    reader.cache.update({as_path(ckpt.path): ckpt for ckpt in checkpoints})
     for raw in paths:
-        if is_url(raw):
-            if not RemotePath(raw).is_folder_url():
-                continue  # one object
-            folder = listed_folder(raw)  # the prefix find_checkpoints listed: not listed again
-        else:
-            folder = Path(raw)
-            if not folder.is_dir():
-                continue
-        run = collect(folder)
+        if not folders.names_folder(raw):
+            continue  # one file or object
+        run = collect(folders.target(raw, listed=True))  # a prefix find_checkpoints listed: not listed again
         if is_run(run):
             judge_run(run, reader, values=not quick)
             runs.append(run)

@@ -16,20 +16,24 @@ each item's zip header and pickle), never downloaded.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from pathlib import Path
 
+from ckinspect.dtypes import dtype_info
 from ckinspect.formats import dcp_metadata
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
-from ckinspect.formats.pickle_scan import GlobalRef, scan_file, scan_stream
+from ckinspect.formats.pickle_scan import NOT_DECODED, GlobalRef, scan_decoding, scan_file
 from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
-from ckinspect.io.remote import RemoteFile, as_path, is_url, open_remote
-from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, FileReader, ZipError
+from ckinspect.io.folders import open_remote
+from ckinspect.io.reader import FileReader
+from ckinspect.io.remote import RemoteFile, as_path, is_url
+from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
@@ -82,7 +86,7 @@ def _files(folder: Path) -> list[tuple[str, Path]]:
 def _opened(path: Path) -> Iterator[FileReader | RemoteFile]:
     """Positioned reads of one file: a local file's handle is closed on exit; a remote object has none."""
     if is_url(path):
-        yield open_remote(path)  # type: ignore[arg-type]  # a RemotePath
+        yield open_remote(path)  # a RemotePath
         return
     with open(path, "rb") as f:
         yield FileReader(f.fileno(), os.fstat(f.fileno()).st_size)
@@ -175,12 +179,13 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: 
 
 def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any] | None:
     """The static scan judges every global (and what CPython's unpickler would choke or balloon on: memo
-    indices, sizes); then the fast decoder, or for anything it declines the restricted unpickler, decodes."""
-    scans = scan_stream(data, limit=1)
-    if not scans:
+    indices, sizes); the fast decoder decodes in the same pass, or for anything it declines the restricted
+    unpickler decodes after the scan."""
+    if not data:
         ckpt.add("CORRUPT", f"{index} is empty")
         return None
-    scan = scans[0]
+    # judged and, when it is what torch's writer emits, decoded in the same pass of the C unpickler
+    scan, fast = scan_decoding(data, dcp_metadata.FastUnpickler)
     # Python 3.11.0-3.11.x pickled enum members (DCP's _MEM_FORMAT_ENCODING) as getattr(EnumClass, "NAME"):
     # accepted here only because the unpickler checks every such call (see unpickler.GUARDED)
     guarded = frozenset({ENUM_GETATTR}) if any(g.qualname == ENUM_GETATTR for g in scan.globals) else frozenset()
@@ -193,9 +198,9 @@ def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any]
     if scan.error is not None:
         ckpt.add("CORRUPT", f"{index}: {scan.error}")
         return None
-    fast = dcp_metadata.fast_fields(data[: scan.end])  # judged safe by the scan: decoded at C speed
-    if fast is not None:
-        return fast
+    fields = dcp_metadata.metadata_fields(fast) if fast is not NOT_DECODED else None
+    if fields is not None:
+        return fields
     meta = decode(ckpt, data[: scan.end], scan, index, guarded=guarded)
     fields = _fields(meta)
     if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):
@@ -307,7 +312,8 @@ class _Lister:
         self.readers: dict[str, FileReader | RemoteFile | str | None] = {}  # str: why it is not read
         self.paths: dict[str, Path] = {}
         self.extents: dict[str, list[tuple[int, int, str]]] = {}  # trusted: (offset, length, name) per file
-        self.strides: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.shapes: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}  # chunk sizes -> (strides, numel)
+        self.bits: dict[str, int] = {}
 
     def _reader(self, relative: str) -> FileReader | RemoteFile | str | None:
         if relative not in self.readers:
@@ -320,6 +326,7 @@ class _Lister:
                 self.readers[relative] = None  # missing, or a path that passes a symlink
             else:
                 self.paths[relative] = target
+                self.extents[relative] = []
                 self.readers[relative] = self.handles.enter_context(_opened(target))  # shared by many items
         return self.readers[relative]
 
@@ -354,23 +361,18 @@ class _Lister:
         dtype = str(state[0] if isinstance(state, tuple) and state else _fields(props).get("dtype", "uint8"))
         size = tuple(md.get("size") or ())
         chunks = list(md.get("chunks") or [])
-        out: dict[str, TensorInfo] = {}
         single = len(chunks) == 1
+        out: dict[str, TensorInfo] = {}
         for chunk in chunks:
             cf = _fields(chunk)
             offsets = tuple(cf.get("offsets") or ())
             sizes = tuple(cf.get("sizes") or ())
             name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=False))}]"
-            found = self.item(name, items.get((fqn, offsets)))
-            if found is None:
-                continue
+            where = items.get((fqn, offsets))
             if self.trust:
-                tensor = self._declared_tensor(found, name, dtype, sizes)
+                tensor = self._declared_tensor(name, where, dtype, sizes)
             else:
-                reader, offset, length, relative = found
-                key = f"{relative}@{offset}"
-                tensor = _chunk_tensor(self.ckpt, reader, self.folder / relative, offset, length, key, name, dtype,
-                                       sizes)  # fmt: skip
+                tensor = self._read_tensor(name, where, dtype, sizes)
             if tensor is not None:
                 self.ckpt.tensors.append(tensor)
                 out[name] = tensor
@@ -379,27 +381,51 @@ class _Lister:
         self.ckpt.metadata.setdefault("dcp_sharded", {})[fqn] = list(size)
         return out
 
-    def _declared_tensor(self, found, name: str, dtype: str, sizes: tuple[int, ...]) -> TensorInfo | None:
-        """A chunk as `.metadata` declares it: its item must at least hold its bytes."""
-        _reader, offset, length, relative = found
+    def _read_tensor(self, name: str, where: dict[str, Any] | None, dtype: str, sizes: tuple[int, ...]):
+        """A chunk as its item's own torch.save zip holds it."""
+        found = self.item(name, where)
+        if found is None:
+            return None
+        reader, offset, length, relative = found
+        key = f"{relative}@{offset}"
+        return _chunk_tensor(self.ckpt, reader, self.folder / relative, offset, length, key, name, dtype, sizes)
+
+    def _declared_tensor(self, name: str, where: dict[str, Any] | None, dtype: str,
+                         sizes: tuple[int, ...]) -> TensorInfo | None:  # fmt: skip
+        """A chunk as `.metadata` declares it: its item must at least hold its bytes. Half a million chunks at 256
+        ranks: an item in a file already opened, within it and without transforms takes the short way here;
+        anything else goes through item(), which says what is wrong."""
+        relative: Any = where.get("relative_path") if type(where) is dict else None
+        reader = self.readers.get(relative) if type(relative) is str else None
+        offset, length = (where["offset"], where["length"]) if reader is not None else (None, None)  # type: ignore[index]
+        if (reader is None or isinstance(reader, str) or type(offset) is not int or type(length) is not int
+                or offset < 0 or length < 0 or offset + length > reader.size or where.get("transform_descriptors")):  # type: ignore[union-attr]  # fmt: skip
+            found = self.item(name, where)
+            if found is None:
+                return None
+            _reader, offset, length, relative = found
+        shape = self.shapes.get(sizes)
+        if shape is None:
+            shape = self.shapes[sizes] = (contiguous_strides(sizes), math.prod(sizes))
         key = f"{relative}@{offset}/0"  # torch.save of one tensor names its storage "0": as the full read keys it
-        strides = self.strides.get(sizes)
-        if strides is None:
-            strides = self.strides[sizes] = contiguous_strides(sizes)
-        tensor = TensorInfo(name, dtype, sizes, strides, key, 0)
-        nbytes = tensor.nbytes
+        bits = self.bits.get(dtype)
+        if bits is None:
+            bits = self.bits[dtype] = dtype_info(dtype).bits
+        nbytes = (shape[1] * bits + 7) >> 3
         if length < nbytes:
             self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative} at byte {offset}: {name} needs {nbytes} bytes, "
                                      f".metadata gives it {length}", name)  # fmt: skip
             return None
-        self.ckpt.storages[key] = StorageInfo(key, dtype, nbytes, self.paths[relative], None, member=name)
-        self.extents.setdefault(relative, []).append((offset, length, name))
-        return tensor
+        self.ckpt.storages[key] = StorageInfo(key, dtype, nbytes, self.paths[relative], None, None, name)
+        self.extents[relative].append((offset, length, name))
+        return TensorInfo(name, dtype, sizes, shape[0], key, 0)
 
     def check_files(self) -> None:
         """Once per data file: its items do not overlap, and they begin and end as torch.save zips (or are all
         raw bytes, as the safetensors-style serialization writes them)."""
         for relative, extents in self.extents.items():
+            if not extents:
+                continue
             extents.sort()
             reader = self.readers[relative]
             assert reader is not None and not isinstance(reader, str)  # noqa: S101 - only read files have extents

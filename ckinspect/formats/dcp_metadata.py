@@ -66,11 +66,16 @@ class _Declined(Exception):
     """Not what DCP's writer emits: the general path decides."""
 
 
-class _FastUnpickler(pickle.Unpickler):
+class FastUnpickler(pickle.Unpickler):
+    """The C unpickler with DCP's globals only; every global it is asked for is in `asked`, in order (the
+    static scan's list when it reads to STOP: pickle_scan.scan_decoding)."""
+
     def __init__(self, file: Any) -> None:
         super().__init__(file, fix_imports=False, encoding="latin1")
+        self.asked: list[tuple[str, str]] = []
 
     def find_class(self, module: str, name: str) -> Any:
+        self.asked.append((module, name))
         qualname = f"{module}.{name}"
         found = _RECORDS.get(qualname)
         if found is not None:
@@ -90,12 +95,18 @@ class _FastUnpickler(pickle.Unpickler):
 def fast_fields(data: bytes) -> dict[str, Any] | None:
     """Metadata's fields for a .metadata as torch writes it; None to take the general decoder. Only for a
     pickle the static scan has judged (CPython's C unpickler allocates its memo up to any index a
-    LONG_BINPUT names: the scan refuses such indices first)."""
-    unpickler = _FastUnpickler(io.BytesIO(data))
+    LONG_BINPUT names: the scan refuses such indices first); dcp.py goes through scan_decoding instead,
+    which judges and decodes in one pass."""
+    unpickler = FastUnpickler(io.BytesIO(data))
     try:
         meta = unpickler.load()
     except Exception:  # noqa: BLE001 - declined, refused or malformed: the general decoder judges it
         return None
+    return metadata_fields(meta)
+
+
+def metadata_fields(meta: Any) -> dict[str, Any] | None:
+    """The fields of what FastUnpickler built when it is DCP Metadata; None otherwise."""
     fields = meta.fields if isinstance(meta, Opaque) and meta.qualname == f"{_METADATA}.Metadata" else {}
     if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):
         return None

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path, PurePosixPath
 
-from ckinspect.formats.sniff import is_dcp_folder, sniff
+from ckinspect.formats.sniff import sniff
 from ckinspect.record import Record
 from ckinspect.vocab import (
     FOUND_SUFFIXES,
@@ -67,17 +67,14 @@ def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
 
     Raises CkinspectError for a path that does not exist.
     """
-    from ckinspect.io.folders import open_folder
-    from ckinspect.io.remote import RemotePath, is_url
+    from ckinspect.io import folders
+    from ckinspect.io.remote import is_url
 
     found: list[Target] = []
     for raw in paths:
-        if is_url(raw):
-            url = RemotePath(os.fspath(raw))
-            if url.is_folder_url():  # a prefix (a trailing slash): listed once, then searched like a folder
-                found.extend(_search(open_folder(url), visited=set()))
-            else:  # one object: opened (and its absence reported) when it is read
-                found.append(Target(url, "file"))  # type: ignore[arg-type]  # a URL as a Path
+        if is_url(raw):  # a prefix (a trailing slash): listed once, then searched like a folder; one object:
+            url = folders.target(raw)  # opened (and its absence reported) when it is read
+            found.extend(_search(url, visited=set()) if folders.names_folder(raw) else [Target(url, "file")])
             continue
         path = Path(raw)
         if not path.exists():
@@ -98,13 +95,12 @@ def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
 def _search(folder: Path, visited: set[Path]) -> list[Target]:
     """Checkpoints in a folder on disk or under a listed URL prefix (io.folders)."""
     from ckinspect.io import folders
-    from ckinspect.io.remote import is_url
 
-    real = folder if is_url(folder) else folder.resolve()
+    real = folders.real(folder)
     if real in visited:  # a symlink loop
         return []
     visited.add(real)
-    if is_dcp_folder(folder) if not is_url(folder) else sniff(folder) == "dcp":
+    if sniff(folder) == "dcp":  # a local folder by its files, a listed prefix from its listing
         return [Target(folder, "dcp")]
     entries = folders.entries(folder)
 

@@ -20,7 +20,8 @@ from ckinspect.formats.pickle_findings import check_views, record_globals
 from ckinspect.formats.pickle_scan import scan_stream
 from ckinspect.formats.sniff import NPY_MAGIC
 from ckinspect.formats.tree import ROOT_TENSOR_NAME
-from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, data_offset, read_directory
+from ckinspect.io.reader import FileReader
+from ckinspect.io.zipdir import ZipError, ZipMember, data_offset, read_directory
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 from ckinspect.vocab import CkinspectError
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ckinspect.formats import local_file
 from ckinspect.formats.joblib_walk import JoblibError, JoblibStream, names_joblib, walk_joblib
+from ckinspect.formats.opening import local_file
 from ckinspect.formats.pickle_findings import PLAIN_PICKLE_LOAD, check_views, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import scan_file, scan_stream
 from ckinspect.formats.tree import no_gc

@@ -7,7 +7,7 @@ import pickletools
 import re
 
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
-from ckinspect.formats.pickle_scan import GlobalRef, PickleScan
+from ckinspect.formats.pickle_scan import TORCH_REGISTERED_BY_IMPORT, GlobalRef, PickleScan
 from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten
 from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
 from ckinspect.model import Checkpoint, TensorInfo
@@ -68,6 +68,10 @@ def allowlist_hint(benign: list[GlobalRef], data: Any = None) -> str:
     modules: list[str] = []
     for g in benign:
         expr = g.qualname
+        if expr in TORCH_REGISTERED_BY_IMPORT:  # torch allows it itself once the module registering it is imported
+            if TORCH_REGISTERED_BY_IMPORT[expr] not in modules:
+                modules.append(TORCH_REGISTERED_BY_IMPORT[expr])
+            continue
         if expr.startswith("numpy.core."):
             expr = "numpy._core." + expr[len("numpy.core.") :]
             entries.append(f'({expr}, "{g.qualname}")')
@@ -82,6 +86,8 @@ def allowlist_hint(benign: list[GlobalRef], data: Any = None) -> str:
         if classes and "numpy.dtypes" not in modules:
             modules.append("numpy.dtypes")
     imports = ", ".join([*modules, "torch"])
+    if not entries:
+        return f"import {imports}"
     return f"import {imports}; torch.serialization.add_safe_globals([{', '.join(entries)}])"
 
 

@@ -27,6 +27,11 @@ import struct
 import zlib
 
 from ckinspect.record import Record, field
+from ckinspect.vocab import GlobalKind
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # ----------------------------------------------------------------------------------------------
 # Classification
@@ -184,6 +189,25 @@ BENIGN: frozenset[str] = frozenset(
         "torch.distributed.checkpoint.filesystem._StoragePrefix",
     ]
 )
+# Globals torch's weights_only unpickler accepts once the torch module that registers them (add_safe_globals,
+# at its import) has been imported. `import torch` imports torch.nested and torch.distributed.device_mesh
+# itself (ALLOWED below); not torch._dynamo (the dim marks an NJT carries) nor torch.distributed.tensor
+# (DTensors): torch.load(weights_only=True) refuses such a file until the user imports them (ALLOWLIST_NEEDED).
+TORCH_REGISTERED_BY_IMPORT: dict[str, str] = {
+    "torch._dynamo.decorators._DimRange": "torch._dynamo",
+    **{f"torch.distributed.{name}": "torch.distributed.tensor" for name in (
+        "tensor.DTensor", "device_mesh.DeviceMesh", "tensor._dtensor_spec.DTensorSpec",
+        "tensor._dtensor_spec.TensorMeta", "tensor._dtensor_spec.ShardOrderEntry",
+        "tensor.placement_types.Partial", "tensor.placement_types.Replicate", "tensor.placement_types.Shard",
+        "tensor.placement_types._StridedShard")},
+}  # fmt: skip
+TORCH_REGISTERED_BY_DEFAULT = (
+    "torch.nested._internal.nested_tensor.NestedTensor",  # jagged nested tensors (NJT)
+    "torch.nested._internal.nested_tensor._rebuild_njt",
+    "torch.distributed._mesh_layout._MeshLayout",  # a DTensor's device mesh
+    "torch.distributed._mesh_layout._FlatLayout",
+)
+
 _BENIGN_MODULES: tuple[str, ...] = (
     "torch.distributed.checkpoint.metadata",  # DCP .metadata dataclasses and enums
     "numpy.dtypes",  # numpy 2 DType classes (Float64DType ...)
@@ -212,7 +236,7 @@ def mark_torchscript(scans: list[PickleScan]) -> None:
     for scan in scans:
         for g in scan.globals:
             if g.kind == "unsafe" and is_torchscript_global(g.module, g.name):
-                g.kind = "torchscript"
+                g.kind = GlobalKind.TORCHSCRIPT
 
 
 # Globals that give a pickle code execution, file or network access; named so messages can say so.
@@ -370,18 +394,20 @@ def is_dangerous(module: str, name: str) -> bool:
     )
 
 
-def classify_global(module: str, name: str) -> str:
+def classify_global(module: str, name: str) -> GlobalKind:
     """ "allowed" if torch.load(weights_only=True) accepts it by default, "benign" if it only builds
     data, "unsafe" otherwise (including every name known to run code)."""
     module, name = normalize(module, name)
     qualname = f"{module}.{name}"
     if qualname in ALLOWED:
-        return "allowed"
-    if qualname in BENIGN:
-        return "benign"
+        return GlobalKind.ALLOWED
+    if qualname in TORCH_REGISTERED_BY_DEFAULT:
+        return GlobalKind.ALLOWED
+    if qualname in BENIGN or qualname in TORCH_REGISTERED_BY_IMPORT:
+        return GlobalKind.BENIGN
     if module in _BENIGN_MODULES and "." not in name and not name.startswith("__"):
-        return "benign"
-    return "unsafe"
+        return GlobalKind.BENIGN
+    return GlobalKind.UNSAFE
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1183,29 +1209,33 @@ class _Recorder(pickle.Unpickler):
         return _Inert
 
 
-def _cpython_walk(data, result: PickleScan, lexed: _Names) -> _Names | None:
-    """The globals of a pickle the lean walk read (`lexed`), as CPython's unpickler reaches them;
-    None where this walk does not apply (our stack walk does it then)."""
+def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickle.Unpickler] = _Recorder,
+                  max_bytes: int | None = MAX_CPYTHON_BYTES) -> tuple[_Names, Any] | None:  # fmt: skip
+    """The globals of a pickle the lean walk read (`lexed`), as CPython's unpickler reaches them, and what
+    `unpickler` (whose find_class appends each (module, name) it is asked for to `asked`) built; None where
+    this walk does not apply (our stack walk does it then)."""
     events = lexed.events
     if (result.error is not None or result.memo_error is not None or lexed.ext_codes or events is None
-            or result.end - result.start > MAX_CPYTHON_BYTES):  # fmt: skip
+            or (max_bytes is not None and result.end - result.start > max_bytes)):  # fmt: skip
         return None
-    recorder = _Recorder(io.BytesIO(memoryview(data)[result.start : result.end]))
+    file = io.BytesIO(memoryview(data)[result.start : result.end])
+    recorder = unpickler(file)
     try:
-        recorder.load()
-    except Exception:  # noqa: BLE001 - stopped before STOP: our own walk decides
+        value = recorder.load()
+    except Exception:  # noqa: BLE001 - stopped before STOP, or declined: our own walk decides
         return None
-    if len(recorder.asked) != len(events):
-        return None  # not one call per naming opcode: never expected, our own walk decides then
+    asked: list[tuple[str, str]] = recorder.asked  # type: ignore[attr-defined]
+    if len(asked) != len(events) or file.tell() != result.end - result.start:
+        return None  # not one call per naming opcode, or another STOP: never expected, our own walk decides then
     names = _Names()
-    for (module, name), lexed_ref in zip(recorder.asked, events, strict=True):
+    for (module, name), lexed_ref in zip(asked, events, strict=True):
         if lexed_ref is None:
             names.add(_ref(module, name, "STACK_GLOBAL"))
         elif normalize(module, name) != (lexed_ref.module, lexed_ref.name):
             return None
         else:
             names.add(lexed_ref)
-    return names
+    return names, value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1246,7 +1276,8 @@ def _scan_one(w: _Window, i: int, reopen, data=None) -> tuple[PickleScan, int]:
     try:
         after = _lean_walk(w, i, result, names)
         if result.stack_globals:  # a pickle cut short still ran what came before the cut
-            resolved = _cpython_walk(data, result, names) if data is not None else None
+            walked = _cpython_walk(data, result, names) if data is not None else None
+            resolved = walked[0] if walked is not None else None
             if resolved is None:
                 resolved = _Names()  # the stack walk lists every global again, in the order CPython meets them
                 again, j = reopen(result.start)
@@ -1272,6 +1303,36 @@ def scan_pickle(data, start: int = 0) -> PickleScan:
     """Walk one pickle held in memory, starting at `start`. Never raises: problems land in `.error`."""
     w, reopen = _whole(data, start)
     return _scan_one(w, start, reopen, data)[0]
+
+
+NOT_DECODED = object()  # what scan_decoding gives when its unpickler did not build the pickle's value
+
+
+def scan_decoding(data, unpickler: type[pickle.Unpickler], start: int = 0) -> tuple[PickleScan, Any]:
+    """One pickle held in memory, judged and decoded in one pass of CPython's C unpickler: (its scan, the
+    value `unpickler` built, or NOT_DECODED). `unpickler(file)` must append every (module, name) its
+    find_class is asked for to `self.asked` before it answers, and refuse (raise) whatever it does not
+    accept; nothing it is handed is imported or called by the scan.
+
+    The lean walk runs first and alone decides whether the unpickler may run at all: every memo index
+    within the pickle's bound and every declared length within its bytes (what makes the C unpickler
+    allocate), no EXT (resolved through copyreg's process-wide cache, not always through find_class).
+    The unpickler's answer is taken only when it stops at the lean walk's STOP having asked once per
+    GLOBAL, INST and STACK_GLOBAL opcode, the GLOBAL and INST ones for the names the walk read: then it
+    executed every naming opcode and `asked` is the scan's list, as CPython reaches it. Otherwise (declined,
+    refused, stopped early) the pickle is scanned the general way and nothing is decoded."""
+    w, _reopen = _whole(data, start)
+    result = PickleScan(start=start)
+    lexed = _Names()
+    try:
+        _lean_walk(w, start, result, lexed)
+        walked = _cpython_walk(data, result, lexed, unpickler, max_bytes=None)
+    except Exception:  # noqa: BLE001 - a scanner of hostile bytes must never raise: the general way reports
+        walked = None
+    if walked is None:
+        return scan_pickle(data, start), NOT_DECODED
+    result.globals = walked[0].refs
+    return result, walked[1]
 
 
 def scan_stream(data, start: int = 0, limit: int | None = None) -> list[PickleScan]:

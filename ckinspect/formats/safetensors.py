@@ -15,7 +15,7 @@ from pathlib import Path
 from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
 from ckinspect.fmt import human_bytes
 from ckinspect.formats.tree import no_gc
-from ckinspect.io.zipdir import FileReader
+from ckinspect.io.reader import FileReader
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False

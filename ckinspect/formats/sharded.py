@@ -94,21 +94,20 @@ def _read_index(ckpt: Checkpoint, index_path: Path) -> dict[str, str] | None:
 
 
 def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
-    from ckinspect.formats import read_as  # the package imports us lazily; no cycle at import time
+    from ckinspect.formats.files import read_file_as, read_remote_file
     from ckinspect.formats.sniff import describe, sniff
 
     kind = sniff(shard_path)
     if is_url(shard_path):
-        from ckinspect.formats import read_remote
-        from ckinspect.io.remote import open_remote
+        from ckinspect.io.folders import open_remote
 
         if kind == "safetensors":
-            return read_safetensors(shard_path, member=shard, reader=open_remote(shard_path))  # type: ignore[arg-type]
-        return read_remote(shard_path)  # a torch zip; anything else is CORRUPT there ("download it first")
+            return read_safetensors(shard_path, member=shard, reader=open_remote(shard_path))
+        return read_remote_file(shard_path)  # a torch zip; anything else is CORRUPT there ("download it first")
     if kind == "safetensors":
         return read_safetensors(shard_path, member=shard)
     if kind in ("torch-zip", "torch-legacy", "pickle"):  # a .bin shard is torch.load-ed: a plain pickle runs too
-        return read_as(shard_path, kind)
+        return read_file_as(shard_path, kind)
     part = Checkpoint(path=shard_path, format="unknown", file_bytes=shard_path.stat().st_size)
     part.add("CORRUPT", f"not a checkpoint: looks like {describe(shard_path)}")
     return part

@@ -10,7 +10,9 @@ import math
 import os
 from pathlib import Path
 
-from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, FileReader, ZipError, local_name, read_directory
+from ckinspect.io.reader import FileReader
+from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, ZipError, local_name, read_directory
+from ckinspect.vocab import HF_TRAINER_STATE
 
 HEAD_BYTES = 4096
 
@@ -221,7 +223,7 @@ def _names_code(path: Path, size: int) -> bool:
     """Whatever it looks like, pickle.load would import something that runs code from it (scanned a
     window at a time): it is judged as a pickle, not described as text or binary data."""
     from ckinspect.formats.pickle_scan import scan_file
-    from ckinspect.io.zipdir import FileReader
+    from ckinspect.io.reader import FileReader
 
     try:
         with open(path, "rb") as handle:
@@ -266,7 +268,7 @@ def _describe_folder(path: Path) -> str:
         names = {entry.name for entry in os.scandir(path)}
     except OSError as exc:
         return f"an unreadable folder ({exc.strerror or exc})"
-    if "trainer_state.json" in names:
+    if HF_TRAINER_STATE in names:
         return "a Hugging Face Trainer checkpoint folder (report the folder to list its files)"
     if any(name.endswith(".index.json") for name in names):
         return "a folder holding a sharded set (open its *.index.json)"

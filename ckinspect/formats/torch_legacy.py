@@ -13,15 +13,15 @@ import struct
 from pathlib import Path
 
 from ckinspect.dtypes import dtype_info
-from ckinspect.formats import local_file
 from ckinspect.formats.errors import CorruptPickle
+from ckinspect.formats.opening import local_file
 from ckinspect.formats.pickle_findings import StorageCollector, check_weights_only, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, scan_file
 from ckinspect.formats.sniff import LEGACY_MAGIC as MAGIC_NUMBER  # torch/serialization.py names it so
 from ckinspect.formats.sniff import LEGACY_TAR_MEMBERS, is_legacy_tar
 from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef, restricted_load
-from ckinspect.io.zipdir import FileReader
+from ckinspect.io.reader import FileReader
 from ckinspect.model import Checkpoint, StorageInfo
 
 TYPE_CHECKING = False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ckinspect.formats import local_file
+from ckinspect.formats.opening import local_file
 from ckinspect.formats.pickle_findings import (
     StorageCollector,
     check_views,
@@ -22,11 +22,11 @@ from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_mem
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import StorageRef
 from ckinspect.io.crc import crc32
+from ckinspect.io.reader import PositionedReader
 from ckinspect.io.zipdir import (
     DEFLATED,
     LOCAL_SIG,
     STORED,
-    FileReader,
     ZipError,
     ZipMember,
     data_offset,
@@ -62,7 +62,7 @@ def read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
     return ckpt
 
 
-def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 0, end: int | None = None,
+def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: int = 0, end: int | None = None,
                   key_prefix: str = "") -> Any:  # fmt: skip
     """Fill ckpt from the torch zip in [base, end) of `file`; returns the decoded tree (also set on ckpt
     when base is 0). Storage keys get `key_prefix` so several zips can share one Checkpoint (DCP)."""
@@ -117,7 +117,8 @@ def read_zip_into(ckpt: Checkpoint, reader: FileReader, file: Path, base: int = 
     return tree
 
 
-def _read_byteorder(ckpt: Checkpoint, reader: FileReader, record: ZipMember | None, cd_start: int, where: str) -> bool:
+def _read_byteorder(ckpt: Checkpoint, reader: PositionedReader, record: ZipMember | None, cd_start: int,
+                    where: str) -> bool:  # fmt: skip
     """Whether the archive's byteorder record says "big", as torch.load reads it: its typed storages are
     then stored byte-swapped (torch swaps them on load); no record means little; anything else torch refuses."""
     if record is None:
@@ -139,7 +140,7 @@ def crcs_recorded(members: list[ZipMember]) -> bool:
     return any(m.crc32 for m in members) or not any(m.file_size for m in members)
 
 
-def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipMember], pkl: ZipMember | None,
+def _scan_other_pickles(ckpt: Checkpoint, reader: PositionedReader, members: list[ZipMember], pkl: ZipMember | None,
                         cd_start: int, file: Path, torchscript: bool = False) -> None:  # fmt: skip
     """torch.load reads only data.pkl, but TorchScript archives (constants.pkl) are handed to
     torch.jit.load, and other tools read whatever .pkl they find: scan every pickle in the archive, in
@@ -169,7 +170,7 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: FileReader, members: list[ZipM
 TORCHSCRIPT_CONSTANTS = "CONSTANTS"
 
 
-def _add_torchscript_constants(ckpt: Checkpoint, reader: FileReader, by_name: dict[str, ZipMember], archive: str,
+def _add_torchscript_constants(ckpt: Checkpoint, reader: PositionedReader, by_name: dict[str, ZipMember], archive: str,
                                cd_start: int, file: Path) -> None:  # fmt: skip
     """The tensors of <archive>/constants.pkl (a tuple), whose storages live in <archive>/constants/."""
     member = by_name[archive + "constants.pkl"]
@@ -224,7 +225,7 @@ def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
     return candidates[0] if candidates else None
 
 
-def _scan_second_directory(ckpt: Checkpoint, reader: FileReader, cd_start: int, file: Path) -> None:
+def _scan_second_directory(ckpt: Checkpoint, reader: PositionedReader, cd_start: int, file: Path) -> None:
     """A zip whose end record names another directory than its zip64 record: torch (and zipfile) read
     the zip64 one, other readers may not. The pickles the other directory lists are judged too."""
     try:
@@ -238,7 +239,7 @@ def _scan_second_directory(ckpt: Checkpoint, reader: FileReader, cd_start: int, 
             _scan_in_place(ckpt, reader, member, other_start, f"{file.name}:{member.name} (second zip directory)")
 
 
-def _scan_in_place(ckpt: Checkpoint, reader: FileReader, member: ZipMember, limit: int, where: str,
+def _scan_in_place(ckpt: Checkpoint, reader: PositionedReader, member: ZipMember, limit: int, where: str,
                    torchscript: bool = False) -> None:  # fmt: skip
     """Scan a member's pickle(s) a window at a time, whatever its size (deflated: up to its declared size)."""
     try:
@@ -281,7 +282,7 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
 
 
 def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
-                           reader: FileReader, file: Path, cd_start: int, folder: str = "",
+                           reader: PositionedReader, file: Path, cd_start: int, folder: str = "",
                            big: bool = False) -> None:  # fmt: skip
     missing = []
     found: list[tuple[StorageRef, ZipMember]] = []
@@ -318,7 +319,7 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")
 
 
-def _read_without_directory(ckpt: Checkpoint, reader: FileReader, file: Path, problem: str) -> Any:
+def _read_without_directory(ckpt: Checkpoint, reader: PositionedReader, file: Path, problem: str) -> Any:
     """No end record (a save cut short): the local headers still say where data.pkl and each
     storage start, and the pickle ends itself with STOP, so list what is there and say what is not."""
     first = local_header_at(reader, 0)

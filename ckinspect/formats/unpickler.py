@@ -20,6 +20,7 @@ from ckinspect.fmt import bounded_repr, bounded_str
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import PickleScan, classify_global, is_torchscript_global, normalize, scan_pickle
 from ckinspect.model import COMPOSITE_PARTS, RAGGED, CompositeTensor, TensorInfo
+from ckinspect.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -340,6 +341,61 @@ def _rebuild_nested_tensor(buffer: Any, sizes: Any, strides: Any, storage_offset
     return CompositeTensor("nested", parts["buffer"].dtype, shape, parts)
 
 
+def _rebuild_njt(kwargs: Any) -> CompositeTensor:
+    """torch.nested._internal.nested_tensor._rebuild_njt(constructor_kwargs): a jagged nested tensor (NJT), one
+    values tensor holding the components end to end, the offsets where each begins and, when saved, their
+    lengths. Its shape is (components, *values' shape) with the ragged dimension (`_ragged_idx`) RAGGED."""
+    if not isinstance(kwargs, dict):
+        raise CorruptPickle(f"_rebuild_njt of something that is not a dict: {type(kwargs).__name__}")
+    parts = {name: _part(kwargs.get(name), f"a jagged nested tensor's {name}") for name in COMPOSITE_PARTS["jagged"]
+             if name in ("values", "offsets") or kwargs.get(name) is not None}  # fmt: skip
+    values, offsets, ragged = parts["values"], parts["offsets"], kwargs.get("_ragged_idx", 1)
+    if len(offsets.shape) != 1 or type(ragged) is not int or not 1 <= ragged <= len(values.shape):
+        raise CorruptPickle("a jagged nested tensor whose offsets or ragged dimension do not fit its values")
+    dims = list(values.shape)
+    dims[ragged - 1] = RAGGED
+    return CompositeTensor("jagged", values.dtype, (max(offsets.shape[0] - 1, 0), *dims), parts)
+
+
+class _WrapperSubclass(Record):
+    """torch._utils._rebuild_wrapper_subclass(cls, dtype, size, ...): a tensor subclass that holds no storage of
+    its own (DTensor ...). Its data are the tensors in the state _rebuild_from_type_v2 sets on it."""
+
+    subclass: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    def __setstate__(self, state: object) -> None:
+        raise CorruptPickle("pickle tries to rewrite a tensor descriptor")
+
+
+def _rebuild_wrapper_subclass(cls: Any, dtype: Any, size: Any, *_rest: Any) -> _WrapperSubclass:
+    if not isinstance(dtype, str):
+        raise CorruptPickle(f"a tensor subclass with a dtype that is not one: {bounded_repr(dtype, 40)}")
+    return _WrapperSubclass(getattr(cls, "qualname", "torch.Tensor"), dtype, _shape(size, "size"))
+
+
+_MAX_WRAPPED_DEPTH, _MAX_WRAPPED = 4, 64
+
+
+def _wrapped_tensors(state: Any, prefix: str = "", depth: int = 0, found: dict | None = None) -> dict[str, TensorInfo]:
+    """The tensors in a wrapper subclass's state, by attribute path (`_local_tensor`, `_spec.mesh._rank_map`),
+    through dicts and records a few levels deep: bounded, a pickle's memo can share one record without end."""
+    found = {} if found is None else found
+    if isinstance(state, Opaque):
+        state = state.fields
+    if not isinstance(state, dict) or depth > _MAX_WRAPPED_DEPTH:
+        return found
+    for key, value in state.items():
+        if len(found) >= _MAX_WRAPPED or type(key) is not str:
+            break
+        if isinstance(value, TensorInfo):
+            found[prefix + key] = value
+        elif isinstance(value, (dict, Opaque)):
+            _wrapped_tensors(value, f"{prefix}{key}.", depth + 1, found)
+    return found
+
+
 def _rebuild_meta_tensor_no_storage(dtype: Any, size: Any, stride: Any, *_rest: Any) -> CompositeTensor:
     """torch._utils._rebuild_meta_tensor_no_storage: a meta-device tensor, a shape and a dtype without data."""
     if not isinstance(dtype, str):
@@ -375,7 +431,13 @@ class _RebuildParameter(metaclass=_FrozenMeta):
 def _rebuild_from_type_v2(func, new_type, args, state=None):
     if not callable(func) or not isinstance(args, tuple):
         raise CorruptPickle("_rebuild_from_type_v2 with a non-callable rebuild function")
-    return func(*args)
+    rebuilt = func(*args)
+    if isinstance(rebuilt, _WrapperSubclass):
+        if isinstance(state, tuple) and len(state) == 2:  # (dict, slots), as copyreg spells state with slots
+            state = {k: v for half in state if isinstance(half, dict) for k, v in half.items()}
+        parts = _wrapped_tensors(state)
+        return CompositeTensor("wrapper_subclass", rebuilt.dtype, rebuilt.shape, parts, subclass=rebuilt.subclass)
+    return rebuilt
 
 
 def _rebuild_device_tensor_from_cpu_tensor(data, *_rest):
@@ -470,6 +532,9 @@ _STANDINS: dict[str, Any] = {
     "torch._utils._rebuild_parameter_with_state": _RebuildParameter,
     "torch._utils._rebuild_device_tensor_from_cpu_tensor": _Call(_rebuild_device_tensor_from_cpu_tensor),
     "torch._tensor._rebuild_from_type_v2": _Call(_rebuild_from_type_v2),
+    "torch._utils._rebuild_wrapper_subclass": _Call(_rebuild_wrapper_subclass),
+    "torch.nested._internal.nested_tensor._rebuild_njt": _Call(_rebuild_njt),
+    "torch.nested._internal.nested_tensor.NestedTensor": _TensorClass,
     "torch.nn.parameter.Parameter": _ParameterStandIn,
     "torch.Tensor": _TensorClass,
     "torch.Size": _Call(_size),

@@ -69,13 +69,7 @@ CRC_IMPL, _impl = _choose()
 crc32: Crc32 = _impl.crc32
 
 
-def _python_crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    from ckinspect.io.blobs import crc32_combine as combine
-
-    return combine(crc1, crc2, len2)
-
-
-crc32_combine: Callable[[int, int, int], int] = getattr(_impl, "crc32_combine", _python_crc32_combine)
+crc32_combine: Callable[[int, int, int], int]  # the backend's own when it has one (below)
 
 
 def available() -> dict[str, Crc32]:
@@ -86,3 +80,53 @@ def available() -> dict[str, Crc32]:
         if module is not None:
             out[name] = module.crc32
     return out
+
+
+def python_crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """CRC-32 of A+B from crc(A), crc(B) and len(B), as zlib's crc32_combine (which Python does not expose).
+
+    This is what lets two threads checksum different chunks of one storage and still check the
+    zip directory's CRC of the whole member.
+    """
+    return _multmodp(_x2nmodp(len2, 3), crc1) ^ crc2
+
+
+_POLY = 0xEDB88320  # reflected CRC-32 polynomial
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a(x) * b(x) modulo the CRC polynomial (reflected bit order)."""
+    m = 1 << 31
+    p = 0
+    while True:
+        if a & m:
+            p ^= b
+            if (a & (m - 1)) == 0:
+                break
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+    return p
+
+
+def _powers() -> list[int]:
+    table = [1 << 30]  # x^1
+    for _ in range(31):
+        table.append(_multmodp(table[-1], table[-1]))
+    return table
+
+
+_X2N = _powers()  # x^(2^n) modulo the polynomial
+
+
+def _x2nmodp(n: int, k: int) -> int:
+    """x^(n * 2^k) modulo the polynomial."""
+    p = 1 << 31  # x^0
+    while n:
+        if n & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return p
+
+
+crc32_combine = getattr(_impl, "crc32_combine", python_crc32_combine)

@@ -1,10 +1,11 @@
 """Folders on disk or under a URL prefix, behind one small interface, so that searching a folder for
 checkpoints (formats.discover) and a run's recognisers (analysis.runs) do not care which they read.
 
-    root = open_folder("s3://bucket/run/")   # a URL: one listing of everything under the prefix, kept
-    for entry in entries(root): ...          # name, path, is_dir, sorted by name (os.scandir on disk)
-    size(path), mtime(path), is_file(path), is_dir(path), exists(path)
-    read_bytes(path, limit)                  # a small record (JSON, a pointer file, a file's first bytes)
+    with Listings().in_use():                # the caller owns the listings taken (clear() to look afresh)
+        root = open_folder("s3://bucket/run/")   # a URL: one listing of everything under the prefix, kept
+        for entry in entries(root): ...          # name, path, is_dir, sorted by name (os.scandir on disk)
+        size(path), mtime(path), is_file(path), is_dir(path), exists(path)
+        read_bytes(path, limit)                  # a small record (JSON, a pointer file, a file's first bytes)
 
 On disk every call asks the operating system (a run being written changes under us: `watch` relies on
 it). Under a URL, `open_folder` lists the prefix once (fsspec `find`: one paginated LIST per thousand
@@ -16,14 +17,16 @@ is "no such folder", as a missing local folder is.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-from ckinspect.io.remote import RemotePath, filesystem, is_url, shown, with_retries
+from ckinspect.io.remote import RemoteFile, RemotePath, filesystem, is_url, shown, with_retries
 from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from collections.abc import Set as AbstractSet
     from typing import Any
 
@@ -144,7 +147,52 @@ class RemoteListing:
         return obj.size
 
 
-_listings: list[RemoteListing] = []
+class Listings:
+    """The URL prefixes listed so far, newest last, at most `keep` of them (a report of several prefixes).
+    Its owner says how long a listing is trusted: the CLI takes one per command and the API one per call
+    (`with Listings().in_use():`), a long-running caller (the TUI) keeps its own and `clear()`s it so
+    that its next look lists afresh. Every question about a path under a listed prefix is answered from the
+    innermost Listings in use."""
+
+    def __init__(self, keep: int = _KEEP) -> None:
+        self.keep = keep
+        self._taken: list[RemoteListing] = []
+
+    def add(self, listing: RemoteListing) -> None:
+        self._taken = [x for x in self._taken if x.url != listing.url][-(self.keep - 1) :] + [listing]
+
+    def known(self, url: str) -> RemotePath | None:
+        """The root of the listing of `url` (no trailing slash) taken in this Listings, None if none was."""
+        return next((x.root for x in reversed(self._taken) if x.url == url), None)
+
+    def find(self, path: RemotePath) -> tuple[RemoteListing, str]:
+        """The listing that holds `path`, and its key there; FileNotFoundError when none does."""
+        for listing in reversed(self._taken):
+            rel = listing.relative(path)
+            if rel is not None:
+                return listing, rel
+        raise FileNotFoundError(f"{path}: not under a listed folder")
+
+    def clear(self) -> None:
+        self._taken = []
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[Listings]:
+        """This Listings answers (and keeps what is listed) until the block ends; then the one before does."""
+        _in_use.append(self)
+        try:
+            yield self
+        finally:
+            _in_use.remove(self)  # by identity: another thread's scope may have opened since
+
+
+_in_use: list[Listings] = []  # innermost last; each is owned by the `with` that put it here
+_UNSCOPED = Listings()  # what a call outside any `in_use` block lists into (a library call of formats or analysis)
+
+
+def current() -> Listings:
+    """The Listings that answers now: the innermost in use, else the unscoped one."""
+    return _in_use[-1] if _in_use else _UNSCOPED
 
 
 def _mtime(info: dict[str, Any]) -> float:
@@ -172,24 +220,47 @@ def open_folder(path: str | os.PathLike[str]) -> Path:
     if not is_url(path):
         return Path(path)
     root = RemotePath(str(RemotePath(os.fspath(path)).folder()).rstrip("/"))
-    listing = RemoteListing(root)
-    _listings[:] = [x for x in _listings if x.url != listing.url][-(_KEEP - 1) :] + [listing]
+    current().add(RemoteListing(root))
     return root  # type: ignore[return-value]  # a URL where a Path is expected (pure operations only)
 
 
 def listed_folder(path: str | os.PathLike[str]) -> Path:
     """The folder of a URL prefix this command has listed already (else listed now), as `open_folder` gives it."""
     root = RemotePath(str(RemotePath(os.fspath(path)).folder()).rstrip("/"))
-    known = next((x.root for x in reversed(_listings) if x.url == str(root)), None)
+    known = current().known(str(root))
     return known if known is not None else open_folder(root)  # type: ignore[return-value]  # a URL as a Path
 
 
+def names_folder(raw: str | os.PathLike[str]) -> bool:
+    """Whether the user names a folder: a URL by its trailing slash (a prefix, listed when opened), a local
+    path by being one now."""
+    return RemotePath(os.fspath(raw)).is_folder_url() if is_url(raw) else Path(raw).is_dir()
+
+
+def target(raw: str | os.PathLike[str], listed: bool = False) -> Path:
+    """What the user names, as the Path the layers above read: a local Path, a URL naming one object as a
+    RemotePath (read by range requests), a URL prefix as its listed folder (`open_folder`; with `listed`, the
+    listing this command took already, if it took one)."""
+    if not is_url(raw):
+        return Path(raw)
+    if not RemotePath(os.fspath(raw)).is_folder_url():
+        return RemotePath(os.fspath(raw))  # type: ignore[return-value]  # a URL as a Path (pure operations only)
+    return listed_folder(raw) if listed else open_folder(raw)
+
+
+def known_missing(path: str | os.PathLike[str]) -> bool:
+    """A local path that is not there (a usage error before anything is read). A URL is never known missing
+    here: its absence is found, as one line, when it is read."""
+    return not is_url(path) and not Path(path).exists()
+
+
+def real(path: Path) -> Path:
+    """The path with its links resolved on disk (a loop is seen by it); a URL as it is (a prefix has no links)."""
+    return path if is_url(path) else path.resolve()
+
+
 def _find(path: RemotePath) -> tuple[RemoteListing, str]:
-    for listing in reversed(_listings):
-        rel = listing.relative(path)
-        if rel is not None:
-            return listing, rel
-    raise FileNotFoundError(f"{path}: not under a listed folder")
+    return current().find(path)
 
 
 def _listed_file(remote: RemotePath) -> tuple[RemoteListing, str] | None:
@@ -302,8 +373,6 @@ def size(path: Path) -> int:
         return path.stat().st_size
     found = _listed_file(remote)
     if found is None:  # a URL outside any listing: ask for it
-        from ckinspect.io.remote import RemoteFile
-
         return RemoteFile(remote).size
     return found[0].size(found[1], remote)
 
@@ -338,17 +407,10 @@ def read_bytes(path: Path, limit: int | None = None) -> bytes:
     if remote is None:
         with open(path, "rb") as handle:
             return handle.read() if limit is None else handle.read(limit)
-    from ckinspect.io.remote import RemoteFile
-
     # a failed request is the network's, not the file's: CkinspectError (one line, exit 2), never "unreadable"
     found = _listed_file(remote)  # outside any listing: its size from one request
     opened = RemoteFile(remote) if found is None else RemoteFile(remote, found[0].size(found[1], remote))
     return opened.read_at(0, opened.size if limit is None else min(limit, opened.size))
-
-
-def forget_listings() -> None:
-    """Drop the listings taken so far (the CLI does after each command: a later one lists afresh)."""
-    _listings.clear()
 
 
 def listed_size(path: RemotePath) -> int | None:
@@ -358,3 +420,10 @@ def listed_size(path: RemotePath) -> int | None:
     except FileNotFoundError:
         return None
     return None if found is None else found[0].objects[found[1]].size
+
+
+def open_remote(path: str | os.PathLike[str]) -> RemoteFile:
+    """The object at `path`, ready for positioned reads; CkinspectError (one line) when it cannot be read.
+    Its size comes from the listing of its folder when one was taken (io.folders), else from one request."""
+    remote = path if isinstance(path, RemotePath) else RemotePath(os.fspath(path))
+    return RemoteFile(remote, listed_size(remote))

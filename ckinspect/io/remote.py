@@ -25,6 +25,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 from ckinspect import settings
+from ckinspect.io.reader import ReadError
 from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
@@ -307,9 +308,7 @@ class RemoteFile:
 
     def read_at(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
-            from ckinspect.io.zipdir import ZipError
-
-            raise ZipError(f"negative read at {offset}")
+            raise ReadError(f"negative read at {offset}")
         end = min(self.size, offset + length)
         if end <= offset:
             return b""
@@ -339,12 +338,3 @@ class RemoteFile:
         data = self.read_at(offset, len(buffer))
         buffer[: len(data)] = data
         return len(data)
-
-
-def open_remote(path: str | RemotePath) -> RemoteFile:
-    """The object at `path`, ready for positioned reads; CkinspectError (one line) when it cannot be read.
-    Its size comes from the listing of its folder when one was taken (io.folders), else from one request."""
-    path = path if isinstance(path, RemotePath) else RemotePath(path)
-    from ckinspect.io.folders import listed_size
-
-    return RemoteFile(path, listed_size(path))

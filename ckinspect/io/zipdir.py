@@ -12,14 +12,13 @@ byte (torch stores members uncompressed and 64-byte aligned).
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from collections import namedtuple
 from collections.abc import Iterator
 
 from ckinspect.io.crc import crc32
-from ckinspect.vocab import CkinspectError
+from ckinspect.io.reader import PositionedReader, ReadError
 
 # record signatures
 LOCAL_SIG = b"PK\x03\x04"
@@ -50,8 +49,7 @@ _MAX_COMMENT = 0xFFFF
 _CHUNK = 1 << 22
 
 
-class ZipError(CkinspectError):
-    """The zip structure is missing or does not add up; the message says what and where."""
+ZipError = ReadError  # the zip layer's name for the one error root of positioned reads (io.reader)
 
 
 class ZipMember(namedtuple("ZipMember", "name header_offset compress_type compressed_size file_size crc32 flags")):
@@ -63,43 +61,7 @@ class ZipMember(namedtuple("ZipMember", "name header_offset compress_type compre
     __slots__ = ()
 
 
-class FileReader:
-    """Positioned reads from an open file, with a small block cache for walking local headers."""
-
-    BLOCK = 1 << 14
-
-    def __init__(self, fd: int, size: int) -> None:
-        self.fd = fd
-        self.size = size
-        self._block_start = -1
-        self._block = b""
-
-    def read_at(self, offset: int, length: int) -> bytes:
-        if offset < 0 or length < 0:
-            raise ZipError(f"negative read at {offset}")
-        chunks = []
-        while length > 0:
-            chunk = os.pread(self.fd, min(length, 1 << 26), offset)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            offset += len(chunk)
-            length -= len(chunk)
-        return b"".join(chunks)
-
-    def small_read(self, offset: int, length: int) -> bytes:
-        """Read a few bytes through the block cache (local headers lie close together)."""
-        start = offset - offset % self.BLOCK
-        if start != self._block_start or offset + length > start + len(self._block):
-            if offset + length > start + self.BLOCK:
-                return self.read_at(offset, length)
-            self._block = self.read_at(start, self.BLOCK)
-            self._block_start = start
-        rel = offset - start
-        return self._block[rel : rel + length]
-
-
-def find_end(reader: FileReader, base: int, end: int, classic: bool = False) -> tuple[int, int, int]:
+def find_end(reader: PositionedReader, base: int, end: int, classic: bool = False) -> tuple[int, int, int]:
     """(central directory start, its size, entry count) for a zip occupying [base, end) of the file.
 
     As torch's reader (miniz) and Python's zipfile do, a zip64 end record that a locator right before
@@ -136,7 +98,7 @@ def find_end(reader: FileReader, base: int, end: int, classic: bool = False) -> 
     return cd_start, cd_size, count
 
 
-def _zip64_end(reader: FileReader, base: int, eocd_abs: int) -> tuple[int, int, int, int] | None:
+def _zip64_end(reader: PositionedReader, base: int, eocd_abs: int) -> tuple[int, int, int, int] | None:
     """(count, directory size, directory offset, record position) of the zip64 end record the locator
     just before the end record at `eocd_abs` points at; None when there is no such locator or record."""
     if eocd_abs - _EOCD64_LOCATOR.size < base:
@@ -154,7 +116,7 @@ def _zip64_end(reader: FileReader, base: int, eocd_abs: int) -> tuple[int, int, 
     return fields[7], fields[8], fields[9], base + eocd64_rel
 
 
-def read_directory(reader: FileReader, base: int = 0, end: int | None = None,
+def read_directory(reader: PositionedReader, base: int = 0, end: int | None = None,
                    classic: bool = False) -> tuple[list[ZipMember], int]:  # fmt: skip
     """Every member of the zip in [base, end), plus where the central directory starts (`classic`:
     the directory the end record itself names, see find_end)."""
@@ -184,7 +146,7 @@ def read_directory(reader: FileReader, base: int = 0, end: int | None = None,
     return members, cd_start
 
 
-def directory_entry_offsets(reader: FileReader, base: int = 0, end: int | None = None) -> list[int]:
+def directory_entry_offsets(reader: PositionedReader, base: int = 0, end: int | None = None) -> list[int]:
     """The absolute position of each central directory entry, in directory order (where a writer that
     fills in a member's bytes afterwards patches its CRC-32, at +16)."""
     cd_start, cd_size, count = find_end(reader, base, reader.size if end is None else end)
@@ -237,7 +199,7 @@ def local_name(head: bytes) -> bytes | None:
     return head[LOCAL.size : LOCAL.size + int.from_bytes(head[26:28], "little")]
 
 
-def data_offset(reader: FileReader, member: ZipMember) -> int:
+def data_offset(reader: PositionedReader, member: ZipMember) -> int:
     """Absolute position of the member's first byte: local header + name + the local extra field
     (torch pads that extra field so the data is 64-byte aligned; the directory does not record it)."""
     header = reader.small_read(member.header_offset, LOCAL.size)
@@ -249,7 +211,7 @@ def data_offset(reader: FileReader, member: ZipMember) -> int:
     return member.header_offset + LOCAL.size + name_len + extra_len
 
 
-def data_offsets(reader: FileReader, members: list[ZipMember]) -> list[int | ZipError]:
+def data_offsets(reader: PositionedReader, members: list[ZipMember]) -> list[int | ZipError]:
     """data_offset() of each member, or the ZipError it would raise, in one loop over blocks of local
     headers: for 50,000 tiny storages the per-member calls cost more than the reading."""
     out: list[int | ZipError] = []
@@ -275,7 +237,7 @@ def data_offsets(reader: FileReader, members: list[ZipMember]) -> list[int | Zip
     return out
 
 
-def local_header_at(reader: FileReader, offset: int) -> tuple[str, int, int] | None:
+def local_header_at(reader: PositionedReader, offset: int) -> tuple[str, int, int] | None:
     """(name, data offset, flags) of a local header at `offset`, or None if there is none."""
     header = reader.small_read(offset, LOCAL.size)
     if len(header) < LOCAL.size or header[:4] != LOCAL_SIG:
@@ -286,7 +248,7 @@ def local_header_at(reader: FileReader, offset: int) -> tuple[str, int, int] | N
     return name, offset + LOCAL.size + name_len + extra_len, flags
 
 
-def member_chunks(reader: FileReader, member: ZipMember, start: int, verify: bool = False,
+def member_chunks(reader: PositionedReader, member: ZipMember, start: int, verify: bool = False,
                   max_bytes: int | None = None, chunk: int = _CHUNK) -> Iterator[bytes]:  # fmt: skip
     """The member's bytes from its data at `start`, inflated, in pieces of about `chunk` bytes.
 
@@ -333,7 +295,7 @@ def member_chunks(reader: FileReader, member: ZipMember, start: int, verify: boo
         raise ZipError(f"Bad CRC-32 for {member.name}")
 
 
-def read_member(reader: FileReader, member: ZipMember, limit: int | None = None, max_bytes: int | None = None,
+def read_member(reader: PositionedReader, member: ZipMember, limit: int | None = None, max_bytes: int | None = None,
                 verify: bool = False) -> bytes:  # fmt: skip
     """The member's whole (inflated) bytes; `limit` is where its data must end (the directory's start)."""
     start = data_offset(reader, member)

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, read_directory, read_member
+from ckinspect.io.reader import FileReader
+from ckinspect.io.zipdir import ZipError, ZipMember, read_directory, read_member
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.ops.rawtensors import SKIP, Built, StorageSource, count_values
 from ckinspect.optional import require_torch

@@ -302,9 +302,10 @@ def _cast_with_torch(raw: memoryview, source: str, target: str) -> Any:
     from ckinspect.optional import require_torch
 
     torch = require_torch(f"casting {source} to {target}")
-    from ckinspect.ops.torchio import tensor_from_bytes
-
-    out = tensor_from_bytes(bytearray(raw), source, (len(raw) * 8 // dtype_info(source).bits,))
+    data = bytearray(raw)  # frombuffer shares it; torchio's own writing path is not needed (nor imported) here
+    if not data:
+        return torch.empty(0, dtype=getattr(torch, target)).view(torch.uint8).numpy()
+    out = torch.frombuffer(data, dtype=torch.uint8).view(getattr(torch, source))
     return out.to(getattr(torch, target)).view(torch.uint8).numpy()
 
 

@@ -26,10 +26,10 @@ from ckinspect.analysis.leftovers import Leftover, TmpStatus, check_integrity, c
 from ckinspect.io.atomic import atomic_write_text, fsync_dir
 from ckinspect.io.contain import OutsideTarget, inside, refuse_symlink
 from ckinspect.record import Record, field
-from ckinspect.vocab import QUARANTINE_DIR, CkinspectError
+from ckinspect.vocab import QUARANTINE_DIR, CkinspectError, RepairKind
 
 MANIFEST = "manifest.json"
-ACTIONS = ("promote", "promote-keep-old", "set-aside", "nothing")
+ACTIONS = tuple(RepairKind)
 AfterStep = Callable[[int], None]  # called with the count of filesystem steps made so far
 
 
@@ -149,12 +149,27 @@ def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
     if len(statuses) == 1:
         return [_decide_one(statuses[0])]
     complete = [s for s in statuses if s.tmp_complete]
-    if len(complete) > 1:
-        steps = [s.tmp_step for s in complete]
-        if None in steps or len(set(steps)) != len(steps):
-            names = ", ".join(s.leftover.tmp.name for s in complete)
-            reason = f"several whole tmps ({names}) and their steps do not say which is newest; rename by hand"
-            return [RepairAction("nothing", s.leftover, s, reason) for s in statuses]
+    undecidable = _no_newest(complete)
+    if undecidable:
+        return [RepairAction("nothing", s.leftover, s, undecidable) for s in statuses]
+    actions = _promote_newest(statuses, complete)
+    return _settle_partials(statuses, actions)
+
+
+def _no_newest(complete: list[TmpStatus]) -> str:
+    """Why none of several whole tmps can be promoted ('' when their steps say which is newest)."""
+    if len(complete) < 2:
+        return ""
+    steps = [s.tmp_step for s in complete]
+    if None not in steps and len(set(steps)) == len(steps):
+        return ""
+    names = ", ".join(s.leftover.tmp.name for s in complete)
+    return f"several whole tmps ({names}) and their steps do not say which is newest; rename by hand"
+
+
+def _promote_newest(statuses: list[TmpStatus], complete: list[TmpStatus]) -> list[RepairAction]:
+    """Each tmp decided alone, except that the whole ones older than the newest (when it is promoted) are
+    set aside."""
     best = max(complete, key=lambda s: s.tmp_step or 0) if complete else None
     promoted = best if best is not None and _decide_one(best).action.startswith("promote") else None
     actions = []
@@ -164,7 +179,11 @@ def _decide(statuses: list[TmpStatus]) -> list[RepairAction]:
             actions.append(RepairAction("set-aside", s.leftover, s, reason))
         else:
             actions.append(_decide_one(s))
-    # a partial tmp is set aside only when something whole will be under the main name
+    return actions
+
+
+def _settle_partials(statuses: list[TmpStatus], actions: list[RepairAction]) -> list[RepairAction]:
+    """A partial tmp is set aside only when something whole will be under the main name."""
     will_be_whole = (statuses[0].main_exists and statuses[0].main_intact) or any(
         a.action.startswith("promote") for a in actions
     )

@@ -19,13 +19,13 @@ import torch
 
 from ckinspect.io.atomic import atomic_write
 from ckinspect.io.crc import crc32
+from ckinspect.io.reader import FileReader
 from ckinspect.io.safetensors_write import Entry, write_safetensors
 from ckinspect.io.zipdir import (
     CENTRAL_CRC_AT,
     DESCRIPTOR_SIG,
     FLAG_DESCRIPTOR,
     LOCAL_CRC_AT,
-    FileReader,
     ZipMember,
     data_offset,
     directory_entry_offsets,

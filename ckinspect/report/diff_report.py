@@ -62,40 +62,49 @@ def matched(diff: dict[str, Any]) -> str:
 def summary_line(diff: dict[str, Any]) -> str:
     verdict = diff.get("verdict") or ("identical" if diff["identical"] else "different")
     if diff.get("not_compared") or diff.get("unreadable") and verdict == "identical":
-        if verdict == "identical":
-            return "identical: the two files are the same byte for byte (their tensors were not all compared)"
-        if verdict == "different":
-            return "different: the files' bytes differ (tensors not compared)"
-        return "no verdict: tensors not compared, and the files' bytes cannot be compared"
+        return _uncompared_line(verdict)
     if diff.get("unsafe") and not (diff["changed"] or diff["only_a"] or diff["only_b"] or diff.get("unreadable")):
-        if verdict == "identical":
-            return "identical: the two files are the same byte for byte"
-        if verdict == "different":
-            return f"different: the files' bytes differ ({matched(diff)}, but {diff['unsafe']})"
-        return f"no verdict: {matched(diff)}, but {diff['unsafe']} and the files' bytes cannot be compared"
+        return _unsafe_line(diff, verdict)
     if verdict == "identical":
         return "identical: " + matched(diff)
     if diff.get("quick") and verdict == SAME_STRUCTURE:
         return (f"same structure: {diff['same_structure']:,} tensors match in name, dtype, shape and layout, "
                 "and the other values agree; tensor values not compared (--quick)")  # fmt: skip
+    return ("different: " if verdict == "different" else "no verdict: ") + ", ".join(_difference_parts(diff))
+
+
+def _uncompared_line(verdict: str) -> str:
+    """Tensors not compared: the files' bytes decided, or nothing could."""
+    if verdict == "identical":
+        return "identical: the two files are the same byte for byte (their tensors were not all compared)"
+    if verdict == "different":
+        return "different: the files' bytes differ (tensors not compared)"
+    return "no verdict: tensors not compared, and the files' bytes cannot be compared"
+
+
+def _unsafe_line(diff: dict[str, Any], verdict: str) -> str:
+    """Every tensor matched, but a side was not read for its safety: the bytes decided, or nothing could."""
+    if verdict == "identical":
+        return "identical: the two files are the same byte for byte"
+    if verdict == "different":
+        return f"different: the files' bytes differ ({matched(diff)}, but {diff['unsafe']})"
+    return f"no verdict: {matched(diff)}, but {diff['unsafe']} and the files' bytes cannot be compared"
+
+
+def _difference_parts(diff: dict[str, Any]) -> list[str]:
     reasons: dict[str, int] = {}
     for c in diff["changed"]:
         reasons[c["reason"]] = reasons.get(c["reason"], 0) + 1
     parts = [f"{diff['same_structure']:,} same structure"] if diff.get("quick") else [f"{diff['same']:,} same"]
     parts += [f"{n:,} changed ({reason})" for reason, n in sorted(reasons.items())]
-    if diff["only_a"]:
-        parts.append(f"{len(diff['only_a']):,} only in A")
-    if diff["only_b"]:
-        parts.append(f"{len(diff['only_b']):,} only in B")
-    if diff.get("unreadable"):
-        parts.append(f"{len(diff['unreadable']):,} unreadable")
-    for key, (va, vb) in (diff.get("metadata_changed") or {}).items():
-        parts.append(f"{key} {va} -> {vb}")
+    counted = (("only_a", "only in A"), ("only_b", "only in B"), ("unreadable", "unreadable"))
+    parts += [f"{len(diff[key]):,} {what}" for key, what in counted if diff.get(key)]
+    parts += [f"{key} {va} -> {vb}" for key, (va, vb) in (diff.get("metadata_changed") or {}).items()]
     if values := diff.get("values_changed"):
         parts.append(f"{len(values):,} other value{'s' if len(values) > 1 else ''} changed")
     if diff.get("unreadable") and diff.get("raw_bytes_differ"):
         parts.append("the files' bytes differ")
-    return ("different: " if verdict == "different" else "no verdict: ") + ", ".join(parts)
+    return parts
 
 
 def _shape(shape: Sequence[int]) -> str:

@@ -101,6 +101,7 @@ def composite_entries(composites: Sequence[CompositeTensor]) -> list[dict[str, A
         {
             "name": c.name,
             "layout": c.layout,
+            **({"subclass": c.subclass} if c.subclass else {}),
             "dtype": c.dtype,
             "shape": _json_shape(c.shape),
             "bytes": c.nbytes,

@@ -48,6 +48,7 @@ _COMPOSITE = {
     "properties": {
         "name": {"type": "string"},
         "layout": {"enum": list(COMPOSITE_PARTS)},
+        "subclass": {"type": "string"},  # a wrapper_subclass's class: torch.distributed.tensor.DTensor ...
         "dtype": {"type": "string"},
         "shape": _SHAPE,
         "bytes": _COUNT,

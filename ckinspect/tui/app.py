@@ -7,13 +7,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual.app import App, SystemCommand
+from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.theme import BUILTIN_THEMES, Theme
 
 from ckinspect.io.remote import RemotePath
 from ckinspect.tui.core import Backend
+from ckinspect.tui.host import Host
 from ckinspect.tui.widgets.palette import BASE_THEMES, THEME_VARIABLES
 
 THEMES = ("ckinspect-dark", "ckinspect-light")  # textual's own, with status colours that stay readable
@@ -25,12 +26,17 @@ def ckinspect_theme(name: str) -> Theme:
     return dataclasses.replace(base, name=name, variables={**base.variables, **THEME_VARIABLES[name]})
 
 
-class CkinspectApp(App[int]):
+class CkinspectApp(Host):
     TITLE = "ckinspect"
     CSS_PATH = ["app.tcss", "inspect.tcss", "diff.tcss", "panels.tcss", "watch.tcss"]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]  # below 140 the tables take the whole width
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
+        Binding(
+            "q",
+            "back_or_quit",
+            "Quit",
+            tooltip="Quit; on a screen opened from another, q goes back to it (ctrl+q quits anywhere)",
+        ),
         Binding("question_mark,f1", "help", "Help", key_display="?"),
         Binding("t", "toggle_theme", "Theme", tooltip="Switch between the dark and the light theme", show=False),
         Binding("ctrl+p", "command_palette", "Commands", show=False),
@@ -88,6 +94,15 @@ class CkinspectApp(App[int]):
             return
         self.notify(f"screenshot saved to {Path(saved).resolve()}", title="Screenshot", markup=False)
 
+    async def action_back_or_quit(self) -> None:
+        """`q` quits from the first screen; on one opened from another it backs out, as Esc does."""
+        from ckinspect.tui.widgets.footer import BACK, is_stacked
+
+        if is_stacked(self.screen) and hasattr(self.screen, f"action_{BACK}"):
+            await self.screen.run_action(BACK)
+        else:
+            self.exit()
+
     def action_toggle_theme(self) -> None:
         self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
 
@@ -98,28 +113,35 @@ class CkinspectApp(App[int]):
             self.push_screen(HelpScreen(self.screen))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """Every key binding of the current screen and the app, plus each screen's extra commands."""
-        seen: set[str] = set()
+        """Every key binding of the current screen and the app, each entry naming its key, plus each
+        screen's extra commands."""
+        seen: set[str] = {"command_palette"}
         for binding in [*getattr(screen, "BINDINGS", []), *self.BINDINGS]:
             if not isinstance(binding, Binding) or not binding.description or binding.action in seen:
                 continue
-            if binding.action == "command_palette":
-                continue
             seen.add(binding.action)
             target = self if binding in self.BINDINGS else screen
+            action = "quit" if binding.action == "back_or_quit" else binding.action  # the palette's Quit quits
             title = binding.description
             if binding.action.startswith("sort_by("):  # the footer says "s Size"; the palette, what it does
                 title = f"Sort by {title.lower()}"
             yield SystemCommand(
                 title,
-                binding.tooltip or f"key: {binding.key_display or binding.key}",
-                lambda target=target, action=binding.action: self.call_later(target.run_action, action),
+                f"key {self.key_names(binding)}" + (f" · {binding.tooltip}" if binding.tooltip else ""),
+                lambda target=target, action=action: self.call_later(target.run_action, action),
             )
         for title, help_text, action in getattr(screen, "palette_commands", lambda: [])():
             yield SystemCommand(title, help_text, lambda action=action: self.call_later(screen.run_action, action))
         titles = {b.description for b in self.BINDINGS if isinstance(b, Binding)}
         # Textual's own Quit and Theme would be listed a second time beside ours
         yield from (c for c in super().get_system_commands(screen) if c.title not in titles)
+
+    def key_names(self, binding: Binding) -> str:
+        """The binding's keys as the footer shows them (`?` or `f1`, `esc`, `m`)."""
+        if binding.key_display:
+            return binding.key_display
+        keys = [k.strip() for k in binding.key.split(",") if k.strip()]
+        return " or ".join(self.get_key_display(dataclasses.replace(binding, key=k)) for k in keys)
 
 
 def create_app(

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckinspect.analysis.anatomy import analyze, read_scalar, summarize
+from ckinspect.analysis.anatomy import analyze, summarize
+from ckinspect.analysis.scalars import read_scalar
 from ckinspect.model import StorageInfo, TensorInfo
 from tests.helpers.checkpoints import T, build, model_sd, trainer_resume
 

@@ -143,3 +143,52 @@ def test_a_memo_shared_structure_is_refused_at_the_cost_of_what_it_read(tmp_path
 def test_the_limit_follows_the_file(tmp_path):
     assert declared_limit(0) == 1024
     assert declared_limit(440_000_000) == 27_500_000  # a 1024-rank 70B save's .metadata declares ~8.9 million
+
+
+def test_metadata_is_judged_and_decoded_in_one_pass_of_the_c_unpickler(saved, monkeypatch):
+    """torch's own .metadata: the lean walk, then the fast decoder, which names every global; neither the
+    scan's general way nor the restricted unpickler runs."""
+    import ckinspect.formats.dcp as dcp_module
+    import ckinspect.formats.pickle_scan as pickle_scan
+
+    def never(*args, **kwargs):
+        raise AssertionError("a second pass over .metadata")
+
+    expected = read_dcp(saved, trust_layout=True)
+    c_passes = []
+    walk = pickle_scan._cpython_walk
+
+    def counted(data, result, lexed, unpickler=pickle_scan._Recorder, **kwargs):
+        c_passes.append(unpickler)
+        return walk(data, result, lexed, unpickler, **kwargs)
+
+    monkeypatch.setattr(pickle_scan, "_cpython_walk", counted)
+    monkeypatch.setattr(pickle_scan, "scan_pickle", never)
+    monkeypatch.setattr(dcp_module, "decode", never)
+    ckpt = read_dcp(saved, trust_layout=True)
+    assert c_passes == [dcp_metadata.FastUnpickler]
+    assert ckpt.findings == [] and _listing(ckpt) == _listing(expected) and ckpt.globals == expected.globals
+    assert set(ckpt.globals) == {g.qualname for g in scan_stream((saved / ".metadata").read_bytes())[0].globals}
+
+
+def test_a_global_hidden_behind_stack_global_in_real_metadata_is_named(saved, tmp_path):
+    """A real .metadata whose param-group value is replaced by posix.system("...") (protocol 4, names off the
+    stack): the fast decoder declines, the scan names it, nothing runs."""
+    import shutil
+
+    folder = tmp_path / "c"
+    shutil.copytree(saved, folder)
+    meta = pickle.loads((folder / ".metadata").read_bytes())
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            import posix
+
+            return posix.system, (f"touch {marker}",)
+
+    meta.planner_data = {"x": Payload()}
+    (folder / ".metadata").write_bytes(pickle.dumps(meta, protocol=4))
+    ckpt = read_dcp(folder, trust_layout=True)
+    assert [f.code for f in ckpt.findings] == ["UNSAFE_PICKLE"] and "posix.system" in ckpt.findings[0].message
+    assert not marker.exists() and ckpt.tensors == []

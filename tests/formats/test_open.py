@@ -24,7 +24,7 @@ def test_missing_path_is_a_one_line_error(tmp_path):
 
 
 def test_unreadable_path_is_a_one_line_error(tmp_path, monkeypatch):
-    import ckinspect.formats as formats
+    import ckinspect.formats.opening as formats  # where the readable check opens the file
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")

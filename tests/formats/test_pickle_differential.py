@@ -28,7 +28,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckinspect.formats.pickle_scan import BufferSource, normalize, scan_pickle, scan_source
+from ckinspect.formats.pickle_scan import (
+    ALLOWED,
+    NOT_DECODED,
+    BufferSource,
+    normalize,
+    scan_decoding,
+    scan_pickle,
+    scan_source,
+)
 
 DIFFERENTIAL_EXAMPLES = int(os.environ.get("CKINSPECT_DIFFERENTIAL_EXAMPLES", "2000"))
 
@@ -166,13 +174,50 @@ def teardown_module() -> None:
         copyreg.remove_extension(module, name, code)
 
 
+class AcceptingDecoder(pickle.Unpickler):
+    """A decoder for scan_decoding that builds whatever the pickle asks for out of inert stand-ins."""
+
+    def __init__(self, file) -> None:
+        super().__init__(file, fix_imports=False, encoding="utf-8", errors="surrogateescape")
+        self.asked: list[tuple[str, str]] = []
+
+    def find_class(self, module, name):
+        self.asked.append((module, name))
+        return type("Inert", (_Inert,), {})
+
+    def persistent_load(self, pid):
+        return _Inert()
+
+
+class AllowlistDecoder(AcceptingDecoder):
+    """One that refuses every global outside torch's default set (as dcp_metadata's decoder refuses
+    anything DCP's writer does not emit): the scan then takes its general way."""
+
+    def find_class(self, module, name):
+        found = super().find_class(module, name)
+        if ".".join(normalize(module, name)) not in ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} declined")
+        return found
+
+
+def _decoded(data: bytes, decoder: type[pickle.Unpickler]) -> list[tuple[str, str]]:
+    scan, value = scan_decoding(data, decoder)
+    if value is not NOT_DECODED:  # decoded: read to its STOP, within bounds
+        assert scan.error is None and scan.memo_error is None and 0 < scan.end <= len(data), data
+    return [(g.module, g.name) for g in scan.globals]
+
+
 def scans(data: bytes) -> dict[str, list[tuple[str, str]]]:
-    """The globals each of the scan's two ways of resolving STACK_GLOBAL names: CPython's unpickler
-    (a pickle held in memory) and the scan's own stack walk (a stream read a window at a time)."""
+    """The globals each of the scan's ways of resolving STACK_GLOBAL names: CPython's unpickler (a pickle
+    held in memory), the scan's own stack walk (a stream read a window at a time), and scan_decoding with a
+    decoder that accepts everything (the names are the ones it was asked for) or only torch's allowlist
+    (the scan's general way for whatever it refuses)."""
     windowed = scan_source(lambda offset: BufferSource(data, offset), len(data), limit=1)
     return {
         "cpython": [(g.module, g.name) for g in scan_pickle(data).globals],
         "stack walk": [(g.module, g.name) for g in windowed[0].globals] if windowed else [],
+        "decoding": _decoded(data, AcceptingDecoder),
+        "decoding, allowlist only": _decoded(data, AllowlistDecoder),
     }
 
 

@@ -277,3 +277,80 @@ def test_a_pickle_cpythons_unpickler_stops_on_is_walked_by_the_scans_own_stack_w
     # the C unpickler refuses an empty module line (pickle.py reads it): the stack walk names the rest
     data = b"\x80\x04c\nx\n" + sunicode("posix") + sunicode("system") + b"\x93."
     assert names(data) == [".x", "posix.system"]
+
+
+class _Built:
+    """What _Watched hands back for every global: takes any arguments and items."""
+
+    def __init__(self, *args) -> None:
+        pass
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+class _Watched(pickle.Unpickler):
+    """A decoder for scan_decoding that records whether it was ever built, and asks like CPython."""
+
+    built = 0
+
+    def __init__(self, file) -> None:
+        type(self).built += 1
+        super().__init__(file)
+        self.asked: list[tuple[str, str]] = []
+
+    def find_class(self, module, name):
+        self.asked.append((module, name))
+        return _Built
+
+
+_BOMBS = {  # what would make CPython's C unpickler allocate far beyond the bytes given it
+    "LONG_BINPUT 2**30": b"\x80\x02N" + b"r" + struct.pack("<I", 1 << 30) + b".",
+    "PUT 10**10": b"Np10000000000\n.",
+    "BINBYTES 4 GiB": b"\x80\x03B" + struct.pack("<I", 0xFFFFFFFF) + b"x.",
+    "BINBYTES8 2**40": b"\x80\x04\x8e" + struct.pack("<Q", 1 << 40) + b"x.",
+    "BYTEARRAY8 2**40": b"\x80\x05\x96" + struct.pack("<Q", 1 << 40) + b"x.",
+    "BINUNICODE8 2**40": b"\x80\x04\x8d" + struct.pack("<Q", 1 << 40) + b"x.",
+    # a global named through copyreg's registry: resolved by a process-wide cache, not always by find_class
+    "EXT1": b"\x80\x02\x82\x01.",
+}
+
+
+@pytest.mark.parametrize("name", list(_BOMBS))
+def test_scan_decoding_never_hands_a_bomb_to_the_c_unpickler(name):
+    from ckinspect.formats.pickle_scan import NOT_DECODED, scan_decoding
+
+    _Watched.built = 0
+    scan, value = scan_decoding(_BOMBS[name] + b"cos\nsystem\n.", _Watched)
+    assert value is NOT_DECODED and _Watched.built == 0
+    assert scan.error is not None or [g.qualname for g in scan.globals] == ["copyreg.<extension code 1>"]
+
+
+def test_scan_decoding_names_every_global_the_decoder_was_asked_for():
+    from ckinspect.formats.pickle_scan import NOT_DECODED, scan_decoding
+
+    data = pickle.dumps({"a": collections_ordered_dict(), "b": struct.Struct}, protocol=4)
+    data = data[:-1] + b"0" + _protocol_4_calling("posix", "system", "true")[2:]  # a second global, by the stack
+    scan, value = scan_decoding(data, _Watched)
+    assert value is not NOT_DECODED and scan.error is None
+    assert [g.qualname for g in scan.globals] == ["collections.OrderedDict", "_struct.Struct", "posix.system"]
+    assert [g.kind for g in scan.globals] == ["allowed", "unsafe", "unsafe"]
+
+
+def test_scan_decoding_takes_the_general_way_when_the_decoder_refuses(monkeypatch):
+    from ckinspect.formats.pickle_scan import NOT_DECODED, scan_decoding
+
+    class Refusing(_Watched):
+        def find_class(self, module, name):
+            super().find_class(module, name)
+            raise pickle.UnpicklingError("declined")
+
+    data = _protocol_4_calling("posix", "system", "true")
+    scan, value = scan_decoding(data, Refusing)
+    assert value is NOT_DECODED and [g.qualname for g in scan.globals] == ["posix.system"]
+
+
+def collections_ordered_dict():
+    import collections
+
+    return collections.OrderedDict(x=1)

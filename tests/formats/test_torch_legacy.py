@@ -90,7 +90,7 @@ def test_legacy_many_storages(tmp_path):
 
 def test_legacy_prefix_read_does_not_chase_garbage_lengths(tmp_path, monkeypatch):
     from ckinspect.formats import torch_legacy
-    from ckinspect.io.zipdir import FileReader
+    from ckinspect.io.reader import FileReader
 
     # a BINUNICODE claiming 3 GB inside a 2 MB file: nothing more than the file is ever requested
     path = tmp_path / "g.pt"

@@ -262,7 +262,7 @@ def test_flipped_pickle_byte_is_crc_mismatch(tmp_path):
 def test_listing_never_reads_storage_bytes(tmp_path, monkeypatch):
     big = tmp_path / "big.pt"
     torch.save({"w": torch.zeros(4 << 20), "b": torch.zeros(3)}, big)  # 16 MiB of storage
-    from ckinspect.io import zipdir
+    from ckinspect.io import reader as zipdir  # FileReader, the positioned reads every reader uses
 
     read = []
     real = zipdir.FileReader.read_at

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ckinspect.io.blobs import Blobs, UnreadableStorage, crc32_combine, read_chunks
+from ckinspect.io.blobs import Blobs, UnreadableStorage, read_chunks
+from ckinspect.io.crc import python_crc32_combine as crc32_combine
 from ckinspect.model import StorageInfo
 
 

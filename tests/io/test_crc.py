@@ -10,7 +10,7 @@ import zlib
 import pytest
 
 from ckinspect.io import crc
-from ckinspect.io.blobs import crc32_combine as python_combine
+from ckinspect.io.crc import python_crc32_combine as python_combine
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from ckinspect.io.reader import FileReader
 from ckinspect.io.zipdir import (
     LOCAL,
     ZIP64_MARK,
-    FileReader,
     ZipError,
     local_name,
     read_directory,
@@ -127,7 +127,8 @@ def test_no_module_outside_the_zip_layer_parses_zip_records_or_uses_zipfile():
 def test_bulk_local_header_offsets_match_one_by_one(tmp_path):
     import torch
 
-    from ckinspect.io.zipdir import FileReader, ZipError, ZipMember, data_offset, data_offsets, read_directory
+    from ckinspect.io.reader import FileReader
+    from ckinspect.io.zipdir import ZipError, ZipMember, data_offset, data_offsets, read_directory
 
     path = tmp_path / "many.pt"
     torch.save({f"w{i}": torch.full((3,), float(i)) for i in range(400)}, path)  # headers span several read blocks

@@ -218,7 +218,7 @@ def _swapped_archive(archive: bytes) -> list[tuple[str, bytes]]:
             data = b"big"
         elif name.startswith("data/"):
             unit = units[name[len("data/") :]]
-            if unit > 1:
+            if unit > 1 and data:  # (an NJT's seqlen caches are empty storages)
                 data = bytes(torch.frombuffer(bytearray(data), dtype=torch.uint8).view(-1, unit).flip(1).reshape(-1))
         out.append((name, data))
     return out
@@ -263,7 +263,11 @@ def _storage_units(pkl: bytes) -> dict[str, int]:
 
 # ---------------------------------------------------------------- composite tensors: one entry, several parts
 
-COMPOSITES = ("coo", "coo_uncoalesced", "coo_legacy", "csr", "csc", "bsr", "bsc", "nested", "meta", "per_channel")
+COMPOSITES = ("coo", "coo_uncoalesced", "coo_legacy", "csr", "csc", "bsr", "bsc", "nested", "meta", "per_channel",
+              "jagged", "jagged_lengths", "dtensor")  # fmt: skip
+# torch's weights_only unpickler reads these once the torch modules that register their globals are imported
+# (plain `import torch` imports torch.nested itself: an NJT without dim marks, jagged_lengths, needs nothing)
+REGISTERED_BY_IMPORT = {"jagged": ("torch._dynamo",), "dtensor": ("torch.distributed.tensor",)}
 
 
 class CompositeCase(NamedTuple):
@@ -317,13 +321,38 @@ def composite_tensor(kind: str, changed: bool = False) -> Any:
         return torch.nested.nested_tensor([d[:2, :3], d[1:, :3]])
     if kind == "meta":
         return torch.empty(4, 7 if changed else 6, device="meta")
+    if kind == "jagged":  # torch.nested with layout=torch.jagged (NJT): values end to end, and offsets
+        return torch.nested.nested_tensor([d[:2, :3], d[1:, :3]], layout=torch.jagged)
+    if kind == "jagged_lengths":  # a non-contiguous NJT: each component's length saved too
+        return torch.nested.nested_tensor_from_jagged(d[:, :3], torch.tensor([0, 2, 4]), torch.tensor([1, 2]))
+    if kind == "dtensor":  # a wrapper subclass (torch._utils._rebuild_wrapper_subclass): data in its state
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Shard, distribute_tensor
+
+        return distribute_tensor(d, init_device_mesh("cpu", (1,)), [Shard(0)])
     scales = torch.tensor([0.5, 0.25, 1.0, 2.0], dtype=torch.float64)
     return torch.quantize_per_channel(d.nan_to_num(0, 9, -9), scales, torch.tensor([0, 1, 2, 3]), 0, torch.qint8)
 
 
+@contextlib.contextmanager
+def one_rank() -> Iterator[None]:
+    """A world of one process (gloo, an in-memory store: no port), for building DTensors; ended after."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 def write_composite(case: CompositeCase, path: Path, changed: bool = False) -> None:
-    obj = {"t": composite_tensor(case.kind, changed), "dense": torch.arange(6.0)}
-    if case.byteorder == "big":
-        save_big_endian(obj, path, pickle_protocol=case.protocol)
-    else:
-        torch.save(obj, path, pickle_protocol=case.protocol)
+    with one_rank() if case.kind == "dtensor" else contextlib.nullcontext():
+        obj = {"t": composite_tensor(case.kind, changed), "dense": torch.arange(6.0)}
+        if case.byteorder == "big":
+            save_big_endian(obj, path, pickle_protocol=case.protocol)
+        else:
+            torch.save(obj, path, pickle_protocol=case.protocol)

@@ -20,12 +20,13 @@ from ckinspect.analysis.layouts import HF_MODEL_FILES
 from ckinspect.analysis.runs import deepspeed
 from ckinspect.analysis.runs.model import RunCheckpoint, read_json, step_in_name, written_after_commit
 from ckinspect.io import folders
+from ckinspect.vocab import HF_RNG_STATE, HF_TRAINER_STATE
 
 HF_FOLDER = re.compile(r"^checkpoint-(\d+)$")
 HF_STAGING = re.compile(r"^tmp-checkpoint-(\d+)$")  # transformers 4.36-4.38 saved here, then renamed
-TRAINER_STATE = "trainer_state.json"
+TRAINER_STATE = HF_TRAINER_STATE
 TRAINING_ARGS = "training_args.bin"
-HF_RNG = re.compile(r"^rng_state(?:_(\d+))?\.pth$")
+HF_RNG = re.compile(HF_RNG_STATE)
 SHARD = re.compile(r"-\d+-of-\d+\.(safetensors|bin)$")
 
 ACC_RNG = re.compile(r"^random_states_(\d+)\.pkl$")

@@ -12,18 +12,19 @@ from pathlib import Path
 from ckinspect.io import folders
 from ckinspect.model import Checkpoint, Finding
 from ckinspect.record import Record, field
+from ckinspect.vocab import Verdict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 # What a checkpoint is judged to be. Only "good" is a resume point.
-GOOD = "good"
-INCOMPLETE = "incomplete"  # parts its records promise are missing, or the save never finished
-DAMAGED = "damaged"  # a part cannot be read whole, or the parts disagree
-UNSAFE = "unsafe"  # a part the framework loads names code-running globals
-NOT_RESUMABLE = "not-resumable"  # weights only, or resume state missing (RESUME_INCOMPLETE)
-VERDICTS = (GOOD, INCOMPLETE, DAMAGED, UNSAFE, NOT_RESUMABLE)
+GOOD = Verdict.GOOD
+INCOMPLETE = Verdict.INCOMPLETE
+DAMAGED = Verdict.DAMAGED
+UNSAFE = Verdict.UNSAFE
+NOT_RESUMABLE = Verdict.NOT_RESUMABLE
+VERDICTS = tuple(Verdict)
 
 # Which verdict a disqualifying finding gives, worst first.
 VERDICT_OF = {

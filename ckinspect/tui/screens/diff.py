@@ -11,22 +11,23 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
+from textual.widgets import Input, Label, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import human_bytes, shape_text, terminal_safe
 from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint, TensorInfo
-from ckinspect.record import Record
 from ckinspect.tui.core import name_matcher, natural_key
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import DiffComputed, DiffLoaded, Progress
-from ckinspect.tui.screens.inspect import failure_text
+from ckinspect.tui.pairs import Pair
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, STATUS_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
     from ckinspect.analysis.diff import DiffResult
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 LEFT_COLUMNS = (
     Column("name", "A: name", None, min_width=20, keep_end=True),
@@ -70,22 +71,6 @@ def names_agree(pairs: list[Pair]) -> bool:
         return x == y or x.endswith("." + y) or y.endswith("." + x)
 
     return all(agree(p.a.name, p.b.name) for p in pairs if p.a is not None and p.b is not None)
-
-
-class Pair(Record):
-    __hash__ = None  # type: ignore[assignment]  # changed after it is built
-
-    name: str
-    a: TensorInfo | None
-    b: TensorInfo | None
-    status: str = "comparing"
-    max_abs_diff: float | None = None
-    max_rel_diff: float | None = None
-    n_diff: int | None = None
-
-    @property
-    def differs(self) -> bool:
-        return self.status not in ("same", "comparing")
 
 
 def align(a: Checkpoint, b: Checkpoint, matched: dict[str, str] | None = None) -> list[Pair]:
@@ -226,7 +211,7 @@ def rows_for(
 
 
 class DiffScreen(Screen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     AUTO_FOCUS = ""  # nothing until the tables are there: a filter box focused while loading ate the q of quit
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "toggle_differences", "Diffs only", tooltip="Show only tensors that differ (or show all again)"),
@@ -263,7 +248,7 @@ class DiffScreen(Screen[None]):
             yield VirtualTable(LEFT_COLUMNS, id="left", empty_text="no tensor to show", sorts_itself=False)
             yield VirtualTable(RIGHT_COLUMNS, id="right", empty_text="", sorts_itself=False)
         yield VirtualTable(VALUE_COLUMNS, id="values", empty_text="")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#diff-filter", Input).cursor_blink = self.app.cursor_blink_enabled

@@ -18,14 +18,14 @@ from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import percent, shape_text
 from ckinspect.model import Checkpoint
-from ckinspect.tui.screens.inspect import failure_text
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.widgets.details_pane import histogram_text
 from ckinspect.tui.widgets.palette import STATUS_COLOURS, themed
 
 if TYPE_CHECKING:
     from ckinspect.analysis.diff import DeltaHistogram, TensorChange
-    from ckinspect.tui.app import CkinspectApp
-    from ckinspect.tui.screens.diff import Pair
+    from ckinspect.tui.host import Host
+    from ckinspect.tui.pairs import Pair
 
 
 def _number(x: float | None) -> str:
@@ -66,7 +66,7 @@ def detail_text(pair: Pair, change: TensorChange | None) -> Text:
 
 
 class DiffDetailScreen(ModalScreen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,enter,q", "close", "Close")]
 
     @dataclass

@@ -12,20 +12,21 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
 from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import format_value
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import DriftComputed, Progress
-from ckinspect.tui.screens.inspect import failure_text
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
     from ckinspect.analysis.drift import TensorDrift
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 LOGIT_STEP = "computing logit drift: running the model in fp32, fp16 and bf16 (tens of seconds on a CPU)"
 
@@ -70,7 +71,7 @@ def drift_rows(drifts: list[TensorDrift]) -> list[Row]:
 
 
 class DriftScreen(Screen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     # one key per sort column, as on the inspect screen (again: reverse); `w` puts the worst first again
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("w", "worst_first", "Worst", tooltip="Worst first, as the drift report orders them"),
@@ -95,7 +96,7 @@ class DriftScreen(Screen[None]):
         )
         yield Static("computing rounding errors…", id="logits")  # as many lines as the logit drift needs
         yield VirtualTable(COLUMNS, id="drift-table", empty_text="computing…")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.compute()

@@ -15,7 +15,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from ckinspect.fmt import human_bytes, terminal_safe
@@ -23,15 +23,17 @@ from ckinspect.io import folders
 from ckinspect.io.remote import as_path, is_url
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, add_findings, natural_key, severity_badges, verdict_of
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import RunJudged, TargetsFound, TargetSummarized, TargetSummary
-from ckinspect.tui.screens.inspect import InspectScreen, failure_text
+from ckinspect.tui.screens.inspect import InspectScreen
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 from ckinspect.vocab import SEVERITY_RANK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 COLUMNS = (
     Column("path", "checkpoint", None, min_width=16, keep_end=True),
@@ -123,7 +125,7 @@ def summary_row(summary: TargetSummary, roots: list[Path]) -> Row:
 
 
 class FolderScreen(Screen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", tooltip="Inspect the selected checkpoint"),
         Binding("s", "sort_next", "Sort", tooltip="Sort on the next column"),
@@ -145,7 +147,7 @@ class FolderScreen(Screen[None]):
         yield Static("looking for checkpoints…", classes="summary-line", id="folder-summary")
         yield VirtualTable(COLUMNS, id="targets", empty_text="looking…")
         yield Static("", classes="summary-line", id="run-reasons")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one(VirtualTable).focus()

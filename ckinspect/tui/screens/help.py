@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from rich.console import RenderableType
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Markdown
+from textual.widgets import Static
 
 OVERVIEW = """\
 # ckinspect
@@ -43,8 +44,13 @@ class HelpScreen(ModalScreen[None]):
         self.behind = behind
 
     def compose(self) -> ComposeResult:
+        """One Static of Rich renderables (Textual's Markdown widget made ~130 widgets and took most of a
+        second to open): this screen's keys first, then the other keys, then what each screen shows."""
+        from rich.console import Group
+        from rich.markdown import Markdown
+
         with VerticalScroll(id="dialog"):
-            yield Markdown(OVERVIEW + "\n" + self._keys())
+            yield Static(Group(*self._keys(), Markdown(OVERVIEW)), id="help-text")
 
     def key_rows(self) -> list[tuple[str, str, str, str]]:
         """(section, keys, action, what it does) from the bindings in force: the screen's, the focused
@@ -77,18 +83,25 @@ class HelpScreen(ModalScreen[None]):
                 rows.append((section, shown, b.description, b.tooltip or ""))
         return rows
 
-    def _keys(self) -> str:
+    def _keys(self) -> list[RenderableType]:
+        """A heading and a table per section: this screen, moving around, everywhere."""
+        from rich.table import Table
+        from rich.text import Text
+
         name = type(self.behind).__name__.removesuffix("Screen").lower()
-        lines = []
-        section = ""
+        tables: dict[str, Table] = {}
         for where, keys, action, help_text in self.key_rows():
-            if where != section:
-                section = where
-                heading = f"Keys on this screen ({name})" if where == "this screen" else f"Keys {where}"
-                lines += ["", f"## {heading}", "", "| key | action | what it does |", "|---|---|---|"]
-            cell = keys.replace("|", "\\|")
-            lines.append(f"| `{cell}` | {action} | {help_text} |")
-        return "\n".join(lines)
+            if where not in tables:
+                tables[where] = table = Table(box=None, show_header=False, padding=(0, 2, 0, 0), expand=False)
+                table.add_column(style="bold", no_wrap=True)
+                table.add_column(no_wrap=True)
+                table.add_column()
+            tables[where].add_row(Text(keys), Text(action), Text(help_text))
+        out: list[RenderableType] = []
+        for where, table in tables.items():
+            heading = f"Keys on this screen ({name})" if where == "this screen" else f"Keys {where}"
+            out += [Text(heading, style="bold"), table, Text("")]
+        return out
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(None)

@@ -11,39 +11,32 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import ContentSwitcher, Footer, Input, Label, ProgressBar
+from textual.widgets import ContentSwitcher, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
-from ckinspect.io.blobs import UnreadableStorage
 from ckinspect.io.remote import as_path, is_url
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, ValueStats, add_findings, name_matcher
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
 from ckinspect.tui.widgets.tensor_table import COLUMNS, DESCENDING_FIRST, TensorRow, TensorTable, tensor_rows
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
-from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ckinspect.tui.app import CkinspectApp
-
-
-def failure_text(error: BaseException | None) -> str:
-    """One line for the UI: the message of an error the core raises on purpose, else its type too."""
-    if isinstance(error, (CkinspectError, UnreadableStorage, OSError, ValueError)):
-        return terminal_safe(f"failed: {error}")  # messages name files: no control sequence reaches the screen
-    return terminal_safe(f"failed: {type(error).__name__}: {error}")
+    from ckinspect.tui.host import Host
 
 
 class InspectScreen(Screen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     AUTO_FOCUS = ""  # nothing until the tables are there: a filter box focused while loading ate the q of quit
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "focus_filter", "Filter", tooltip="Filter tensor names: a substring, or a glob with * ? ["),
@@ -86,6 +79,8 @@ class InspectScreen(Screen[None]):
         Binding("escape", "back", "Back", show=False),
     ]
 
+    FOOTER_MORE = ("value_stats", "focus_findings", "drift", "export('csv')", "copy_name", "repair", "sort_reverse")
+
     def __init__(self, target: Path, ckpt: Checkpoint | None = None, scanned: ScanOutcome | None = None) -> None:
         super().__init__()
         self.target = as_path(target)
@@ -111,7 +106,7 @@ class InspectScreen(Screen[None]):
             with Vertical(id="side"):
                 yield DetailsPane(id="details")
                 yield FindingsPanel(id="findings")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).cursor_blink = self.app.cursor_blink_enabled
@@ -271,6 +266,10 @@ class InspectScreen(Screen[None]):
         self.query_one(TensorTable).move_to_key(event.name)
         self._show_details(event.name)
 
+    @on(TensorTree.ModuleChosen)
+    def _tree_module(self, event: TensorTree.ModuleChosen) -> None:
+        self.query_one(DetailsPane).show_module(event.path, event.tensors, event.nbytes)
+
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         matches = name_matcher(event.value)
@@ -332,6 +331,7 @@ class InspectScreen(Screen[None]):
         else:
             switcher.current = "tensors"
             self.query_one(TensorTable).focus()
+            self._show_details()  # the table's row, whatever the tree showed last
 
     def action_value_stats(self) -> None:
         row = self.query_one(TensorTable).current_row
@@ -390,7 +390,7 @@ class InspectScreen(Screen[None]):
         from ckinspect.tui.screens.metadata import MetadataScreen
 
         if self.ckpt is not None:
-            self.app.push_screen(MetadataScreen(self.ckpt))
+            self.app.push_screen(MetadataScreen(self.ckpt, self.params))
 
     def action_drift(self) -> None:
         from ckinspect.tui.screens.drift import DriftScreen

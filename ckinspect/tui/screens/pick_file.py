@@ -21,11 +21,57 @@ from ckinspect.io.remote import as_path, is_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
+
+FOLDER = "folder:"  # a listed completion that is a folder: chosen, it is typed on rather than opened
+COMPLETIONS_LISTED = 200  # a folder of 50,000 files lists its first ones; typing more narrows them
+
+
+def complete_path(typed: str) -> tuple[str, list[Path]]:
+    """Shell-style Tab completion: the text extended as far as every match agrees (a folder gains its
+    `/`), and the matching paths. Hidden entries only when the typed name starts with a dot."""
+    import os
+
+    head, _, stem = typed.rpartition("/")
+    folder = Path(head + "/" if head or typed.startswith("/") else ".").expanduser()
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(
+                (e.name, e.is_dir())
+                for e in entries
+                if e.name.startswith(stem) and (stem[:1] == "." or e.name[:1] != ".")
+            )
+    except OSError:
+        return typed, []
+    if not names:
+        return typed, []
+    common = os.path.commonprefix([name for name, _ in names])
+    if len(names) == 1 and names[0][1]:
+        common += "/"
+    prefix = typed[: len(typed) - len(stem)]
+    return prefix + common, [folder / name for name, _ in names[:COMPLETIONS_LISTED]]
+
+
+class PathInput(Input):
+    """The typed path; Tab completes it (Shift+Tab still moves on)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("tab", "complete", "Complete", show=False)]
+
+    class Completed(Message):
+        def __init__(self, matches: list[Path]) -> None:
+            super().__init__()
+            self.matches = matches
+
+    def action_complete(self) -> None:
+        completed, matches = complete_path(self.value)
+        if completed != self.value:
+            self.value = completed
+            self.cursor_position = len(completed)
+        self.post_message(self.Completed(matches))
 
 
 class PickFileScreen(ModalScreen[Path | None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     class Candidates(Message):
@@ -40,9 +86,10 @@ class PickFileScreen(ModalScreen[Path | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(Text(f"Compare {terminal_safe(self.current)} with:"))
-            yield Input(
-                value="", placeholder="type a path, or choose one below (Enter)", id="path", select_on_focus=False
-            )
+            yield PathInput(
+                value="", placeholder="type a path (Tab completes), or choose one below (Enter)", id="path",
+                select_on_focus=False,
+            )  # fmt: skip
             yield OptionList(id="candidates")
 
     def on_mount(self) -> None:
@@ -75,9 +122,25 @@ class PickFileScreen(ModalScreen[Path | None]):
         else:
             options.highlighted = 0
 
+    @on(PathInput.Completed)
+    def _completed(self, event: PathInput.Completed) -> None:
+        """Several matches: they are listed below, to choose from or to narrow down by typing on."""
+        if len(event.matches) < 2:
+            return
+        options = self.query_one(OptionList)
+        options.clear_options()
+        for path in event.matches:
+            folder = path.is_dir()  # chosen, it goes into the box to complete further
+            options.add_option(Option(str(path) + ("/" if folder else ""), id=(FOLDER if folder else "") + str(path)))
+
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
-        if event.option.id:
+        if event.option.id and event.option.id.startswith(FOLDER):
+            box = self.query_one(PathInput)
+            box.value = event.option.id.removeprefix(FOLDER).removeprefix("./") + "/"
+            box.cursor_position = len(box.value)
+            box.focus()
+        elif event.option.id:
             self.dismiss(as_path(event.option.id))
 
     @on(Input.Submitted)

@@ -10,18 +10,19 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
+from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import RepairApplied, RepairPlanned, RepairUndone
 from ckinspect.tui.screens.confirm import ConfirmScreen
-from ckinspect.tui.screens.inspect import failure_text
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
 
 if TYPE_CHECKING:
     from ckinspect.ops.repair import RepairPlan
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 COLUMNS = (
     Column("action", "action", 16),
@@ -55,7 +56,7 @@ def action_rows(plan: RepairPlan, folder: Path) -> list[Row]:
 
 
 class RepairScreen(Screen[bool]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "a",
@@ -80,7 +81,7 @@ class RepairScreen(Screen[bool]):
         yield Static("planning…", classes="summary-line", id="repair-summary")
         yield VirtualTable(COLUMNS, id="repair-table", empty_text="planning…")
         yield Static("", id="explain")
-        yield Footer()
+        yield KeysFooter()
 
     def _title(self) -> Text:
         state = " — applied: u undoes it" if self.applied else " — dry run until you apply"

@@ -19,17 +19,18 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Label, Sparkline, Static
+from textual.widgets import DataTable, Label, Sparkline, Static
 from textual.worker import Worker, WorkerState
 
 from ckinspect.analysis.updates import RATIO_GROUPS
 from ckinspect.fmt import terminal_safe
 from ckinspect.report.watch_report import ratio_text, shown
-from ckinspect.tui.screens.inspect import failure_text
+from ckinspect.tui.host import failure_text
+from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.vocab import WATCH_KEEP_MIB
 
 if TYPE_CHECKING:
-    from ckinspect.tui.app import CkinspectApp
+    from ckinspect.tui.host import Host
 
 VERDICT_STYLE = {"good": "green", "not-resumable": "yellow", "": "dim"}  # every other verdict is red
 # (title, width): fixed widths, so a row arriving later never re-lays out the rows drawn before it. What
@@ -48,7 +49,7 @@ TIMELINE_COLUMNS = (
 
 
 class WatchScreen(Screen[None]):
-    app: CkinspectApp  # for the type checker: textual types `app` as App[Any]
+    app: Host  # for the type checker: textual types `app` as App[Any]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", tooltip="Inspect the selected checkpoint (Esc comes back here)"),
         Binding("escape", "back", "Back", show=False),
@@ -94,7 +95,7 @@ class WatchScreen(Screen[None]):
                 for group in RATIO_GROUPS:
                     yield Label(f"{group} update ratio ||Δw||/||w|| per step", classes="spark-label")
                     yield Sparkline([], id=f"spark-{group}", classes="ratio-spark")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#timeline", DataTable)
@@ -157,7 +158,8 @@ class WatchScreen(Screen[None]):
     @on(DataTable.RowHighlighted, "#timeline")
     def _highlighted(self, message: DataTable.RowHighlighted) -> None:
         """The selected save's detail; moving off the newest row stops following new saves."""
-        index = message.cursor_row
+        index = message.data_table.cursor_row  # where it is now: saves judged since this message was
+        # posted moved it on (following), and the row in the message would read as the user moving off
         if not 0 <= index < len(self.events):
             return
         self.following = index == len(self.events) - 1

@@ -64,6 +64,16 @@ class DetailsPane(VerticalScroll):
         facts.update(themed(text))
         return True
 
+    def show_module(self, path: str, tensors: int, nbytes: int) -> None:
+        """A module of the tree view: what it holds (the tensor shown before is no longer selected)."""
+        self.tensor_name = None
+        self.show_stats_note("")
+        text = Text()
+        text.append(terminal_safe(path) + "\n", style="bold")
+        text.append(f"{tensors:,} tensor(s) · {human_bytes(nbytes)}\n")
+        text.append("space or Enter opens it", style="dim")
+        self.query_one("#facts", Static).update(themed(text))
+
     def show_stats_note(self, note: str) -> None:
         self.query_one("#stats", Static).update(Text("\n" + note, style="italic") if note else "")
 

@@ -23,11 +23,21 @@ class TensorTree(Tree[str]):
             super().__init__()
             self.name = name
 
+    class ModuleChosen(Message):
+        """A module path is highlighted: the details show it, never the tensor highlighted before."""
+
+        def __init__(self, path: str, tensors: int, nbytes: int) -> None:
+            super().__init__()
+            self.path = path
+            self.tensors = tensors
+            self.nbytes = nbytes
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("checkpoint", id=id)
         self._children: dict[tuple[str, ...], list[str]] = {}
         self._leaves: dict[tuple[str, ...], list[TensorInfo]] = {}
         self._bytes: dict[tuple[str, ...], int] = {}
+        self._counts: dict[tuple[str, ...], int] = {}
         self.show_root = False
 
     def load(self, ckpt: Checkpoint, names: set[str] | None = None) -> None:
@@ -35,6 +45,7 @@ class TensorTree(Tree[str]):
         children: dict[tuple[str, ...], set[str]] = defaultdict(set)
         leaves: dict[tuple[str, ...], list[TensorInfo]] = defaultdict(list)
         sizes: dict[tuple[str, ...], int] = defaultdict(int)
+        counts: dict[tuple[str, ...], int] = defaultdict(int)
         counted: set[tuple[tuple[str, ...], str, int, int]] = (
             set()
         )  # tied weights: their bytes once, as the bar counts them
@@ -45,6 +56,7 @@ class TensorTree(Tree[str]):
             module = parts[:-1]
             leaves[module].append(t)
             for depth in range(len(module) + 1):
+                counts[module[:depth]] += 1
                 same_bytes = (module[:depth], t.storage_key, t.storage_offset, t.nbytes)
                 if same_bytes not in counted:
                     counted.add(same_bytes)
@@ -54,6 +66,7 @@ class TensorTree(Tree[str]):
         self._children = {k: sorted(v, key=_natural) for k, v in children.items()}
         self._leaves = dict(leaves)
         self._bytes = dict(sizes)
+        self._counts = dict(counts)
         self.clear()
         self.root.data = ""
         self._fill(self.root, ())
@@ -83,6 +96,9 @@ class TensorTree(Tree[str]):
         node = event.node
         if node.data and not node.allow_expand:
             self.post_message(self.TensorChosen(node.data))
+        elif node.data:
+            path = tuple(node.data.split("."))
+            self.post_message(self.ModuleChosen(node.data, self._counts.get(path, 0), self._bytes.get(path, 0)))
 
 
 def _natural(part: str) -> tuple[int, int | str]:

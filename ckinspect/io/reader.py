@@ -1,0 +1,74 @@
+"""Positioned reads, wherever the bytes live: the one interface the readers in formats/ are given.
+
+A local file (`FileReader`, over an open file descriptor) and a remote object (`io.remote.RemoteFile`, by
+range requests) both answer `size`, `read_at`, `small_read` (through a small block cache: local headers and
+pickles lie close together), so a reader never asks where its bytes come from. What such a
+read refuses (a negative position, a structure that does not add up) is a `ReadError`, the one error root;
+the zip layer calls it `ZipError`.
+
+Imports nothing from io/ (every other io module may import it).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ckinspect.vocab import CkinspectError
+
+
+class ReadError(CkinspectError):
+    """The bytes cannot be read as asked, or do not add up; the message says what and where."""
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class PositionedReader(Protocol):
+        """Random-access reads of one file or object of `size` bytes."""
+
+        BLOCK: int
+        size: int
+
+        def read_at(self, offset: int, length: int) -> bytes: ...
+
+        def small_read(self, offset: int, length: int) -> bytes: ...
+
+else:  # `typing` costs the listing path ~10 ms; at run time the interface is only named in annotations
+    PositionedReader = object
+
+
+class FileReader:
+    """Positioned reads from an open file, with a small block cache for walking local headers."""
+
+    BLOCK = 1 << 14
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+        self._block_start = -1
+        self._block = b""
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ReadError(f"negative read at {offset}")
+        chunks = []
+        while length > 0:
+            chunk = os.pread(self.fd, min(length, 1 << 26), offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+            length -= len(chunk)
+        return b"".join(chunks)
+
+    def small_read(self, offset: int, length: int) -> bytes:
+        """Read a few bytes through the block cache (local headers lie close together)."""
+        start = offset - offset % self.BLOCK
+        if start != self._block_start or offset + length > start + len(self._block):
+            if offset + length > start + self.BLOCK:
+                return self.read_at(offset, length)
+            self._block = self.read_at(start, self.BLOCK)
+            self._block_start = start
+        rel = offset - start
+        return self._block[rel : rel + length]
