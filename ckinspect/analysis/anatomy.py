@@ -24,7 +24,7 @@ from ckinspect.analysis.layouts import Layout, recognise
 from ckinspect.analysis.scalars import read_scalar
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import no_gc
-from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
 from ckinspect.vocab import GROUPS
 
@@ -220,9 +220,9 @@ def _summarize(ckpt: Checkpoint) -> Anatomy:
         return _count(ckpt)
 
 
-def _count(ckpt: Checkpoint) -> Anatomy:
-    # One pass over the tensors: per group counts, and the views of each storage. Most storages have
-    # exactly one view, kept alone; a list is made only for storages viewed more than once.
+def _views_by_storage(ckpt: Checkpoint) -> tuple[dict[str, int], dict[str, TensorInfo], dict[str, list[TensorInfo]]]:
+    """One pass over the tensors: per group counts, and the views of each storage. Most storages have
+    exactly one view, kept alone; a list is made only for storages viewed more than once."""
     counts: dict[str, int] = dict.fromkeys(GROUPS, 0)
     only_view: dict[str, TensorInfo] = {}
     shared: dict[str, list[TensorInfo]] = {}
@@ -237,6 +237,27 @@ def _count(ckpt: Checkpoint) -> Anatomy:
             shared[key].append(tensor)
         else:
             shared[key] = [first, tensor]
+    return counts, only_view, shared
+
+
+def _shared_storage(views: list[TensorInfo], storage: StorageInfo | None, bits_of: dict[str, int],
+                    group_bytes: dict[str, int]) -> tuple[int, int, str | None]:  # fmt: skip
+    """A storage viewed more than once (or by none): its size, the bytes its views reach (each once, added
+    to `group_bytes`) and its largest view's name."""
+    extents = []
+    for t in views:
+        bits = bits_of.get(t.dtype)
+        if bits is None:
+            bits = bits_of[t.dtype] = dtype_info(t.dtype).bits
+        extents.append(_extent(t, bits))
+    # a reader that lists no storage for it: the views tell its extent
+    size = storage.nbytes if storage is not None else max((end for _, end in extents), default=0)
+    used = _attribute(views, extents, size, group_bytes)
+    return size, used, max(views, key=lambda t: t.nbytes).name if views else None
+
+
+def _count(ckpt: Checkpoint) -> Anatomy:
+    counts, only_view, shared = _views_by_storage(ckpt)
     bits_of: dict[str, int] = {}  # bits per element, by dtype (8 x itemsize but for packed fp4/fp6)
 
     storages = ckpt.storages
@@ -268,17 +289,7 @@ def _count(ckpt: Checkpoint) -> Anatomy:
             group_bytes[group] += used
             largest: str | None = view.name
         else:
-            its_views = shared.get(key, [])
-            extents = []
-            for t in its_views:
-                bits = bits_of.get(t.dtype)
-                if bits is None:
-                    bits = bits_of[t.dtype] = dtype_info(t.dtype).bits
-                extents.append(_extent(t, bits))
-            # a reader that lists no storage for it: the views tell its extent
-            size = storage.nbytes if storage is not None else max((end for _, end in extents), default=0)
-            used = _attribute(its_views, extents, size, group_bytes)
-            largest = max(its_views, key=lambda t: t.nbytes).name if its_views else None
+            size, used, largest = _shared_storage(shared.get(key, []), storage, bits_of, group_bytes)
         storage_bytes += size
         tensor_bytes += used
         if used < size:  # only storages with bytes to spare are kept, for bloat messages

@@ -112,20 +112,30 @@ def _search(folder: Path, visited: set[Path]) -> list[Target]:
 
     targets: list[Target] = []
     for entry in entries:
-        path = entry.path
         if entry.is_dir:
-            if entry.name.startswith("."):  # .ckinspect-quarantine, .git, .venv: hidden folders are not searched
-                continue
-            try:
-                targets.extend(_search(path, visited))
-            except OSError:
-                continue  # an unreadable subfolder does not stop the search of the rest
+            targets += _search_subfolder(entry.path, visited)
         elif entry.name in files:
-            if _is_checkpoint_index(entry.name):
-                targets.append(Target(path, "sharded"))
-            elif entry.name not in shards and not is_temporary(path) and _is_checkpoint_file(path):
-                targets.append(Target(path, "file"))
+            targets += _file_target(entry.path, shards)
     return targets
+
+
+def _search_subfolder(path: Path, visited: set[Path]) -> list[Target]:
+    if path.name.startswith("."):  # .ckinspect-quarantine, .git, .venv: hidden folders are not searched
+        return []
+    try:
+        return _search(path, visited)
+    except OSError:
+        return []  # an unreadable subfolder does not stop the search of the rest
+
+
+def _file_target(path: Path, shards: set[str]) -> list[Target]:
+    """The file as a checkpoint (a sharded set by its index; not one of its shards, a temporary or a file
+    that holds no checkpoint), or nothing."""
+    if _is_checkpoint_index(path.name):
+        return [Target(path, "sharded")]
+    if path.name not in shards and not is_temporary(path) and _is_checkpoint_file(path):
+        return [Target(path, "file")]
+    return []
 
 
 def _is_checkpoint_index(name: str) -> bool:

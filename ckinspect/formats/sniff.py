@@ -278,28 +278,36 @@ def _describe_folder(path: Path) -> str:
 def describe_bytes(head: bytes, size: int) -> str:
     if size == 0 or not head:
         return "empty"
+    if known := _describe_magic(head):
+        return known
+    if not head.strip(b"\x00"):
+        return "zero bytes (a preallocated or unwritten file)"
+    text = _as_text(head, truncated=size > len(head))
+    if text is not None:
+        return _describe_text(text)
+    if _entropy(head) > (7.2 if len(head) >= 1024 else 6.5):
+        return "random bytes"
+    return "binary data"
+
+
+def _describe_magic(head: bytes) -> str | None:
+    """What a file's first bytes name outright (a pointer, an archive, a compressed stream), else None."""
     if head.startswith(LFS_POINTER):
         return "a git-lfs pointer (run `git lfs pull`)"
     if head.startswith(ZIP_MAGIC):
         return "a zip archive without data.pkl"
     if len(head) > 262 and head[257:262] == b"ustar":
         return "a tar archive"
-    for magic, what in _COMPRESSED:
-        if head.startswith(magic):
-            return what
-    if not head.strip(b"\x00"):
-        return "zero bytes (a preallocated or unwritten file)"
-    text = _as_text(head, truncated=size > len(head))
-    if text is not None:
-        stripped = text.lstrip("\ufeff \t\r\n").lower()
-        if stripped.startswith(("<!doctype html", "<html")) or "<html" in stripped[:512] or "<body" in stripped:
-            return "an HTML page"
-        if stripped.startswith(("{", "[")):
-            return "JSON text"
-        return "text"
-    if _entropy(head) > (7.2 if len(head) >= 1024 else 6.5):
-        return "random bytes"
-    return "binary data"
+    return next((what for magic, what in _COMPRESSED if head.startswith(magic)), None)
+
+
+def _describe_text(text: str) -> str:
+    stripped = text.lstrip("\ufeff \t\r\n").lower()
+    if stripped.startswith(("<!doctype html", "<html")) or "<html" in stripped[:512] or "<body" in stripped:
+        return "an HTML page"
+    if stripped.startswith(("{", "[")):
+        return "JSON text"
+    return "text"
 
 
 def _as_text(head: bytes, truncated: bool) -> str | None:

@@ -30,7 +30,11 @@ from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # `typing` stays out of the report path's imports (tests/test_import_hygiene.py)
+    from collections.abc import Callable
     from typing import Any
+
+    Applies = Callable[[list[BaseException], int | None, str], bool]  # the error chain, its HTTP status, first line
+    Says = Callable[[int | None, str], str]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 # small reads (sniffing, local headers) come in 4 KiB blocks: one local header per block where storages
@@ -174,22 +178,44 @@ def explain(url: str, exc: BaseException) -> str:
     status = next((st for st in map(_status, chain) if st is not None), None)
     text = next((str(e).splitlines()[0] for e in reversed(chain) if str(e)), type(exc).__name__)
     text = _USERINFO.sub(r"\1", text.replace(raw, url))  # aiohttp's messages carry the URL it was given
-    names = " ".join(type(e).__name__ for e in chain)
-    if status in (401, 403) or any(isinstance(e, PermissionError) for e in chain) or "AccessDenied" in text:
-        return f"{url}: access denied (HTTP {status or 403}); check the credentials for this bucket or host"
-    if status == 404:
-        return f"{url}: not found (no such object)"
-    if status in (429, 503) or "SlowDown" in text or "Throttl" in text:
-        return f"{url}: the server kept throttling requests (HTTP {status}) after {_retries()} retries"
-    if "Payload" in names or "ContentLength" in text or "IncompleteRead" in names:
-        return f"{url}: the transfer was cut short (the server sent fewer bytes than it announced)"
-    if any(_is_timeout(e) for e in chain):
-        return f"{url}: timed out after {_timeout():g} s waiting for the server (CKINSPECT_REMOTE_TIMEOUT)"
-    if status is not None:
-        return f"{url}: the server answered HTTP {status} ({text})"
-    if any(isinstance(e, FileNotFoundError) for e in chain):
-        return f"{url}: not found (no such object)"
+    for applies, says in _EXPLANATIONS:  # the first that applies, in this order
+        if applies(chain, status, text):
+            return f"{url}: {says(status, text)}"
     return f"{url}: cannot read ({type(chain[-1]).__name__}: {text})"
+
+
+def _denied(chain: list[BaseException], status: int | None, text: str) -> bool:
+    return status in (401, 403) or any(isinstance(e, PermissionError) for e in chain) or "AccessDenied" in text
+
+
+def _throttled(chain: list[BaseException], status: int | None, text: str) -> bool:
+    return status in (429, 503) or "SlowDown" in text or "Throttl" in text
+
+
+def _cut_short(chain: list[BaseException], status: int | None, text: str) -> bool:
+    names = " ".join(type(e).__name__ for e in chain)
+    return "Payload" in names or "ContentLength" in text or "IncompleteRead" in names
+
+
+def _timed_out(chain: list[BaseException], status: int | None, text: str) -> bool:
+    return any(_is_timeout(e) for e in chain)
+
+
+def _not_found(chain: list[BaseException], status: int | None, text: str) -> bool:
+    return any(isinstance(e, FileNotFoundError) for e in chain)
+
+
+_NOT_FOUND = "not found (no such object)"
+# (does it apply to the error chain, its HTTP status and first line; what to say), checked in order
+_EXPLANATIONS: tuple[tuple[Applies, Says], ...] = (
+    (_denied, lambda status, _: f"access denied (HTTP {status or 403}); check the credentials for this bucket or host"),
+    (lambda _, status, __: status == 404, lambda *_: _NOT_FOUND),
+    (_throttled, lambda status, _: f"the server kept throttling requests (HTTP {status}) after {_retries()} retries"),
+    (_cut_short, lambda *_: "the transfer was cut short (the server sent fewer bytes than it announced)"),
+    (_timed_out, lambda *_: f"timed out after {_timeout():g} s waiting for the server (CKINSPECT_REMOTE_TIMEOUT)"),
+    (lambda _, status, __: status is not None, lambda status, text: f"the server answered HTTP {status} ({text})"),
+    (_not_found, lambda *_: _NOT_FOUND),
+)
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

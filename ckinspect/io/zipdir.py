@@ -257,14 +257,7 @@ def member_chunks(reader: PositionedReader, member: ZipMember, start: int, verif
     needs), also an encrypted member, a local header that names another member and, at the end, a
     CRC-32 that does not match.
     """
-    if member.compress_type not in (STORED, DEFLATED):
-        raise ZipError(f"{member.name} uses zip compression method {member.compress_type}, which torch never writes")
-    if verify:
-        if member.flags & FLAG_ENCRYPTED:
-            raise ZipError(f"{member.name} is encrypted")
-        header = local_header_at(reader, member.header_offset)
-        if header is None or header[0] != member.name:
-            raise ZipError("its local header names another file")
+    _check_readable(reader, member, verify)
     inflate = zlib.decompressobj(-15) if member.compress_type == DEFLATED else None
     crc = 0
     produced = 0
@@ -274,17 +267,11 @@ def member_chunks(reader: PositionedReader, member: ZipMember, start: int, verif
         if not raw:
             raise ZipError(f"{member.name} is cut short at byte {pos}")
         pos += len(raw)
-        if inflate is None:
-            out = raw
-        else:
-            try:
-                out = (
-                    inflate.decompress(raw, max_bytes - produced + 1)
-                    if max_bytes is not None
-                    else inflate.decompress(raw)
-                )
-            except zlib.error as exc:
-                raise ZipError(f"{member.name}: bad deflate data ({exc})") from None
+        out = (
+            raw
+            if inflate is None
+            else _inflate(inflate, raw, member, None if max_bytes is None else max_bytes - produced)
+        )
         produced += len(out)
         if max_bytes is not None and produced > max_bytes:
             raise ZipError(f"{member.name} inflates past {max_bytes} bytes")
@@ -293,6 +280,27 @@ def member_chunks(reader: PositionedReader, member: ZipMember, start: int, verif
         yield out
     if verify and crc != member.crc32:
         raise ZipError(f"Bad CRC-32 for {member.name}")
+
+
+def _check_readable(reader: PositionedReader, member: ZipMember, verify: bool) -> None:
+    """ZipError for a member no reader gets past (a method torch never writes), and with `verify` for an
+    encrypted one or one whose local header names another member."""
+    if member.compress_type not in (STORED, DEFLATED):
+        raise ZipError(f"{member.name} uses zip compression method {member.compress_type}, which torch never writes")
+    if verify:
+        if member.flags & FLAG_ENCRYPTED:
+            raise ZipError(f"{member.name} is encrypted")
+        header = local_header_at(reader, member.header_offset)
+        if header is None or header[0] != member.name:
+            raise ZipError("its local header names another file")
+
+
+def _inflate(inflate: zlib._Decompress, raw: bytes, member: ZipMember, room: int | None) -> bytes:
+    """`raw` inflated, at most one byte past the `room` left (so that going past it is seen)."""
+    try:
+        return inflate.decompress(raw, room + 1) if room is not None else inflate.decompress(raw)
+    except zlib.error as exc:
+        raise ZipError(f"{member.name}: bad deflate data ({exc})") from None
 
 
 def read_member(reader: PositionedReader, member: ZipMember, limit: int | None = None, max_bytes: int | None = None,

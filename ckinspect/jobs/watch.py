@@ -184,10 +184,29 @@ class Follower:
     def poll_each(self, once: bool = False) -> Iterator[Event]:
         """`poll`, each event as soon as it is judged: the first saves of a backlog are not held back until
         the last is judged. Consume it whole before the next call."""
+        plan = self._plan(once)
+        if self.jobs > 1:
+            self._workers()  # started before the first backlog, so that one does not wait for them
+        readings = self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
+        for ckpt, files, kind, quiet in plan:
+            if kind == IN_PROGRESS:
+                yield self._event(Event(IN_PROGRESS, ckpt))
+                continue
+            read, kept = next(readings)
+            assert read is ckpt  # read in the plan's order
+            event = self._settled(ckpt, files, self._judge(ckpt, files, kind, kept), quiet, kept)
+            if event is not None:
+                yield self._event(event)
+            elif once:
+                yield self._event(Event(IN_PROGRESS, ckpt))
+
+    def _plan(self, once: bool) -> list[tuple[RunCheckpoint, Signature, str, bool]]:
+        """What this poll judges, oldest first: (checkpoint, files, kind, quiet). A save still being written
+        waits (IN_PROGRESS in the plan only `once`); what was judged and not written since is left out."""
         run = collect(self.run_dir)
         now = self.clock()
         seen: set[str] = set()
-        plan: list[tuple[RunCheckpoint, Signature, str, bool]] = []  # (checkpoint, files, kind, quiet)
+        plan: list[tuple[RunCheckpoint, Signature, str, bool]] = []
         for ckpt in sorted(run.checkpoints, key=_order):
             key = str(ckpt.path)
             seen.add(key)
@@ -205,27 +224,20 @@ class Follower:
         for key in list(self.waiting):
             if key not in seen:
                 del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
-        if self.jobs > 1:
-            self._workers()  # started before the first backlog, so that one does not wait for them
-        readings = self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
-        for ckpt, files, kind, quiet in plan:
-            key = str(ckpt.path)
-            if kind == IN_PROGRESS:
-                yield self._event(Event(IN_PROGRESS, ckpt))
-                continue
-            read, kept = next(readings)
-            assert read is ckpt  # read in the plan's order
-            event = self._judge(ckpt, files, kind, kept)
-            if event.kind == JUDGED and not quiet and _structure_broken(event):
-                # finished by its marker, yet broken the way a save in flight looks: look again once quiet
-                self.waiting[key] = files
-                if once:
-                    yield self._event(Event(IN_PROGRESS, ckpt))
-                continue
-            self.judged[key] = files
-            self.waiting.pop(key, None)
-            self._remember(ckpt, event, files, kept)
-            yield self._event(event)
+        return plan
+
+    def _settled(self, ckpt: RunCheckpoint, files: Signature, event: Event, quiet: bool,
+                 kept: dict[Path, Kept]) -> Event | None:  # fmt: skip
+        """The judged event, remembered; None when a save finished by its marker is broken the way a save in
+        flight looks and has not been quiet yet: it waits, to be looked at again once quiet."""
+        key = str(ckpt.path)
+        if event.kind == JUDGED and not quiet and _structure_broken(event):
+            self.waiting[key] = files
+            return None
+        self.judged[key] = files
+        self.waiting.pop(key, None)
+        self._remember(ckpt, event, files, kept)
+        return event
 
     def _read_all(self, checkpoints: list[RunCheckpoint]) -> Iterator[tuple[RunCheckpoint, dict[Path, Kept]]]:
         """The run's judge on each (structure, CRC, value scan), in order, with the values each part's scan

@@ -501,18 +501,23 @@ def read_manifest(manifest: Path) -> dict[str, Any]:
         if not isinstance(moves, list):
             raise CkinspectError(f"{where} (an entry without a list of moves)")
         for move in moves:
-            if not isinstance(move, dict) or move.get("op") not in _MOVE_OPS:
-                raise CkinspectError(f"{where} (a move that is not rename, link or replace)")
-            for key in ("size", "mtime_ns"):
-                value = move.get(key)
-                if value is not None and (type(value) is not int or value < 0):
-                    raise CkinspectError(f"{where} (a move whose {key} is not a count)")
-            for key in ("from", "to"):
-                try:
-                    inside(base, move.get(key))
-                except OutsideTarget as exc:
-                    raise OutsideTarget(f"{manifest}: refused, a move's {key!r} path {exc}") from exc
+            _check_move(move, where, manifest, base)
     return doc
+
+
+def _check_move(move: object, where: str, manifest: Path, base: Path) -> None:
+    """One move of a manifest: a known op, counts that are counts, both paths inside `base`."""
+    if not isinstance(move, dict) or move.get("op") not in _MOVE_OPS:
+        raise CkinspectError(f"{where} (a move that is not rename, link or replace)")
+    for key in ("size", "mtime_ns"):
+        value = move.get(key)
+        if value is not None and (type(value) is not int or value < 0):
+            raise CkinspectError(f"{where} (a move whose {key} is not a count)")
+    for key in ("from", "to"):
+        try:
+            inside(base, move.get(key))
+        except OutsideTarget as exc:
+            raise OutsideTarget(f"{manifest}: refused, a move's {key!r} path {exc}") from exc
 
 
 def undo(folder: str | os.PathLike[str]) -> UndoResult:
@@ -539,26 +544,30 @@ def undo(folder: str | os.PathLike[str]) -> UndoResult:
     return result
 
 
+def _undo_link(src: Path, dst: Path, recorded: tuple[Any, Any], move: dict[str, Any], result: UndoResult) -> None:
+    """src (the old main) was linked into quarantine as dst; src's name then went to the promoted tmp."""
+    if not dst.exists():
+        return  # the link never happened
+    if src.exists() and os.path.samefile(src, dst):
+        os.unlink(dst)  # the replace never happened: src still is the old file; drop the extra name
+        fsync_dir(dst.parent)
+        result.restored.append(f"{move['from']} was never replaced")
+        return
+    if src.exists() and _stat(src) != (recorded[0], recorded[1]) and not _has_other_name(src):
+        why = f"{move['from']} is not the file this apply put there; {move['to']} stays in quarantine"
+        result.problems.append(why)
+        return
+    os.replace(dst, src)
+    fsync_dir(src.parent)
+    result.restored.append(f"{move['to']} -> {move['from']}")
+
+
 def _undo_move(base: Path, move: dict[str, Any], result: UndoResult) -> None:
     src, dst = inside(base, move["from"]), inside(base, move["to"])  # the apply moved src -> dst; checked again
     recorded = (move.get("size"), move.get("mtime_ns"))
     what = f"{move['to']} -> {move['from']}"
     if move["op"] == "link":
-        # src (the old main) was linked into quarantine; src's name then went to the promoted tmp
-        if not dst.exists():
-            return  # the link never happened
-        if src.exists() and os.path.samefile(src, dst):
-            os.unlink(dst)  # the replace never happened: src still is the old file; drop the extra name
-            fsync_dir(dst.parent)
-            result.restored.append(f"{move['from']} was never replaced")
-            return
-        if src.exists() and _stat(src) != (recorded[0], recorded[1]) and not _has_other_name(src):
-            why = f"{move['from']} is not the file this apply put there; {move['to']} stays in quarantine"
-            result.problems.append(why)
-            return
-        os.replace(dst, src)
-        fsync_dir(src.parent)
-        result.restored.append(what)
+        _undo_link(src, dst, recorded, move, result)
         return
     if not dst.exists():
         return  # never happened

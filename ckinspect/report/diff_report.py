@@ -9,7 +9,7 @@ import functools
 import io
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ckinspect.fmt import human_bytes, md_code, md_text, percent, value_text
@@ -241,20 +241,7 @@ def render_text(
         console.print(_changed_table(diff))
     if value_rows(diff):
         console.print(_values_table(diff))
-    say = functools.partial(console.print, markup=False, soft_wrap=True)  # names and messages are not markup
-    for heading, shown, more in _name_lists(diff):
-        say(f"{heading}:")
-        for n in shown:
-            say(f"  {n}")
-        if more:
-            say(f"  ... and {more:,} more")
-    unreadable = diff.get("unreadable") or []
-    for item in unreadable[:_LIST_LIMIT]:
-        say(f"cannot compare {item['name']}: {item['message']}")
-    if len(unreadable) > _LIST_LIMIT:
-        say(f"... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
-    if diff.get("not_compared"):
-        say(f"tensors not compared: {diff['not_compared']}")
+    _text_lists(functools.partial(console.print, markup=False, soft_wrap=True), diff)  # names are not markup
     for side, ckpt in (("A", a), ("B", b)):
         for f in _refusals(ckpt)[:3]:
             console.print(
@@ -279,9 +266,35 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
     lines.append(f"- **A**: {md_code(diff['a'])}" + (f" ({a.format}, {len(a.tensors):,} tensors)" if a else ""))
     lines.append(f"- **B**: {md_code(diff['b'])}" + (f" ({b.format}, {len(b.tensors):,} tensors)" if b else ""))
     lines.append(f"- **matching**: {diff['match']}")
-    lines.append("")
-    lines.append(f"**{summary_line(diff)}**")
-    lines.append("")
+    lines += ["", f"**{summary_line(diff)}**", ""]
+    lines += _markdown_tables(diff)
+    lines += _markdown_name_lists(diff)
+    lines += _markdown_not_compared(diff, a, b)
+    if advice := hint(diff):
+        lines += ["", f"_{advice}_"]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _text_lists(say: Callable[[str], object], diff: dict[str, Any]) -> None:
+    """The names only in A, only in B ..., then what could not be compared, one line each."""
+    for heading, shown, more in _name_lists(diff):
+        say(f"{heading}:")
+        for n in shown:
+            say(f"  {n}")
+        if more:
+            say(f"  ... and {more:,} more")
+    unreadable = diff.get("unreadable") or []
+    for item in unreadable[:_LIST_LIMIT]:
+        say(f"cannot compare {item['name']}: {item['message']}")
+    if len(unreadable) > _LIST_LIMIT:
+        say(f"... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
+    if diff.get("not_compared"):
+        say(f"tensors not compared: {diff['not_compared']}")
+
+
+def _markdown_tables(diff: dict[str, Any]) -> list[str]:
+    """The changed tensors' table and the other values' table, each followed by a blank line."""
+    lines = []
     if diff["changed"]:
         lines.append("| " + " | ".join(md_text(h) for h in _HEADERS) + " |")
         lines.append("|" + "|".join("---:" if h in _NUMERIC else "---" for h in _HEADERS) + "|")
@@ -292,15 +305,27 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
         lines += ["| value | A | B |", "|---|---|---|"]
         lines += [f"| {md_code(path)} | {md_text(va)} | {md_text(vb)} |" for path, va, vb in rows]
         lines.append("")
+    return lines
+
+
+def _markdown_name_lists(diff: dict[str, Any]) -> list[str]:
+    """The names only in A, only in B ..., each list folded in a <details> block."""
+    lines = []
     for heading, shown, more in _name_lists(diff):
         lines += [f"<details><summary>{heading[0].upper()}{heading[1:]}</summary>", ""]
         lines.extend(f"- {md_code(n)}" for n in shown)
         if more:
             lines.append(f"- ... and {more:,} more")
         lines += ["", "</details>", ""]
+    return lines
+
+
+def _markdown_not_compared(diff: dict[str, Any], a: Checkpoint | None, b: Checkpoint | None) -> list[str]:
+    """What could not be compared: unreadable tensors, tensors left out, and each side's refusals."""
     unreadable = diff.get("unreadable") or []
-    for item in unreadable[:_LIST_LIMIT]:
-        lines.append(f"- cannot compare {md_code(item['name'])}: {md_text(item['message'])}")
+    lines = [
+        f"- cannot compare {md_code(item['name'])}: {md_text(item['message'])}" for item in unreadable[:_LIST_LIMIT]
+    ]
     if len(unreadable) > _LIST_LIMIT:
         lines.append(f"- ... and {len(unreadable) - _LIST_LIMIT:,} more tensors that cannot be compared")
     if diff.get("not_compared"):
@@ -308,10 +333,7 @@ def render_markdown(diff: dict[str, Any], a: Checkpoint | None = None, b: Checkp
     for side, ckpt in (("A", a), ("B", b)):
         for f in _refusals(ckpt)[:3]:
             lines.append(f"- **{side} {_REFUSAL_WORD[f.code]}** ({f.code}): {md_text(f.message)}")
-    if advice := hint(diff):
-        lines.append("")
-        lines.append(f"_{advice}_")
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
 
 
 def build_document(a: Checkpoint, b: Checkpoint, result: Any) -> dict[str, Any]:
