@@ -119,8 +119,6 @@ def _dtype_of(descr: object) -> tuple[str | None, str]:
     name = NUMPY_CODES.get(code)
     if name is None:
         return None, f"dtype {descr!r:.20}"
-    if order == ">" and code not in ("i1", "u1", "b1"):
-        return None, f"big-endian {descr}"
     return name, descr
 
 
@@ -173,7 +171,9 @@ def _add_described(ckpt: Checkpoint, path: Path, name: str, offset: int | None, 
         )
         nbytes, offset = 0, None  # the array cannot be read whole: no bytes are offered as its own
     member_name = member.name if member is not None else None
-    ckpt.storages[tensor.storage_key] = StorageInfo(tensor.storage_key, dtype, nbytes, path, offset, None, member_name)
+    big = header["descr"][:1] == ">" and tensor.itemsize > 1  # read swapped, as numpy reads it (io.values)
+    ckpt.storages[tensor.storage_key] = StorageInfo(tensor.storage_key, dtype, nbytes, path, offset, None, member_name,
+                                                    big_endian=big)  # fmt: skip
     ckpt.tensors.append(tensor)
 
 

@@ -75,8 +75,10 @@ def convert(
     for path, why in built.dropped:
         result.notes.append(f"{path}: {why}; left out")
     for path, composite in built.composites:
-        parts = ", ".join(f"{path}.{part}" for part in composite.parts)
-        result.notes.append(f"{path} ({composite.layout}, shape {list(composite.shape)}) written as its parts: {parts}")
+        written = [f"{path}.{part}" for part in composite.parts if f"{path}.{part}" not in result.left_out]
+        if written:  # a part left out is named in the left-out note, not here
+            result.notes.append(f"{path} ({composite.layout}, shape {list(composite.shape)}) written as its parts: "
+                                f"{', '.join(written)}")  # fmt: skip
     _note_left_out(result)
     tree, names = _narrowed(built, result) if only else (built.tree, built.tensors)
     if not names:
@@ -193,7 +195,7 @@ def _refuse_unwritable(ckpt: Checkpoint, select: _Selection) -> None:
     if unwritable:
         raise CkinspectError(
             f"refused: {select.result.out_format} cannot hold {len(unwritable)} tensor(s) of this file: "
-            f"{_named(unwritable)}; nothing was written"
+            f"{_named(unwritable)}{_but_why(select.result.out_format)}; nothing was written"
         )
 
 
@@ -202,20 +204,29 @@ def _named(tensors: list[TensorInfo], shown: int = 5) -> str:
     return listed + (f" and {len(tensors) - shown} more" if len(tensors) > shown else "")
 
 
+# Why a torch file leaves a tensor out (writable_dtypes): a quantized tensor is its integers and a quantizer
+QUANTIZER_NOT_WRITTEN = "quantized: ckinspect reads their integers but does not rebuild the scale and zero point"
+
+
+def _but_why(out_format: str) -> str:
+    """What a torch file's left-out note adds (safetensors: the dtype says it all)."""
+    return f"; {QUANTIZER_NOT_WRITTEN}" if out_format == "torch-zip" else ""
+
+
 def _note_left_out(result: ConvertResult) -> None:
     if result.left_out:
         more = len(result.left_out) - 5
         shown = ", ".join(result.left_out[:5]) + (f" and {more} more" if more > 0 else "")
         result.notes.append(
             f"{len(result.left_out)} tensor(s) left out: the {result.out_format} output cannot hold their dtype "
-            f"({shown}); pass --refuse-left-out to refuse instead"
+            f"({shown}){_but_why(result.out_format)}; pass --refuse-left-out to refuse instead"
         )
 
 
 def _nothing_to_write(result: ConvertResult, groups: dict[str, str], only: list[str] | None) -> str:
     if result.left_out:
         return (f"nothing to write: every tensor was left out, as the {result.out_format} output cannot hold "
-                f"their dtype ({', '.join(result.left_out[:5])})")  # fmt: skip
+                f"their dtype ({', '.join(result.left_out[:5])}){_but_why(result.out_format)}")  # fmt: skip
     if only:
         present = sorted(set(groups.values()))
         return (f"nothing to write: no tensors in group(s) {', '.join(only)} "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ckinspect.fmt import terminal_safe
+from ckinspect.fmt import human_bytes, shape_text, terminal_safe
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,6 +22,22 @@ def largest(tensors: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     import heapq
 
     return heapq.nlargest(LARGEST_SHOWN, tensors, key=lambda t: t["bytes"])
+
+
+RAGGED_TEXT = "j"  # a nested tensor's ragged dimension (null in JSON), as torch prints it (j1, j2 ...)
+
+
+def composite_rows(entry: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
+    """(name, kind, dtype, logical shape, size, parts) of each composite tensor (sparse, nested, jagged, meta,
+    per-channel quantized, a wrapper subclass such as a DTensor): the whole, beside its parts in the tensor
+    table; a meta tensor (no parts) is seen only here. The first ALL_TENSORS_UP_TO, as the JSON has them all."""
+    rows = []
+    for c in entry.get("composite_tensors", [])[:ALL_TENSORS_UP_TO]:
+        kind = c["layout"] if not c.get("subclass") else f"{c['subclass'].rsplit('.', 1)[-1]} ({c['layout']})"
+        shape = "×".join(RAGGED_TEXT if n is None else str(n) for n in c["shape"]) or shape_text(())
+        parts = ", ".join(c["parts"]) or "no data"
+        rows.append((c["name"], kind, c["dtype"], shape, human_bytes(c["bytes"]), parts))
+    return rows
 
 
 def optimizer_share(entry: Mapping[str, Any]) -> float:

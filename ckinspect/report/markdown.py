@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ckinspect.fmt import human_bytes, md_code, md_text, percent, shape_text
-from ckinspect.report.common import finding_counts, largest, metadata_line, optimizer_share, summary_line
+from ckinspect.report.common import (
+    composite_rows,
+    finding_counts,
+    largest,
+    metadata_line,
+    optimizer_share,
+    summary_line,
+)
 from ckinspect.vocab import GROUPS, SEVERITY_RANK
 
 TYPE_CHECKING = False
@@ -92,6 +99,7 @@ def file_section(entry: Mapping[str, Any]) -> list[str]:
                 "",
             ]
         out += tensors_details(entry)
+    out += composites_details(entry)
     return out
 
 
@@ -117,6 +125,19 @@ def _groups_table(entry: Mapping[str, Any]) -> list[str]:
             out.append(f"| {group} | {stats['tensor_count']:,} | {size} | {share} |")
     declared_total = f" **{human_bytes(whole)}** |" if declared else ""
     out.append(f"| **total** | **{entry['tensor_count']:,}** | **{human_bytes(total)}** |{declared_total} |")
+    return out
+
+
+def composites_details(entry: Mapping[str, Any]) -> list[str]:
+    """Sparse, nested, meta, per-channel quantized tensors and wrapper subclasses as wholes (report/common)."""
+    rows = composite_rows(entry)
+    if not rows:
+        return []
+    out = [f"<details><summary>Composite tensors ({len(rows)} of {len(entry['composite_tensors']):,})</summary>", "",
+           "| composite | layout | dtype | shape | size | parts |", "|---|---|---|---|--:|---|"]  # fmt: skip
+    for name, kind, dtype, shape, size, parts in rows:
+        out.append(f"| {md_code(name)} | {md_code(kind)} | {dtype} | {shape} | {size} | {md_code(parts)} |")
+    out += ["", "</details>", ""]
     return out
 
 

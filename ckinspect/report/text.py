@@ -18,6 +18,7 @@ from rich.text import Text
 from ckinspect.fmt import human_bytes, percent, shape_text
 from ckinspect.report.common import (
     ALL_TENSORS_UP_TO,
+    composite_rows,
     finding_counts,
     largest,
     metadata_line,
@@ -130,8 +131,23 @@ def file_section(entry: Mapping[str, Any]) -> RenderableType:
         parts.append(tensors_table(entry))
     else:
         parts.append(Text("no tensors", style="dim"))
+    if entry.get("composite_tensors"):
+        parts.append(composites_table(entry))
     parts.append(findings_block(entry["findings"]))
     return Group(*parts)
+
+
+def composites_table(entry: Mapping[str, Any]) -> NameTable:
+    """Sparse, nested, meta, quantized-per-channel tensors and wrapper subclasses as wholes (report/common)."""
+    total = len(entry["composite_tensors"])
+    rows = [[Cell(name), Cell(kind), Cell(dtype), Cell(shape), Cell(size), Cell(parts)]
+            for name, kind, dtype, shape, size, parts in composite_rows(entry)]  # fmt: skip
+    title = "composite tensors (each part is also listed as a tensor)"
+    if total > len(rows):
+        title = f"first {len(rows)} of {total:,} composite tensors (--format json lists all)"
+    headers = [("composite", "left"), ("layout", "left"), ("dtype", "left"), ("shape", "left"), ("size", "right"),
+               ("parts", "left")]  # fmt: skip
+    return NameTable(headers, rows, title)
 
 
 def groups_table(entry: Mapping[str, Any]) -> Table:

@@ -199,3 +199,31 @@ def test_the_registered_globals_are_torchs() -> None:
     assert set(TORCH_REGISTERED_BY_DEFAULT) <= set(seen["default"])
     for name, module in TORCH_REGISTERED_BY_IMPORT.items():
         assert name not in seen["default"] and name in seen["later"][module], name
+
+
+def test_the_text_and_markdown_reports_list_every_composite(tmp_path: Path) -> None:
+    """Each composite is a row of its own in the text and Markdown reports (a meta tensor has no part in the
+    tensor table, so that row is all a reader would see of it), named, with its layout, dtype and shape."""
+    kinds = ("coo", "csr", "meta", "nested", "per_channel", "jagged", "dtensor")
+    path = tmp_path / "composites.pt"
+    with tc.one_rank():
+        torch.save({kind: tc.composite_tensor(kind) for kind in kinds}, path)
+    shapes = {"nested": "2×j×j", "jagged": "2×j×3"}
+    kind_text = {k: LAYOUTS[k] for k in kinds} | {"dtensor": "DTensor (wrapper_subclass)"}
+    text = run_cli("--report", path).stdout.splitlines()
+    markdown = run_cli("--report", "--format", "markdown", path).stdout.splitlines()
+    start = text.index("composite tensors (each part is also listed as a tensor)")
+    rows, name = {}, None
+    for line in text[start + 3 :]:  # a name wider than its column takes a line of its own above its row
+        cells = [c.strip() for c in line.split("  ") if c.strip()]
+        if len(cells) == 1:
+            name = cells[0]
+        elif len(cells) > 1:
+            rows[name or cells[0]] = cells[-5:-2] if name else cells[1:4]
+            name = None
+        if line.startswith(("✗", "!", "✓")):
+            break
+    for kind in kinds:
+        dtype = "qint8" if kind == "per_channel" else "float32"
+        assert rows.get(kind) == [kind_text[kind], dtype, shapes.get(kind, "4×6")], kind
+        assert sum(line.startswith(f"| `{kind}` | `{kind_text[kind]}` |") for line in markdown) == 1, kind

@@ -203,3 +203,32 @@ def test_salvage_swaps_a_big_endian_save_and_accepts_one_without_crcs(tmp_path):
                 back = load_file(out)
             assert {k: v.view(torch.uint8).tolist() for k, v in back.items()} == {
                 k: expected[k].view(torch.uint8).tolist() for k in ("c", "f", "u")}  # fmt: skip
+
+
+def test_convert_to_pth_names_the_quantized_tensors_it_leaves_out_and_why(tmp_path):
+    """A .pth from the listing has no quantizer (scale, zero point) to give a quantized tensor: each is left out,
+    named, with that reason; per-channel scales and zero points, plain tensors, are written as torch saved them."""
+    q = torch.quantize_per_tensor(torch.tensor([0.5, -1.0, 2.0]), 0.25, 3, torch.quint8)
+    pc = torch.quantize_per_channel(torch.ones(2, 3), torch.tensor([0.5, 0.25], dtype=torch.float64),
+                                    torch.tensor([0, 1]), 0, torch.qint8)  # fmt: skip
+    path, out = tmp_path / "quantized.pt", tmp_path / "out.pth"
+    torch.save({"q": q, "pc": pc, "w": torch.arange(3.0)}, path)
+    proc = run_cli("convert", path, out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].endswith(" bytes, 2 left out")
+    assert ("2 tensor(s) left out: the torch-zip output cannot hold their dtype (q, pc.values); quantized: "
+            "ckinspect reads their integers but does not rebuild the scale and zero point; pass --refuse-left-out "
+            "to refuse instead") in proc.stdout  # fmt: skip
+    assert "pc (per_channel_affine, shape [2, 3]) written as its parts: pc.scales, pc.zero_points" in proc.stdout
+    loaded = torch.load(out, weights_only=True)
+    assert sorted(loaded) == ["pc", "w"] and sorted(loaded["pc"]) == ["scales", "zero_points"]
+    assert torch.equal(loaded["w"], torch.arange(3.0))
+    assert torch.equal(loaded["pc"]["scales"], pc.q_per_channel_scales())
+    assert torch.equal(loaded["pc"]["zero_points"], pc.q_per_channel_zero_points())
+    refused = run_cli("convert", path, tmp_path / "refused.pth", "--refuse-left-out")
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "ckinspect: refused: torch-zip cannot hold 2 tensor(s) of this file: q (quint8), pc.values (qint8); "
+        "quantized: ckinspect reads their integers but does not rebuild the scale and zero point; nothing was written"
+    )
+    assert not (tmp_path / "refused.pth").exists()
