@@ -96,6 +96,8 @@ SEVERITY: dict[str, Severity] = {
     "DUPLICATE_STORAGE": Severity.INFO,
     "WRITTEN_AFTER_COMMIT": Severity.WARNING,
     "MIXED_RUN": Severity.ERROR,
+    "WEIGHTS_DIFFER": Severity.WARNING,  # the weights file beside a resume file holds another step's weights
+    "SALVAGED_PARTIAL": Severity.ERROR,  # a salvage output that records tensors or values it could not recover
     # `ckinspect watch`: anomalies between the saves of one run
     "UPDATE_RATIO_OUTLIER": Severity.WARNING,
     "LAYER_FROZEN": Severity.WARNING,
@@ -137,6 +139,8 @@ TRAINER_FORMAT_PREFIX = "ckinspect-trainer/"
 
 # Interrupted saves: `<name>.tmp` beside `<name>`; repair sets aside into this folder.
 TMP_SUFFIX = ".tmp"
+SALVAGE_KEY = "ckinspect_salvage"  # what `salvage` lost, recorded at the top of a torch output it writes
+RESUME_SUFFIX = "_resume"  # `<name>_resume.pth` beside `<name>.pth` (the bundled trainer, MiniMind)
 QUARANTINE_DIR = ".ckinspect-quarantine"
 DCP_METADATA = ".metadata"
 

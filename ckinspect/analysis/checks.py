@@ -14,6 +14,7 @@ layout and the tree (run `anatomy.analyze` first so groups and metadata are set)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from ckinspect.dtypes import dtype_info
 from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
-from ckinspect.vocab import OPTIMIZER_KEYS
+from ckinspect.vocab import OPTIMIZER_KEYS, SALVAGE_KEY
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -89,7 +90,45 @@ def structural_findings(ckpt: Checkpoint, layout: Layout | None = None) -> list[
     findings += step_findings(ckpt, layout)
     findings += bloat_findings(ckpt, summarize(ckpt))
     findings += leftover_findings(ckpt.path)
+    findings += salvage_findings(ckpt)
     return findings
+
+
+# ---------------------------------------------------------------- what a salvage lost
+
+
+def salvage_findings(ckpt: Checkpoint) -> list[Finding]:
+    """SALVAGED_PARTIAL when the file records that `ckinspect salvage` could not recover all of its source:
+    a torch output's top-level SALVAGE_KEY, a safetensors output's `salvage_missing`/`salvage_dropped`."""
+    top = top_mapping(ckpt)
+    record = top.get(SALVAGE_KEY) if top is not None else None
+    if isinstance(record, Mapping):
+        source, missing, dropped = record.get("salvaged_from"), record.get("missing"), record.get("dropped")
+    elif "salvaged_from" in ckpt.metadata:
+        source = ckpt.metadata.get("salvaged_from")
+        missing, dropped = (_json_list(ckpt.metadata.get(key)) for key in ("salvage_missing", "salvage_dropped"))
+    else:
+        return []
+    missing = [str(n) for n in missing] if isinstance(missing, list) else []
+    dropped = [str(n) for n in dropped] if isinstance(dropped, list) else []
+    if not missing and not dropped:
+        return []
+    lost = [f"{len(missing)} tensors ({_first(missing)})" if missing else "",
+            f"{len(dropped)} values ({_first(dropped)})" if dropped else ""]  # fmt: skip
+    message = (f"salvaged from {source}: {' and '.join(x for x in lost if x)} could not be recovered and are not "
+               "in this file, so it is not the whole checkpoint")  # fmt: skip
+    return [Finding("SALVAGED_PARTIAL", message, missing[0] if missing else None)]
+
+
+def _json_list(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
+def _first(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 # ---------------------------------------------------------------- resume

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ckinspect.analysis.anatomy import analyze_layout
 from ckinspect.analysis.checks import duplicate_storages, structural_findings
+from ckinspect.analysis.pairs import weights_beside
 from ckinspect.formats import open_checkpoint
 from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
@@ -37,4 +38,5 @@ def inspect_path(
         # the report shows findings only: the checks alone (no min, max, mean or std) decide them all
         ckpt.findings.extend(scan_values(ckpt, progress, kept, mean_std=False).findings)
         ckpt.findings.extend(duplicate_storages(ckpt))  # reads only candidates the listing found
+        ckpt.findings.extend(weights_beside(ckpt, layout))  # reads the paired weights file, if there is one
     return ckpt

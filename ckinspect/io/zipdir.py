@@ -69,18 +69,7 @@ def find_end(reader: PositionedReader, base: int, end: int, classic: bool = Fals
     end record's own fields instead (unless they are zip64 marks), to find a second directory there."""
     if end - base < _EOCD.size:
         raise ZipError(f"{end - base} bytes is too short for a zip")
-    # torch writes no archive comment, so the end record sits in the last few hundred bytes; only
-    # a zip with a comment needs the full 64 KiB search (which, per DCP item, would add up)
-    for reach in (1024, _EOCD.size + _MAX_COMMENT):
-        tail_start = max(base, end - reach)
-        tail = reader.read_at(tail_start, end - tail_start)
-        pos = tail.rfind(EOCD_SIG)
-        while pos >= 0 and pos + _EOCD.size > len(tail):
-            pos = tail.rfind(EOCD_SIG, 0, pos)
-        if pos >= 0 or tail_start == base:
-            break
-    if pos < 0:
-        raise ZipError("no zip end-of-directory record: the file is truncated or is not a zip")
+    tail, tail_start, pos = _end_record(reader, base, end)
     _sig, _disk, _cd_disk, _n_disk, count, cd_size, cd_offset, _clen = _EOCD.unpack_from(tail, pos)
     eocd_abs = tail_start + pos
     marked = count == 0xFFFF or cd_size == ZIP64_MARK or cd_offset == ZIP64_MARK
@@ -96,6 +85,23 @@ def find_end(reader: PositionedReader, base: int, end: int, classic: bool = Fals
     if cd_start < base:
         raise ZipError(f"zip directory claims {cd_size} bytes before byte {eocd_abs}, more than the zip holds")
     return cd_start, cd_size, count
+
+
+def _end_record(reader: PositionedReader, base: int, end: int) -> tuple[bytes, int, int]:
+    """(the tail read, where it starts, the end record's position in it); ZipError when there is none.
+    torch writes no archive comment, so the end record sits in the last few hundred bytes; only a zip
+    with a comment needs the full 64 KiB search (which, per DCP item, would add up)."""
+    for reach in (1024, _EOCD.size + _MAX_COMMENT):
+        tail_start = max(base, end - reach)
+        tail = reader.read_at(tail_start, end - tail_start)
+        pos = tail.rfind(EOCD_SIG)
+        while pos >= 0 and pos + _EOCD.size > len(tail):
+            pos = tail.rfind(EOCD_SIG, 0, pos)
+        if pos >= 0 or tail_start == base:
+            break
+    if pos < 0:
+        raise ZipError("no zip end-of-directory record: the file is truncated or is not a zip")
+    return tail, tail_start, pos
 
 
 def _zip64_end(reader: PositionedReader, base: int, eocd_abs: int) -> tuple[int, int, int, int] | None:

@@ -26,7 +26,7 @@ from ckinspect.model import StorageInfo, TensorInfo
 from ckinspect.ops.rawtensors import StorageSource
 from ckinspect.optional import require_torch
 from ckinspect.record import Record, field
-from ckinspect.vocab import CkinspectError
+from ckinspect.vocab import SALVAGE_KEY, CkinspectError
 
 
 class SalvageResult(Record):
@@ -214,7 +214,7 @@ def _write_tree(tree, result: SalvageResult, storage_bytes, why_missing) -> None
     else:
         from ckinspect.ops.torchio import save_torch
 
-        size = save_torch(result.out, built.tree, built.fills)
+        size = save_torch(result.out, _recorded(built.tree, result), built.fills)
     result.out_bytes = size
 
 
@@ -227,6 +227,22 @@ def _provenance(result: SalvageResult) -> dict[str, str]:
     if result.dropped:
         meta["salvage_dropped"] = json.dumps([path for path, _why in result.dropped])
     return meta
+
+
+def _recorded(tree: Any, result: SalvageResult) -> Any:
+    """A torch output that lost anything says so inside: a top-level SALVAGE_KEY of plain strings (loadable
+    with weights_only=True), which `--report` turns into SALVAGED_PARTIAL, so it is never taken for whole."""
+    if not (result.missing or result.dropped):
+        return tree
+    if not isinstance(tree, dict):
+        result.notes.append(f"the output's top level is a {type(tree).__name__}, which has no place to record "
+                            "what was lost: only this report says it")  # fmt: skip
+        return tree
+    meta = _provenance(result)
+    record = {"salvaged_from": meta["salvaged_from"]}
+    record["missing"] = [name for name, _why in result.missing]  # type: ignore[assignment]
+    record["dropped"] = [path for path, _why in result.dropped]  # type: ignore[assignment]
+    return {**tree, SALVAGE_KEY: record}
 
 
 # ------------------------------------------------------------------------------------ torch legacy

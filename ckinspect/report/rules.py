@@ -124,6 +124,19 @@ RULE_TEXTS: dict[str, RuleText] = {
         "The folder holds checkpoints of two runs (a restart with another model overwrote some saves). The "
         "current model cannot load this one; last-good does not cross from one run to the other.",
     ),
+    "WEIGHTS_DIFFER": RuleText(
+        "The weights file beside a resume file holds other weights than the resume file's model",
+        "The bundled trainer and MiniMind save `<name>_resume.pth` and `<name>.pth` one after the other; a "
+        "kill between the two saves leaves the weights file of another step. Compared value for value (the "
+        "resume model rounded as the saver rounds it); the message says which file is newer. Resume from the "
+        "resume file; take inference weights from it, or save again.",
+    ),
+    "SALVAGED_PARTIAL": RuleText(
+        "A salvaged file that records what its salvage could not recover",
+        "`ckinspect salvage` wrote the tensors and values it could recover from a damaged file and recorded the "
+        "rest (a torch file's top-level `ckinspect_salvage`, a safetensors header's `salvage_missing`): the file "
+        "is not the whole checkpoint. Resume from an intact checkpoint; load this one only knowing what it lacks.",
+    ),
     "UPDATE_RATIO_OUTLIER": RuleText(
         "An update between two saves far outside the run's own history",
         "`ckinspect watch` measured ||Δw||/||w|| per step for the model or the optimizer state more than 10x "

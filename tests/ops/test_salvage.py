@@ -11,6 +11,7 @@ import torch
 
 from ckinspect.io.zipwalk import walk_local_headers
 from ckinspect.ops.salvage import salvage
+from ckinspect.vocab import SALVAGE_KEY
 from tests.helpers.torch_files import bit_equal, cut, many_tensors
 
 
@@ -36,7 +37,9 @@ def test_salvage_of_a_cut_torch_file_recovers_exactly_the_whole_tensors_bit_exac
     broken = cut(src, fraction, tmp_path / "broken.pth")
     result = salvage(broken, tmp_path / "out.pth")
     loaded = torch.load(tmp_path / "out.pth", weights_only=True)
+    lost = loaded.pop(SALVAGE_KEY)  # what was lost, recorded in the file itself
     assert set(result.recovered) == set(loaded) == expected
+    assert set(lost["missing"]) == set(original) - expected and lost["dropped"] == []
     assert all(bit_equal(loaded[n], original[n]) for n in expected)
     assert {n for n, _ in result.missing} == set(original) - expected
     if fraction == 0.5:
@@ -104,6 +107,7 @@ def test_salvage_of_a_cut_legacy_torch_file_keeps_the_storages_wholly_inside(tmp
     broken = cut(src, 0.6, tmp_path / "broken.pt")
     result = salvage(broken, tmp_path / "out.pt")
     loaded = torch.load(tmp_path / "out.pt", weights_only=True)
+    assert set(loaded.pop(SALVAGE_KEY)["missing"]) == {n for n, _ in result.missing}
     ends = {n: data.index(t.contiguous().view(torch.uint8).numpy().tobytes()) + t.nbytes for n, t in original.items()}
     expected = {n for n, end in ends.items() if end <= int(len(data) * 0.6)}
     assert set(loaded) == set(result.recovered) == expected and expected and len(expected) < len(original)

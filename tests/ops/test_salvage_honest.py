@@ -30,7 +30,8 @@ def test_salvaged_resume_file_reports_what_it_lacks(tmp_path, capsys):
     salvaged = cut_and_salvage(tmp_path, "tiny_step000060_resume.pth", capsys)
     assert main(["--report", str(salvaged), "--format", "json"]) == 1
     findings = {f["code"]: f for f in json.loads(capsys.readouterr().out)["files"][0]["findings"]}
-    assert set(findings) == {"OPTIMIZER_MISMATCH", "RESUME_INCOMPLETE"}
+    assert set(findings) == {"OPTIMIZER_MISMATCH", "RESUME_INCOMPLETE", "SALVAGED_PARTIAL"}
+    assert findings["SALVAGED_PARTIAL"]["message"].startswith("salvaged from cut.pth: 33 tensors (")
     mismatch = findings["OPTIMIZER_MISMATCH"]["message"]
     assert mismatch.startswith("optimizer state of 11 of 20 parameters lacks what the others hold (9: exp_avg_sq; ")
     assert "'rng' is there but empty" in findings["RESUME_INCOMPLETE"]["message"]
@@ -50,3 +51,31 @@ def test_safetensors_salvage_records_what_it_lost(tmp_path, capsys):
     lost = json.loads(meta["salvage_missing"])
     assert meta["salvaged_from"] == "cut.pth"
     assert len(lost) == 33 and "optimizer.state.9.exp_avg_sq" in lost and not kept & set(lost)
+
+
+WEIGHTS = REPO / "samples" / "resumed-60" / "tiny.pth"
+
+
+def test_torch_salvage_of_a_weights_file_records_what_it_lost(tmp_path, capsys):
+    import torch
+
+    cut = tmp_path / "cut.pth"
+    data = WEIGHTS.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])  # half its tensors are gone: a bare state dict says nothing of them
+    out = tmp_path / "salvaged.pth"
+    assert main(["salvage", str(cut), str(out)]) == 1
+    capsys.readouterr()
+    whole = torch.load(WEIGHTS, weights_only=True)
+    saved = torch.load(out, weights_only=True)  # still what torch loads, safely
+    record = saved.pop("ckinspect_salvage")
+    assert record["salvaged_from"] == "cut.pth" and record["dropped"] == []
+    assert sorted(record["missing"]) == sorted(set(whole) - set(saved)) and record["missing"]
+    assert all(torch.equal(saved[k], whole[k]) for k in saved)
+    assert main(["--report", str(out), "--format", "json"]) == 1
+    (found,) = json.loads(capsys.readouterr().out)["files"][0]["findings"]
+    n = len(record["missing"])
+    assert (found["code"], found["severity"]) == ("SALVAGED_PARTIAL", "error")
+    assert found["message"].startswith(f"salvaged from cut.pth: {n} tensors (")
+    assert found["message"].endswith(
+        "could not be recovered and are not in this file, so it is not the whole checkpoint"
+    )

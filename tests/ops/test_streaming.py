@@ -155,6 +155,7 @@ def test_convert_and_salvage_of_a_file_larger_than_the_bound_stay_under_it(tmp_p
     flat = load_file(tmp_path / "c.safetensors")
     assert all(torch.equal(flat[k], v) for k, v in state.items())
     salvaged = torch.load(tmp_path / "s.pth", weights_only=True)
+    salvaged.pop("ckinspect_salvage", None)  # what the cut lost, recorded in the file (tests/ops/test_salvage.py)
     assert salvaged and all(torch.equal(salvaged[k], state[k]) for k in salvaged)
 
 

@@ -197,6 +197,7 @@ def test_salvage_swaps_a_big_endian_save_and_accepts_one_without_crcs(tmp_path):
             assert sorted(result.recovered) == ["c", "f", "u"], result.missing
             if out.suffix == ".pth":
                 back = torch.load(out, weights_only=True)
+                assert back.pop("ckinspect_salvage")["missing"] == [n for n, _ in result.missing]  # recorded
             else:
                 from safetensors.torch import load_file
 

@@ -37,6 +37,7 @@ VERDICT_OF = {
     "NONFINITE": DAMAGED,
     "RESUME_INCOMPLETE": NOT_RESUMABLE,
     "WRITTEN_AFTER_COMMIT": DAMAGED,  # a data file rewritten after the marker that describes it
+    "SALVAGED_PARTIAL": INCOMPLETE,  # a salvage output that lost tensors or values
     "MIXED_RUN": NOT_RESUMABLE,  # another run's model: the current one cannot load it
 }
 
