@@ -183,3 +183,22 @@ async def test_the_panes_share_one_scroll_position_and_idle_is_idle(size):
             VirtualTable.render_line = original  # type: ignore[method-assign]
             Timer._tick = original_tick  # type: ignore[method-assign]
         assert (seen, drawn_lines, sorted(set(ticks))) == ([], 0, [])
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+async def test_the_diff_panes_give_a_whole_name_before_a_columns_a_side_repeats(width):
+    """The samples' stopped-30 and straight-60 resume files, one name column: at every width each name
+    is drawn whole (A's dtype, then A's shape, give way first: B's are on the right and the status says
+    when they differ); where there is room, A's columns stay."""
+    samples = Path(__file__).parents[2] / "samples"
+    paths = [samples / "stopped-30" / "tiny_resume.pth", samples / "straight-60" / "tiny_resume.pth"]
+    app = create_app("diff", paths, cursor_blink=False)
+    async with app.run_test(size=(width, 35)) as pilot:
+        await settle(pilot)
+        left, right = panes(app.screen)
+        drawn = "\n".join("".join(s.text for s in left.render_line(y)) for y in range(left.size.height))
+        assert "…" not in drawn, drawn
+        assert "model.layers.0.attn_norm.weight" in drawn
+        keys = [c.key for c in left.columns]
+        assert keys == {80: ["name"], 120: ["name", "shape"], 200: ["name", "dtype", "shape"]}[width]
+        assert "shape" in [c.key for c in right.columns]

@@ -63,7 +63,13 @@ VALUE_COLUMNS = (  # the values beside the tensors that differ: step, lr, loss, 
     Column("a", "A", 16),
     Column("b", "B", 16),
 )
+LEFT_DROP_ORDER = ("dtype", "shape")  # with one name column, A's columns give way to a whole name
 WIDE_ENOUGH_FOR_DTYPES = 110  # below this, the dtypes give way (the status says "dtype changed")
+
+
+def table_width(columns: list[Column]) -> int:
+    """The cells a table of these fixed-width columns takes: a space before each, the border, the scrollbar."""
+    return sum(c.width or 0 for c in columns) + len(columns) + 1 + 2
 
 
 def names_agree(pairs: list[Pair]) -> bool:
@@ -331,15 +337,25 @@ class DiffScreen(Screen[None]):
             return False
         wide = self.size.width >= WIDE_ENOUGH_FOR_DTYPES
         columns = [c for c in ONE_NAME_RIGHT if wide or c.key not in ONLY_WHEN_WIDE]
-        # one space before each column, the border, the scrollbar
-        right.styles.width = sum(c.width or 0 for c in columns) + len(columns) + 1 + 2
-        if [c.key for c in columns] != [c.key for c in right.columns]:
+        right.styles.width = right_width = table_width(columns)
+        left = self.query_one("#left", VirtualTable)
+        beside = [c for c in ONE_NAME_LEFT[1:] if wide or c.key != "dtype"]
+        for key in LEFT_DROP_ORDER:  # B's dtype and shape are on the right, and the status says when
+            if self._names_fit(self.size.width - right_width, beside):  # they differ: names come first
+                break
+            beside = [c for c in beside if c.key != key]
+        before = [c.key for c in (*left.columns, *right.columns)]
+        if [c.key for c in (left.columns[0], *beside, *columns)] != before:
             right.columns = columns
-            left = self.query_one("#left", VirtualTable)
-            left.columns = [left.columns[0], *(c for c in ONE_NAME_LEFT[1:] if wide or c.key != "dtype")]
+            left.columns = [left.columns[0], *beside]
             self._refresh_rows()
             return True
         return False
+
+    def _names_fit(self, left_width: int, beside: list[Column]) -> bool:
+        """Whether the longest name fits whole in a left table this wide, beside these columns."""
+        longest = max((len(p.name) for p in self.pairs), default=0)
+        return longest <= left_width - table_width(beside) - 1
 
     def _refresh_rows(self) -> None:
         left, right = self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)
