@@ -36,7 +36,7 @@ def test_minimind_pth_is_inferred_as_qwen3_with_what_was_assumed(tmp_path, capsy
     assert logits["fp16"]["max_abs"] == 0.0  # the file is float16 already
 
     # the oracle: transformers' Qwen3 from the config that made the file, weights from the file in float32
-    from ckinspect.analysis.blockwise import random_batch
+    from ckinspect.analysis.logit_inputs import random_batch
 
     state = {k: v.float() for k, v in torch.load(path, weights_only=True).items()}
     model = minimind_model()
