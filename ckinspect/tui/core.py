@@ -306,10 +306,13 @@ class Backend:
     def value_stats(self, ckpt: Checkpoint, tensor: TensorInfo, progress: Progress | None = None) -> ValueStats:
         return tensor_value_stats(ckpt, tensor, progress)
 
-    def diff(self, a: Checkpoint, b: Checkpoint, progress: Progress | None = None) -> DiffResult:
+    def diff(
+        self, a: Checkpoint, b: Checkpoint, progress: Progress | None = None, *, quick: bool = False
+    ) -> DiffResult:
+        """`quick`: structure only, as `diff --quick` (no storage byte read)."""
         from ckinspect.analysis.diff import diff_checkpoints
 
-        return diff_checkpoints(a, b, progress=as_fraction(progress))
+        return diff_checkpoints(a, b, progress=as_fraction(progress), quick=quick)
 
     def delta_histogram(self, a: Checkpoint, ta: TensorInfo, b: Checkpoint, tb: TensorInfo) -> DeltaHistogram:
         from ckinspect.analysis.diff import delta_histogram

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ckinspect.model import TensorInfo
 from ckinspect.record import Record
+from ckinspect.vocab import SAME_STRUCTURE
 
 
 class Pair(Record):
@@ -20,4 +21,4 @@ class Pair(Record):
 
     @property
     def differs(self) -> bool:
-        return self.status not in ("same", "comparing")
+        return self.status not in ("same", SAME_STRUCTURE, "comparing")

@@ -202,3 +202,29 @@ async def test_the_diff_panes_give_a_whole_name_before_a_columns_a_side_repeats(
         keys = [c.key for c in left.columns]
         assert keys == {80: ["name"], 120: ["name", "shape"], 200: ["name", "dtype", "shape"]}[width]
         assert "shape" in [c.key for c in right.columns]
+
+
+@pytest.mark.parametrize("quick", [False, True])
+async def test_diff_quick_in_the_tui_compares_structure_only_and_never_says_same(tmp_path, quick):
+    """`ckinspect diff A B --quick` opens the TUI: it compares dtype, shape and layout only, as the CLI
+    does, so two files whose only difference is a value read "same structure", never "same" or
+    IDENTICAL; without --quick the value is compared and found."""
+    torch = pytest.importorskip("torch")
+    a, b = tmp_path / "a.pth", tmp_path / "b.pth"
+    torch.save({"w": torch.zeros(4), "v": torch.ones(3)}, a)
+    torch.save({"w": torch.zeros(4), "v": torch.tensor([1.0, 2.0, 1.0])}, b)
+    app = create_app("diff", [a, b], cursor_blink=False, quick=quick)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        summary = str(screen.query_one("#summary", Static).render())
+        statuses = {p.name: p.status for p in screen.pairs}
+        if quick:
+            assert statuses == {"w": "same structure", "v": "same structure"}
+            assert "SAME STRUCTURE, values not compared (--quick)" in summary and "IDENTICAL" not in summary
+            await pilot.press("x")  # differences only: nothing is known to differ
+            left, _ = panes(screen)
+            assert left.row_count == 0
+        else:
+            assert statuses == {"w": "same", "v": "changed"}
+            assert "DIFFERENT" in summary

@@ -24,6 +24,7 @@ from ckinspect.tui.pairs import Pair
 from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, STATUS_COLOURS, themed
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
+from ckinspect.vocab import SAME_STRUCTURE
 
 if TYPE_CHECKING:
     from ckinspect.analysis.diff import DiffResult
@@ -35,7 +36,7 @@ LEFT_COLUMNS = (
     Column("shape", "shape", 12),
 )
 RIGHT_COLUMNS = (
-    Column("status", "status", 13),
+    Column("status", "status", 14),
     Column("delta", "max |Δ|", 8, justify="right"),
     Column("name", "B: name", None, min_width=20, keep_end=True),
     Column("dtype", "dtype", 8, optional=1),
@@ -50,7 +51,7 @@ ONE_NAME_LEFT = (
     Column("shape", "A shape", 12),
 )
 ONE_NAME_RIGHT = (
-    Column("status", "status", 13),
+    Column("status", "status", 14),
     Column("delta", "max |Δ|", 8, justify="right"),
     Column("rel", "max rel", 8, justify="right"),
     Column("ndiff", "differing", 9, justify="right"),
@@ -135,7 +136,7 @@ def apply_result(pairs: list[Pair], result: DiffResult) -> None:
             if pair.status == "comparing":
                 pair.status = {"shape": "shape changed", "dtype": "dtype changed"}.get(change.reason, "changed")
         elif pair.status == "comparing":
-            pair.status = "same"
+            pair.status = SAME_STRUCTURE if result.quick else "same"  # --quick read no value: never "same"
 
 
 STATUS_ORDER = (
@@ -146,6 +147,7 @@ STATUS_ORDER = (
     "changed",
     "unreadable",
     "comparing",
+    SAME_STRUCTURE,
     "same",
 )
 DESCENDING_FIRST = ("delta", "rel", "ndiff")  # a first sort on max |Δ| puts the largest change on top
@@ -273,7 +275,8 @@ class DiffScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="diff", description="comparing values")
     def compare(self, a: Checkpoint, b: Checkpoint) -> None:
-        result = self.app.backend.diff(a, b, progress=lambda f: self.post_message(Progress("diff", f)))
+        progress = lambda f: self.post_message(Progress("diff", f))  # noqa: E731
+        result = self.app.backend.diff(a, b, progress, quick=self.app.quick)
         self.post_message(DiffComputed(result))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -399,6 +402,7 @@ class DiffScreen(Screen[None]):
         )
         for status in (
             "same",
+            SAME_STRUCTURE,
             "changed",
             "shape changed",
             "dtype changed",
@@ -415,9 +419,11 @@ class DiffScreen(Screen[None]):
             text.append("  ")
         if self.result is not None:
             identical = self.result.identical
+            same_structure = self.result.verdict == SAME_STRUCTURE
+            verdict = "SAME STRUCTURE, values not compared (--quick)" if same_structure else None
             text.append(
-                "IDENTICAL" if identical else "DIFFERENT",
-                style="bold " + SEVERITY_COLOURS["ok" if identical else "error"],
+                verdict or ("IDENTICAL" if identical else "DIFFERENT"),
+                style="bold " + SEVERITY_COLOURS["ok" if identical or same_structure else "error"],
             )
             if self.result.match != "names matched exactly":
                 text.append(f"  ({self.result.match})", style="italic")

@@ -14,10 +14,13 @@ from rich.style import Style
 from rich.text import Text
 from textual.content import Content, Span
 
+from ckinspect.vocab import SAME_STRUCTURE
+
 GROUP_COLOURS = {"model": "$ck-model", "optimizer": "$ck-optimizer", "rng": "$ck-rng", "other": "$ck-other"}
 SEVERITY_COLOURS = {"error": "$ck-error", "warning": "$ck-warning", "info": "$ck-info", "ok": "$ck-ok"}
 STATUS_COLOURS = {
     "same": "",
+    SAME_STRUCTURE: "",
     "changed": "$ck-warning",
     "only in A": "$ck-error",
     "only in B": "$ck-ok",
