@@ -82,6 +82,7 @@ def write_template(f, parts: list[bytes | int]) -> None:
 LLAMA = {
     "70b": {"layers": 80, "hidden": 8192, "inter": 28672, "kv": 1024, "vocab": 128256},
     "405b": {"layers": 126, "hidden": 16384, "inter": 53248, "kv": 1024, "vocab": 128256},
+    "tiny": {"layers": 2, "hidden": 16, "inter": 40, "kv": 8, "vocab": 50},  # the tests' multi-rank saves
 }
 
 
