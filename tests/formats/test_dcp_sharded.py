@@ -63,7 +63,8 @@ def test_a_sharded_tensor_is_one_entry_with_its_global_shape(sharded):
     assert {t.name for t in quick.tensors} == sharded_fqns | unsharded
     assert quick.metadata["dcp_sharded"] == full.metadata["dcp_sharded"]
     # placed in the tree where the state dict had it
-    assert quick.tree["model"]["model.layers.1.mlp.up_proj.weight"] is by_name["model.model.layers.1.mlp.up_proj.weight"]
+    up = "model.layers.1.mlp.up_proj.weight"
+    assert quick.tree["model"][up] is by_name[f"model.{up}"]
 
 
 def test_a_truncated_rank_file_names_every_chunk_it_cut(sharded, tmp_path):
