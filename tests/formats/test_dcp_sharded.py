@@ -106,3 +106,20 @@ def test_overlapping_items_in_a_rank_file_are_corrupt(sharded, tmp_path):
     quick = read_dcp(folder, trust_layout=True)
     assert [f.code for f in quick.findings] == ["CORRUPT"]
     assert f"{target}: " in quick.findings[0].message and "overlaps the item before it" in quick.findings[0].message
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4, 16])
+def test_the_direct_metadata_writer_writes_what_torchs_planner_and_writer_write(tmp_path, ranks):
+    """bench/scale_sims.dcp_save_direct (no planner: the 1024-rank save) against dcp_save (torch's
+    DefaultSavePlanner and FileSystemWriter): `.metadata` and every rank file byte for byte identical."""
+    # the same save id (the writer's uuid) and the same folder (StorageMeta keeps its path): written in turn
+    folder = tmp_path / "ckpt"
+    scale_sims.dcp_save(folder, ranks, "tiny", save_id="the-save")
+    a = folder.rename(tmp_path / "planned")
+    scale_sims.dcp_save_direct(folder, ranks, "tiny", save_id="the-save")
+    b = folder
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and len(names) == ranks + 1
+    assert (a / ".metadata").read_bytes() == (b / ".metadata").read_bytes()
+    for name in names[1:]:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
