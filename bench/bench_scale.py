@@ -1,12 +1,18 @@
 """ckinspect at frontier scale against what torch (or the framework) does for the same answer.
 
-    python bench/bench_scale.py [--dcp 16,64,256] [--zip 10000,40000,160000] [--hf] [--root DIR] [--keep]
+    python bench/bench_scale.py [--dcp 16,64,256,1024] [--diff 16,64,256,1024] [--last-good] [--zip 10000,40000]
+                                [--hf] [--root DIR] [--keep]
 
-Builds the sparse-file simulations of bench/scale_sims.py (torch's own DCP planner and FileSystemWriter,
-huggingface_hub's sharder with real safetensors headers, torch.save; only tensor data are holes), then
-times each answer as a fresh process (what a user's shell pays), side by side in one run:
+Builds the sparse-file simulations of bench/scale_sims.py (DCP saves as torch's DefaultSavePlanner and
+FileSystemWriter write them: dcp_save_direct, proven byte for byte identical to them; huggingface_hub's sharder
+with real safetensors headers, torch.save; only tensor data are holes), then times each answer as a fresh
+process (what a user's shell pays), side by side in one run:
 
   dcp N ranks   `ckinspect --report --quick FOLDER`  vs  torch's FileSystemReader(FOLDER).read_metadata()
+  diff N ranks  `ckinspect diff --quick A B`         vs  read_metadata() of both and their state_dict_metadata
+                                                         compared (B: a hard-linked copy of A, another folder)
+  last-good     `ckinspect last-good --quick RUN`    vs  read_metadata() of every save in RUN (the run of
+                                                         the 256- and 1024-rank saves)
   zip N tensors `ckinspect --report --quick FILE`    vs  torch.load(FILE, mmap=True, weights_only=True)
   hf 405B       `ckinspect --report --quick INDEX`   vs  safetensors' safe_open(shard).keys() for every shard
 
@@ -56,6 +62,20 @@ CKINSPECT = (
     "from ckinspect.cli import main",
     "try:\n    main(['--report', '--quick', sys.argv[1]])\nexcept SystemExit:\n    pass",
 )
+CKINSPECT_DIFF = (
+    "from ckinspect.cli import main",
+    "try:\n    main(['diff', '--quick', sys.argv[1], sys.argv[2]])\nexcept SystemExit:\n    pass",
+)
+CKINSPECT_LAST_GOOD = (
+    "from ckinspect.cli import main",
+    "try:\n    main(['last-good', '--quick', sys.argv[1]])\nexcept SystemExit:\n    pass",
+)
+TORCH_DCP_DIFF = ("from torch.distributed.checkpoint import FileSystemReader",
+                  "a, b = (FileSystemReader(p).read_metadata() for p in sys.argv[1:3])\n"
+                  "same = a.state_dict_metadata == b.state_dict_metadata")  # fmt: skip
+TORCH_DCP_RUN = ("import pathlib\nfrom torch.distributed.checkpoint import FileSystemReader",
+                 "for save in sorted(pathlib.Path(sys.argv[1]).iterdir()):\n"
+                 "    FileSystemReader(str(save)).read_metadata()")  # fmt: skip
 TORCH_DCP = ("from torch.distributed.checkpoint import FileSystemReader",
              "FileSystemReader(sys.argv[1]).read_metadata()")  # fmt: skip
 TORCH_ZIP = ("import torch", "torch.load(sys.argv[1], mmap=True, weights_only=True)")
@@ -65,11 +85,12 @@ HF_KEYS = ("import json, pathlib\nfrom safetensors import safe_open",
            "    with safe_open(idx.parent / shard, 'np') as f:\n        list(f.keys())")  # fmt: skip
 
 
-def measure(kind: tuple[str, str], target: Path) -> dict[str, float]:
+def measure(kind: tuple[str, str], target: Path | tuple[Path, ...]) -> dict[str, float]:
     code = _WRAP.replace("PREP", kind[0]).replace("CALL", kind[1])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # bytecode cached, as installed
     env["PYTHONPATH"] = str(REPO)
-    done = subprocess.run([PY, "-c", code, str(target)], capture_output=True, text=True, env=env, check=False)
+    targets = [str(t) for t in (target if isinstance(target, tuple) else (target,))]
+    done = subprocess.run([PY, "-c", code, *targets], capture_output=True, text=True, env=env, check=False)
     last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     try:
         return json.loads(last)
@@ -94,13 +115,14 @@ HEADER = ("| family | size | ckinspect CPU s | peak RSS | bytes read | theirs CP
           "read | growth exp. | ours / theirs CPU |\n|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
 
 
-def family(name: str, sizes: list[int], build, baseline: tuple[str, str], unit: str) -> list[str]:
+def family(name: str, sizes: list[int], build, baseline: tuple[str, str], unit: str,
+           ours_kind: tuple[str, str] = CKINSPECT) -> list[str]:  # fmt: skip
     from bench import scale_sims  # noqa: F401 - imported here so --help needs no torch
 
     lines, prev = [], None
     for size in sizes:
         target = build(size)
-        ours, theirs = measure(CKINSPECT, target), measure(baseline, target)
+        ours, theirs = measure(ours_kind, target), measure(baseline, target)
         exponent = math.log(ours["cpu"] / prev[1]) / math.log(size / prev[0]) if prev else None
         prev = (size, ours["cpu"])
         lines.append(row(name, f"{size:,} {unit}", ours, theirs, exponent))
@@ -111,6 +133,8 @@ def family(name: str, sizes: list[int], build, baseline: tuple[str, str], unit: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dcp", default="16,64", help="ranks of the 70B + AdamW DCP saves (comma-separated)")
+    parser.add_argument("--diff", default="", help="ranks of the DCP saves to diff --quick (comma-separated)")
+    parser.add_argument("--last-good", action="store_true", help="also last-good --quick on the run of DCP saves")
     parser.add_argument("--zip", default="10000,40000", help="tensors in the torch.save zips")
     parser.add_argument("--hf", action="store_true", help="also the 405B HF folder of 191 safetensors shards")
     parser.add_argument("--root", type=Path, default=None, help="where the simulations go (default: a temp dir)")
@@ -124,8 +148,21 @@ def main() -> None:
     def dcp(ranks: int) -> Path:
         folder = root / f"dcp{ranks}"
         if not (folder / ".metadata").exists():
-            print(f"building the {ranks}-rank save: {scale_sims.dcp_save(folder, ranks)}", flush=True)
+            print(f"building the {ranks}-rank save: {scale_sims.dcp_save_direct(folder, ranks)}", flush=True)
         return folder
+
+    def dcp_pair(ranks: int) -> tuple[Path, Path]:
+        """The save and a copy of it in another folder: hard links (no blocks), so the pair costs nothing."""
+        folder, copy = dcp(ranks).resolve(), root / f"dcp{ranks}-copy"
+        if not (copy / ".metadata").exists():
+            copy.mkdir(exist_ok=True)
+            for part in folder.iterdir():
+                if not (copy / part.name).exists():
+                    os.link(part, copy / part.name)
+        return folder, copy
+
+    def run(_size: int) -> Path:
+        return root / "run"
 
     def zip_(tensors: int) -> Path:
         path = root / f"zip{tensors}.pt"
@@ -143,6 +180,11 @@ def main() -> None:
     try:
         if args.dcp:
             family("dcp 70B+AdamW", [int(s) for s in args.dcp.split(",")], dcp, TORCH_DCP, "ranks")
+        if args.diff:
+            family("diff --quick dcp", [int(s) for s in args.diff.split(",")], dcp_pair, TORCH_DCP_DIFF, "ranks",
+                   CKINSPECT_DIFF)  # fmt: skip
+        if args.last_good:
+            family("last-good dcp run", [2], run, TORCH_DCP_RUN, "saves", CKINSPECT_LAST_GOOD)
         if args.zip:
             family("torch zip", [int(s) for s in args.zip.split(",")], zip_, TORCH_ZIP, "tensors")
         if args.hf:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import os
 from pathlib import Path
 
@@ -495,7 +496,7 @@ class _Lister:
         for relative, extents in self.extents.items():
             if not extents:
                 continue
-            extents.sort(key=_place_in_file)  # torch writes them in order: a pass over a sorted list
+            extents.sort(key=_PLACE_IN_FILE)  # torch writes them in order: a pass over a sorted list
             reader = self.readers[relative]
             assert reader is not None and not isinstance(reader, str)  # noqa: S101 - only read files have extents
             end = 0
@@ -558,7 +559,8 @@ def _is_span(offset: Any, length: Any) -> bool:
 
 def _lies_within(offset: Any, length: Any, size: int, where: dict[str, Any]) -> bool:
     """An item that lies inside its file (of `size` bytes) and was stored without a transform."""
-    return _is_span(offset, length) and offset + length <= size and not where.get("transform_descriptors")
+    return (type(offset) is int and type(length) is int and offset >= 0 and length >= 0  # _is_span, inline: per chunk
+            and offset + length <= size and not where.get("transform_descriptors"))  # fmt: skip
 
 
 def _chunk_name(fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> str:
@@ -570,8 +572,7 @@ def _extent_name(what: Any) -> str:
     return what if isinstance(what, str) else _chunk_name(*what)
 
 
-def _place_in_file(extent: tuple[int, int, Any]) -> tuple[int, int]:
-    return extent[0], extent[1]
+_PLACE_IN_FILE = operator.itemgetter(0, 1)  # an extent's (offset, length): what names it is never compared
 
 
 def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, name: str, dtype: str,
