@@ -123,3 +123,20 @@ def test_the_direct_metadata_writer_writes_what_torchs_planner_and_writer_write(
     assert (a / ".metadata").read_bytes() == (b / ".metadata").read_bytes()
     for name in names[1:]:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_last_good_quick_names_the_newest_whole_sharded_save(sharded, tmp_path, capsys):
+    """A run of two 4-rank saves: last-good --quick names the newer, and the older once a rank file of the
+    newer is cut (the chunks it held are checked though each tensor is one entry)."""
+    from ckinspect.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for step in (100, 200):
+        shutil.copytree(sharded, run / f"step-{step}")
+    assert main(["last-good", str(run), "--quick"]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "step-200")
+    with open(run / "step-200" / "__3_0.distcp", "r+b") as f:
+        f.truncate(f.seek(0, 2) // 2)
+    assert main(["last-good", str(run), "--quick"]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "step-100")
