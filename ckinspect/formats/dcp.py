@@ -325,8 +325,9 @@ class _Lister:
         self.ckpt, self.folder, self.handles, self.trust = ckpt, folder, handles, trust
         self.readers: dict[str, PositionedReader | str | None] = {}  # str: why it is not read
         self.paths: dict[str, Path] = {}
-        # trusted: (offset, length, what) per file; what: a name, or a chunk's (fqn, offsets, sizes) to name it by
-        self.extents: dict[str, list[tuple[int, int, Any]]] = {}
+        # trusted: (offset, length, name, chunk) per file; name is the fqn of a sharded tensor's `chunk` (the
+        # decoded record, named only for a message: 2.2 million at 1024 ranks), else the chunk's name and None
+        self.extents: dict[str, list[tuple[int, int, str, Any]]] = {}
         self.shapes: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}  # chunk sizes -> (strides, numel)
         self.numels: dict[tuple[int, ...], int] = {}  # chunk sizes -> numel
         self.bits: dict[str, int] = {}
@@ -436,20 +437,20 @@ class _Lister:
             self._short_item(relative, offset, length, name, nbytes)
             return None
         self.ckpt.storages[key] = StorageInfo(key, dtype, nbytes, self.paths[relative], None, None, name)
-        self.extents[relative].append((offset, length, name))
+        self.extents[relative].append((offset, length, name, None))
         return TensorInfo(name, dtype, sizes, shape[0], key, 0)
 
-    def _placed(self, where: Any, what: Any) -> tuple[str, int, int] | None:
+    def _placed(self, where: Any, name: str, chunk: Any = None) -> tuple[str, int, int] | None:
         """(relative path, offset, length) of an item. Half a million chunks at 256 ranks: an item in a file
         already opened, within it and without transforms takes the short way here; anything else goes through
-        item(), which says what is wrong. `what` names the chunk (_extent_name), only when a message needs it."""
+        item(), which says what is wrong. `name` with `chunk` names it (_extent_name), only when a message needs it."""
         relative = where.get("relative_path") if type(where) is dict else None
         reader = self.readers.get(relative) if type(relative) is str else None
         if reader is not None:
             offset, length = where["offset"], where["length"]
             if not isinstance(reader, str) and _lies_within(offset, length, reader.size, where):
                 return relative, offset, length  # type: ignore[return-value]  # relative is a str here
-        found = self.item(_extent_name(what), where)
+        found = self.item(_extent_name(name, chunk), where)
         return None if found is None else (found[3], found[1], found[2])
 
     def _bits(self, dtype: str) -> int:
@@ -471,14 +472,14 @@ class _Lister:
             numel = numels.get(sizes)
             if numel is None:
                 numel = numels[sizes] = math.prod(sizes)
-            placed = self._placed(items.get((fqn, offsets)), (fqn, offsets, sizes))
+            placed = self._placed(items.get((fqn, offsets)), fqn, chunk)
             if placed is None:
                 continue
             relative, offset, length = placed
             if length < (numel * bits + 7) >> 3:
                 self._short_item(relative, offset, length, _chunk_name(fqn, offsets, sizes), (numel * bits + 7) >> 3)
                 continue
-            extents[relative].append((offset, length, (fqn, offsets, sizes)))
+            extents[relative].append((offset, length, fqn, chunk))
             first = first or relative
         key = f"dcp:{fqn}"  # not a place in a file: torch.save names an item's storage `<file>@<offset>/0`
         file = self.paths[first] if first is not None else self.folder
@@ -500,9 +501,9 @@ class _Lister:
             reader = self.readers[relative]
             assert reader is not None and not isinstance(reader, str)  # noqa: S101 - only read files have extents
             end = 0
-            for offset, length, what in extents:
+            for offset, length, fqn, chunk in extents:
                 if offset < end:
-                    name = _extent_name(what)
+                    name = _extent_name(fqn, chunk)
                     self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative}: {name} at byte {offset} overlaps the "
                                              "item before it", name)  # fmt: skip
                     break
@@ -511,7 +512,7 @@ class _Lister:
             if reader.read_at(first[0], 4) != LOCAL_SIG:
                 continue  # raw bytes: nothing more to check without reading values
             if reader.read_at(last[0] + last[1] - 22, 4) != EOCD_SIG:
-                name = _extent_name(last[2])
+                name = _extent_name(last[2], last[3])
                 self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative}: {name}, its last item, does not end as "
                                          "torch.save ends a file (no end-of-directory record)", name)  # fmt: skip
 
@@ -568,8 +569,8 @@ def _chunk_name(fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> s
     return f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=False))}]"
 
 
-def _extent_name(what: Any) -> str:
-    return what if isinstance(what, str) else _chunk_name(*what)
+def _extent_name(name: str, chunk: Any) -> str:
+    return name if chunk is None else _chunk_name(name, *_chunk_box(chunk))
 
 
 _PLACE_IN_FILE = operator.itemgetter(0, 1)  # an extent's (offset, length): what names it is never compared
