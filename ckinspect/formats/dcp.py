@@ -46,7 +46,7 @@ ENUM_GETATTR = "builtins.getattr"
 MAX_VALUE_BYTES = 16 << 20  # non-tensor values above this are listed, not decoded
 # What a .metadata may declare scales with its own size: torch's writer spends ~90 bytes of pickle per
 # entry, chunk and storage record it declares (a 70B + AdamW save: 6.76 MB for 73,760 of them at 16 ranks,
-# 440 MB for 4.4 million at 1024), and a distinct record cannot cost less than ~17 bytes even with every
+# 404 MB for 4,447,852 at 1024), and a distinct record cannot cost less than ~17 bytes even with every
 # name memoized. Only a structure shared through the memo (2 bytes a reference: billion laughs) declares
 # more per byte, and the listing's work and memory grow with what is declared, not with what was read.
 BYTES_PER_DECLARED = 16

@@ -147,7 +147,7 @@ def test_a_memo_shared_structure_is_refused_at_the_cost_of_what_it_read(tmp_path
 
 def test_the_limit_follows_the_file(tmp_path):
     assert declared_limit(0) == 1024
-    assert declared_limit(440_000_000) == 27_500_000  # a 1024-rank 70B save's .metadata declares ~8.9 million
+    assert declared_limit(440_000_000) == 27_500_000  # a 1024-rank 70B save: 404 MB, 4.45 million declared
 
 
 def test_metadata_is_judged_and_decoded_in_one_pass_of_the_c_unpickler(saved, monkeypatch):
