@@ -330,11 +330,14 @@ class Backend:
 
         return weight_drift(ckpt, progress=as_fraction(progress))
 
-    def logit_drift(self, ckpt: Checkpoint) -> tuple[dict[str, Any] | None, str]:
-        """(the logit drift, or None; why not, when None). Imports torch when the model is known."""
+    def logit_drift(
+        self, ckpt: Checkpoint, progress: Callable[[int, int], None] | None = None
+    ) -> tuple[dict[str, Any] | None, str]:
+        """(the logit drift, or None; why not, when None). Imports torch when the model is known.
+        `progress(blocks done, blocks)` as the model runs block by block."""
         from ckinspect.analysis.drift import logit_drift_or_why
 
-        logits, reason = logit_drift_or_why(ckpt)
+        logits, reason = logit_drift_or_why(ckpt, progress=progress)
         return logits, reason or ""
 
     def plan_repairs(self, path: Path) -> RepairPlan:

@@ -28,10 +28,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class Progress(Message):
-    """How far a worker is (0..1); a newer one replaces an unprocessed older one."""
+    """How far a worker is (0..1), and in what it counts when it says (`done` of `total` blocks, files ...);
+    a newer one replaces an unprocessed older one."""
 
     task: str
     fraction: float
+    done: int = 0
+    total: int = 0
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, Progress) and message.task == self.task
