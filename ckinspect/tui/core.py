@@ -289,9 +289,9 @@ class Backend:
         local = [p for p in paths if not is_url(p)]  # their entry quotes a repair plan, which reads local files
         return list(unfinished_saves(local, set(known))) if local else []
 
-    def run(self, paths: list[Path]) -> Any:
+    def run(self, paths: list[Path], progress: Callable[[int, int], None] = lambda done, total: None) -> Any:
         """The run one folder holds, every checkpoint judged (ckinspect.analysis.runs), or None when the
-        paths are not one folder holding a run."""
+        paths are not one folder holding a run. `progress(checkpoints judged, checkpoints)` as they are."""
         from ckinspect.io.remote import RemotePath, is_url
 
         if len(paths) != 1:
@@ -300,7 +300,7 @@ class Backend:
             return None
         from ckinspect.analysis.runs import is_run, last_good
 
-        run = last_good(paths[0], everything=True)
+        run = last_good(paths[0], everything=True, progress=progress)
         return run if is_run(run) else None
 
     def value_stats(self, ckpt: Checkpoint, tensor: TensorInfo, progress: Progress | None = None) -> ValueStats:

@@ -41,6 +41,19 @@ class Progress(Message):
 
 
 @dataclass
+class Reading(Message):
+    """What a worker's read is doing now (ckinspect.steps): `done` of `total` `what`; a newer one replaces
+    an unprocessed older one."""
+
+    what: str
+    done: int
+    total: int | None
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, Reading)
+
+
+@dataclass
 class CheckpointLoaded(Message):
     ckpt: Checkpoint
     rows: list[Row]

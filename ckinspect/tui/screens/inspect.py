@@ -14,12 +14,13 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
+from ckinspect import steps
 from ckinspect.fmt import terminal_safe
 from ckinspect.io.remote import as_path, is_url
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, ValueStats, add_findings, name_matcher
 from ckinspect.tui.host import failure_text
-from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
+from ckinspect.tui.messages import CheckpointLoaded, Progress, Reading, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
@@ -119,13 +120,15 @@ class InspectScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="reading the checkpoint")
     def load(self) -> None:
         backend = self.app.backend
-        ckpt = self.ckpt or backend.load(self.target)
-        params = backend.optimizer_params(ckpt)
-        states: dict[str, str] = {}
-        for state, param in params.items():
-            states.setdefault(param, state.rsplit(".", 1)[0] + ".*")
-        self.params = {**params, **states}
-        self.post_message(CheckpointLoaded(ckpt, tensor_rows(ckpt), backend.summarize(ckpt)))
+        with steps.watching(lambda what, done, total: self.post_message(Reading(what, done, total))):
+            ckpt = self.ckpt or backend.load(self.target)
+            steps.step("tensors to lay out", len(ckpt.tensors))
+            params = backend.optimizer_params(ckpt)
+            states: dict[str, str] = {}
+            for state, param in params.items():
+                states.setdefault(param, state.rsplit(".", 1)[0] + ".*")
+            self.params = {**params, **states}
+            self.post_message(CheckpointLoaded(ckpt, tensor_rows(ckpt), backend.summarize(ckpt)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scan", description="scanning values")
     def scan(self, ckpt: Checkpoint) -> None:
@@ -166,6 +169,16 @@ class InspectScreen(Screen[None]):
             self.query_one(DetailsPane).show_stats_note(f"computing… {message.fraction:.0%}")
         elif message.task == "scan":
             self.scan_note = f"value scan {message.fraction:.0%}"
+
+    def on_reading(self, message: Reading) -> None:
+        """A huge file's first paint: what is being read and how many so far, not a bare "reading…"."""
+        if not self.query("#loading"):
+            return  # it arrived after the rows
+        count = f"{message.done:,}" + (f" of {message.total:,}" if message.total is not None else "")
+        label = Text(f"reading {terminal_safe(self.target)} …\n{terminal_safe(message.what)}: {count}")
+        self.query_one("#loading-label", Label).update(label)
+        bar = self.query_one("#loading-progress", ProgressBar)
+        bar.update(total=message.total or None, progress=message.done)  # no total: the bar says "busy"
 
     def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
         self.ckpt = ckpt = message.ckpt
