@@ -149,7 +149,7 @@ async def test_the_logit_step_shows_how_many_blocks_have_run():
         async with app.run_test(size=(80, 24)) as pilot:
             logits = app.screen.query_one("#logits", Static)
             for _ in range(600):  # a generous wait (no timing assert) for the model to reach its second block
-                if backend.paused.is_set() and "blocks run" in str(logits.render()):
+                if backend.paused.is_set() and " 2 of " in str(logits.render()):
                     break
                 await asyncio.sleep(0.1)
             shown = str(logits.render())

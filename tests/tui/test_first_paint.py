@@ -89,7 +89,7 @@ async def test_a_big_dcp_folder_shows_its_entries_n_of_n_while_it_is_judged(tmp_
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             summary = app.screen.query_one("#folder-summary", Static)
-            await wait_for(pilot, backend, lambda: "entries" in str(summary.render()))
+            await wait_for(pilot, backend, lambda: "100 of 250" in str(summary.render()))
             assert str(summary.render()) == (
                 "judging checkpoints: 0 of 1 done…\nentries of step000030/.metadata: 100 of 250"
             )
@@ -113,7 +113,7 @@ async def test_the_loading_bar_fills_when_the_reader_knows_the_total(tmp_path, m
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             label = app.screen.query_one("#loading-label", Label)
-            await wait_for(pilot, backend, lambda: "entries" in str(label.render()))
+            await wait_for(pilot, backend, lambda: "100 of 250" in str(label.render()))
             assert str(label.render()).endswith("\nentries of step000030/.metadata: 100 of 250")
             bar = app.screen.query_one("#loading-progress", ProgressBar)
             assert (bar.progress, bar.total) == (100, 250)

@@ -129,7 +129,7 @@ async def test_a_long_run_says_how_many_checkpoints_are_judged(tmp_path):
         async with app.run_test(size=(80, 24)) as pilot:
             summary = app.screen.query_one("#folder-summary", Static)
             for _ in range(600):  # a generous wait (no timing assert) for the second checkpoint to be judged
-                if backend.paused.is_set() and "of 5" in str(summary.render()):
+                if backend.paused.is_set() and "2 of 5" in str(summary.render()):
                     break
                 await asyncio.sleep(0.1)
             assert str(summary.render()) == "judging checkpoints: 2 of 5 done…"
