@@ -55,5 +55,8 @@ async def test_every_screen_uses_the_width_and_keeps_its_values_whole(tmp_path, 
             assert tables, name
             for table in tables:
                 assert table.region.right <= size[0] and table.region.bottom <= size[1], (name, table.id)
-                assert table.size.height >= min(3, len(table.rows) + 1), (name, table.id)  # header and rows, at 80x24 too
+                assert table.size.height >= min(3, len(table.rows) + 1), (
+                    name,
+                    table.id,
+                )  # header and rows, even at 80x24
                 assert_table_uses_its_width(table, size[0])
