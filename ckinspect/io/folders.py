@@ -177,6 +177,11 @@ class Listings:
         raise FileNotFoundError(f"{path}: not under a listed folder")
 
     def clear(self) -> None:
+        """Forget every listing, and what the storage client kept of them (fsspec's own listings cache,
+        which would answer an object's size as it was when listed)."""
+        for listing in self._taken:
+            with contextlib.suppress(Exception):  # a client without a cache has nothing to forget
+                listing.fs.invalidate_cache(listing.key)
         self._taken = []
 
     @contextlib.contextmanager
