@@ -93,6 +93,10 @@ class RemoteListing:
                 url, lambda: self.fs.find(self.key, withdirs=True, detail=True)
             )
             return found
+        return self._list_http(url)
+
+    def _list_http(self, url: str) -> dict[str, dict[str, Any]]:
+        """Each folder's index page, breadth first: links under the prefix only, at most _HTTP_DEPTH deep."""
         out: dict[str, dict[str, Any]] = {}
         todo, seen = [(url, 0)], {url}
         while todo:
@@ -371,12 +375,9 @@ def _kind(entry: os.DirEntry[str]) -> str | None:
 def walk(folder: Path, skip: AbstractSet[str] = frozenset()) -> list[tuple[Path, list[str]]]:
     """Every folder under `folder` (itself first, subfolders by name, those named in `skip` left out)
     with its file names, sorted: what os.walk gives, for either kind of folder."""
+    if _remote(folder) is None:
+        return _walk_disk(folder, skip)
     out: list[tuple[Path, list[str]]] = []
-    if _remote(folder) is None:  # symlinked folders are not followed (no loops), as os.walk does
-        for root, dirs, files in os.walk(folder):
-            dirs[:] = sorted(d for d in dirs if d not in skip)
-            out.append((Path(root), sorted(files)))
-        return out
     try:
         found = entries(folder)
     except OSError:
@@ -385,6 +386,14 @@ def walk(folder: Path, skip: AbstractSet[str] = frozenset()) -> list[tuple[Path,
     for entry in found:
         if entry.is_dir and entry.name not in skip:
             out.extend(walk(entry.path, skip))
+    return out
+
+
+def _walk_disk(folder: Path, skip: AbstractSet[str]) -> list[tuple[Path, list[str]]]:
+    out: list[tuple[Path, list[str]]] = []
+    for root, dirs, names in os.walk(folder):  # symlinked folders are not followed (no loops)
+        dirs[:] = sorted(d for d in dirs if d not in skip)
+        out.append((Path(root), sorted(names)))
     return out
 
 
