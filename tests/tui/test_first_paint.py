@@ -27,6 +27,7 @@ class PausedRead(Backend):
     """The real backend; a read stops at the first step whose `what` starts with `at` until released."""
 
     def __init__(self, at: str) -> None:
+        super().__init__()
         self.at = at
         self.paused = threading.Event()
         self.release = threading.Event()
