@@ -15,6 +15,8 @@ process (what a user's shell pays), side by side in one run:
                                                          the 256- and 1024-rank saves)
   zip N tensors `ckinspect --report --quick FILE`    vs  torch.load(FILE, mmap=True, weights_only=True)
   hf 405B       `ckinspect --report --quick INDEX`   vs  safetensors' safe_open(shard).keys() for every shard
+  zero3 N ranks `ckinspect --report --quick TAG`     vs  torch.load(mmap=True, weights_only=False) of every rank
+                                                         file in the DeepSpeed tag folder
 
 Printed per family and size: CPU seconds (user+sys of the child), peak RSS, bytes read (the child's rchar),
 the growth exponent of ckinspect's CPU between consecutive sizes (1.0 = linear), and ours/theirs CPU.
@@ -79,6 +81,9 @@ TORCH_DCP_RUN = ("import pathlib\nfrom torch.distributed.checkpoint import FileS
 TORCH_DCP = ("from torch.distributed.checkpoint import FileSystemReader",
              "FileSystemReader(sys.argv[1]).read_metadata()")  # fmt: skip
 TORCH_ZIP = ("import torch", "torch.load(sys.argv[1], mmap=True, weights_only=True)")
+TORCH_ZERO3 = ("import pathlib, torch",
+               "for part in sorted(pathlib.Path(sys.argv[1]).glob('*.pt')):\n"
+               "    torch.load(part, mmap=True, weights_only=False)")  # fmt: skip
 HF_KEYS = ("import json, pathlib\nfrom safetensors import safe_open",
            "idx = pathlib.Path(sys.argv[1])\n"
            "for shard in sorted(set(json.loads(idx.read_text())['weight_map'].values())):\n"
@@ -136,6 +141,7 @@ def main() -> None:
     parser.add_argument("--diff", default="", help="ranks of the DCP saves to diff --quick (comma-separated)")
     parser.add_argument("--last-good", action="store_true", help="also last-good --quick on the run of DCP saves")
     parser.add_argument("--zip", default="10000,40000", help="tensors in the torch.save zips")
+    parser.add_argument("--zero3", default="", help="ranks of the DeepSpeed ZeRO-3 70B saves (comma-separated)")
     parser.add_argument("--hf", action="store_true", help="also the 405B HF folder of 191 safetensors shards")
     parser.add_argument("--root", type=Path, default=None, help="where the simulations go (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the simulations (re-used by the next run)")
@@ -160,6 +166,12 @@ def main() -> None:
                 if not (copy / part.name).exists():
                     os.link(part, copy / part.name)
         return folder, copy
+
+    def zero3(ranks: int) -> Path:
+        folder = root / f"zero3-{ranks}"
+        if not (folder / "latest").exists():
+            print(f"building the {ranks}-rank ZeRO-3 save: {scale_sims.zero3_save(folder, ranks)}", flush=True)
+        return folder / "global_step1000"
 
     def run(_size: int) -> Path:
         return root / "run"
@@ -187,6 +199,8 @@ def main() -> None:
             family("last-good dcp run", [2], run, TORCH_DCP_RUN, "saves", CKINSPECT_LAST_GOOD)
         if args.zip:
             family("torch zip", [int(s) for s in args.zip.split(",")], zip_, TORCH_ZIP, "tensors")
+        if args.zero3:
+            family("zero3 70B+AdamW", [int(s) for s in args.zero3.split(",")], zero3, TORCH_ZERO3, "ranks")
         if args.hf:
             family("hf 405B bf16", [191], hf, HF_KEYS, "shards")
     finally:
