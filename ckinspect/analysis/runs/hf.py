@@ -27,6 +27,7 @@ HF_STAGING = re.compile(r"^tmp-checkpoint-(\d+)$")  # transformers 4.36-4.38 sav
 TRAINER_STATE = HF_TRAINER_STATE
 TRAINING_ARGS = "training_args.bin"
 HF_RNG = re.compile(HF_RNG_STATE)
+SINGLE_RNG, RANK_RNG_0 = "rng_state.pth", "rng_state_0.pth"
 SHARD = re.compile(r"-\d+-of-\d+\.(safetensors|bin)$")
 
 ACC_RNG = re.compile(r"^random_states_(\d+)\.pkl$")
@@ -108,14 +109,7 @@ def hf_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoin
     for name in sorted(n for n in names if HF_RNG.match(n)):
         ckpt.part(folder / name, "rng")
     counts["rng"] = len(rng_ranks)
-    if not rng_ranks:
-        ckpt.add("RESUME_INCOMPLETE", "lacks RNG state (no rng_state.pth / rng_state_K.pth): the resumed run "
-                                      "sees other dropout and sampling")  # fmt: skip
-    else:
-        expect = max(rng_ranks) + 1
-        gaps = [f"rng_state_{k}.pth" for k in range(expect) if k not in rng_ranks]
-        if gaps:
-            ckpt.add("MISSING_PARTS", f"{', '.join(gaps)} missing (rng_state_{max(rng_ranks)}.pth is there)")
+    _rng_per_rank(ckpt, names, rng_ranks)
     if TRAINING_ARGS in names:
         ckpt.part(folder / TRAINING_ARGS, "settings", loaded=False)
     if TRAINER_STATE in names:  # the Trainer writes it after every other part
@@ -123,6 +117,21 @@ def hf_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoin
         written_after_commit(ckpt, folder / TRAINER_STATE, data)
     ckpt.set_counts(counts)
     return ckpt
+
+
+def _rng_per_rank(ckpt: RunCheckpoint, names: set[str], ranks: list[int]) -> None:
+    """Every process's RNG file (Trainer `_save_rng_state`: `rng_state.pth` for one process, else
+    `rng_state_K.pth` per process index), as far as the names can promise them."""
+    if not ranks:
+        ckpt.add("RESUME_INCOMPLETE", "lacks RNG state (no rng_state.pth / rng_state_K.pth): the resumed run "
+                                      "sees other dropout and sampling")  # fmt: skip
+        return
+    gaps = [f"rng_state_{k}.pth" for k in range(max(ranks) + 1) if k not in ranks]
+    if gaps:
+        ckpt.add("MISSING_PARTS", f"{', '.join(gaps)} missing (rng_state_{max(ranks)}.pth is there)")
+    elif ranks == [0] and RANK_RNG_0 in names and SINGLE_RNG not in names:
+        why = "which the Trainer writes only for a run of 2 or more processes; rank 1 resumes without its RNG state"
+        ckpt.add("MISSING_PARTS", f"rng_state_1.pth missing ({RANK_RNG_0} is there, {why})")
 
 
 def accelerate_checkpoint(folder: Path, names: set[str]) -> RunCheckpoint:

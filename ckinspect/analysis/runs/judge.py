@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.analysis.runs.model import DAMAGED, GOOD, INCOMPLETE, NOT_RESUMABLE, UNSAFE, VERDICT_OF, RunCheckpoint
+from ckinspect.formats.unpickler import FRAMEWORK_RECORDS
 from ckinspect.model import Checkpoint, Finding
 from ckinspect.vocab import CkinspectError
 
@@ -30,22 +31,6 @@ WORST_FIRST = (UNSAFE, INCOMPLETE, DAMAGED, NOT_RESUMABLE)
 WEIGHTS_ONLY = "weights only: no optimizer state or step to resume from"
 # Parts read as JSON or text by the recognisers; their problems are already the checkpoint's findings.
 RECORD_ROLES = ("state", "pointer")
-
-
-# Classes a framework pickles into its own checkpoint files and imports itself when it resumes
-# (torch.load(weights_only=False) in its loader): named by that framework's parts, they are not held
-# against the checkpoint. Each entry says where it comes from; anything else still is.
-FRAMEWORK_GLOBALS: dict[str, dict[str, str]] = {
-    "deepspeed": {
-        "deepspeed.runtime.fp16.loss_scaler.LossScaler": "ZeRO's static loss scaler, in every optim_states file",
-        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler": "ZeRO's dynamic loss scaler (fp16)",
-        "deepspeed.runtime.zero.config.ZeroStageEnum": "the ZeRO stage, an enum",
-        "deepspeed.utils.tensor_fragment.fragment_address": "a named tuple (numel, start) per parameter fragment",
-    },
-    "megatron": {
-        "argparse.Namespace": "the run's arguments, which Megatron's loader reads back (a plain attribute bag)",
-    },
-}
 
 
 class Reader:
@@ -207,7 +192,7 @@ def _belongs(finding: Finding, ckpt: RunCheckpoint) -> bool:
 
 def _framework_globals(ckpt: RunCheckpoint, part: Any) -> None:
     """Drop UNSAFE_PICKLE from a part whose only foreign globals are its framework's own harmless classes."""
-    expected = FRAMEWORK_GLOBALS.get(ckpt.framework)
+    expected = FRAMEWORK_RECORDS.get(ckpt.framework)
     if not expected or part.checkpoint is None or not any(f.code == "UNSAFE_PICKLE" for f in part.findings):
         return
     from ckinspect.formats.pickle_scan import classify_global, is_dangerous
