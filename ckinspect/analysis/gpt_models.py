@@ -20,7 +20,7 @@ from ckinspect.analysis.logit_inputs import random_batch, text_windows
 
 BATCH, LENGTH = 4, 64  # the random batch: sequences x tokens (shorter if the model's context is)
 LAYER_NORM_EPS = 1e-5  # nanoGPT's LayerNorm: F.layer_norm(..., 1e-5)
-BYTE_VOCAB = 256  # a vocabulary this small or smaller may be bytes; larger ones need their tokenizer
+BYTE_VOCAB = 256  # a vocabulary of exactly this size is taken for bytes; any other needs its tokenizer
 
 
 class NanoGPT:
@@ -45,10 +45,10 @@ class NanoGPT:
         return random_batch(seed, BATCH, length, self.vocab), how
 
     def text_tokens(self, text: str) -> tuple[Any, str]:
-        if self.vocab > BYTE_VOCAB:
+        if self.vocab != BYTE_VOCAB:
             return None, "nanoGPT checkpoints carry no tokenizer (tiktoken's GPT-2 encoding or a meta.pkl beside them)"
         ids = list(text.encode("utf-8"))
-        return text_windows(ids, min(256, self.context)), "UTF-8 bytes (a vocabulary of 256 or fewer)"
+        return text_windows(ids, min(256, self.context)), "UTF-8 bytes (assumed from a vocabulary of exactly 256)"
 
     def logits(self, module: Any, tokens: Any, embed: bool) -> Any:
         return module(tokens, embed)
@@ -103,15 +103,15 @@ def _nanogpt_module(config: dict[str, Any]) -> Any:
     class GPT(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.transformer = nn.ModuleDict({
+            transformer: Any = nn.ModuleDict({
                 "wte": nn.Embedding(int(config["vocab_size"]), n_embd),
                 "wpe": nn.Embedding(int(config["block_size"]), n_embd),
                 "h": nn.ModuleList(Block() for _ in range(int(config["n_layer"]))),
                 "ln_f": LayerNorm(),
             })  # fmt: skip
-            self.lm_head = nn.Linear(n_embd, int(config["vocab_size"]), bias=False)
+            self.transformer, self.lm_head = transformer, nn.Linear(n_embd, int(config["vocab_size"]), bias=False)
             if config.get("tied", True):
-                self.transformer.wte.weight = self.lm_head.weight  # nanoGPT's weight tying
+                transformer.wte.weight = self.lm_head.weight  # nanoGPT's weight tying
 
         def forward(self, idx: Any, embed: bool = True) -> Any:
             b, t = idx.shape
