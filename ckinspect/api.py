@@ -378,9 +378,8 @@ def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunC
     judged alone: its folder is listed, only its own parts are read."""
     from ckinspect.analysis.runs import Reader, collect, judge_run
     from ckinspect.io import folders
-    from ckinspect.io.remote import RemotePath, is_url
 
-    if is_url(path) and not RemotePath(os.fspath(path)).is_folder_url():
+    if not folders.on_disk(path) and not folders.names_folder(path):
         raise CkinspectError(f"{path}: a remote checkpoint is judged by its folder's URL (ending in /)")
     target = folders.open_folder(path)  # a URL prefix: listed now
     is_dir = folders.is_dir(target)

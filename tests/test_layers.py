@@ -207,3 +207,38 @@ def test_no_import_circle_inside_a_layer():
 def test_the_circle_finder_finds_a_loop_and_only_a_loop():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}, "f": set()}
     assert _circles(graph) == [["a", "b", "c"]]
+
+
+# What says a path is a URL, and a URL's own pieces: only io/ uses them. Everything above asks io.folders
+# the question it has (opened, names_folder, names_file, known_missing, real, on_disk ...).
+SCHEME_NAMES = frozenset({"is_url", "RemotePath", "is_folder_url"})
+
+
+def _scheme_looks(path: Path, root: Path = PACKAGE.parent) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    where = path.relative_to(root)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, f"imports {a.name}") for a in node.names if a.name in SCHEME_NAMES]
+        elif isinstance(node, ast.Attribute) and node.attr in SCHEME_NAMES:
+            found.append((node.lineno, f"uses .{node.attr}"))
+        elif isinstance(node, ast.Name) and node.id in SCHEME_NAMES:
+            found.append((node.lineno, f"uses {node.id}"))
+    return [f"{where}:{line} {what}" for line, what in sorted(found)]
+
+
+def test_only_io_looks_at_a_url_scheme():
+    io = PACKAGE / "io"
+    offenders = [look for path in _sources() if io not in path.parents for look in _scheme_looks(path)]
+    assert offenders == [], "outside io/, ask io.folders instead:\n" + "\n".join(offenders)
+
+
+def test_the_scheme_finder_sees_imports_names_and_attributes(tmp_path):
+    source = tmp_path / "mod.py"
+    source.write_text("from ckinspect.io.remote import as_path, is_url\nx = is_url(p)\ny = p.is_folder_url()\n")
+    assert _scheme_looks(source, tmp_path) == [
+        "mod.py:1 imports is_url",
+        "mod.py:2 uses is_url",
+        "mod.py:3 uses .is_folder_url",
+    ]

@@ -22,8 +22,8 @@ from typing import Any
 
 from ckinspect.analysis.scan import worker_count
 from ckinspect.dtypes import dtype_info
+from ckinspect.io import folders
 from ckinspect.io.blobs import Blobs, UnreadableStorage, files_differ
-from ckinspect.io.remote import RemotePath
 from ckinspect.io.values import decode, raw_blocks, swap_unit
 from ckinspect.model import Checkpoint, TensorInfo
 from ckinspect.record import Record, field
@@ -227,7 +227,7 @@ def raw_bytes_differ(a: Path, b: Path, chunk: int = COMPARE_CHUNK) -> bool | Non
     if a.name.endswith(".index.json") or b.name.endswith(".index.json"):
         return None
     try:
-        if not all(isinstance(p, RemotePath) or p.is_file() for p in (a, b)):  # a URL names one object
+        if not all(folders.names_file(p) for p in (a, b)):  # a URL names one object
             return None
     except OSError:
         return None
@@ -659,8 +659,8 @@ def _swapped(run: _Run, p: _Pair) -> bool:
 
 def _chunk_equal(run: _Run, chunk: _Chunk) -> tuple[bool, list[_Pair]]:
     fa, oa, fb, ob, n, ps = chunk
-    remote = isinstance(fa, RemotePath) or isinstance(fb, RemotePath)  # fetched by range reads: nothing to map
-    if _MEMCMP is not None and n >= (256 << 10) and hasattr(mmap, "MAP_PRIVATE") and not remote:
+    mapped = folders.on_disk(fa) and folders.on_disk(fb)  # a URL is fetched by range reads: nothing to map
+    if _MEMCMP is not None and n >= (256 << 10) and hasattr(mmap, "MAP_PRIVATE") and mapped:
         # no numpy on the all-identical path: importing it would cost more than comparing a GiB
         with run.blobs_a.address(fa, oa, n) as xa, run.blobs_b.address(fb, ob, n) as xb:
             return _MEMCMP(xa, xb, n) == 0, ps

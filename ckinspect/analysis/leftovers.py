@@ -20,9 +20,7 @@ from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
 from ckinspect.io import folders
 from ckinspect.io.blobs import files_differ
-from ckinspect.io.folders import open_remote
-from ckinspect.io.reader import FileReader
-from ckinspect.io.remote import as_path, is_url
+from ckinspect.io.remote import as_path
 from ckinspect.io.zipdir import LOCAL_SIG, STORED, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
 from ckinspect.vocab import (
@@ -37,7 +35,7 @@ from ckinspect.vocab import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
     from typing import Any
 
 SKIP_DIRS = {QUARANTINE_DIR, ".git", "__pycache__"}
@@ -264,18 +262,8 @@ def check_integrity(path: Path, full_crc: bool = False) -> Integrity:
     return _check_with_reader(path)
 
 
-@contextlib.contextmanager
-def _positioned(path: Path) -> Iterator[Any]:
-    """Positioned reads of a file on disk (FileReader) or of a URL (io.remote: ranged requests)."""
-    if is_url(path):
-        yield open_remote(path)  # a RemotePath
-        return
-    with open(path, "rb") as handle:
-        yield FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size)
-
-
 def _check_zip(path: Path, size: int, full_crc: bool) -> Integrity:
-    with _positioned(path) as reader:
+    with folders.opened(path) as reader:
         try:
             members, _cd_start = read_directory(reader)
         except ZipError:
@@ -312,7 +300,7 @@ def _safetensors_header_len(head: bytes) -> int | None:
 
 
 def _check_safetensors(path: Path, size: int) -> Integrity:
-    with _positioned(path) as reader:
+    with folders.opened(path) as reader:
         n = struct.unpack("<Q", reader.read_at(0, 8))[0]
         raw = reader.read_at(8, n)
     if len(raw) < n:

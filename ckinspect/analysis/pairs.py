@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckinspect.io import folders
-from ckinspect.io.remote import is_url
 from ckinspect.model import Checkpoint, Finding, TensorInfo
 from ckinspect.vocab import RESUME_SUFFIX
 
@@ -37,7 +36,7 @@ def weights_path(resume: Path) -> Path | None:
 
 def weights_beside(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     """WEIGHTS_DIFFER when the weights file beside this resume file holds other weights than its model."""
-    if layout.name not in PAIRED_LAYOUTS or not layout.is_resume or is_url(ckpt.path):
+    if layout.name not in PAIRED_LAYOUTS or not layout.is_resume or not folders.on_disk(ckpt.path):
         return []
     other = weights_path(Path(ckpt.path))
     if other is None or not other.is_file():

@@ -13,7 +13,7 @@ from pathlib import Path
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
-from ckinspect.io.remote import is_url
+from ckinspect.io import folders
 from ckinspect.model import Checkpoint, fails
 from ckinspect.vocab import EXIT_ERROR, EXIT_OK, NAMED_SUFFIXES, CkinspectError
 
@@ -46,8 +46,8 @@ def _find(args: argparse.Namespace) -> tuple[list[Any], list[Checkpoint]] | None
     """The targets and the saves that died before their file was written; None: nothing to do (exit 0)."""
     targets = find_checkpoints(args.paths)
     if getattr(args, "checkpoints_only", False):
-        targets = [t for t in targets if t.kind != "file" or is_url(t.path) or is_checkpoint(t.path)]
-    local = [p for p in args.paths if not is_url(p)]  # an object store has no interrupted-save leftovers to find
+        targets = [t for t in targets if t.kind != "file" or not folders.on_disk(t.path) or is_checkpoint(t.path)]
+    local = [p for p in args.paths if folders.on_disk(p)]  # an object store has no interrupted-save leftovers to find
     orphans = unfinished_saves(local, known={Path(t.path) for t in targets}) if local else []
     if not targets and not orphans:
         if getattr(args, "checkpoints_only", False):

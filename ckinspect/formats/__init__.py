@@ -27,9 +27,9 @@ def open_checkpoint(path: str | os.PathLike[str], structure_only: bool = False) 
     comes back as a Checkpoint with a CORRUPT finding. A URL (s3://, http(s)://, ...) is read by range
     requests (`read_remote`).
     """
-    from ckinspect.io.remote import is_url
+    from ckinspect.io.folders import on_disk
 
-    if is_url(path):
+    if not on_disk(path):
         return read_remote(path, structure_only)
     path = Path(path)
     check_readable(path)

@@ -30,16 +30,15 @@ from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
-from ckinspect.io.folders import open_remote
-from ckinspect.io.reader import FileReader
-from ckinspect.io.remote import RemoteFile, as_path, is_url
+from ckinspect.io.remote import as_path
 from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, ZipError
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from typing import Any
+
+    from ckinspect.io.reader import PositionedReader
 
 METADATA = ".metadata"
 ENUM_GETATTR = "builtins.getattr"
@@ -64,32 +63,13 @@ def rank_metadata_files(folder: Path) -> list[Path]:
     """`__<rank>.metadata` files (rank-local indexes dcp.load reads when `.metadata` fails), lowest rank first."""
     found = []
     try:
-        for name, path in _files(folder):
+        for name, path in folders.regular_files(folder):
             rank = name[2 : -len(METADATA)] if name.startswith("__") and name.endswith(METADATA) else ""
             if rank.isdigit():
                 found.append((int(rank), path))
     except OSError:
         return []
     return [path for _rank, path in sorted(found)]
-
-
-def _files(folder: Path) -> list[tuple[str, Path]]:
-    """(name, path) of the folder's regular files: symlinks are not followed locally; a URL prefix's from
-    its listing. OSError when it cannot be listed."""
-    if is_url(folder):
-        return [(e.path.name, e.path) for e in folders.entries(folder) if not e.is_dir]
-    with os.scandir(folder) as entries:
-        return [(e.name, folder / e.name) for e in entries if e.is_file(follow_symlinks=False)]
-
-
-@contextlib.contextmanager
-def _opened(path: Path) -> Iterator[FileReader | RemoteFile]:
-    """Positioned reads of one file: a local file's handle is closed on exit; a remote object has none."""
-    if is_url(path):
-        yield open_remote(path)  # a RemotePath
-        return
-    with open(path, "rb") as f:
-        yield FileReader(f.fileno(), os.fstat(f.fileno()).st_size)
 
 
 def _fields(obj: Any) -> dict[str, Any]:
@@ -110,11 +90,8 @@ def read_dcp(
     `metadata_name` reads another index in the folder: `.metadata.tmp`, to judge an interrupted save.
     `trust_layout` (--quick: structure only) lists tensors from `.metadata` and checks each data file once
     instead of opening every item (see _Lister); their storages then have no byte offset to scan."""
-    folder = as_path(folder)  # a RemotePath for a URL prefix
-    if is_url(folder):
-        data_files = sorted(path for name, path in _files(folder) if name.endswith(".distcp"))
-    else:
-        data_files = sorted(folder.glob("*.distcp"))
+    folder = as_path(folder)  # a URL prefix stays a URL: io.folders lists it
+    data_files = folders.files(folder, ".distcp")
     meta_path = folder / metadata_name
     index = f"{folder.name}/{metadata_name}"
     data_bytes = sum(folders.size(p) for p in data_files)
@@ -122,7 +99,7 @@ def read_dcp(
     rank_local = rank_metadata_files(folder)
     for other in rank_local:
         # dcp.load falls back to `__<rank>.metadata` when `.metadata` is missing or fails to load: judged too
-        with _opened(other) as reader:
+        with folders.opened(other) as reader:
             scans = scan_file(reader, 0, reader.size, limit=1)
         refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g) and g.qualname != ENUM_GETATTR]
         record_globals(ckpt, refs, f"{folder.name}/{other.name}")
@@ -164,7 +141,7 @@ def read_dcp(
 def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: int) -> dict[str, Any] | None:
     """The fields of the `.metadata` pickle's Metadata, decoded without importing anything; None (with the
     findings that say why) when it names unsafe globals, is cut short, or is not DCP Metadata."""
-    with _opened(meta_path) as reader:
+    with folders.opened(meta_path) as reader:
         meta_size = reader.size
         if meta_size > max(MAX_METADATA_BYTES, data_bytes):  # scanned a window at a time, never decoded
             scans = scan_file(reader, 0, meta_size, limit=1)
@@ -309,13 +286,13 @@ class _Lister:
 
     def __init__(self, ckpt: Checkpoint, folder: Path, handles: contextlib.ExitStack, trust: bool) -> None:
         self.ckpt, self.folder, self.handles, self.trust = ckpt, folder, handles, trust
-        self.readers: dict[str, FileReader | RemoteFile | str | None] = {}  # str: why it is not read
+        self.readers: dict[str, PositionedReader | str | None] = {}  # str: why it is not read
         self.paths: dict[str, Path] = {}
         self.extents: dict[str, list[tuple[int, int, str]]] = {}  # trusted: (offset, length, name) per file
         self.shapes: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}  # chunk sizes -> (strides, numel)
         self.bits: dict[str, int] = {}
 
-    def _reader(self, relative: str) -> FileReader | RemoteFile | str | None:
+    def _reader(self, relative: str) -> PositionedReader | str | None:
         if relative not in self.readers:
             try:
                 target = inside(self.folder, relative)
@@ -327,7 +304,7 @@ class _Lister:
             else:
                 self.paths[relative] = target
                 self.extents[relative] = []
-                self.readers[relative] = self.handles.enter_context(_opened(target))  # shared by many items
+                self.readers[relative] = self.handles.enter_context(folders.opened(target))  # shared by many items
         return self.readers[relative]
 
     def item(self, fqn: str, where: dict[str, Any] | None):

@@ -68,11 +68,10 @@ def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
     Raises CkinspectError for a path that does not exist.
     """
     from ckinspect.io import folders
-    from ckinspect.io.remote import is_url
 
     found: list[Target] = []
     for raw in paths:
-        if is_url(raw):  # a prefix (a trailing slash): listed once, then searched like a folder; one object:
+        if not folders.on_disk(raw):  # a prefix (a trailing slash): listed once, searched like a folder; one object:
             url = folders.target(raw)  # opened (and its absence reported) when it is read
             found.extend(_search(url, visited=set()) if folders.names_folder(raw) else [Target(url, "file")])
             continue

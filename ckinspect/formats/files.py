@@ -47,7 +47,7 @@ def read_remote_file(path: Path) -> Checkpoint:
     from ckinspect.formats.sniff import HEAD_BYTES, describe_bytes, sniff_bytes
     from ckinspect.io.folders import open_remote
 
-    reader: PositionedReader = open_remote(path)  # `path` a URL: a RemotePath (io.folders.target)
+    reader: PositionedReader = open_remote(path)  # `path` a URL (io.folders.target)
     head = reader.small_read(0, HEAD_BYTES)
     kind = sniff_bytes(head, reader.size)
     if kind == "torch-zip":

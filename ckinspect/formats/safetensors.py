@@ -44,7 +44,7 @@ def read_safetensors(path: str | os.PathLike[str], member: str | None = None, re
     (a remote object's positioned reads, ckinspect.io.remote) replaces opening `path`.
     """
     if reader is None:
-        path = Path(path)  # else a RemotePath: a URL where a Path is expected
+        path = Path(path)  # else a URL where a Path is expected
     ckpt = Checkpoint(path=path, format="safetensors", file_bytes=0, files=[path])  # type: ignore[arg-type,list-item]
     try:
         with contextlib.ExitStack() as stack:

@@ -13,7 +13,7 @@ from pathlib import Path
 from ckinspect.formats.safetensors import read_safetensors
 from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
-from ckinspect.io.remote import as_path, is_url
+from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 
 MAX_NAMED = 5  # tensor names quoted per finding before "... and N more"
@@ -98,11 +98,9 @@ def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
     from ckinspect.formats.sniff import describe, sniff
 
     kind = sniff(shard_path)
-    if is_url(shard_path):
-        from ckinspect.io.folders import open_remote
-
+    if not folders.on_disk(shard_path):
         if kind == "safetensors":
-            return read_safetensors(shard_path, member=shard, reader=open_remote(shard_path))
+            return read_safetensors(shard_path, member=shard, reader=folders.open_remote(shard_path))
         return read_remote_file(shard_path)  # a torch zip; anything else is CORRUPT there ("download it first")
     if kind == "safetensors":
         return read_safetensors(shard_path, member=shard)

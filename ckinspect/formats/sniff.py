@@ -51,10 +51,10 @@ def _is_rank_metadata(name: str) -> bool:
 
 def sniff(path: str | os.PathLike[str]) -> str:
     """One of torch-zip, torch-legacy, safetensors, pickle, dcp, sharded, unknown."""
-    from ckinspect.io.remote import is_url
+    from ckinspect.io.folders import on_disk
 
-    if is_url(path):
-        return _sniff_remote(path)  # type: ignore[arg-type]  # a RemotePath
+    if not on_disk(path):
+        return _sniff_remote(path)  # type: ignore[arg-type]  # a URL where a Path is expected
     path = Path(path)
     if path.is_dir():
         return "dcp" if is_dcp_folder(path) else "unknown"

@@ -21,7 +21,8 @@ import contextlib
 import os
 from pathlib import Path
 
-from ckinspect.io.remote import RemoteFile, RemotePath, filesystem, is_url, shown, with_retries
+from ckinspect.io.reader import FileReader
+from ckinspect.io.remote import RemoteFile, RemotePath, as_path, filesystem, is_url, shown, with_retries
 from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from collections.abc import Set as AbstractSet
     from typing import Any
+
+    from ckinspect.io.reader import PositionedReader
 
 _HTTP_DEPTH = 8  # folders below a prefix listed over plain HTTP (index pages): a link loop ends here
 _KEEP = 4  # listings kept at once (a report of several prefixes); each is a few hundred bytes per object
@@ -252,6 +255,57 @@ def known_missing(path: str | os.PathLike[str]) -> bool:
     """A local path that is not there (a usage error before anything is read). A URL is never known missing
     here: its absence is found, as one line, when it is read."""
     return not is_url(path) and not Path(path).exists()
+
+
+def on_disk(path: str | os.PathLike[str]) -> bool:
+    """A path the operating system holds: it can be mapped, renamed, written beside and reopened by another
+    process. A URL is read by range requests only, so what needs those (repair, an interrupted save's
+    leftovers, mmap, a scan split across processes, the weights file beside a resume file) asks this."""
+    return not is_url(path)
+
+
+def names_file(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` names one file to read whole: a URL always (one object, or a listed prefix read as
+    one checkpoint; its absence is found when it is read), a local path by being a regular file now."""
+    return is_url(path) or Path(path).is_file()
+
+
+def absolute(path: str | os.PathLike[str]) -> str:
+    """The path as it pastes into a shell in any folder: a local path made absolute, a URL as it is."""
+    return str(path) if is_url(path) else str(Path(path).absolute())
+
+
+def user_path(typed: str) -> Path:
+    """What a user typed, as a target: `~` expanded on disk, a URL kept a URL (read by range requests)."""
+    return as_path(typed) if is_url(typed) else Path(typed).expanduser()
+
+
+def files(folder: Path, suffix: str) -> list[Path]:
+    """The folder's entries whose name ends in `suffix`, sorted: on disk what `glob` finds, under a listed
+    URL prefix its objects. OSError when it cannot be listed."""
+    if not is_url(folder):
+        return sorted(folder.glob("*" + suffix))
+    return sorted(e.path for e in entries(folder) if not e.is_dir and e.name.endswith(suffix))
+
+
+def regular_files(folder: Path) -> list[tuple[str, Path]]:
+    """(name, path) of the folder's regular files: on disk symlinks are not followed; under a listed URL
+    prefix from its listing. OSError when it cannot be listed."""
+    if is_url(folder):
+        return [(e.path.name, e.path) for e in entries(folder) if not e.is_dir]
+    with os.scandir(folder) as scan:
+        return [(e.name, folder / e.name) for e in scan if e.is_file(follow_symlinks=False)]
+
+
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[PositionedReader]:
+    """Positioned reads of one file wherever it lives: a local file's handle is closed on exit, a remote
+    object (ranged requests, its size from a listing when one was taken) has none."""
+    if is_url(path):
+        yield open_remote(path)
+        return
+    with open(path, "rb") as handle:
+        yield FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size)
 
 
 def real(path: Path) -> Path:

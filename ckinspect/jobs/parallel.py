@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from ckinspect import settings
-from ckinspect.io.remote import is_url
+from ckinspect.io import folders
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
 from ckinspect.vocab import CkinspectError
@@ -114,7 +114,7 @@ def plan_units(checkpoints: Sequence[Checkpoint]) -> list[ScanUnit]:
         by_file: dict[str, list[StorageInfo]] = {}
         for storage in ckpt.storages.values():
             by_file.setdefault(str(storage.file), []).append(storage)
-        local = not is_url(ckpt.path)
+        local = folders.on_disk(ckpt.path)
         if not local:  # one unit: the URL's reads stay in the process whose session opened it
             by_file = {str(ckpt.path): list(ckpt.storages.values())}
         tensors_of: dict[str, list[TensorInfo]] = {}

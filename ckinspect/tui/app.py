@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.theme import BUILTIN_THEMES, Theme
 
-from ckinspect.io.remote import RemotePath
+from ckinspect.io.folders import names_folder
 from ckinspect.tui.core import Backend
 from ckinspect.tui.host import Host
 from ckinspect.tui.widgets.palette import BASE_THEMES, THEME_VARIABLES
@@ -159,7 +159,7 @@ def create_app(
     (`watch`: the WatchScreen's settle, interval and poll)."""
     from ckinspect.io.remote import as_path
 
-    targets = [as_path(p) for p in paths]  # a URL stays a URL (RemotePath): read by range requests
+    targets = [as_path(p) for p in paths]  # a URL stays a URL: read by range requests
     screen: Screen
     if command == "diff":
         from ckinspect.tui.screens.diff import DiffScreen
@@ -173,9 +173,7 @@ def create_app(
         from ckinspect.tui.screens.drift import DriftScreen
 
         screen = DriftScreen(targets[0])
-    elif len(targets) == 1 and (
-        not targets[0].is_folder_url() if isinstance(targets[0], RemotePath) else not targets[0].is_dir()
-    ):  # a URL ending in / is a prefix: the folder screen lists it
+    elif len(targets) == 1 and not names_folder(targets[0]):  # a prefix (a URL ending in /): the folder screen
         from ckinspect.tui.screens.inspect import InspectScreen
 
         screen = InspectScreen(targets[0])

@@ -284,19 +284,19 @@ class Backend:
     def unfinished(self, paths: list[Path], known: list[Path]) -> list[Path]:
         """Checkpoints a save died before writing: only their `.tmp` is on disk (leftovers.unfinished_saves)."""
         from ckinspect.analysis.leftovers import unfinished_saves
-        from ckinspect.io.remote import is_url
+        from ckinspect.io.folders import on_disk
 
-        local = [p for p in paths if not is_url(p)]  # their entry quotes a repair plan, which reads local files
+        local = [p for p in paths if on_disk(p)]  # their entry quotes a repair plan, which reads local files
         return list(unfinished_saves(local, set(known))) if local else []
 
     def run(self, paths: list[Path]) -> Any:
         """The run one folder holds, every checkpoint judged (ckinspect.analysis.runs), or None when the
         paths are not one folder holding a run."""
-        from ckinspect.io.remote import RemotePath, is_url
+        from ckinspect.io.folders import names_folder
 
         if len(paths) != 1:
             return None
-        if not (RemotePath(str(paths[0])).is_folder_url() if is_url(paths[0]) else Path(paths[0]).is_dir()):
+        if not names_folder(paths[0]):
             return None
         from ckinspect.analysis.runs import is_run, last_good
 

@@ -20,10 +20,10 @@ def run(command: str, args: argparse.Namespace) -> int:
         paths = [args.run_dir]
     else:
         paths = list(args.paths)
-    from ckinspect.io.remote import is_url
+    from ckinspect.io.folders import known_missing
 
     for path in paths if command != "watch" else []:  # watch waits for a run folder not made yet
-        if not is_url(path) and not Path(path).exists():  # a URL's absence is found (one line) when it is read
+        if known_missing(path):  # a URL's absence is found (one line) when it is read
             raise CkinspectError(f"{path}: no such file or folder")
 
     from ckinspect.tui.app import create_app

@@ -24,7 +24,6 @@ from ckinspect.analysis.runs.judge import Reader, judge
 from ckinspect.analysis.runs.model import GOOD, Run, RunCheckpoint, step_in_name, written_after_commit
 from ckinspect.formats.discover import _is_checkpoint_file, _is_checkpoint_index, _shard_names, is_temporary
 from ckinspect.io import folders
-from ckinspect.io.remote import is_url
 from ckinspect.model import Finding
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, TMP_SUFFIX, CkinspectError
 
@@ -69,7 +68,7 @@ def last_good(
     here). A URL is a prefix in an object store (io.folders lists it
     once; parts are read by range requests)."""
     path = folders.open_folder(run_dir)  # a URL: listed here (a missing or denied prefix: one line)
-    if not is_url(path) and not path.is_dir():
+    if not folders.is_dir(path):  # a URL prefix is one once listed
         raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
     reader = Reader(verify=verify and not quick, scan_many=scan_many, structure_only=quick)
     run = collect(path)
@@ -189,7 +188,7 @@ def _before(ckpt: RunCheckpoint, best: RunCheckpoint | None) -> bool:
 
 
 def _walk(folder: Path, run: Run, depth: int, visited: set[Path]) -> None:
-    real = folder if is_url(folder) else folder.resolve()
+    real = folders.real(folder)
     if real in visited or depth > MAX_DEPTH:
         return
     visited.add(real)

@@ -20,7 +20,8 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from ckinspect.fmt import human_bytes, terminal_safe
 from ckinspect.io import folders
-from ckinspect.io.remote import as_path, is_url
+from ckinspect.io.folders import on_disk
+from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, add_findings, natural_key, severity_badges, verdict_of
 from ckinspect.tui.host import failure_text
@@ -301,7 +302,7 @@ class FolderScreen(Screen[None]):
             if changed:  # files moved: every badge (LEFTOVER_TMP) and every file read before is stale
                 self.rediscover()
 
-        remote = next((r for r in self.roots if is_url(r)), None)
+        remote = next((r for r in self.roots if not on_disk(r)), None)
         if remote is not None:  # repairs move and rewrite files in the folder
             self.notify(f"{terminal_safe(remote)}: repair works on local folders only; a remote path is read-only here",
                         severity="warning")  # fmt: skip

@@ -15,7 +15,8 @@ from textual.widgets import ContentSwitcher, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
-from ckinspect.io.remote import as_path, is_url
+from ckinspect.io.folders import absolute, on_disk
+from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, ValueStats, add_findings, name_matcher
 from ckinspect.tui.host import failure_text
@@ -368,7 +369,7 @@ class InspectScreen(Screen[None]):
 
     def action_copy_path(self) -> None:
         """The absolute path (a URL as it is): it pastes into a shell in any folder."""
-        path = str(self.target) if is_url(self.target) else str(Path(self.target).absolute())
+        path = absolute(self.target)
         self.app.copy_to_clipboard(path)
         self.notify(terminal_safe(f"copied {path}"), timeout=2, markup=False)
 
@@ -404,7 +405,7 @@ class InspectScreen(Screen[None]):
             if changed:  # files moved: the findings (LEFTOVER_TMP) describe a folder that is gone
                 self.reload()
 
-        if is_url(self.target):  # repairs move and rewrite files beside the checkpoint
+        if not on_disk(self.target):  # repairs move and rewrite files beside the checkpoint
             self.notify(f"{terminal_safe(self.target)}: repair works on local folders only; a remote path is "
                         "read-only here", severity="error", markup=False)  # fmt: skip
             return

@@ -17,7 +17,8 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
 from ckinspect.fmt import terminal_safe
-from ckinspect.io.remote import as_path, is_url
+from ckinspect.io.folders import known_missing, on_disk, user_path
+from ckinspect.io.remote import as_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ class PickFileScreen(ModalScreen[Path | None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="pick", description="checkpoints nearby")
     def look_around(self) -> None:
         # a remote checkpoint has no folder here to look in: offer what lies in the working folder
-        folder = Path.cwd() if is_url(self.current) else self.current.parent
+        folder = self.current.parent if on_disk(self.current) else Path.cwd()
         paths = [p for p in self.app.backend.find([folder]) if p != self.current]
         self.post_message(self.Candidates(paths))
 
@@ -146,11 +147,8 @@ class PickFileScreen(ModalScreen[Path | None]):
     @on(Input.Submitted)
     def _typed(self, event: Input.Submitted) -> None:
         typed = event.value.strip()
-        if is_url(typed):  # read (and a missing object reported) by the diff screen
-            self.dismiss(as_path(typed))
-            return
-        path = Path(typed).expanduser()
-        if path.exists():
+        path = user_path(typed)
+        if not known_missing(path):  # a URL is read (and a missing object reported) by the diff screen
             self.dismiss(path)
         else:
             self.notify(terminal_safe(f"{path}: no such file or folder"), severity="error", markup=False)
