@@ -77,44 +77,68 @@ def read_tag(folder: Path, reader: Reader, ckpt: RunCheckpoint, enclosed: bool) 
     for name in expected_optim:
         if name in names and tag.recorded:
             _agree(ckpt, folder / name, reader, tag, where)
-    steps = _int(tag.top.get("global_steps"))
-    tag_step = DEFAULT_TAG.match(folder.name)
-    if steps is not None and tag_step and int(tag_step.group(1)) != steps:
-        ckpt.add("PARTS_DISAGREE", f"{where}tag {folder.name} but {tag.rank0} records global_steps {steps}")
-    if not enclosed and steps is not None:
-        ckpt.step = steps
+    _tag_step(ckpt, folder, tag, enclosed, where)
     version = tag.top.get("ds_version")
     if isinstance(version, str):
         ckpt.notes.append(f"DeepSpeed {version}, dp world size {tag.dp_world}, ZeRO stage {tag.stage}")
 
 
+def _tag_step(ckpt: RunCheckpoint, folder: Path, tag: TagRecord, enclosed: bool, where: str) -> None:
+    """global_steps: the checkpoint's step (a tag of its own), held against the tag's default name."""
+    steps = _int(tag.top.get("global_steps"))
+    if steps is None:
+        return
+    tag_step = DEFAULT_TAG.match(folder.name)
+    if tag_step and int(tag_step.group(1)) != steps:
+        ckpt.add("PARTS_DISAGREE", f"{where}tag {folder.name} but {tag.rank0} records global_steps {steps}")
+    if not enclosed:
+        ckpt.step = steps
+
+
 def _tag_record(folder: Path, names: set[str], reader: Reader, ckpt: RunCheckpoint, where: str) -> TagRecord:
     model_files = [n for n in names if MODEL_STATES.match(n)]
     optim_files = [n for n in names if OPTIM_STATES.match(n)]
-    rank0 = next((n for n in (model_states_name(0, None), model_states_name(0, 0)) if n in names), None)
-    top: Mapping[str, Any] = {}
-    if rank0 is None:
-        ckpt.add("MISSING_PARTS", f"{where}{model_states_name(0, None)} is missing: DeepSpeed's record of the "
-                                  "world sizes, the step and the model")  # fmt: skip
-    else:
-        top = top_mapping(reader.inspect(folder / rank0)) or {}
+    rank0, top = _rank0_record(folder, names, reader, ckpt, where)
     config = _dict(top.get("ds_config"))
-    dp_world = _int(top.get("dp_world_size"))
-    if dp_world is None:  # no record: the files present are all there is to go on
-        ranks = [int(OPTIM_STATES.match(n).group("dp")) for n in optim_files]  # type: ignore[union-attr]
-        dp_world, why = (max(ranks) + 1 if ranks else 1), "the highest rank file present"
-    else:
-        why = f"dp world size {dp_world} in {rank0}"
+    dp_world, why = _dp_world(top, optim_files, rank0)
     return TagRecord(
         rank0=rank0 or "",
         top=top,
         dp_world=dp_world,
         mp_world=_int(top.get("mp_world_size")) or 1,
         stage=_zero_stage(config, model_files, optim_files),
-        bf16=any(OPTIM_STATES.match(n).group("bf16") for n in optim_files)  # type: ignore[union-attr]
-        or (bool(_dict(config.get("bf16")).get("enabled")) and not optim_files),
+        bf16=_bf16(config, optim_files),
         why=why,
     )
+
+
+def _rank0_record(
+    folder: Path, names: set[str], reader: Reader, ckpt: RunCheckpoint, where: str
+) -> tuple[str | None, Mapping[str, Any]]:
+    """(rank 0's model-states file, what it records); MISSING_PARTS when there is none."""
+    rank0 = next((n for n in (model_states_name(0, None), model_states_name(0, 0)) if n in names), None)
+    if rank0 is None:
+        ckpt.add("MISSING_PARTS", f"{where}{model_states_name(0, None)} is missing: DeepSpeed's record of the "
+                                  "world sizes, the step and the model")  # fmt: skip
+        return None, {}
+    return rank0, top_mapping(reader.inspect(folder / rank0)) or {}
+
+
+def _dp_world(top: Mapping[str, Any], optim_files: list[str], rank0: str | None) -> tuple[int, str]:
+    """The data-parallel world size rank 0 records, and where it comes from for messages."""
+    dp_world = _int(top.get("dp_world_size"))
+    if dp_world is not None:
+        return dp_world, f"dp world size {dp_world} in {rank0}"
+    # no record: the files present are all there is to go on
+    ranks = [int(OPTIM_STATES.match(n).group("dp")) for n in optim_files]  # type: ignore[union-attr]
+    return (max(ranks) + 1 if ranks else 1), "the highest rank file present"
+
+
+def _bf16(config: Mapping[str, Any], optim_files: list[str]) -> bool:
+    """ZeRO's bf16 optimizer names its files `bf16_zero_pp_rank_...`; with none present, the config says."""
+    if optim_files:
+        return any(OPTIM_STATES.match(n).group("bf16") for n in optim_files)  # type: ignore[union-attr]
+    return bool(_dict(config.get("bf16")).get("enabled"))
 
 
 def _zero_stage(config: Mapping[str, Any], model_files: list[str], optim_files: list[str]) -> int:
