@@ -103,61 +103,99 @@ class _Piece(Record):
     views: list[_View]
 
 
+class _Plan(Record):
+    """What the scan will read: the storages read in pieces, the pieces, the views read one by one
+    (strided views, and any view of a deflated member), and the contiguous views the pieces feed."""
+
+    __hash__ = None  # type: ignore[assignment]  # filled while planning
+
+    storages: list[StorageInfo] = field(default_factory=list)
+    pieces: list[_Piece] = field(default_factory=list)
+    strided: list[tuple[StorageInfo, TensorInfo, list[str]]] = field(default_factory=list)
+    views: list[_View] = field(default_factory=list)
+
+
 def _plan(ckpt: Checkpoint, blobs: Blobs, findings: list[Finding], skipped: list[str]):
     by_storage: dict[str, list[TensorInfo]] = {}
     for t in ckpt.tensors:
         by_storage.setdefault(t.storage_key, []).append(t)
-    storages: list[StorageInfo] = []
-    pieces: list[_Piece] = []
-    strided: list[tuple[StorageInfo, TensorInfo, list[str]]] = []
-    views: list[_View] = []
+    plan = _Plan()
     for key, storage in ckpt.storages.items():
         users = by_storage.get(key, [])
+        if _readable(storage, users, blobs, findings, skipped):
+            _plan_pieces(plan, storage, _plan_views(plan, storage, users, findings))
+    return plan.storages, plan.pieces, plan.strided, plan.views
+
+
+def _readable(storage: StorageInfo, users: list[TensorInfo], blobs: Blobs, findings: list[Finding],
+              skipped: list[str]) -> bool:  # fmt: skip
+    """Whether the storage's bytes can be read: in place, or streamed from a deflated member."""
+    if storage.deflated is not None:
+        return True
+    if storage.offset is None:
+        if users:
+            some = ", ".join(t.name for t in users[:3])
+            skipped.append(f"{storage.key}: bytes not addressable in {storage.file.name} ({some})")
+        return False
+    try:
+        blobs.check_within(storage)
+    except UnreadableStorage as exc:
         names = ", ".join(t.name for t in users) or "(no tensor)"
-        if storage.offset is None:
-            if users:
-                some = ", ".join(t.name for t in users[:3])
-                skipped.append(f"{key}: bytes not addressable in {storage.file.name} ({some})")
+        findings.append(Finding("CORRUPT", f"{exc}; tensors on it: {names}", users[0].name if users else None))
+        return False
+    return True
+
+
+def _plan_views(plan: _Plan, storage: StorageInfo, users: list[TensorInfo], findings: list[Finding]) -> list[_View]:
+    """The storage's distinct contiguous float views, by start (tied names share one); strided views, and
+    every view of a deflated member (streamed, so read on its own), go to `plan.strided`."""
+    contiguous: dict[tuple[int, int, str], _View] = {}
+    for t in users:
+        if not _to_scan(t, storage, findings):
             continue
-        try:
-            blobs.check_within(storage)
-        except UnreadableStorage as exc:
-            findings.append(Finding("CORRUPT", f"{exc}; tensors on it: {names}", users[0].name if users else None))
-            continue
-        contiguous: dict[tuple[int, int, str], _View] = {}
-        for t in users:
-            if t.dtype not in SCANNED_DTYPES or t.numel == 0:
-                continue
-            if t.byte_offset + t.span_bytes > storage.nbytes:
-                message = f"{t.name} reaches past the end of its storage {key} ({storage.nbytes:,} bytes)"
-                findings.append(Finding("CORRUPT", message, t.name))
-                continue
-            if t.is_contiguous:
-                k = (t.byte_offset, t.nbytes, t.dtype)
-                if k in contiguous:
-                    contiguous[k].names.append(t.name)
-                else:
-                    contiguous[k] = _View(storage, t.byte_offset, t.nbytes, t.dtype, [t.name])
+        if t.is_contiguous and storage.deflated is None:
+            k = (t.byte_offset, t.nbytes, t.dtype)
+            if k in contiguous:
+                contiguous[k].names.append(t.name)
             else:
-                strided.append((storage, t, [t.name]))
-        want_crc = storage.crc32 is not None
-        ranges = sorted(contiguous.values(), key=lambda v: v.start)
-        views.extend(ranges)
-        if want_crc:
-            lo, hi = 0, storage.nbytes
-        elif ranges:
-            lo, hi = ranges[0].start, max(v.start + v.nbytes for v in ranges)
+                contiguous[k] = _View(storage, t.byte_offset, t.nbytes, t.dtype, [t.name])
         else:
-            continue
-        index = len(storages)
-        storages.append(storage)
-        if hi == lo:
-            pieces.append(_Piece(index, 0, lo, 0, want_crc, []))
-        chunks = range(lo, hi, SCAN_WINDOW)
-        for c, overlapping in enumerate(_views_by_chunk(ranges, lo, hi, len(chunks))):
-            start = chunks[c]
-            pieces.append(_Piece(index, c, start, min(start + SCAN_WINDOW, hi) - start, want_crc, overlapping))
-    return storages, pieces, strided, views
+            plan.strided.append((storage, t, [t.name]))
+    ranges = sorted(contiguous.values(), key=lambda v: v.start)
+    plan.views.extend(ranges)
+    return ranges
+
+
+def _to_scan(t: TensorInfo, storage: StorageInfo, findings: list[Finding]) -> bool:
+    """A float view with values, inside its storage; any view of a deflated member (read for its CRC)."""
+    if t.numel == 0:
+        return False
+    if t.dtype not in SCANNED_DTYPES:
+        return storage.deflated is not None
+    if t.byte_offset + t.span_bytes > storage.nbytes:
+        message = f"{t.name} reaches past the end of its storage {storage.key} ({storage.nbytes:,} bytes)"
+        findings.append(Finding("CORRUPT", message, t.name))
+        return False
+    return True
+
+
+def _plan_pieces(plan: _Plan, storage: StorageInfo, ranges: list[_View]) -> None:
+    """The storage cut into SCAN_WINDOW pieces: all of it when its CRC is known, else the span its views cover."""
+    want_crc = storage.crc32 is not None
+    if want_crc:
+        lo, hi = 0, storage.nbytes
+    elif ranges:
+        lo, hi = ranges[0].start, max(v.start + v.nbytes for v in ranges)
+    else:
+        return
+    index = len(plan.storages)
+    plan.storages.append(storage)
+    if hi == lo:
+        plan.pieces.append(_Piece(index, 0, lo, 0, want_crc, []))
+    chunks = range(lo, hi, SCAN_WINDOW)
+    for c, overlapping in enumerate(_views_by_chunk(ranges, lo, hi, len(chunks))):
+        start = chunks[c]
+        plan.pieces.append(_Piece(index, c, start, min(start + SCAN_WINDOW, hi) - start, want_crc, overlapping))
 
 
 def _views_by_chunk(ranges: list[_View], lo: int, hi: int, count: int) -> list[list[_View]]:
@@ -225,9 +263,13 @@ def _run_pieces(blobs: Blobs, storages: list[StorageInfo], unit: list[_Piece], m
     return out
 
 
-def _run_strided(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, mean_std: bool) -> Moments:
+def _run_strided(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, mean_std: bool) -> Moments | None:
     import numpy as np
 
+    if tensor.dtype not in SCANNED_DTYPES:  # a deflated member's integers: read through for its CRC only
+        for _ in iter_view_blocks(blobs, storage, tensor, logical=False):
+            pass
+        return None
     total = Moments(summed=mean_std)
     with np.errstate(all="ignore"):
         for block in iter_view_blocks(blobs, storage, tensor, logical=False):
@@ -357,10 +399,11 @@ class _StridedJob(Record):
             return _run_strided(scan.blobs, self.storage, self.tensor, scan.mean_std)
         except UnreadableStorage as exc:
             scan.findings.append(Finding("CORRUPT", f"{self.tensor.name}: {exc}", self.tensor.name))
-            return Moments()
+            return Moments() if self.tensor.dtype in SCANNED_DTYPES else None
 
     def collect(self, scan: _Scan, result: Any) -> None:
-        scan.strided_moments[self.tensor.name] = result
+        if result is not None:
+            scan.strided_moments[self.tensor.name] = result
         scan.advanced(self.tensor.span_bytes)
 
 

@@ -3,8 +3,9 @@
     .npy: b"\\x93NUMPY" | major | minor | header length (2 bytes in 1.0, 4 in 2.0/3.0) | header (a Python
           dict literal: descr, fortran_order, shape) | the raw array bytes, or a pickle for object arrays
 
-Arrays of plain dtypes become tensors whose bytes are addressed in place (stored npz members included);
-object arrays are pickles: scanned like any pickle, never loaded. No numpy import.
+Arrays of plain dtypes become tensors whose bytes are addressed in place (stored npz members included;
+np.savez_compressed's deflated members are streamed through io.values, never inflated whole); object
+arrays are pickles: scanned like any pickle, never loaded. No numpy import.
 """
 
 from __future__ import annotations
@@ -149,12 +150,14 @@ def _add_compressed_array(ckpt: Checkpoint, reader: FileReader, path: Path, name
         raw = reader.read_at(start, member.compressed_size)
         return zlib.decompressobj(-15).decompress(raw, data_start + n)[data_start:]
 
-    _add_described(ckpt, path, name, None, member.file_size - data_start, header, where, member, payload)
+    deflated = (start, member.compressed_size, data_start, member.file_size, member.crc32)  # streamed by io.values
+    _add_described(ckpt, path, name, None, member.file_size - data_start, header, where, member, payload, deflated)
 
 
 def _add_described(ckpt: Checkpoint, path: Path, name: str, offset: int | None, available: int, header: dict,
-                   where: str, member: ZipMember | None, payload) -> None:  # fmt: skip
-    """One array: a tensor over `available` bytes at `offset` (None: inside a compressed member)."""
+                   where: str, member: ZipMember | None, payload,
+                   deflated: tuple[int, int, int, int, int] | None = None) -> None:  # fmt: skip
+    """One array: a tensor over `available` bytes at `offset` (None: inside a compressed member, `deflated`)."""
     shape: tuple[int, ...] = header["shape"]
     dtype, what = _dtype_of(header["descr"])
     if what == "object":
@@ -169,11 +172,11 @@ def _add_described(ckpt: Checkpoint, path: Path, name: str, offset: int | None, 
         ckpt.add(
             "CORRUPT", f"{where}: the array needs {nbytes} bytes but the file holds {max(available, 0)} (truncated)"
         )
-        nbytes, offset = 0, None  # the array cannot be read whole: no bytes are offered as its own
+        nbytes, offset, deflated = 0, None, None  # the array cannot be read whole: no bytes are offered as its own
     member_name = member.name if member is not None else None
     big = header["descr"][:1] == ">" and tensor.itemsize > 1  # read swapped, as numpy reads it (io.values)
     ckpt.storages[tensor.storage_key] = StorageInfo(tensor.storage_key, dtype, nbytes, path, offset, None, member_name,
-                                                    big_endian=big)  # fmt: skip
+                                                    big_endian=big, deflated=deflated)  # fmt: skip
     ckpt.tensors.append(tensor)
 
 

@@ -102,7 +102,9 @@ def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: 
     elif crc32(data) != pkl.crc32:
         ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
     _scan_other_pickles(ckpt, reader, members, pkl, cd_start, file, torchscript)
-    big = base == 0 and _read_byteorder(ckpt, reader, by_name.get(archive + "byteorder"), cd_start, file.name)
+    # every torch.save archive records its own byte order, an embedded one too: a DCP item is one, and
+    # dcp.load swaps each item as torch.load swaps a file (.metadata records no byte order of its own)
+    big = _read_byteorder(ckpt, reader, by_name.get(archive + "byteorder"), cd_start, file.name)
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
         ckpt, collector, by_name, archive, reader, file, cd_start, big=big), key_prefix, torchscript)  # fmt: skip
     if not recorded:

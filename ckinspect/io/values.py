@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import math
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 
 from ckinspect.dtypes import dtype_info
-from ckinspect.io.blobs import DEFAULT_CHUNK, Blobs
+from ckinspect.io.blobs import DEFAULT_CHUNK, Blobs, UnreadableStorage
+from ckinspect.io.crc import crc32
 from ckinspect.model import StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 WIDEN_ELEMENTS = 64 << 10  # half-precision elements widen_block handles at once: 256 KiB of float32, half an L2
 _WHOLE_SPAN = 64 << 20  # a strided view spanning up to this much is mapped whole for C-order reads
+INFLATE_INPUT = 1 << 20  # compressed bytes read at once from a deflated member
 
 
 def raw_numpy_dtype(dtype: str) -> Any:
@@ -179,6 +182,9 @@ def iter_view_blocks(
     import numpy as np
     from numpy.lib.stride_tricks import as_strided
 
+    if storage.deflated is not None:
+        yield from deflated_blocks(blobs, storage, tensor, max(1, limit // tensor.itemsize), logical)
+        return
     np_dtype = raw_numpy_dtype(tensor.dtype)
     item = tensor.itemsize
     if tensor.numel == 0:
@@ -232,6 +238,99 @@ def iter_view_blocks(
     yield from walk(tensor.storage_offset, dims)
 
 
+# ---------------------------------------------------------------- deflated members (np.savez_compressed)
+
+
+def inflated_pieces(blobs: Blobs, storage: StorageInfo, start: int, length: int, piece: int) -> Iterator[memoryview]:
+    """Bytes [start, start+length) of a deflated storage, inflated in order, in pieces of at most `piece`
+    bytes: memory stays at one piece and one input read whatever the member's size. Read to its end, the
+    whole member is checked as numpy's zipfile checks it. UnreadableStorage for a bad deflate stream, one
+    cut short or inflating past its declared size, or a CRC-32 that does not match."""
+    assert storage.deflated is not None
+    skip, size, expected = storage.deflated[2:]
+    lo, hi = skip + start, skip + start + length
+    where = f"{storage.member or storage.key} in {storage.file.name}"
+    produced = crc = 0
+    for out in _inflate(blobs, storage, piece, where):
+        a, b = max(lo - produced, 0), min(hi - produced, len(out))
+        crc = crc32(out, crc)
+        produced += len(out)
+        if a < b:
+            yield memoryview(out)[a:b]
+    if produced != size or crc != expected:
+        why = f"inflates to {produced:,} bytes, not {size:,}" if produced != size else "fails its CRC-32"
+        raise UnreadableStorage(f"{where} {why}")
+
+
+def _inflate(blobs: Blobs, storage: StorageInfo, piece: int, where: str) -> Iterator[bytes]:
+    """The member's whole inflated stream, at most `piece` bytes at a time, never past its declared size."""
+    assert storage.deflated is not None
+    pos, packed, _, size, _ = storage.deflated
+    end = pos + packed
+    inflater = zlib.decompressobj(-15)
+    tail = b""
+    produced = 0
+    while not inflater.eof:
+        if not tail:
+            if pos >= end:
+                raise UnreadableStorage(f"{where}: the deflate stream is cut short")
+            tail = blobs.pread(storage.file, pos, min(INFLATE_INPUT, end - pos))
+            pos += len(tail)
+        try:
+            out = inflater.decompress(tail, min(piece, size - produced + 1))
+        except zlib.error as exc:
+            raise UnreadableStorage(f"{where}: bad deflate data ({exc})") from None
+        tail = inflater.unconsumed_tail
+        produced += len(out)
+        if produced > size:
+            raise UnreadableStorage(f"{where} inflates past the {size:,} bytes its zip entry declares")
+        yield out
+
+
+def _dense_in_storage_order(tensor: TensorInfo) -> bool:
+    """The view reads each element of one contiguous range once (C order, or a permutation of it such as
+    a Fortran-order array): its storage order is a complete, in-order walk of its span."""
+    dims = sorted(((n, s) for n, s in zip(tensor.shape, tensor.stride, strict=False) if n != 1), key=lambda d: -d[1])
+    expected = 1
+    for n, s in reversed(dims):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def deflated_blocks(
+    blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, elements: int, logical: bool
+) -> Iterator[Any]:
+    """A view's raw elements from a deflated storage, streamed, in blocks of at most `elements` (fresh arrays).
+
+    Storage order is the only order a stream gives cheaply: a C-order view, or (with `logical=False`) any
+    view that walks its span once. Anything else would need the member inflated whole: UnreadableStorage."""
+    import numpy as np
+
+    if tensor.numel == 0:
+        return
+    if not (tensor.is_contiguous or not logical and _dense_in_storage_order(tensor)):
+        raise UnreadableStorage(
+            f"{tensor.name}: a view in another order than its storage's (strides {list(tensor.stride)}) inside a "
+            "compressed member cannot be read without inflating the member whole"
+        )
+    np_dtype = raw_numpy_dtype(tensor.dtype)
+    item = tensor.itemsize
+    size = max(1, elements) * item
+    left = tensor.nbytes
+    block, filled = np.empty(min(size, left) // item, np_dtype), 0
+    for piece in inflated_pieces(blobs, storage, tensor.byte_offset, tensor.nbytes, size):
+        while len(piece):
+            take = min(len(piece), block.nbytes - filled)
+            block.view(np.uint8)[filled : filled + take] = piece[:take]
+            piece, filled = piece[take:], filled + take
+            if filled == block.nbytes:
+                yield to_native(block, tensor.dtype) if storage.big_endian else block
+                left -= filled
+                block, filled = np.empty(min(size, left) // item, np_dtype), 0
+
+
 def raw_blocks(
     blobs: Blobs,
     storage: StorageInfo,
@@ -250,6 +349,10 @@ def raw_blocks(
     """
     import numpy as np
 
+    if storage.deflated is not None:
+        for raw in deflated_blocks(blobs, storage, tensor, elements, logical):
+            yield raw if convert is None else convert(raw)
+        return
     if not tensor.is_contiguous:
         for raw in iter_view_blocks(blobs, storage, tensor, limit=elements * tensor.itemsize, logical=logical):
             yield raw if convert is None else convert(raw)

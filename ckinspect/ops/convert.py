@@ -332,6 +332,8 @@ class _StorageReader:
         if storage is None:
             return None
         path = Path(storage.file)
+        if storage.deflated is not None:  # a compressed npz member: streamed as it is written (io.values)
+            return StorageSource(storage)
         if storage.offset is not None:
             handle = self._file(path)
             whole = storage.offset + storage.nbytes <= os.fstat(handle.fileno()).st_size

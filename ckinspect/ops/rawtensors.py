@@ -22,7 +22,7 @@ from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import MAX_TREE_DEPTH
 from ckinspect.io.blobs import Blobs, read_chunks
 from ckinspect.io.safetensors_write import Entry, write_safetensors
-from ckinspect.io.values import raw_blocks, raw_numpy_dtype, swap_unit
+from ckinspect.io.values import inflated_pieces, raw_blocks, raw_numpy_dtype, swap_unit
 from ckinspect.model import CompositeTensor, StorageInfo, TensorInfo
 
 # the pieces a written file streams in: 1 MiB keeps convert and salvage to .pth under 256 MB beside
@@ -167,7 +167,7 @@ class StorageSource:
     def __init__(self, storage: StorageInfo | None = None, data: bytes | bytearray | memoryview | None = None):
         if storage is None and data is None:
             raise ValueError("a storage source needs a file range or bytes")
-        if storage is not None and data is None and storage.offset is None:
+        if storage is not None and data is None and storage.offset is None and storage.deflated is None:
             raise ValueError(f"storage {storage.key} has no raw byte offset")
         self.storage = storage
         self.data = data
@@ -184,6 +184,11 @@ class StorageSource:
             return
         assert self.storage is not None
         unit = swap_unit(self.storage.dtype) if self.storage.big_endian else 1
+        if self.storage.deflated is not None:  # np.savez_compressed: inflated as it is written, never whole
+            with Blobs() as blobs:
+                for piece in _whole_units(inflated_pieces(blobs, self.storage, start, length, CHUNK), unit):
+                    yield piece if unit == 1 else _little_endian(piece, unit)
+            return
         for piece in read_chunks(self.storage, start, length, CHUNK):
             yield piece if unit == 1 else _little_endian(piece, unit)
 
@@ -201,6 +206,22 @@ class StorageSource:
         flat = np.frombuffer(self.data, dtype=raw_numpy_dtype(info.dtype), count=len(self.data) // item)
         view = as_strided(flat[info.storage_offset :], info.shape, [s * item for s in info.stride], writeable=False)
         yield np.ascontiguousarray(view).reshape(-1)
+
+
+def _whole_units(pieces: Iterator[memoryview], unit: int) -> Iterator[memoryview]:
+    """The same bytes in pieces that each hold whole `unit`-byte elements (an inflated stream breaks anywhere)."""
+    carry = b""
+    for piece in pieces:
+        if unit == 1:
+            yield piece
+            continue
+        joined = memoryview(carry + bytes(piece)) if carry else piece
+        cut = len(joined) - len(joined) % unit
+        carry = bytes(joined[cut:])
+        if cut:
+            yield joined[:cut]
+    if carry:
+        yield memoryview(carry)
 
 
 def _little_endian(piece: memoryview, unit: int) -> memoryview:

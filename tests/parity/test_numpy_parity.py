@@ -16,7 +16,7 @@ from ckinspect.formats import open_checkpoint
 from tests.parity.test_torch_parity import ckinspect_bytes
 
 DTYPES = ("f2", "f4", "f8", "c8", "c16", "i2", "i4", "i8", "u2", "u4", "u8", "i1", "u1", "b1")
-CONTAINERS = ("npy", "npz")  # (np.savez_compressed members are listed, but not read in place: not here)
+CONTAINERS = ("npy", "npz")  # np.savez_compressed members: tests/parity/test_npz_compressed.py
 
 
 def values(code: str) -> np.ndarray:
