@@ -91,12 +91,12 @@ def _llama_family(ckpt: Checkpoint, shapes: Shapes, tensors: dict[str, TensorInf
     q, k = first.get("self_attn.q_proj.weight"), first.get("self_attn.k_proj.weight")
     gate = first.get("mlp.gate_proj.weight")
     embed = shapes.get(f"{prefix}embed_tokens.weight")
-    if not (q and k and gate and embed) or len(q) != 2 or len(embed) != 2:
+    if not _matrices(q, k, gate, embed):
         return None
+    assert q and k and gate and embed  # for the type checker: _matrices said so
     vocab, hidden = embed
-    q_norm = first.get("self_attn.q_norm.weight")
-    head_dim, assumed = (q_norm[0], []) if q_norm else (64 if q[0] % 64 == 0 else 128, ["head dim"])
-    family = "qwen3" if q_norm else ("qwen2" if "self_attn.q_proj.bias" in first else "llama")
+    head_dim, assumed = _llama_head_dim(first, q)
+    family = _llama_kind(first)
     lm_head = next((s for n, s in shapes.items() if n.endswith("lm_head.weight")), None)
     config = {
         "model_type": family, "vocab_size": vocab, "hidden_size": hidden, "num_hidden_layers": len(by_index),
@@ -104,12 +104,30 @@ def _llama_family(ckpt: Checkpoint, shapes: Shapes, tensors: dict[str, TensorInf
         "num_key_value_heads": k[0] // head_dim, "tie_word_embeddings": lm_head is None, **ASSUMED,
     }  # fmt: skip
     read = [f"hidden {hidden}", f"{len(by_index)} layers", f"{config['num_attention_heads']} heads",
-            f"{config['num_key_value_heads']} kv heads", f"head dim {head_dim}", f"vocab {vocab:,}",
-            "tied embeddings" if lm_head is None else "own lm_head"]  # fmt: skip
-    if assumed:
-        read.remove(f"head dim {head_dim}")
-    assumed = [f"head dim {head_dim}"] * bool(assumed) + [f"{k.replace('_', ' ')} {v:g}" for k, v in ASSUMED.items()]
-    return Inferred(family, config, read, assumed)
+            f"{config['num_key_value_heads']} kv heads", *[f"head dim {head_dim}"] * (not assumed),
+            f"vocab {vocab:,}", "tied embeddings" if lm_head is None else "own lm_head"]  # fmt: skip
+    said = [f"head dim {head_dim}"] * assumed + [f"{k.replace('_', ' ')} {v:g}" for k, v in ASSUMED.items()]
+    return Inferred(family, config, read, said)
+
+
+def _matrices(*shapes: tuple[int, ...] | None) -> bool:
+    return all(shape is not None and len(shape) == 2 for shape in shapes)
+
+
+def _llama_kind(first: dict[str, tuple[int, ...]]) -> str:
+    """Qwen3 (and MiniMind) norm q and k per head; Qwen2 biases q_proj; Llama does neither."""
+    if "self_attn.q_norm.weight" in first:
+        return "qwen3"
+    return "qwen2" if "self_attn.q_proj.bias" in first else "llama"
+
+
+def _llama_head_dim(first: dict[str, tuple[int, ...]], q: tuple[int, ...]) -> tuple[int, bool]:
+    """(head dim, whether it was assumed): the q norm's width (Qwen3, MiniMind), else 64 (128 when the
+    width is not a multiple of 64)."""
+    q_norm = first.get("self_attn.q_norm.weight")
+    if q_norm:
+        return q_norm[0], False
+    return (64 if q[0] % 64 == 0 else 128), True
 
 
 class GptShapes(Record):
@@ -135,8 +153,9 @@ def _gpt_shapes(shapes: Shapes, tensors: dict[str, TensorInfo]) -> GptShapes | N
     first = by_index[min(by_index)]
     attn, fc = first.get("attn.c_attn.weight"), first.get("mlp.c_fc.weight")
     wte, wpe = shapes.get(f"{prefix}wte.weight"), shapes.get(f"{prefix}wpe.weight")
-    if not (attn and fc and wte and wpe) or len(attn) != 2 or len(wte) != 2 or len(fc) != 2:
+    if not _matrices(attn, fc, wte, wpe):
         return None
+    assert attn and fc and wte and wpe  # for the type checker: _matrices said so
     hidden = wte[1]
     if attn not in ((hidden, 3 * hidden), (3 * hidden, hidden)):
         return None
@@ -185,8 +204,8 @@ def _nanogpt(ckpt: Checkpoint, shapes: Shapes, tensors: dict[str, TensorInfo]) -
     read = [*_gpt_read(g), f"vocab {g.vocab:,}", "tied embeddings" if g.tied else "own lm_head",
             "biases" if g.bias else "no biases"]  # fmt: skip
     assumed = []
-    saved = _model_args(ckpt).get("n_head")
-    if isinstance(saved, int) and not isinstance(saved, bool) and saved > 0 and g.hidden % saved == 0:
+    saved = _saved_heads(ckpt, g.hidden)
+    if saved is not None:
         config["n_head"] = saved
         read.append(f"{saved} heads from model_args")
     else:
@@ -196,11 +215,14 @@ def _nanogpt(ckpt: Checkpoint, shapes: Shapes, tensors: dict[str, TensorInfo]) -
     return Inferred("nanogpt", config, read, assumed, prefixes=(g.outer,) if g.outer else ())
 
 
-def _model_args(ckpt: Checkpoint) -> dict[str, Any]:
-    """The `model_args` nanoGPT's train.py saves beside the weights (n_layer, n_head, n_embd ...)."""
+def _saved_heads(ckpt: Checkpoint, hidden: int) -> int | None:
+    """n_head from the `model_args` nanoGPT's train.py saves beside the weights, where it divides the width."""
     tree = ckpt.tree if isinstance(ckpt.tree, dict) else {}
     args = tree.get("model_args")
-    return args if isinstance(args, dict) else {}
+    heads = args.get("n_head") if isinstance(args, dict) else None
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads <= 0 or hidden % heads:
+        return None
+    return heads
 
 
 RECOGNISERS: tuple[Callable[[Checkpoint, Shapes, dict[str, TensorInfo]], Inferred | None], ...] = (
