@@ -243,15 +243,19 @@ def states_no_optimizer(top: Mapping[str, Any], depth: int = 4) -> bool:
     for key, value in top.items():
         if not isinstance(key, str):
             continue
-        lowered = key.lower()
-        if lowered in NO_OPTIMIZER_SWITCHES and value is NO_OPTIMIZER_SWITCHES[lowered]:
-            return True
-        if lowered in OPTIMIZER_KEYS and value in (None, {}, []):
+        if _says_no_optimizer(key.lower(), value):
             return True
         fields = value if isinstance(value, Mapping) else getattr(value, "fields", None)
         if depth > 1 and isinstance(fields, Mapping) and states_no_optimizer(fields, depth - 1):
             return True
     return False
+
+
+def _says_no_optimizer(key: str, value: Any) -> bool:
+    """`save_optimizer: False` and its kin, or an optimizer entry that holds nothing."""
+    if key in NO_OPTIMIZER_SWITCHES and value is NO_OPTIMIZER_SWITCHES[key]:
+        return True
+    return key in OPTIMIZER_KEYS and value in (None, {}, [])
 
 
 def _rng_missing(top: Mapping[str, Any] | None) -> str:
