@@ -31,6 +31,7 @@ from ckinspect.io.zipdir import (
     ZipMember,
     data_offset,
     data_offsets,
+    find_end,
     local_header_at,
     read_directory,
     read_member,
@@ -230,7 +231,9 @@ def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
 def _scan_second_directory(ckpt: Checkpoint, reader: PositionedReader, cd_start: int, file: Path) -> None:
     """A zip whose end record names another directory than its zip64 record: torch (and zipfile) read
     the zip64 one, other readers may not. The pickles the other directory lists are judged too."""
-    try:
+    try:  # where the end record's own directory starts first: the same one (the usual case) is not read twice
+        if find_end(reader, 0, reader.size, classic=True)[0] == cd_start:
+            return
         members, other_start = read_directory(reader, classic=True)
     except ZipError:
         return
