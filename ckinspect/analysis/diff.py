@@ -566,8 +566,33 @@ class _Run(Record):
     blobs_b: Blobs
     pool: ThreadPoolExecutor | None
 
-    def map(self, fn: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
-        return self.pool.map(fn, items) if self.pool else map(fn, items)
+    def map(self, fn: Callable[[Any], Any], items: list[Any], size: Callable[[Any], int]) -> Iterator[Any]:
+        """fn over items, in order; on the pool in batches of about COMPARE_CHUNK bytes (`size` of each), so
+        160,000 small tensors are a few hundred tasks, not 160,000 futures and their locks."""
+        if not self.pool:
+            return map(fn, items)
+        batches = _batches(items, size)
+        return (out for outs in self.pool.map(lambda batch: [fn(x) for x in batch], batches) for out in outs)
+
+
+_MAX_BATCH = 1024  # items per pool task, whatever their size
+
+
+def _batches(items: list[Any], size: Callable[[Any], int]) -> list[list[Any]]:
+    """Consecutive items in runs of at most COMPARE_CHUNK bytes (one bigger item alone) and _MAX_BATCH items."""
+    out: list[list[Any]] = []
+    batch: list[Any] = []
+    held = 0
+    for item in items:
+        n = size(item)
+        if batch and (held + n > COMPARE_CHUNK or len(batch) >= _MAX_BATCH):
+            out.append(batch)
+            batch, held = [], 0
+        batch.append(item)
+        held += n
+    if batch:
+        out.append(batch)
+    return out
 
 
 def _check_groups(only: list[str] | None) -> None:
@@ -607,7 +632,8 @@ def _compare_bytes(run: _Run, pairs: list[_Pair], progress: Callable[[int, int],
     chunks = _byte_chunks(run, pairs)
     total = 2 * sum(c[4] for c in chunks)
     done = 0
-    for chunk, (ok, ps) in zip(chunks, run.map(functools.partial(_chunk_equal, run), chunks), strict=True):
+    verdicts = run.map(functools.partial(_chunk_equal, run), chunks, lambda c: c[4])
+    for chunk, (ok, ps) in zip(chunks, verdicts, strict=True):
         if not ok:
             for p in ps:
                 p.equal = False
@@ -693,7 +719,7 @@ def _compare_values(run: _Run, pairs: list[_Pair], atol: float) -> list[tuple[_P
             p.error = str(exc)
             return p, None
 
-    return list(run.map(judge, pairs))
+    return list(run.map(judge, pairs, lambda p: p.ta.nbytes + p.tb.nbytes))
 
 
 def _streamed_bytes_equal(run: _Run, p: _Pair) -> bool:
