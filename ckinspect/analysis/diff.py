@@ -606,20 +606,28 @@ def _check_groups(only: list[str] | None) -> None:
 def _pair_up(a: Checkpoint, b: Checkpoint, only: list[str] | None, atol: float) -> tuple[DiffResult, list[_Pair]]:
     """Match A's tensors to B's (within the groups asked for); what only one side has goes in the result."""
     ra, rb = roles(a), roles(b)
-    ta = [t for t in a.tensors if not only or ra[t.name] in only]
-    tb = [t for t in b.tensors if not only or rb[t.name] in only]
-    ka, kb, statement = _match(ta, ra, tb, rb)
+    ka, kb, statement = _match(_in_groups(a, ra, only), ra, _in_groups(b, rb, only), rb)
     if only:
         statement += f"; only group(s) {', '.join(only)} compared"
     result = DiffResult(a.path, b.path, match=statement, only=list(only) if only else None, atol=atol)
     result.only_a = [t.name for k, t in ka.items() if k not in kb]
     result.only_b = [t.name for k, t in kb.items() if k not in ka]
-    for keys, other, role, counts in ((ka, kb, ra, result.only_a_groups), (kb, ka, rb, result.only_b_groups)):
-        for k, t in keys.items():
-            if k not in other:
-                counts[role[t.name]] = counts.get(role[t.name], 0) + 1
+    _count_unmatched(ka, kb, ra, result.only_a_groups)
+    _count_unmatched(kb, ka, rb, result.only_b_groups)
     pairs = [_Pair(x.name, x, kb[key]) for key, x in ka.items() if key in kb]  # under A's name; B's is in "b"
     return result, pairs
+
+
+def _in_groups(ckpt: Checkpoint, role: dict[str, str], only: list[str] | None) -> list[TensorInfo]:
+    return [t for t in ckpt.tensors if not only or role[t.name] in only]
+
+
+def _count_unmatched(keys: dict[str, TensorInfo], other: dict[str, TensorInfo], role: dict[str, str],
+                     counts: dict[str, int]) -> None:  # fmt: skip
+    """Tensors of one side the other lacks, counted by group."""
+    for k, t in keys.items():
+        if k not in other:
+            counts[role[t.name]] = counts.get(role[t.name], 0) + 1
 
 
 _Range = tuple[Path, int, int]  # file, offset, length
@@ -665,7 +673,7 @@ def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
         return None
     if p.ta.numel == 0:
         return None
-    if run.a.storages[p.ta.storage_key].deflated is not None or run.b.storages[p.tb.storage_key].deflated is not None:
+    if _deflated(run, p):
         p.equal, p.streamed = False, True  # inflated as values are compared (io.values streams the member)
         return None
     try:
@@ -679,6 +687,12 @@ def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
         p.relaid = True
         return None
     return bytes_a, bytes_b
+
+
+def _deflated(run: _Run, p: _Pair) -> bool:
+    """A side's bytes are in a deflated member (np.savez_compressed): no memcmp in place."""
+    sa, sb = run.a.storages[p.ta.storage_key], run.b.storages[p.tb.storage_key]
+    return sa.deflated is not None or sb.deflated is not None
 
 
 def _swapped(run: _Run, p: _Pair) -> bool:
