@@ -180,7 +180,10 @@ def _to_scan(t: TensorInfo, storage: StorageInfo, findings: list[Finding]) -> bo
 
 
 def _plan_pieces(plan: _Plan, storage: StorageInfo, ranges: list[_View]) -> None:
-    """The storage cut into SCAN_WINDOW pieces: all of it when its CRC is known, else the span its views cover."""
+    """The storage cut into SCAN_WINDOW pieces: all of it when its CRC is known, else the span its views cover.
+    A deflated member has none: its views are streamed, and the stream checks its CRC."""
+    if storage.deflated is not None:
+        return
     want_crc = storage.crc32 is not None
     if want_crc:
         lo, hi = 0, storage.nbytes

@@ -132,6 +132,8 @@ def _forget_zero_crcs(ckpt: Checkpoint, file: Path) -> None:
     for storage in ckpt.storages.values():
         if storage.file == file and storage.crc32 == 0:
             storage.crc32 = None  # nothing recorded to check against
+            if storage.deflated is not None:
+                storage.deflated = (*storage.deflated[:4], None)
 
 
 def _read_byteorder(ckpt: Checkpoint, reader: PositionedReader, record: ZipMember | None, cd_start: int,
@@ -305,16 +307,19 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
     found, missing = _storage_members(collector, by_name, folder)
     storages = ckpt.storages
     for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
-        name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
+        name, _header, compress_type, compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
         offset = located if type(located) is int and compress_type == STORED else None
+        deflated = None
         if offset is None or offset + file_size > cd_start:
             offset = None
             _unaddressable(ckpt, file, located, member, cd_start)
+            deflated = _deflated_member(located, member, cd_start)
         if file_size < ref.nbytes:
             ckpt.add("CORRUPT", f"{file.name}: storage {name} holds {file_size} bytes "
                                 f"but the pickle says {ref.nbytes}")  # fmt: skip
         key = ref.key
-        storages[key] = StorageInfo(key, ref.dtype, file_size, file, offset, crc32, name, ref.location)
+        storages[key] = StorageInfo(key, ref.dtype, file_size, file, offset, crc32, name, ref.location,
+                                    deflated=deflated)  # fmt: skip
         if big and not ref.untyped:  # torch.load swaps by the storage's type: an UntypedStorage (uint16, ...) never
             storages[key].big_endian = True
     if missing:
@@ -334,6 +339,15 @@ def _storage_members(collector: StorageCollector, by_name: dict[str, ZipMember],
         else:
             found.append((ref, member))
     return found, missing
+
+
+def _deflated_member(
+    located: int | ZipError, member: ZipMember, cd_start: int
+) -> tuple[int, int, int, int, int] | None:
+    """A storage member a re-zipping tool deflated (torch's miniz inflates it): streamed by io.values."""
+    if member.compress_type != DEFLATED or type(located) is not int or located + member.compressed_size > cd_start:
+        return None
+    return (located, member.compressed_size, 0, member.file_size, member.crc32)
 
 
 def _unaddressable(ckpt: Checkpoint, file: Path, located: int | ZipError, member: ZipMember, cd_start: int) -> None:
