@@ -389,12 +389,27 @@ _SUBCOMMANDS = {
 def _dispatch(command: str, args: argparse.Namespace) -> int:
     """Route to the module that does the work; only that module's imports are paid for."""
     interactive = command in ("main", "diff", "drift", "watch") and not getattr(args, "report", False)
+    if interactive and not _on_a_terminal():
+        print(NO_TERMINAL, file=sys.stderr)
+        interactive = False
     if interactive:
         module = importlib.import_module("ckinspect.tui.launch")
         return module.run(command, args)
     name = "report" if command == "main" else command.replace("-", "_")
     module = importlib.import_module(f"ckinspect.commands.{name}")
     return module.run(args)
+
+
+NO_TERMINAL = "ckinspect: not a terminal, so the report is printed instead of the TUI (--report says so)"
+
+
+def _on_a_terminal() -> bool:
+    """The TUI draws on stdout and reads keys from stdin: without both a terminal it would write escape codes
+    into a pipe and wait for a key that never comes (`ckinspect x.pth > out.txt`, a CI step)."""
+    try:
+        return sys.stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):  # closed or replaced streams
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,3 +23,25 @@ def test_python_dash_m_ckinspect_help_and_usage_error_in_a_real_process():
     wrong = run_cli_process("--format", "yaml", "x")
     assert wrong.returncode == 2 and wrong.stdout == ""
     assert "Traceback" not in wrong.stderr and "invalid choice" in wrong.stderr
+
+
+def test_without_a_terminal_the_tui_commands_print_their_report_instead_of_hanging(samples):
+    """`ckinspect PATH > out.txt`, `ckinspect diff A B | less` or a CI step without --report: the TUI has no
+    terminal to draw on or read keys from (it used to write escape codes into the pipe and wait for a `q`
+    that never comes). The report is printed, with one line on stderr saying why."""
+    a, b = samples / "stopped-30" / "tiny_resume.pth", samples / "straight-60" / "tiny_resume.pth"
+    shown = run_cli_process(a, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b[" not in shown.stdout and "optimizer share" in shown.stdout
+    assert shown.stderr.count("\n") == 1 and "not a terminal" in shown.stderr and "--report" in shown.stderr
+    compared = run_cli_process("diff", a, b, timeout=60)
+    assert compared.returncode == 1, compared.stderr  # different, as `diff --report` says
+    assert "\x1b[" not in compared.stdout and "model.tok_embeddings.weight" in compared.stdout
+    assert "not a terminal" in compared.stderr
+
+
+def test_in_process_without_a_terminal_the_report_is_the_same_as_with_report(samples):
+    path = samples / "stopped-30" / "tiny_resume.pth"
+    plain, report = run_cli(path, "--format", "json"), run_cli(path, "--report", "--format", "json")
+    assert (plain.returncode, plain.stdout) == (report.returncode, report.stdout)
+    assert report.stderr == "" and "not a terminal" in plain.stderr

@@ -141,7 +141,10 @@ def test_the_watch_command_does_not_refuse_a_run_folder_to_come(tmp_path, monkey
 
     started: list[str] = []
     monkeypatch.setattr(CkinspectApp, "run", lambda self: started.append(type(self._first_screen).__name__))
+    from ckinspect import cli
     from ckinspect.cli import main
+
+    monkeypatch.setattr(cli, "_on_a_terminal", lambda: True)  # as from a terminal (pytest's stdout is a pipe)
 
     assert main(["watch", str(tmp_path / "not-yet")]) == 0
     assert started == ["WatchScreen"] and launch is not None
