@@ -346,8 +346,8 @@ class _StorageReader:
         if storage is None:
             return None
         path = Path(storage.file)
-        if storage.deflated is not None:  # a compressed npz member: streamed as it is written (io.values)
-            return StorageSource(storage)
+        if storage.deflated is not None:  # a deflated member: streamed as it is written (io.values)
+            return StorageSource(storage) if _inflates_whole(storage) else None
         if storage.offset is not None:
             handle = self._file(path)
             whole = storage.offset + storage.nbytes <= os.fstat(handle.fileno()).st_size
@@ -380,6 +380,21 @@ class _StorageReader:
             except (ZipError, OSError):  # not a zip, or no readable directory
                 self._archives[path] = None
         return self._archives[path]
+
+
+def _inflates_whole(storage: StorageInfo) -> bool:
+    """Whether a deflated member inflates to its declared size and CRC-32, checked before anything is written
+    (one streamed pass, memory flat), so a damaged one is a tensor without bytes, named, as a stored one is."""
+    from ckinspect.io.blobs import Blobs, UnreadableStorage
+    from ckinspect.io.values import inflated_pieces
+
+    try:
+        with Blobs() as blobs:
+            for _ in inflated_pieces(blobs, storage, 0, storage.nbytes, 1 << 20):
+                pass
+    except UnreadableStorage:
+        return False
+    return True
 
 
 def _built_from_objects(obj: Any, keep, cast):
