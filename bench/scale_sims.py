@@ -82,6 +82,7 @@ def write_template(f, parts: list[bytes | int]) -> None:
 LLAMA = {
     "70b": {"layers": 80, "hidden": 8192, "inter": 28672, "kv": 1024, "vocab": 128256},
     "405b": {"layers": 126, "hidden": 16384, "inter": 53248, "kv": 1024, "vocab": 128256},
+    "tiny": {"layers": 2, "hidden": 16, "inter": 40, "kv": 8, "vocab": 50},  # the tests' multi-rank saves
 }
 
 
@@ -111,10 +112,40 @@ PARAM_GROUP = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.
                "fused": None, "decoupled_weight_decay": True, "initial_lr": 1e-4}  # fmt: skip
 
 
+def _rank_items(rank: int, ranks: int, params, zero_size):
+    """One rank's save plan as FSDP2 makes it: Shard(0) chunks (torch.chunk sizes) of every weight and both
+    moments, a replicated 0-d `step` per parameter, the flattened param group; and planner_data as
+    flatten_state_dict makes it. Items are (kind, fqn, offsets, sizes, global size); every object is made
+    where _dcp_plans' WriteItems would make it, so that the pickle's memo sees the same sharing either way."""
+    import torch
+
+    items, mappings = [], {}
+    for fqn, shape in params:
+        per = math.ceil(shape[0] / ranks)
+        start = min(rank * per, shape[0])
+        rows = min(per, shape[0] - start)
+        for key, path in ((f"model.{fqn}", ("model", fqn)),
+                          (f"optim.state.{fqn}.exp_avg", ("optim", "state", fqn, "exp_avg")),
+                          (f"optim.state.{fqn}.exp_avg_sq", ("optim", "state", fqn, "exp_avg_sq"))):  # fmt: skip
+            mappings[key] = path
+            if rows <= 0:
+                continue
+            offsets = torch.Size((start,) + (0,) * (len(shape) - 1))
+            sizes = torch.Size((rows,) + shape[1:])
+            items.append(("shard", key, offsets, sizes, torch.Size(shape)))
+        key = f"optim.state.{fqn}.step"
+        mappings[key] = ("optim", "state", fqn, "step")
+        zero = zero_size()
+        items.append(("tensor", key, zero, zero, zero))
+    for key, path in [*((f"optim.param_groups.0.{n}", ("optim", "param_groups", 0, n)) for n in [*PARAM_GROUP,
+                      "params"]), ("step", ("step",))]:  # fmt: skip
+        mappings[key] = path
+        items.append(("bytes", key, None, None, None))
+    return items, mappings
+
+
 def _dcp_plans(ranks: int, size: str):
-    """Each rank's SavePlan: FSDP2's Shard(0) chunks (torch.chunk sizes) of weights and moments, the
-    replicated 0-d steps and the flattened param group on every rank, planner_data as flatten_state_dict
-    makes it."""
+    """Each rank's SavePlan of torch's own WriteItems (see _rank_items)."""
     import torch
     from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
     from torch.distributed.checkpoint.planner import (
@@ -127,34 +158,19 @@ def _dcp_plans(ranks: int, size: str):
 
     params = llama_params(size)
     fp32 = TensorProperties(dtype=torch.float32)
+    types = {"shard": WriteItemType.SHARD, "tensor": WriteItemType.TENSOR}
     plans = []
     for rank in range(ranks):
-        items, mappings = [], {}
-        for fqn, shape in params:
-            per = math.ceil(shape[0] / ranks)
-            start = min(rank * per, shape[0])
-            rows = min(per, shape[0] - start)
-            for key, path in ((f"model.{fqn}", ("model", fqn)),
-                              (f"optim.state.{fqn}.exp_avg", ("optim", "state", fqn, "exp_avg")),
-                              (f"optim.state.{fqn}.exp_avg_sq", ("optim", "state", fqn, "exp_avg_sq"))):  # fmt: skip
-                mappings[key] = path
-                if rows <= 0:
-                    continue
-                offsets = torch.Size((start,) + (0,) * (len(shape) - 1))
-                sizes = torch.Size((rows,) + shape[1:])
-                items.append(WriteItem(MetadataIndex(key, offsets), WriteItemType.SHARD,
-                                       tensor_data=TensorWriteData(ChunkStorageMetadata(offsets, sizes), fp32,
-                                                                   torch.Size(shape))))  # fmt: skip
-            key = f"optim.state.{fqn}.step"
-            mappings[key] = ("optim", "state", fqn, "step")
-            zero = torch.Size(())
-            step = TensorWriteData(ChunkStorageMetadata(zero, zero), fp32, zero)
-            items.append(WriteItem(MetadataIndex(key, zero), WriteItemType.TENSOR, tensor_data=step))
-        for key, path in [*((f"optim.param_groups.0.{n}", ("optim", "param_groups", 0, n)) for n in [*PARAM_GROUP,
-                          "params"]), ("step", ("step",))]:  # fmt: skip
-            mappings[key] = path
-            items.append(WriteItem(MetadataIndex(key), WriteItemType.BYTE_IO, bytes_io_data=BytesIOWriteData(64)))
-        plans.append(SavePlan(items, planner_data=mappings))
+        items, mappings = _rank_items(rank, ranks, params, lambda: torch.Size(()))
+        written = []
+        for kind, key, offsets, sizes, whole in items:
+            if kind == "bytes":
+                written.append(WriteItem(MetadataIndex(key), WriteItemType.BYTE_IO,
+                                         bytes_io_data=BytesIOWriteData(64)))  # fmt: skip
+            else:
+                data = TensorWriteData(ChunkStorageMetadata(offsets, sizes), fp32, whole)
+                written.append(WriteItem(MetadataIndex(key, offsets), types[kind], tensor_data=data))
+        plans.append(SavePlan(written, planner_data=mappings))
     return plans, params
 
 
@@ -165,20 +181,25 @@ def _bytes_value(key: str, params):
     return [fqn for fqn, _ in params] if name == "params" else PARAM_GROUP[name]
 
 
-def dcp_save(folder: Path, ranks: int, size: str = "70b") -> dict[str, int]:
-    """Write the save; returns counts (entries, chunks, files, apparent bytes)."""
+def dcp_save(folder: Path, ranks: int, size: str = "70b", progress=None, save_id: str | None = None) -> dict[str, int]:
+    """Write the save with torch's planner and writer; returns counts (entries, chunks, files, apparent bytes).
+    `progress(text)` hears each phase; `save_id` replaces the writer's random uuid (to compare two saves)."""
     import torch
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
     from torch.distributed.checkpoint.filesystem import FileSystemWriter, _split_by_size_and_type, _StorageInfo
     from torch.distributed.checkpoint.planner import WriteItemType
     from torch.distributed.checkpoint.storage import WriteResult
 
+    say = progress or (lambda _text: None)
     folder.mkdir(parents=True, exist_ok=True)
     plans, params = _dcp_plans(ranks, size)
+    say("local plans made")
     planner = DefaultSavePlanner()
     global_plan, metadata = planner.create_global_plan(plans)
+    say("global plan made")
     writer = FileSystemWriter(str(folder), single_file_per_rank=True, thread_count=1, sync_files=False)
     writer.reset()
+    writer.save_id = save_id or writer.save_id
     global_plan = writer.prepare_global_plan(global_plan)
     templates: dict[tuple, list[bytes | int]] = {}
     results = []
@@ -206,9 +227,107 @@ def dcp_save(folder: Path, ranks: int, size: str = "70b") -> dict[str, int]:
             f.truncate()
             apparent += f.tell()
         results.append(out)
+        if len(results) % 64 == 0:
+            say(f"{len(results)} rank files written")
     writer.finish(metadata, results)
+    say(".metadata written")
     return {"entries": len(metadata.state_dict_metadata), "chunks": chunks, "files": len(global_plan),
             "apparent_bytes": apparent, "metadata_bytes": (folder / ".metadata").stat().st_size}  # fmt: skip
+
+
+def _dedup_owners(rank0_items, ranks: int) -> dict[str, int]:
+    """Which rank keeps each replicated item: DefaultSavePlanner's dedup_save_plans, which walks the items in
+    order of first appearance (all of rank 0's, replicated ones included, before any other rank's shards)
+    and gives each to the plan with the least planned storage so far (the lowest rank among equals),
+    counting a tensor at its global size and a bytes item as 1."""
+    planned = [0] * ranks
+    owners = {}
+    for kind, key, _offsets, _sizes, whole in rank0_items:
+        weight = 4 * math.prod(whole) if whole is not None else 1  # float32
+        if kind == "shard":
+            planned[0] += weight
+            continue
+        owner = min(range(ranks), key=planned.__getitem__)
+        planned[owner] += weight
+        owners[key] = owner
+    return owners
+
+
+def dcp_save_direct(folder: Path, ranks: int, size: str = "70b", progress=None,
+                    save_id: str | None = None) -> dict[str, int]:  # fmt: skip
+    """The save dcp_save writes, with `.metadata` built directly from torch's own metadata classes instead of
+    through the planner (whose WriteItems and global plan take hours and many GB at 1024 ranks): the same
+    dedup, the same order of entries, chunks and storage records, the same objects shared (the pickle's memo
+    sees them), then FileSystemWriter.finish's own pickle.dump. tests/bench/test_scale_sims.py proves the
+    two byte for byte identical; every item is still the torch.save zip torch writes for it."""
+    import pickle
+    from collections import ChainMap
+
+    import torch
+    from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION, FileSystem, _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        BytesStorageMetadata,
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        StorageMeta,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    say = progress or (lambda _text: None)
+    folder.mkdir(parents=True, exist_ok=True)
+    params = llama_params(size)
+    fp32 = TensorProperties(dtype=torch.float32)
+    owners: dict[str, int] = {}
+    md: dict = {}
+    storage: dict = {}
+    maps = []
+    templates: dict[tuple, list[bytes | int]] = {}
+    chunks = apparent = 0
+    for rank in range(ranks):
+        items, mappings = _rank_items(rank, ranks, params, lambda: torch.Size(()))
+        maps.append(mappings)
+        if rank == 0:
+            owners = _dedup_owners(items, ranks)
+        name = f"__{rank}_0.distcp"
+        with open(folder / name, "wb") as f:
+            for kind, key, offsets, sizes, whole in items:
+                if kind != "shard" and owners[key] != rank:
+                    continue  # dedup: another rank writes it
+                if kind == "bytes":
+                    md[key] = BytesStorageMetadata()
+                    index = MetadataIndex(key)
+                    buf = io.BytesIO()
+                    torch.save(_bytes_value(key, params), buf)
+                    parts: list[bytes | int] = [buf.getvalue()]
+                else:
+                    chunk = ChunkStorageMetadata(offsets, sizes)
+                    entry = md.setdefault(key, TensorStorageMetadata(properties=fp32, size=whole, chunks=[]))
+                    index = MetadataIndex(key, offsets, index=len(entry.chunks))
+                    entry.chunks.append(chunk)
+                    if tuple(sizes) not in templates:
+                        templates[tuple(sizes)] = saved_template(torch.zeros(sizes, dtype=torch.float32))
+                    parts = templates[tuple(sizes)]
+                    chunks += 1
+                offset = f.tell()
+                write_template(f, parts)
+                storage[index] = _StorageInfo(name, offset, f.tell() - offset)
+            f.truncate()
+            apparent += f.tell()
+        if (rank + 1) % 64 == 0:
+            say(f"{rank + 1} rank files written")
+    metadata = Metadata(md, planner_data=dict(ChainMap(*maps)))  # as DefaultSavePlanner merges them
+    metadata.version = CURRENT_DCP_VERSION
+    metadata.storage_data = storage
+    metadata.storage_meta = StorageMeta(checkpoint_id=FileSystem().init_path(str(folder)),
+                                        save_id=save_id or str(__import__("uuid").uuid4()))  # fmt: skip
+    with open(folder / ".metadata.tmp", "wb") as f:
+        pickle.dump(metadata, f)
+    os.replace(folder / ".metadata.tmp", folder / ".metadata")
+    say(".metadata written")
+    return {"entries": len(md), "chunks": chunks, "files": ranks, "apparent_bytes": apparent,
+            "metadata_bytes": (folder / ".metadata").stat().st_size}  # fmt: skip
 
 
 def hf_sharded(folder: Path, size: str = "405b", max_shard_size: str = "5GB") -> dict[str, int]:

@@ -386,13 +386,19 @@ def judged_checkpoint(path: str | os.PathLike[str], quick: bool = False) -> RunC
     if not is_dir and not target.exists():
         raise CkinspectError(f"{path}: no such file or folder")
     run = collect(target if is_dir else target.parent)
+    found = _only(run, target, path)
+    run.checkpoints = found  # judged as its run would judge it, and only it: one definition of good
+    judge_run(run, Reader(), everything=False, values=not quick)
+    return found[0]
+
+
+def _only(run: Any, target: PurePath, path: str | os.PathLike[str]) -> list[RunCheckpoint]:
+    """The run's checkpoint at `target`, alone; CkinspectError naming what is there when it is none."""
     found = [c for c in run.checkpoints if c.path == target]
     if not found:
         seen = ", ".join(sorted(str(c.path) for c in run.checkpoints)[:5]) or "none"
         raise CkinspectError(f"{path} is not one checkpoint (checkpoints found there: {seen})")
-    run.checkpoints = found  # judged as its run would judge it, and only it: one definition of good
-    judge_run(run, Reader(), everything=False, values=not quick)
-    return found[0]
+    return found
 
 
 def _guarded(call: Callable[[], T]) -> T:

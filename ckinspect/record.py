@@ -94,17 +94,7 @@ class RecordType(type):
     _fields: tuple[str, ...]
 
     def __new__(mcls, name: str, bases: tuple[type, ...], ns: dict[str, Any], **kwargs: Any) -> RecordType:
-        own: dict[str, Field] = {}
-        if "__slots__" in ns:  # spelled out (Record itself, or a class with its own __init__): fields = slots
-            slots = (ns["__slots__"],) if isinstance(ns["__slots__"], str) else ns["__slots__"]
-            own = {fname: Field(MISSING, None, True) for fname in slots}
-        else:
-            for fname, annotation in ns.get("__annotations__", {}).items():
-                if "ClassVar" in str(annotation):
-                    continue
-                value = ns.pop(fname, MISSING)
-                own[fname] = value if isinstance(value, Field) else Field(value, None, True)
-            ns["__slots__"] = tuple(own)
+        own = _own_fields(ns)
         cls = super().__new__(mcls, name, bases, ns, **kwargs)
         inherited: dict[str, Field] = {}
         for base in reversed(cls.__mro__[1:]):
@@ -114,6 +104,21 @@ class RecordType(type):
         if own and "__init__" not in ns:
             setattr(cls, "__init__", _compile_on_first_call)  # noqa: B010 - the class's __init__, not an instance's
         return cls
+
+
+def _own_fields(ns: dict[str, Any]) -> dict[str, Field]:
+    """The fields a class body declares; its annotated defaults leave `ns`, which gets the `__slots__`."""
+    if "__slots__" in ns:  # spelled out (Record itself, or a class with its own __init__): fields = slots
+        slots = (ns["__slots__"],) if isinstance(ns["__slots__"], str) else ns["__slots__"]
+        return {fname: Field(MISSING, None, True) for fname in slots}
+    own: dict[str, Field] = {}
+    for fname, annotation in ns.get("__annotations__", {}).items():
+        if "ClassVar" in str(annotation):
+            continue
+        value = ns.pop(fname, MISSING)
+        own[fname] = value if isinstance(value, Field) else Field(value, None, True)
+    ns["__slots__"] = tuple(own)
+    return own
 
 
 def _compile_on_first_call(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -133,21 +138,11 @@ def _generated_init(cls: RecordType) -> Callable[..., None]:
     seen_default = False
     for name, spec in cls._specs.items():
         env[f"_default_{name}"], env[f"_factory_{name}"] = spec.default, spec.default_factory
-        if spec.default_factory is not None:
-            value = f"_factory_{name}()"
-            if spec.init:
-                params.append(f"{name}=None")
-                value = f"{value} if {name} is None else {name}"
-        elif not spec.init:
-            value = f"_default_{name}"
-        else:
-            value = name
-            if spec.default is MISSING:
-                if seen_default:
-                    raise TypeError(f"{cls.__name__}: field {name} without a default follows one with a default")
-                params.append(name)
-            else:
-                params.append(f"{name}=_default_{name}")
+        param, value = _param_and_value(name, spec)
+        if param == name and seen_default:
+            raise TypeError(f"{cls.__name__}: field {name} without a default follows one with a default")
+        if param is not None:
+            params.append(param)
         seen_default = seen_default or (spec.init and (spec.default is not MISSING or spec.default_factory is not None))
         body.append(f"self.{name} = {value}")
     if hasattr(cls, "__post_init__"):
@@ -158,6 +153,17 @@ def _generated_init(cls: RecordType) -> Callable[..., None]:
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     return init
+
+
+def _param_and_value(name: str, spec: Field) -> tuple[str | None, str]:
+    """The field's parameter in `__init__` (None: not one) and the expression its body assigns."""
+    if spec.default_factory is not None:
+        if spec.init:
+            return f"{name}=None", f"_factory_{name}() if {name} is None else {name}"
+        return None, f"_factory_{name}()"
+    if not spec.init:
+        return None, f"_default_{name}"
+    return (name if spec.default is MISSING else f"{name}=_default_{name}"), name
 
 
 class Record(metaclass=RecordType):

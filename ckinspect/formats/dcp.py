@@ -89,20 +89,15 @@ def read_dcp(
 
     `metadata_name` reads another index in the folder: `.metadata.tmp`, to judge an interrupted save.
     `trust_layout` (--quick: structure only) lists tensors from `.metadata` and checks each data file once
-    instead of opening every item (see _Lister); their storages then have no byte offset to scan."""
+    instead of opening every item (see _Lister); their storages then have no byte offset to scan, and a tensor
+    sharded over ranks is one entry of its global shape, not one per chunk."""
     folder = as_path(folder)  # a URL prefix stays a URL: io.folders lists it
     data_files = folders.files(folder, ".distcp")
     meta_path = folder / metadata_name
     index = f"{folder.name}/{metadata_name}"
     data_bytes = sum(folders.size(p) for p in data_files)
     ckpt = Checkpoint(path=folder, format="dcp", file_bytes=data_bytes, files=list(data_files))
-    rank_local = rank_metadata_files(folder)
-    for other in rank_local:
-        # dcp.load falls back to `__<rank>.metadata` when `.metadata` is missing or fails to load: judged too
-        with folders.opened(other) as reader:
-            scans = scan_file(reader, 0, reader.size, limit=1)
-        refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g) and g.qualname != ENUM_GETATTR]
-        record_globals(ckpt, refs, f"{folder.name}/{other.name}")
+    rank_local = _judged_rank_indexes(ckpt, folder)
     if not folders.is_file(meta_path) and metadata_name == METADATA and rank_local:
         meta_path, metadata_name = rank_local[0], rank_local[0].name
         index = f"{folder.name}/{metadata_name}"
@@ -116,26 +111,52 @@ def read_dcp(
     fields = _metadata_fields(ckpt, meta_path, index, data_bytes)
     if fields is None:
         return ckpt
+    _note_version_and_ranks(ckpt, fields, data_files)
+    if _declares_too_many(ckpt, fields, folders.size(meta_path), index):
+        return ckpt
+    items = _storage_items(ckpt, fields["storage_data"], index)
+    _set_tree(ckpt, _entries_tree(ckpt, folder, index, fields, items, trust_layout), index)
+    check_views(ckpt)
+    return ckpt
+
+
+def _judged_rank_indexes(ckpt: Checkpoint, folder: Path) -> list[Path]:
+    """The rank-local `__<rank>.metadata` files, each judged: dcp.load falls back to them when `.metadata` is
+    missing or fails to load."""
+    rank_local = rank_metadata_files(folder)
+    for other in rank_local:
+        with folders.opened(other) as reader:
+            scans = scan_file(reader, 0, reader.size, limit=1)
+        refs = [g for s in scans for g in s.globals if not _expected_dcp_global(g) and g.qualname != ENUM_GETATTR]
+        record_globals(ckpt, refs, f"{folder.name}/{other.name}")
+    return rank_local
+
+
+def _note_version_and_ranks(ckpt: Checkpoint, fields: dict[str, Any], data_files: list[Path]) -> None:
     if isinstance(fields.get("version"), str):
         ckpt.metadata["dcp_version"] = fields["version"]
     ranks = {p.name.split("_")[2] for p in data_files if p.name.startswith("__") and p.name.count("_") >= 3}
     if ranks:
         ckpt.metadata["dcp_ranks"] = len(ranks)
-    limit = declared_limit(folders.size(meta_path))
-    if _declared_entries(fields, limit) > limit:
-        ckpt.add("CORRUPT", f"{index} declares more than {limit:,} entries and chunks, more than one per "
-                            f"{BYTES_PER_DECLARED} bytes of it (torch writes ~90): a structure shared through the "
-                            "pickle's memo, not a save; not listed")  # fmt: skip
-        return ckpt
-    items = _storage_items(ckpt, fields["storage_data"], index)
-    tree = _entries_tree(ckpt, folder, index, fields, items, trust_layout)
+
+
+def _declares_too_many(ckpt: Checkpoint, fields: dict[str, Any], meta_bytes: int, index: str) -> bool:
+    """CORRUPT (and True) when the metadata declares more than its size allows (declared_limit)."""
+    limit = declared_limit(meta_bytes)
+    if _declared_entries(fields, limit) <= limit:
+        return False
+    ckpt.add("CORRUPT", f"{index} declares more than {limit:,} entries and chunks, more than one per "
+                        f"{BYTES_PER_DECLARED} bytes of it (torch writes ~90): a structure shared through the "
+                        "pickle's memo, not a save; not listed")  # fmt: skip
+    return True
+
+
+def _set_tree(ckpt: Checkpoint, tree: dict[str, Any], index: str) -> None:
     try:
         ckpt.tree = _lists(tree)
     except RecursionError:  # planner paths thousands of levels deep: keep the dicts as they are
         ckpt.tree = tree
         ckpt.add("CORRUPT", f"{index}: key paths nest too deeply to rebuild")
-    check_views(ckpt)
-    return ckpt
 
 
 def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: int) -> dict[str, Any] | None:
@@ -163,21 +184,36 @@ def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any]
         return None
     # judged and, when it is what torch's writer emits, decoded in the same pass of the C unpickler
     scan, fast = scan_decoding(data, dcp_metadata.FastUnpickler)
-    # Python 3.11.0-3.11.x pickled enum members (DCP's _MEM_FORMAT_ENCODING) as getattr(EnumClass, "NAME"):
-    # accepted here only because the unpickler checks every such call (see unpickler.GUARDED)
-    guarded = frozenset({ENUM_GETATTR}) if any(g.qualname == ENUM_GETATTR for g in scan.globals) else frozenset()
-    refs = [g for g in scan.globals if not _expected_dcp_global(g) and g.qualname not in guarded]
-    for g in scan.globals:
-        if (_expected_dcp_global(g) or g.qualname in guarded) and g.qualname not in ckpt.globals:
-            ckpt.globals.append(g.qualname)
-    if record_globals(ckpt, refs, index):
+    guarded = _judge_globals(ckpt, scan.globals, index)
+    if guarded is None:
         return None
     if scan.error is not None:
         ckpt.add("CORRUPT", f"{index}: {scan.error}")
         return None
     fields = dcp_metadata.metadata_fields(fast) if fast is not NOT_DECODED else None
-    if fields is not None:
-        return fields
+    return fields if fields is not None else _decoded_fields(ckpt, data, scan, index, guarded)
+
+
+def _judge_globals(ckpt: Checkpoint, found: list[GlobalRef], index: str) -> frozenset[str] | None:
+    """Every global the scan found: DCP's own are named, anything else judged (None when that refuses the
+    file); returns the calls the unpickler may make under its guard."""
+    # Python 3.11.0-3.11.x pickled enum members (DCP's _MEM_FORMAT_ENCODING) as getattr(EnumClass, "NAME"):
+    # accepted here only because the unpickler checks every such call (see unpickler.GUARDED)
+    guarded = frozenset({ENUM_GETATTR}) if any(g.qualname == ENUM_GETATTR for g in found) else frozenset()
+    refs = [g for g in found if not _expected_dcp_global(g) and g.qualname not in guarded]
+    _name_own_globals(ckpt, found, guarded)
+    return None if record_globals(ckpt, refs, index) else guarded
+
+
+def _name_own_globals(ckpt: Checkpoint, found: list[GlobalRef], guarded: frozenset[str]) -> None:
+    for g in found:
+        if (_expected_dcp_global(g) or g.qualname in guarded) and g.qualname not in ckpt.globals:
+            ckpt.globals.append(g.qualname)
+
+
+def _decoded_fields(ckpt: Checkpoint, data: bytes, scan: Any, index: str,
+                    guarded: frozenset[str]) -> dict[str, Any] | None:  # fmt: skip
+    """What the fast decoder declined, through the restricted unpickler."""
     meta = decode(ckpt, data[: scan.end], scan, index, guarded=guarded)
     fields = _fields(meta)
     if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):
@@ -288,8 +324,10 @@ class _Lister:
         self.ckpt, self.folder, self.handles, self.trust = ckpt, folder, handles, trust
         self.readers: dict[str, PositionedReader | str | None] = {}  # str: why it is not read
         self.paths: dict[str, Path] = {}
-        self.extents: dict[str, list[tuple[int, int, str]]] = {}  # trusted: (offset, length, name) per file
+        # trusted: (offset, length, what) per file; what: a name, or a chunk's (fqn, offsets, sizes) to name it by
+        self.extents: dict[str, list[tuple[int, int, Any]]] = {}
         self.shapes: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}  # chunk sizes -> (strides, numel)
+        self.numels: dict[tuple[int, ...], int] = {}  # chunk sizes -> numel
         self.bits: dict[str, int] = {}
 
     def _reader(self, relative: str) -> PositionedReader | str | None:
@@ -313,16 +351,15 @@ class _Lister:
         if where is None:
             ckpt.add("CORRUPT", f"{name}/.metadata lists {fqn} but says nowhere where its bytes are", fqn)
             return None
-        relative, offset, length = str(where.get("relative_path")), where.get("offset"), where.get("length")
-        if type(offset) is not int or type(length) is not int or offset < 0 or length < 0:
+        relative = str(where.get("relative_path"))
+        offset: Any = where.get("offset")
+        length: Any = where.get("length")
+        if not _is_span(offset, length):
             ckpt.add("CORRUPT", f"{name}/.metadata: bad offset/length for {fqn}", fqn)
             return None
         reader = self._reader(relative)
-        if isinstance(reader, str):
-            ckpt.add("CORRUPT", f"{name}/.metadata names {reader} for {fqn}; not read", fqn)
-            return None
-        if reader is None:
-            ckpt.add("MISSING_PARTS", f"{name}: {relative} is missing (named by .metadata for {fqn})", fqn)
+        if isinstance(reader, str) or reader is None:
+            self._unreadable(fqn, relative, reader)
             return None
         if offset + length > reader.size:
             ckpt.add("CORRUPT", f"{name}/{relative} is truncated: {fqn} needs bytes {offset}..{offset + length} "
@@ -332,19 +369,35 @@ class _Lister:
             ckpt.metadata.setdefault("dcp_transforms", sorted({str(t) for t in where["transform_descriptors"]}))
         return reader, offset, length, relative
 
+    def _unreadable(self, fqn: str, relative: str, why: str | None) -> None:
+        """A data file .metadata names that is not read: outside the folder (`why`), or missing (None)."""
+        if why is None:
+            self.ckpt.add("MISSING_PARTS", f"{self.folder.name}: {relative} is missing (named by .metadata for {fqn})",
+                          fqn)  # fmt: skip
+        else:
+            self.ckpt.add("CORRUPT", f"{self.folder.name}/.metadata names {why} for {fqn}; not read", fqn)
+
     def tensor_entry(self, fqn: str, md: dict[str, Any], items: _Items) -> Any:
-        props = md.get("properties")
-        state = props.state if isinstance(props, Opaque) else None
-        dtype = str(state[0] if isinstance(state, tuple) and state else _fields(props).get("dtype", "uint8"))
+        dtype = _dtype_of(md.get("properties"))
         size = tuple(md.get("size") or ())
         chunks = list(md.get("chunks") or [])
-        single = len(chunks) == 1
+        if len(chunks) > 1:
+            self.ckpt.metadata.setdefault("dcp_sharded", {})[fqn] = list(size)
+            if self.trust:  # one entry for the tensor, its chunks checked in bulk
+                whole = self._sharded_tensor(fqn, dtype, size, chunks, items)
+                self.ckpt.tensors.append(whole)
+                return whole
+        out = self._chunk_entries(fqn, dtype, chunks, items)
+        return next(iter(out.values()), None) if len(chunks) == 1 else out
+
+    def _chunk_entries(self, fqn: str, dtype: str, chunks: list[Any], items: _Items) -> dict[str, TensorInfo]:
+        """Each chunk as a tensor of its own (`fqn`, or `fqn[start:stop,...]` when there are several)."""
         out: dict[str, TensorInfo] = {}
         for chunk in chunks:
             cf = _fields(chunk)
             offsets = tuple(cf.get("offsets") or ())
             sizes = tuple(cf.get("sizes") or ())
-            name = fqn if single else f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=False))}]"
+            name = fqn if len(chunks) == 1 else _chunk_name(fqn, offsets, sizes)
             where = items.get((fqn, offsets))
             if self.trust:
                 tensor = self._declared_tensor(name, where, dtype, sizes)
@@ -353,9 +406,6 @@ class _Lister:
             if tensor is not None:
                 self.ckpt.tensors.append(tensor)
                 out[name] = tensor
-        if single:
-            return next(iter(out.values()), None)
-        self.ckpt.metadata.setdefault("dcp_sharded", {})[fqn] = list(size)
         return out
 
     def _read_tensor(self, name: str, where: dict[str, Any] | None, dtype: str, sizes: tuple[int, ...]):
@@ -372,30 +422,72 @@ class _Lister:
         """A chunk as `.metadata` declares it: its item must at least hold its bytes. Half a million chunks at 256
         ranks: an item in a file already opened, within it and without transforms takes the short way here;
         anything else goes through item(), which says what is wrong."""
-        relative: Any = where.get("relative_path") if type(where) is dict else None
-        reader = self.readers.get(relative) if type(relative) is str else None
-        offset, length = (where["offset"], where["length"]) if reader is not None else (None, None)  # type: ignore[index]
-        if (reader is None or isinstance(reader, str) or type(offset) is not int or type(length) is not int
-                or offset < 0 or length < 0 or offset + length > reader.size or where.get("transform_descriptors")):  # type: ignore[union-attr]  # fmt: skip
-            found = self.item(name, where)
-            if found is None:
-                return None
-            _reader, offset, length, relative = found
+        placed = self._placed(where, name)
+        if placed is None:
+            return None
+        relative, offset, length = placed
         shape = self.shapes.get(sizes)
         if shape is None:
             shape = self.shapes[sizes] = (contiguous_strides(sizes), math.prod(sizes))
         key = f"{relative}@{offset}/0"  # torch.save of one tensor names its storage "0": as the full read keys it
-        bits = self.bits.get(dtype)
-        if bits is None:
-            bits = self.bits[dtype] = dtype_info(dtype).bits
-        nbytes = (shape[1] * bits + 7) >> 3
+        nbytes = (shape[1] * self._bits(dtype) + 7) >> 3
         if length < nbytes:
-            self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative} at byte {offset}: {name} needs {nbytes} bytes, "
-                                     f".metadata gives it {length}", name)  # fmt: skip
+            self._short_item(relative, offset, length, name, nbytes)
             return None
         self.ckpt.storages[key] = StorageInfo(key, dtype, nbytes, self.paths[relative], None, None, name)
         self.extents[relative].append((offset, length, name))
         return TensorInfo(name, dtype, sizes, shape[0], key, 0)
+
+    def _placed(self, where: Any, what: Any) -> tuple[str, int, int] | None:
+        """(relative path, offset, length) of an item. Half a million chunks at 256 ranks: an item in a file
+        already opened, within it and without transforms takes the short way here; anything else goes through
+        item(), which says what is wrong. `what` names the chunk (_extent_name), only when a message needs it."""
+        relative = where.get("relative_path") if type(where) is dict else None
+        reader = self.readers.get(relative) if type(relative) is str else None
+        if reader is not None:
+            offset, length = where["offset"], where["length"]
+            if not isinstance(reader, str) and _lies_within(offset, length, reader.size, where):
+                return relative, offset, length  # type: ignore[return-value]  # relative is a str here
+        found = self.item(_extent_name(what), where)
+        return None if found is None else (found[3], found[1], found[2])
+
+    def _bits(self, dtype: str) -> int:
+        bits = self.bits.get(dtype)
+        if bits is None:
+            bits = self.bits[dtype] = dtype_info(dtype).bits
+        return bits
+
+    def _sharded_tensor(self, fqn: str, dtype: str, size: tuple[int, ...], chunks: list[Any],
+                        items: _Items) -> TensorInfo:  # fmt: skip
+        """A tensor whose chunks lie in many items, as one entry of its global shape (its storage the bytes of
+        all its chunks; no offset: nothing is read from it). Each chunk is checked as _declared_tensor checks
+        one, in one loop that builds no object per chunk: 4,338 entries hold 2.2 million chunks at 1024 ranks."""
+        bits = self._bits(dtype)
+        numels, extents = self.numels, self.extents
+        first = None
+        for chunk in chunks:
+            offsets, sizes = _chunk_box(chunk)
+            numel = numels.get(sizes)
+            if numel is None:
+                numel = numels[sizes] = math.prod(sizes)
+            placed = self._placed(items.get((fqn, offsets)), (fqn, offsets, sizes))
+            if placed is None:
+                continue
+            relative, offset, length = placed
+            if length < (numel * bits + 7) >> 3:
+                self._short_item(relative, offset, length, _chunk_name(fqn, offsets, sizes), (numel * bits + 7) >> 3)
+                continue
+            extents[relative].append((offset, length, (fqn, offsets, sizes)))
+            first = first or relative
+        key = f"dcp:{fqn}"  # not a place in a file: torch.save names an item's storage `<file>@<offset>/0`
+        file = self.paths[first] if first is not None else self.folder
+        nbytes = (math.prod(size) * bits + 7) >> 3
+        self.ckpt.storages[key] = StorageInfo(key, dtype, nbytes, file, None, None, f"{len(chunks)} chunks")
+        return TensorInfo(fqn, dtype, size, contiguous_strides(size), key, 0)
+
+    def _short_item(self, relative: str, offset: int, length: int, name: str, nbytes: int) -> None:
+        self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative} at byte {offset}: {name} needs {nbytes} bytes, "
+                                 f".metadata gives it {length}", name)  # fmt: skip
 
     def check_files(self) -> None:
         """Once per data file: its items do not overlap, and they begin and end as torch.save zips (or are all
@@ -403,12 +495,13 @@ class _Lister:
         for relative, extents in self.extents.items():
             if not extents:
                 continue
-            extents.sort()
+            extents.sort(key=_place_in_file)  # torch writes them in order: a pass over a sorted list
             reader = self.readers[relative]
             assert reader is not None and not isinstance(reader, str)  # noqa: S101 - only read files have extents
             end = 0
-            for offset, length, name in extents:
+            for offset, length, what in extents:
                 if offset < end:
+                    name = _extent_name(what)
                     self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative}: {name} at byte {offset} overlaps the "
                                              "item before it", name)  # fmt: skip
                     break
@@ -417,8 +510,9 @@ class _Lister:
             if reader.read_at(first[0], 4) != LOCAL_SIG:
                 continue  # raw bytes: nothing more to check without reading values
             if reader.read_at(last[0] + last[1] - 22, 4) != EOCD_SIG:
-                self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative}: {last[2]}, its last item, does not end as "
-                                         "torch.save ends a file (no end-of-directory record)", last[2])  # fmt: skip
+                name = _extent_name(last[2])
+                self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative}: {name}, its last item, does not end as "
+                                         "torch.save ends a file (no end-of-directory record)", name)  # fmt: skip
 
     def bytes_entry(self, fqn: str, items: _Items) -> Any:
         found = self.item(fqn, items.get((fqn, None)))
@@ -442,6 +536,42 @@ class _Lister:
             for tensor in flatten(value, fqn):
                 self.ckpt.tensors.append(tensor)
         return value
+
+
+def _dtype_of(props: Any) -> str:
+    """A TensorProperties' dtype name (the general decoder's stand-in keeps it in `state`)."""
+    state = props.state if isinstance(props, Opaque) else None
+    return str(state[0] if isinstance(state, tuple) and state else _fields(props).get("dtype", "uint8"))
+
+
+def _chunk_box(chunk: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A ChunkStorageMetadata's (offsets, sizes) as tuples."""
+    cf = chunk.__dict__ if type(chunk) in dcp_metadata.RECORDS else _fields(chunk)
+    offsets, sizes = cf.get("offsets"), cf.get("sizes")
+    return (offsets if type(offsets) is tuple else tuple(offsets or ()),
+            sizes if type(sizes) is tuple else tuple(sizes or ()))  # fmt: skip
+
+
+def _is_span(offset: Any, length: Any) -> bool:
+    return type(offset) is int and type(length) is int and offset >= 0 and length >= 0
+
+
+def _lies_within(offset: Any, length: Any, size: int, where: dict[str, Any]) -> bool:
+    """An item that lies inside its file (of `size` bytes) and was stored without a transform."""
+    return _is_span(offset, length) and offset + length <= size and not where.get("transform_descriptors")
+
+
+def _chunk_name(fqn: str, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> str:
+    """A chunk as the full listing names it: `fqn[start:stop,...]` per dimension."""
+    return f"{fqn}[{','.join(f'{o}:{o + s}' for o, s in zip(offsets, sizes, strict=False))}]"
+
+
+def _extent_name(what: Any) -> str:
+    return what if isinstance(what, str) else _chunk_name(*what)
+
+
+def _place_in_file(extent: tuple[int, int, Any]) -> tuple[int, int]:
+    return extent[0], extent[1]
 
 
 def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, name: str, dtype: str,

@@ -24,6 +24,7 @@ import pickle
 import pickletools
 import re
 import struct
+import sys
 import zlib
 
 from ckinspect.record import Record, field
@@ -462,6 +463,8 @@ MAX_STACK = 1 << 22  # stack items + marks tracked; beyond, names taken from the
 MAX_MEMO = 1 << 20  # memo slots tracked (string values and sparse indices); beyond, as above
 MAX_EVENTS = 1 << 18  # GLOBAL/INST/STACK_GLOBAL opcodes a pickle may hold for CPython's walk (beyond: ours)
 MAX_CPYTHON_BYTES = 64 << 20  # pickles up to this size (held in memory) are walked by CPython's unpickler
+MIN_BLOCKS = 1 << 20  # objects CPython's walk may build whatever it read (about 64 MB) ...
+MAX_BLOCKS_PER_BYTE = 1 / 3  # ... and beyond, per byte read (a torch.save pickle builds 0.2): then our own walk
 
 
 class _Range:
@@ -699,7 +702,7 @@ def _line_pair(w: _Window, i: int) -> tuple[int, bytes | None, bytes | None, boo
 
 
 # ----------------------------------------------------------------------------------------------
-# The lean walk: opcodes and arguments only
+# The interpreter: one loop over pickletools' opcode table, in two passes
 
 # Runs of opcodes whose arguments need no decision are skipped by one regex match (in C): those with
 # fixed-size arguments, strings and bytes of under 256 bytes (one alternative per length: sre checks
@@ -755,123 +758,6 @@ def _run_for(seen: int):
     return run.match
 
 
-def _lean_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> int:
-    """Walk one pickle from window position `i` to its STOP; globals go to `names`. Returns the
-    window position after it (or where the walk gave up, with `result.error` set)."""
-    table = _TABLE
-    data = w.buf
-    n = len(data)
-    run = _run_for(w.base + n)
-    while True:
-        if n - i < 16 and not w.eof:
-            i = w.more(i, 16)
-            data, n = w.buf, len(w.buf)
-            run = _run_for(w.base + n)
-        m = run(data, i)
-        if m is not None:
-            i = m.end()
-            if n - i < 16 and not w.eof:
-                continue
-        if i >= n:
-            return _truncated(result, w, i, w.base + n + 1)
-        op = data[i]
-        k = table[op]
-        if k >= 0:
-            if i + 1 + k > n:
-                return _truncated(result, w, n, w.base + i + 1 + k)
-            i += 1 + k
-            continue
-        if k in (_LEN4, _LEN1, _LEN8):
-            head = 5 if k == _LEN4 else 2 if k == _LEN1 else 9
-            if i + head > n:
-                return _truncated(result, w, n, w.base + i + head)
-            size = (
-                _U32.unpack_from(data, i + 1)[0]
-                if k == _LEN4
-                else data[i + 1]
-                if k == _LEN1
-                else _U64.unpack_from(data, i + 1)[0]
-            )
-            if i + head + size <= n:
-                i += head + size
-                continue
-            if head + size <= WINDOW:
-                i = w.more(i, head + size)
-                data, n = w.buf, len(w.buf)
-                if i + head + size <= n:
-                    i += head + size
-                    continue
-            want = w.base + i + head + size
-            i, whole = w.skip(i + head, size)
-            data, n = w.buf, len(w.buf)
-            if not whole:
-                return _truncated(result, w, n, want)
-            continue
-        if k == _LONG_BINPUT:
-            index = _U32.unpack_from(data, i + 1)[0] if i + 5 <= n else 0
-            if i + 5 > n:
-                return _truncated(result, w, n, w.base + i + 5)
-            if index > 2 * max(w.base + n, 1 << 16) and result.memo_error is None:
-                # a pickler numbers memo slots 0, 1, 2 ...; CPython's C unpickler sizes its memo to the
-                # largest index: refuse to decode, but keep walking for the globals after it
-                result.memo_error = f"memo index {index} at byte {w.base + i} is out of range"
-            i += 5
-            continue
-        if k == _LINE2:
-            i, first, second, found = _line_pair(w, i + 1)
-            data, n = w.buf, len(w.buf)
-            _line_global(result, names, first, second, "GLOBAL" if op == 0x63 else "INST")
-            if not found:
-                return _truncated(result, w, i, w.base + n + 1)
-            continue
-        if k in (_LINE, _PUT):
-            at = w.base + i
-            i, text, found = _read_line(w, i + 1)
-            data, n = w.buf, len(w.buf)
-            if not found:
-                return _truncated(result, w, i, w.base + n + 1)
-            if (
-                k == _PUT
-                and result.memo_error is None
-                and (
-                    text is None
-                    or len(text) > 12
-                    or not text.strip().isdigit()
-                    or int(text) > 2 * max(w.base + n, 1 << 16)
-                )
-            ):
-                result.memo_error = f"memo index {(text or b'')[:20]!r} at byte {at} is out of range"
-            continue
-        if k == _STOP:
-            result.end = w.base + i + 1
-            return i + 1
-        if k == _STACK_GLOBAL:
-            result.stack_globals += 1
-            names.event(None)
-            i += 1
-            continue
-        if k == _PROTO:
-            if i + 2 > n:
-                return _truncated(result, w, n, w.base + i + 2)
-            result.protocol = data[i + 1]
-            if result.protocol > 5:
-                result.end = w.base + i
-                result.error = f"unsupported pickle protocol {result.protocol} at byte {w.base + i}"
-                return i
-            i += 2
-            continue
-        if k == _EXT:
-            size = _EXT_SIZES[op]
-            if i + 1 + size > n:
-                return _truncated(result, w, n, w.base + i + 1 + size)
-            names.ext(int.from_bytes(data[i + 1 : i + 1 + size], "little", signed=op == 0x84))
-            i += 1 + size
-            continue
-        result.end = w.base + i
-        result.error = f"unknown opcode 0x{op:02x} at byte {w.base + i}: not a pickle, or corrupt"
-        return i
-
-
 def _truncated(result: PickleScan, w: _Window, i: int, needed: int) -> int:
     end = w.base + len(w.buf)
     result.end = end
@@ -881,14 +767,7 @@ def _truncated(result: PickleScan, w: _Window, i: int, needed: int) -> int:
     return min(i, len(w.buf))
 
 
-# ----------------------------------------------------------------------------------------------
-# The stack walk: CPython's unpickler, opcode for opcode, with strings as the only values kept
-#
-# It follows pickle.py's _Unpickler: MARK starts a new stack frame (the old one goes to a
-# metastack); POP on an empty frame pops the mark; every opcode that builds from "the items since
-# the mark" takes the whole frame. Values other than strings are None; a container that APPEND,
-# SETITEM(S), ADDITEMS or BUILD fill stays what it was. STACK_GLOBAL resolves when both names are
-# strings the data spelled out; otherwise (a value some call returned) it is reported unresolved.
+# What the second pass keeps of pickle.py's state: strings on the stack and in the memo, as names need them.
 
 _S = pickle  # opcode bytes as pickle.py names them
 # Opcodes that fill the object under their arguments, which stays on the stack (pickletools gives it as both
@@ -957,47 +836,208 @@ class _Memo:
         self.strings.clear()
 
 
-class _StackWalk:
-    """pickle.py's stack, metastack and memo over one pickle, with strings as the only values kept (others
-    are None). Opcodes with names or strings in them have a handler; every other one takes its stack effect
-    from pickletools' table (_EFFECT) and its argument's length from _TABLE."""
+class _Interpreter:
+    """pickle.py's _Unpickler over one pickle, opcode for opcode, in bounded memory: one loop, one handler per
+    kind of argument (from pickletools' table: _TABLE), one stack effect per opcode (_EFFECT).
 
-    def __init__(self, w: _Window, i: int, result: PickleScan, names: _Names) -> None:
-        self.w, self.i, self.result, self.names = w, i, result, names
+    Every pass reads each opcode's argument the same way: lengths and memo indices checked against the bytes
+    (CPython's C unpickler sizes its memo to the largest index it sees, so a 20-byte pickle could otherwise
+    make it allocate gigabytes), GLOBAL, INST and EXT names listed, truncation and unknown opcodes found.
+    The first pass (`track` False) does only that, and lets one regex match (in C) step over runs of opcodes
+    that need no decision. Only a pickle with STACK_GLOBAL (protocol 4+, where the names come off the stack)
+    that CPython's own unpickler does not walk for us needs the second (`track` True): the same handlers, each
+    opcode applied to a stack of strings (every other value is None), as pickle.py applies it. MARK starts a
+    new frame (the old one goes to a metastack); POP on an empty frame pops the mark; a container that APPEND,
+    SETITEM(S), ADDITEMS or BUILD fill stays what it was. STACK_GLOBAL resolves when both names are strings the
+    data spelled out; otherwise (a value some call returned) it is reported unresolved."""
+
+    __slots__ = ("w", "i", "result", "names", "track", "stack", "metastack", "depth", "lost", "memo")
+
+    def __init__(self, w: _Window, i: int, result: PickleScan, names: _Names, track: bool = False) -> None:
+        self.w, self.i, self.result, self.names, self.track = w, i, result, names, track
         self.stack: list[str | None] = []
         self.metastack: list[list[str | None]] = []
         self.depth = 0  # items and marks held, for the MAX_STACK bound
         self.lost = False  # past the bound: nothing on the stack is known any more
         self.memo = _Memo()
 
-    # -- the bytes
-    def read(self, count: int) -> bytes:
+    def walk(self) -> int:
+        """Walk to the pickle's STOP; the window position after it (or where the walk gave up, with
+        `result.error` set)."""
         w = self.w
-        if self.i + count > len(w.buf):
-            self.i = w.more(self.i, count)
-        chunk = bytes(w.buf[self.i : self.i + count])
-        self.i += len(chunk)
-        return chunk
+        run = None if self.track else _run_for(w.base + len(w.buf))
+        while True:
+            if len(w.buf) - self.i < 16 and not w.eof:
+                run = self.refill()
+            if run is not None and self.skip_run(run):
+                continue
+            data, i = w.buf, self.i
+            if i >= len(data):
+                return self.truncated(i, w.base + len(data) + 1)
+            if not _HANDLERS[data[i]](self, data[i]):
+                return self.i
+            if self.track and self.depth > MAX_STACK:
+                run = self.lose()
 
-    def number(self, width: int, signed: bool = False) -> int:
-        return int.from_bytes(self.read(width), "little", signed=signed)
+    def refill(self):
+        """At least 16 bytes ahead in the window (unless the data ends); the run matcher for the new window."""
+        self.i = self.w.more(self.i, 16)
+        return None if self.track else _run_for(self.w.base + len(self.w.buf))
 
-    def line(self) -> bytes:
-        self.i, text, _found = _read_line(self.w, self.i)
-        return text or b""
+    def skip_run(self, run) -> bool:
+        """Step over a run of opcodes that need no decision; True when the window must be refilled first."""
+        m = run(self.w.buf, self.i)
+        if m is None:
+            return False
+        self.i = m.end()
+        return len(self.w.buf) - self.i < 16 and not self.w.eof
 
-    def skip_argument(self, kind: int) -> None:
-        if kind >= 0:
-            self.i += kind
-        elif kind == _PROTO:
-            self.i += 1
-        elif kind == _LINE:
-            self.line()
-        elif kind in _SIZE_WIDTH:
-            size = self.number(_SIZE_WIDTH[kind])  # read before self.i is taken: it moves the position
-            self.i, _whole = self.w.skip(self.i, size)
+    def lose(self):
+        """Past MAX_STACK items and marks nothing on the stack is known any more: every STACK_GLOBAL from here
+        on is unresolved, so the rest is walked as the first pass walks it (regex runs and all)."""
+        self.lost, self.track = True, False
+        self.memo.lose()
+        self.stack, self.metastack, self.depth = [], [], 0
+        return _run_for(self.w.base + len(self.w.buf))
 
-    # -- the stack
+    def truncated(self, i: int, needed: int) -> int:
+        self.i = _truncated(self.result, self.w, i, needed)
+        return self.i
+
+    def fail(self, at: int, message: str) -> bool:
+        """Stop at window position `at`: `message` says why, {at} standing for the offset."""
+        self.result.end = self.w.base + at
+        self.result.error = message.format(at=self.w.base + at)
+        self.i = at
+        return False
+
+    # -- arguments, one handler per kind (the table's argument descriptor)
+    def fixed(self, op: int) -> bool:
+        i, n = self.i, len(self.w.buf)
+        end = i + 1 + _TABLE[op]
+        if end > n:
+            self.truncated(n, self.w.base + end)
+            return False
+        self.i = end
+        if self.track:
+            _FIXED_STACK[op](self, op, i + 1)
+        return True
+
+    def sized(self, op: int) -> bool:
+        w, i = self.w, self.i
+        kind = _TABLE[op]
+        width = _SIZE_WIDTH[kind]
+        head = 1 + width
+        if i + head > len(w.buf):
+            self.truncated(len(w.buf), w.base + i + head)
+            return False
+        size = w.buf[i + 1] if width == 1 else int.from_bytes(w.buf[i + 1 : i + head], "little")
+        if i + head + size > len(w.buf) and head + size <= WINDOW:
+            i = w.more(i, head + size)
+        if i + head + size <= len(w.buf):
+            self.i = i + head + size
+            if self.track:
+                self.sized_value(op, i + head, size)
+            return True
+        want = w.base + i + head + size
+        self.i, whole = w.skip(i + head, size)
+        if not whole:
+            self.truncated(len(w.buf), want)
+            return False
+        if self.track:
+            self.sized_value(op, -1, size)
+        return True
+
+    def long_binput(self, op: int) -> bool:
+        w, i = self.w, self.i
+        if i + 5 > len(w.buf):
+            self.truncated(len(w.buf), w.base + i + 5)
+            return False
+        index = _U32.unpack_from(w.buf, i + 1)[0]
+        if index > 2 * max(w.base + len(w.buf), _MEMO_FLOOR) and self.result.memo_error is None:
+            # a pickler numbers memo slots 0, 1, 2 ...: refuse to decode, but keep walking for the globals after it
+            self.result.memo_error = f"memo index {index} at byte {w.base + i} is out of range"
+        self.i = i + 5
+        if self.track:
+            self.memo.put(index, self.top())
+        return True
+
+    def line(self, op: int) -> bool:  # an argument up to a newline: INT, LONG, FLOAT, STRING, UNICODE, PERSID, GET, PUT
+        w = self.w
+        at = w.base + self.i
+        self.i, text, found = _read_line(w, self.i + 1)
+        if not found:
+            self.truncated(self.i, w.base + len(w.buf) + 1)
+            return False
+        bound = 2 * max(w.base + len(w.buf), _MEMO_FLOOR)
+        if op == _PUT_OP and self.result.memo_error is None and _memo_line(text) > bound:
+            self.result.memo_error = f"memo index {(text or b'')[:20]!r} at byte {at} is out of range"
+        if self.track:
+            _LINE_STACK.get(op, _Interpreter.line_effect)(self, op, text or b"")
+        return True
+
+    def line_global(self, op: int) -> bool:  # GLOBAL, INST
+        self.i, first, second, found = _line_pair(self.w, self.i + 1)
+        _line_global(self.result, self.names, first, second, "GLOBAL" if op == 0x63 else "INST")
+        if not found:
+            self.truncated(self.i, self.w.base + len(self.w.buf) + 1)
+            return False
+        if self.track:
+            if op == 0x69:  # INST builds from the frame since the mark
+                self.pop_mark()
+            self.push(None)
+        return True
+
+    def stop(self, op: int) -> bool:
+        self.i += 1
+        self.result.end = self.w.base + self.i
+        return False
+
+    def stack_global(self, op: int) -> bool:
+        self.i += 1
+        if not self.track:
+            self.result.stack_globals += 1
+            self.names.event(None)
+            if self.lost:
+                self.names.add(GlobalRef("<unresolved>", "STACK_GLOBAL", "unsafe", "STACK_GLOBAL"))
+            return True
+        name = self.stack.pop() if self.stack else None
+        module = self.stack.pop() if self.stack else None
+        self.depth -= 2
+        if not self.lost and isinstance(module, str) and isinstance(name, str):
+            self.names.add(_ref(module, name, "STACK_GLOBAL"))
+        else:
+            self.names.add(GlobalRef("<unresolved>", "STACK_GLOBAL", "unsafe", "STACK_GLOBAL"))
+        self.push(None)
+        return True
+
+    def proto(self, op: int) -> bool:
+        w, i = self.w, self.i
+        if i + 2 > len(w.buf):
+            self.truncated(len(w.buf), w.base + i + 2)
+            return False
+        self.result.protocol = w.buf[i + 1]
+        if self.result.protocol > 5:
+            return self.fail(i, f"unsupported pickle protocol {self.result.protocol} at byte {{at}}")
+        self.i = i + 2
+        return True
+
+    def ext(self, op: int) -> bool:
+        w, i = self.w, self.i
+        size = _EXT_SIZES[op]
+        if i + 1 + size > len(w.buf):
+            self.truncated(len(w.buf), w.base + i + 1 + size)
+            return False
+        self.names.ext(int.from_bytes(w.buf[i + 1 : i + 1 + size], "little", signed=op == 0x84))
+        self.i = i + 1 + size
+        if self.track:
+            self.push(None)
+        return True
+
+    def unknown(self, op: int) -> bool:
+        return self.fail(self.i, f"unknown opcode 0x{op:02x} at byte {{at}}: not a pickle, or corrupt")
+
+    # -- the stack (second pass only)
     def push(self, value: str | None) -> None:
         self.stack.append(value)
         self.depth += 1
@@ -1009,7 +1049,9 @@ class _StackWalk:
         self.depth -= len(self.stack) + 1
         self.stack = self.metastack.pop() if self.metastack else []
 
-    def apply(self, to_mark: bool, pops: int, pushes: int) -> None:
+    def effect(self, op: int, at: int = 0) -> None:
+        """What pickletools' table says the opcode does to the stack, with None for every value it pushes."""
+        to_mark, pops, pushes = _EFFECT[op]
         if to_mark:
             self.pop_mark()
         take = min(pops, len(self.stack))
@@ -1019,150 +1061,127 @@ class _StackWalk:
         for _ in range(pushes):
             self.push(None)
 
-    def bound(self) -> None:
-        if self.depth > MAX_STACK and not self.lost:
-            self.lost = True
-            self.memo.lose()
-            self.stack, self.metastack, self.depth = [], [], 0
+    def line_effect(self, op: int, text: bytes) -> None:
+        self.effect(op)
 
-    # -- opcodes with a handler: True to go on, False at STOP
-    def step(self, op: int) -> bool:
-        handler = _HANDLERS.get(op)
-        if handler is not None:
-            return handler(self, op)
-        kind = _TABLE[op]
-        if kind == _BAD:  # the lean walk stopped there: so does CPython
-            return False
-        self.skip_argument(kind)
-        self.apply(*_EFFECT[op])
-        return True
+    def push_none(self, op: int, at: int) -> None:  # what most opcodes do: push a value that is not a string
+        self.stack.append(None)
+        self.depth += 1
 
-    def binary_string(self, op: int) -> bool:
-        size = self.number(_STR_LEN[op], signed=op == 0x54)
+    def no_effect(self, op: int, at: int) -> None:  # PROTO, FRAME, ...
+        pass
+
+    def sized_value(self, op: int, at: int, size: int) -> None:
+        """A string (its bytes at window position `at`, -1 when skipped unheld) pushed as its value, if short
+        enough to name a module or a global; any other sized argument pushes what the table says."""
+        if op not in _STR_LEN:
+            self.effect(op)
+            return
         value: str | None = None
-        if 0 <= size <= MAX_NAME:
+        if at >= 0 and size <= MAX_NAME:
             try:
-                value = self.read(size).decode("utf-8", "surrogateescape" if op in _BINSTRINGS else "surrogatepass")
+                value = bytes(self.w.buf[at : at + size]).decode(
+                    "utf-8", "surrogateescape" if op in _BINSTRINGS else "surrogatepass"
+                )
             except UnicodeDecodeError:
                 value = None
-        else:
-            self.i, _whole = self.w.skip(self.i, max(size, 0))
         self.push(value)
-        return True
 
-    def quoted_string(self, op: int) -> bool:  # STRING: a quoted repr
-        text, value = self.line(), None
+    def mark(self, op: int, at: int) -> None:
+        self.metastack.append(self.stack)
+        self.stack = []
+        self.depth += 1
+
+    def pop(self, op: int, at: int) -> None:  # POP on an empty frame pops the mark
+        if self.stack:
+            self.stack.pop()
+            self.depth -= 1
+        else:
+            self.pop_mark()
+
+    def dup(self, op: int, at: int) -> None:
+        self.push(self.stack[-1] if self.stack else None)
+
+    def memo_put(self, op: int, at: int) -> None:  # BINPUT
+        self.memo.put(self.w.buf[at], self.top())
+
+    def memo_get(self, op: int, at: int) -> None:  # BINGET, LONG_BINGET
+        index = int.from_bytes(self.w.buf[at : at + _MEMO_GET[op]], "little")
+        self.push(None if self.lost else self.memo.get(index))
+
+    def memoize(self, op: int, at: int) -> None:
+        self.memo.memoize(self.top())
+
+    def quoted_string(self, op: int, text: bytes) -> None:  # STRING: a quoted repr
+        value = None
         if len(text) >= 2 and text[:1] == text[-1:] and text[:1] in (b"'", b'"'):
             try:
                 value = codecs.escape_decode(text[1:-1])[0].decode("utf-8", "surrogateescape")
             except (ValueError, UnicodeDecodeError):
                 value = None
         self.push(value)
-        return True
 
-    def unicode_line(self, op: int) -> bool:  # UNICODE
+    def unicode_line(self, op: int, text: bytes) -> None:  # UNICODE
         try:
-            self.push(self.line().decode("raw-unicode-escape"))
+            self.push(text.decode("raw-unicode-escape"))
         except UnicodeDecodeError:
             self.push(None)
-        return True
 
-    def mark(self, op: int) -> bool:
-        self.metastack.append(self.stack)
-        self.stack = []
-        self.depth += 1
-        return True
-
-    def pop(self, op: int) -> bool:  # POP on an empty frame pops the mark
-        if self.stack:
-            self.stack.pop()
-            self.depth -= 1
-        else:
-            self.pop_mark()
-        return True
-
-    def dup(self, op: int) -> bool:
-        self.push(self.stack[-1] if self.stack else None)
-        return True
-
-    def memo_put(self, op: int) -> bool:
-        self.memo.put(self.number(_MEMO_PUT[op]), self.top())
-        return True
-
-    def memo_get(self, op: int) -> bool:
-        index = self.number(_MEMO_GET[op])
-        self.push(None if self.lost else self.memo.get(index))
-        return True
-
-    def memoize(self, op: int) -> bool:
-        self.memo.memoize(self.top())
-        return True
-
-    def text_put(self, op: int) -> bool:  # PUT
-        text = self.line()
+    def text_put(self, op: int, text: bytes) -> None:  # PUT
         if text.strip().isdigit() and len(text) <= 12:
             self.memo.put(int(text), self.top())
-        return True
 
-    def text_get(self, op: int) -> bool:  # GET
-        text = self.line()
+    def text_get(self, op: int, text: bytes) -> None:  # GET
         index = int(text) if text.strip().isdigit() and len(text) <= 12 else -1
         self.push(None if self.lost else self.memo.get(index))
-        return True
-
-    def stack_global(self, op: int) -> bool:
-        name = self.stack.pop() if self.stack else None
-        module = self.stack.pop() if self.stack else None
-        self.depth -= 2
-        if not self.lost and isinstance(module, str) and isinstance(name, str):
-            self.names.add(_ref(module, name, "STACK_GLOBAL"))
-        else:
-            self.names.add(GlobalRef("<unresolved>", "STACK_GLOBAL", "unsafe", "STACK_GLOBAL"))
-        self.push(None)
-        return True
-
-    def line_global(self, op: int) -> bool:  # GLOBAL, INST: listed in the order the lean walk met them
-        self.i, first, second, _found = _line_pair(self.w, self.i)
-        _line_global(self.result, self.names, first, second, "GLOBAL" if op == 0x63 else "INST")
-        if op == 0x69:
-            self.pop_mark()
-        self.push(None)
-        return True
-
-    def ext(self, op: int) -> bool:
-        self.names.ext(self.number(_EXT_SIZES[op], signed=op == 0x84))
-        self.push(None)
-        return True
-
-    def stop(self, op: int) -> bool:
-        return False
 
 
-_HANDLERS = {
-    **{op: _StackWalk.binary_string for op in _STR_LEN},
-    **{op: _StackWalk.memo_put for op in _MEMO_PUT},
-    **{op: _StackWalk.memo_get for op in _MEMO_GET},
-    **{op: _StackWalk.ext for op in _EXT_SIZES},
-    **{ord(c): handler for c, handler in (
-        (_S.STRING, _StackWalk.quoted_string), (_S.UNICODE, _StackWalk.unicode_line), (_S.MARK, _StackWalk.mark),
-        (_S.POP, _StackWalk.pop), (_S.DUP, _StackWalk.dup), (_S.MEMOIZE, _StackWalk.memoize),
-        (_S.PUT, _StackWalk.text_put), (_S.GET, _StackWalk.text_get), (_S.STACK_GLOBAL, _StackWalk.stack_global),
-        (_S.GLOBAL, _StackWalk.line_global), (_S.INST, _StackWalk.line_global), (_S.STOP, _StackWalk.stop),
-    )},
+_PUT_OP = ord(_S.PUT)
+
+
+def _memo_line(text: bytes | None) -> int:
+    """A PUT line's index as the bound sees it: one that is no number, or longer than 12 bytes, is out of range."""
+    if text is None or len(text) > 12 or not text.strip().isdigit():
+        return 1 << 64
+    return int(text)
+
+
+def _handler(op: int):
+    """The argument handler of one opcode byte, by the kind _TABLE (pickletools' argument descriptor) gives it."""
+    kind = _TABLE[op]
+    special = {_STOP: _Interpreter.stop, _STACK_GLOBAL: _Interpreter.stack_global, _PROTO: _Interpreter.proto,
+               _LONG_BINPUT: _Interpreter.long_binput, _EXT: _Interpreter.ext, _LINE2: _Interpreter.line_global,
+               _LINE: _Interpreter.line, _PUT: _Interpreter.line, _BAD: _Interpreter.unknown}  # fmt: skip
+    if kind >= 0:
+        return _Interpreter.fixed
+    return special.get(kind, _Interpreter.sized)
+
+
+_HANDLERS = [_handler(op) for op in range(256)]
+# Second pass: opcodes whose stack effect pickletools' table does not say whole (marks, the memo, DUP, POP)
+_SPECIAL_STACK = {
+    ord(_S.MARK): _Interpreter.mark, ord(_S.POP): _Interpreter.pop, ord(_S.DUP): _Interpreter.dup,
+    ord(_S.MEMOIZE): _Interpreter.memoize, ord(_S.BINPUT): _Interpreter.memo_put,
+    **{op: _Interpreter.memo_get for op in _MEMO_GET},
 }  # fmt: skip
+_COMMON_EFFECTS = {(False, 0, 1): _Interpreter.push_none, (False, 0, 0): _Interpreter.no_effect}
+_FIXED_STACK = [
+    _SPECIAL_STACK.get(op) or _COMMON_EFFECTS.get(_EFFECT.get(op, (True, 0, 0)), _Interpreter.effect)
+    for op in range(256)
+]
+_LINE_STACK = {ord(_S.STRING): _Interpreter.quoted_string, ord(_S.UNICODE): _Interpreter.unicode_line,
+               ord(_S.PUT): _Interpreter.text_put, ord(_S.GET): _Interpreter.text_get}  # fmt: skip
+
+
+def _lean_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> int:
+    """The first pass over one pickle from window position `i` (arguments, bounds, GLOBAL/INST/EXT names)."""
+    return _Interpreter(w, i, result, names).walk()
 
 
 def _stack_walk(w: _Window, i: int, result: PickleScan, names: _Names) -> None:
-    """Walk one pickle (already accepted by the lean walk) tracking pickle.py's stack, metastack and memo."""
-    walk = _StackWalk(w, i, result, names)
-    while w.base + walk.i < result.end:
-        if walk.i + 16 > len(w.buf):
-            walk.i = w.more(walk.i, 16)
-        op = w.buf[walk.i]
-        walk.i += 1
-        if not walk.step(op):
-            return
-        walk.bound()
+    """The second pass: the same interpreter tracking pickle.py's stack, metastack and memo, for STACK_GLOBAL's
+    names (`result`, already filled by the first pass, is left as it is)."""
+    _Interpreter(w, i, PickleScan(start=result.start), names, track=True).walk()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1209,24 +1228,59 @@ class _Recorder(pickle.Unpickler):
         return _Inert
 
 
-def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickle.Unpickler] = _Recorder,
-                  max_bytes: int | None = MAX_CPYTHON_BYTES) -> tuple[_Names, Any] | None:  # fmt: skip
-    """The globals of a pickle the lean walk read (`lexed`), as CPython's unpickler reaches them, and what
-    `unpickler` (whose find_class appends each (module, name) it is asked for to `asked`) built; None where
-    this walk does not apply (our stack walk does it then)."""
-    events = lexed.events
-    if (result.error is not None or result.memo_error is not None or lexed.ext_codes or events is None
-            or (max_bytes is not None and result.end - result.start > max_bytes)):  # fmt: skip
+class _Over(Exception):
+    """Raised into CPython's unpickler when what it built outgrows what it read."""
+
+
+class BoundedInput:
+    """The bytes [start, end) of `data` as a file CPython's C unpickler reads, that stops it once the objects it
+    built outgrow the bytes it read: more than MAX_BLOCKS_PER_BYTE memory blocks per byte (sys.getallocatedblocks,
+    beyond a floor of MIN_BLOCKS). The unpickler prefetches through `peek` (128 KB at a time), so that is where
+    it is measured; 10 MB of EMPTY_DICT would otherwise be ten million dicts, about 700 MB."""
+
+    __slots__ = ("data", "pos", "blocks")
+
+    def __init__(self, data, start: int = 0, end: int | None = None) -> None:
+        self.data = bytes(memoryview(data)[start:end])
+        self.pos = 0
+        self.blocks = sys.getallocatedblocks()
+
+    def peek(self, n: int = 1) -> bytes:
+        if sys.getallocatedblocks() - self.blocks > max(MIN_BLOCKS, int(self.pos * MAX_BLOCKS_PER_BYTE)):
+            raise _Over(f"more than {MAX_BLOCKS_PER_BYTE} objects per byte read")
+        return self.data[self.pos : self.pos + max(n, 1)]
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self.data) if n is None or n < 0 else self.pos + n
+        chunk = self.data[self.pos : end]
+        self.pos += len(chunk)
+        return chunk
+
+    def readinto(self, buffer) -> int:
+        chunk = self.read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+    def readline(self) -> bytes:
+        newline = self.data.find(b"\n", self.pos)
+        return self.read(-1 if newline < 0 else newline + 1 - self.pos)
+
+    def tell(self) -> int:
+        return self.pos
+
+
+def _cpython_applies(result: PickleScan, lexed: _Names, max_bytes: int | None) -> bool:
+    """CPython's walk runs on a pickle the lean walk read to its STOP, with every memo index in range and no EXT."""
+    if result.error is not None or result.memo_error is not None or lexed.ext_codes or lexed.events is None:
+        return False
+    return max_bytes is None or result.end - result.start <= max_bytes
+
+
+def _as_asked(asked: list[tuple[str, str]], events: list[GlobalRef | None]) -> _Names | None:
+    """The scan's list from what CPython asked find_class for: one call per naming opcode, the GLOBAL and INST
+    ones for the names the lean walk read; None otherwise (never expected: our own walk decides then)."""
+    if len(asked) != len(events):
         return None
-    file = io.BytesIO(memoryview(data)[result.start : result.end])
-    recorder = unpickler(file)
-    try:
-        value = recorder.load()
-    except Exception:  # noqa: BLE001 - stopped before STOP, or declined: our own walk decides
-        return None
-    asked: list[tuple[str, str]] = recorder.asked  # type: ignore[attr-defined]
-    if len(asked) != len(events) or file.tell() != result.end - result.start:
-        return None  # not one call per naming opcode, or another STOP: never expected, our own walk decides then
     names = _Names()
     for (module, name), lexed_ref in zip(asked, events, strict=True):
         if lexed_ref is None:
@@ -1235,7 +1289,29 @@ def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickl
             return None
         else:
             names.add(lexed_ref)
-    return names, value
+    return names
+
+
+def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickle.Unpickler] = _Recorder,
+                  max_bytes: int | None = MAX_CPYTHON_BYTES) -> tuple[_Names, Any] | None:  # fmt: skip
+    """The globals of a pickle the lean walk read (`lexed`), as CPython's unpickler reaches them, and what
+    `unpickler` (whose find_class appends each (module, name) it is asked for to `asked`) built; None where
+    this walk does not apply (our stack walk does it then). The scan's own walk (`max_bytes` set) reads through
+    a BoundedInput: memory proportional to what it read; a decoder (scan_decoding) builds the listing."""
+    if not _cpython_applies(result, lexed, max_bytes):
+        return None
+    size = result.end - result.start
+    file = io.BytesIO(memoryview(data)[result.start : result.end]) if max_bytes is None else BoundedInput(
+        data, result.start, result.end)  # fmt: skip
+    recorder = unpickler(file)
+    try:
+        value = recorder.load()
+    except Exception:  # noqa: BLE001 - stopped before STOP, declined, or outgrew its bytes: our own walk decides
+        return None
+    if file.tell() != size:
+        return None  # another STOP: never expected, our own walk decides then
+    names = _as_asked(recorder.asked, lexed.events)  # type: ignore[attr-defined, arg-type]
+    return None if names is None else (names, value)
 
 
 # ----------------------------------------------------------------------------------------------

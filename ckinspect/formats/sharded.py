@@ -16,6 +16,10 @@ from ckinspect.io.contain import OutsideTarget, inside
 from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 MAX_NAMED = 5  # tensor names quoted per finding before "... and N more"
 
 
@@ -34,50 +38,59 @@ def read_sharded(index_json_path: str | os.PathLike[str]) -> Checkpoint:
     seen: dict[str, str] = {}  # tensor name -> shard it was found in
     tree: dict[str, object] = {}
     for shard in sorted(by_shard):
-        expected = by_shard[shard]
-        try:
-            shard_path = inside(index_path.parent, shard)
-        except OutsideTarget as exc:
-            ckpt.add(
-                "CORRUPT", f"index names shard {shard!r} outside its folder or through a symlink ({exc}); not read"
-            )
+        part = _shard_part(ckpt, index_path, shard, by_shard[shard])
+        if part is None:
             continue
-        if not folders.is_file(shard_path, ask=True):
-            ckpt.add("MISSING_PARTS", f"shard {shard} is missing ({_names(expected)} have no data)")
-            continue
-        part = _read_shard(shard_path, shard)
-        ckpt.files.append(shard_path)
-        ckpt.file_bytes += part.file_bytes
         _add_shard(ckpt, part, shard, tree)
-
-        found = {t.name for t in part.tensors}
-        lacking = [name for name in expected if name not in found]
-        if lacking and part.tensors:
-            ckpt.add("CORRUPT", f"shard {shard} lacks {_names(lacking)} that the index places there")
-        elif lacking and not any(f.code == "CORRUPT" for f in part.findings):
-            ckpt.add("CORRUPT", f"shard {shard} holds no tensors but the index places {_names(lacking)} there")
-        for tensor in part.tensors:
-            if weight_map.get(tensor.name) != shard:
-                ckpt.add(
-                    "CORRUPT", f"shard {shard} holds {tensor.name!r}, which the index does not place there", tensor.name
-                )
-            if tensor.name in seen:
-                ckpt.add("CORRUPT", f"tensor {tensor.name!r} is in both {seen[tensor.name]} and {shard}", tensor.name)
-            seen.setdefault(tensor.name, shard)
+        _check_lacking(ckpt, part, shard, by_shard[shard])
+        _check_placed(ckpt, part, shard, weight_map, seen)
     ckpt.tree = tree
     return ckpt
 
 
-def _read_index(ckpt: Checkpoint, index_path: Path) -> dict[str, str] | None:
+def _shard_part(ckpt: Checkpoint, index_path: Path, shard: str, expected: list[str]) -> Checkpoint | None:
+    """One shard the index names, read (its file counted in ckpt); None, with the finding, when it is outside
+    the folder or missing."""
     try:
-        raw = folders.read_bytes(index_path)
-    except OSError as exc:
-        ckpt.add("CORRUPT", f"cannot read index: {exc.strerror or exc}")
+        shard_path = inside(index_path.parent, shard)
+    except OutsideTarget as exc:
+        ckpt.add("CORRUPT", f"index names shard {shard!r} outside its folder or through a symlink ({exc}); not read")
         return None
-    try:
-        index = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        ckpt.add("CORRUPT", f"index is not valid JSON: {exc}")
+    if not folders.is_file(shard_path, ask=True):
+        ckpt.add("MISSING_PARTS", f"shard {shard} is missing ({_names(expected)} have no data)")
+        return None
+    part = _read_shard(shard_path, shard)
+    ckpt.files.append(shard_path)
+    ckpt.file_bytes += part.file_bytes
+    return part
+
+
+def _check_lacking(ckpt: Checkpoint, part: Checkpoint, shard: str, expected: list[str]) -> None:
+    """The tensors the index places in this shard that it does not hold."""
+    found = {t.name for t in part.tensors}
+    lacking = [name for name in expected if name not in found]
+    if lacking and part.tensors:
+        ckpt.add("CORRUPT", f"shard {shard} lacks {_names(lacking)} that the index places there")
+    elif lacking and not any(f.code == "CORRUPT" for f in part.findings):
+        ckpt.add("CORRUPT", f"shard {shard} holds no tensors but the index places {_names(lacking)} there")
+
+
+def _check_placed(ckpt: Checkpoint, part: Checkpoint, shard: str, weight_map: dict[str, str],
+                  seen: dict[str, str]) -> None:  # fmt: skip
+    """Each tensor the shard holds: placed there by the index, and in no earlier shard."""
+    for tensor in part.tensors:
+        if weight_map.get(tensor.name) != shard:
+            ckpt.add(
+                "CORRUPT", f"shard {shard} holds {tensor.name!r}, which the index does not place there", tensor.name
+            )
+        if tensor.name in seen:
+            ckpt.add("CORRUPT", f"tensor {tensor.name!r} is in both {seen[tensor.name]} and {shard}", tensor.name)
+        seen.setdefault(tensor.name, shard)
+
+
+def _read_index(ckpt: Checkpoint, index_path: Path) -> dict[str, str] | None:
+    index = _index_json(ckpt, index_path)
+    if index is _UNREAD:
         return None
     if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
         ckpt.add("CORRUPT", "index has no weight_map object (tensor name -> shard file)")
@@ -91,6 +104,23 @@ def _read_index(ckpt: Checkpoint, index_path: Path) -> dict[str, str] | None:
     if isinstance(metadata, dict):
         ckpt.metadata.update(metadata)
     return weight_map
+
+
+_UNREAD = object()
+
+
+def _index_json(ckpt: Checkpoint, index_path: Path) -> Any:
+    """The index file decoded; _UNREAD, with the finding, when it cannot be read or is not JSON."""
+    try:
+        raw = folders.read_bytes(index_path)
+    except OSError as exc:
+        ckpt.add("CORRUPT", f"cannot read index: {exc.strerror or exc}")
+        return _UNREAD
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        ckpt.add("CORRUPT", f"index is not valid JSON: {exc}")
+        return _UNREAD
 
 
 def _read_shard(shard_path: Path, shard: str) -> Checkpoint:

@@ -93,6 +93,10 @@ class RemoteListing:
                 url, lambda: self.fs.find(self.key, withdirs=True, detail=True)
             )
             return found
+        return self._list_http(url)
+
+    def _list_http(self, url: str) -> dict[str, dict[str, Any]]:
+        """Each folder's index page, breadth first: links under the prefix only, at most _HTTP_DEPTH deep."""
         out: dict[str, dict[str, Any]] = {}
         todo, seen = [(url, 0)], {url}
         while todo:
@@ -177,6 +181,11 @@ class Listings:
         raise FileNotFoundError(f"{path}: not under a listed folder")
 
     def clear(self) -> None:
+        """Forget every listing, and what the storage client kept of them (fsspec's own listings cache,
+        which would answer an object's size as it was when listed)."""
+        for listing in self._taken:
+            with contextlib.suppress(Exception):  # a client without a cache has nothing to forget
+                listing.fs.invalidate_cache(listing.key)
         self._taken = []
 
     @contextlib.contextmanager
@@ -366,12 +375,9 @@ def _kind(entry: os.DirEntry[str]) -> str | None:
 def walk(folder: Path, skip: AbstractSet[str] = frozenset()) -> list[tuple[Path, list[str]]]:
     """Every folder under `folder` (itself first, subfolders by name, those named in `skip` left out)
     with its file names, sorted: what os.walk gives, for either kind of folder."""
+    if _remote(folder) is None:
+        return _walk_disk(folder, skip)
     out: list[tuple[Path, list[str]]] = []
-    if _remote(folder) is None:  # symlinked folders are not followed (no loops), as os.walk does
-        for root, dirs, files in os.walk(folder):
-            dirs[:] = sorted(d for d in dirs if d not in skip)
-            out.append((Path(root), sorted(files)))
-        return out
     try:
         found = entries(folder)
     except OSError:
@@ -380,6 +386,14 @@ def walk(folder: Path, skip: AbstractSet[str] = frozenset()) -> list[tuple[Path,
     for entry in found:
         if entry.is_dir and entry.name not in skip:
             out.extend(walk(entry.path, skip))
+    return out
+
+
+def _walk_disk(folder: Path, skip: AbstractSet[str]) -> list[tuple[Path, list[str]]]:
+    out: list[tuple[Path, list[str]]] = []
+    for root, dirs, names in os.walk(folder):  # symlinked folders are not followed (no loops)
+        dirs[:] = sorted(d for d in dirs if d not in skip)
+        out.append((Path(root), sorted(names)))
     return out
 
 

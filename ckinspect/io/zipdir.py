@@ -178,24 +178,25 @@ def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int = 0, local: bool
     in a local header it holds both sizes as soon as either is marked (APPNOTE 4.5.3)."""
     if local and usize != ZIP64_MARK and csize != ZIP64_MARK:
         return usize, csize, hoff
+    found = _zip64_field(extra)
+    if found is None:
+        return usize, csize, hoff
+    at, size = found
+    if local:
+        return (*struct.unpack_from("<QQ", extra, at), hoff) if size >= 16 else (usize, csize, hoff)
+    values = iter(struct.unpack_from(f"<{size // 8}Q", extra, at))  # the marked fields, in this order
+    return tuple(next(values, v) if v == ZIP64_MARK else v for v in (usize, csize, hoff))  # type: ignore[return-value]
+
+
+def _zip64_field(extra: bytes) -> tuple[int, int] | None:
+    """(where its data starts, its size) of the zip64 field in an extra field; None when there is none."""
     i = 0
     while i + 4 <= len(extra):
         tag, size = _EXTRA_FIELD.unpack_from(extra, i)
         if tag == ZIP64_EXTRA_TAG:
-            if local:
-                if size >= 16:
-                    usize, csize = struct.unpack_from("<QQ", extra, i + 4)
-                break
-            values = list(struct.unpack_from(f"<{size // 8}Q", extra, i + 4))
-            if usize == ZIP64_MARK and values:
-                usize = values.pop(0)
-            if csize == ZIP64_MARK and values:
-                csize = values.pop(0)
-            if hoff == ZIP64_MARK and values:
-                hoff = values.pop(0)
-            break
+            return i + 4, size
         i += 4 + size
-    return usize, csize, hoff
+    return None
 
 
 def local_name(head: bytes) -> bytes | None:
@@ -267,17 +268,8 @@ def member_chunks(reader: PositionedReader, member: ZipMember, start: int, verif
     inflate = zlib.decompressobj(-15) if member.compress_type == DEFLATED else None
     crc = 0
     produced = 0
-    pos, end = start, start + member.compressed_size
-    while pos < end:
-        raw = reader.read_at(pos, min(chunk, end - pos))
-        if not raw:
-            raise ZipError(f"{member.name} is cut short at byte {pos}")
-        pos += len(raw)
-        out = (
-            raw
-            if inflate is None
-            else _inflate(inflate, raw, member, None if max_bytes is None else max_bytes - produced)
-        )
+    for raw in _raw_chunks(reader, member, start, chunk):
+        out = raw if inflate is None else _inflate(inflate, raw, member, _left(max_bytes, produced))
         produced += len(out)
         if max_bytes is not None and produced > max_bytes:
             raise ZipError(f"{member.name} inflates past {max_bytes} bytes")
@@ -286,6 +278,21 @@ def member_chunks(reader: PositionedReader, member: ZipMember, start: int, verif
         yield out
     if verify and crc != member.crc32:
         raise ZipError(f"Bad CRC-32 for {member.name}")
+
+
+def _left(max_bytes: int | None, produced: int) -> int | None:
+    return None if max_bytes is None else max_bytes - produced
+
+
+def _raw_chunks(reader: PositionedReader, member: ZipMember, start: int, chunk: int) -> Iterator[bytes]:
+    """The member's stored bytes from `start`, about `chunk` at a time; ZipError when they are cut short."""
+    pos, end = start, start + member.compressed_size
+    while pos < end:
+        raw = reader.read_at(pos, min(chunk, end - pos))
+        if not raw:
+            raise ZipError(f"{member.name} is cut short at byte {pos}")
+        pos += len(raw)
+        yield raw
 
 
 def _check_readable(reader: PositionedReader, member: ZipMember, verify: bool) -> None:

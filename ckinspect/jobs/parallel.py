@@ -109,24 +109,36 @@ def plan_units(checkpoints: Sequence[Checkpoint]) -> list[ScanUnit]:
     the order its storages were listed."""
     units: list[ScanUnit] = []
     for index, ckpt in enumerate(checkpoints):
-        if not ckpt.tensors:
-            continue  # inspect_path scans only a checkpoint with tensors
-        by_file: dict[str, list[StorageInfo]] = {}
-        for storage in ckpt.storages.values():
-            by_file.setdefault(str(storage.file), []).append(storage)
-        local = folders.on_disk(ckpt.path)
-        if not local:  # one unit: the URL's reads stay in the process whose session opened it
-            by_file = {str(ckpt.path): list(ckpt.storages.values())}
-        tensors_of: dict[str, list[TensorInfo]] = {}
-        file_of = {s.key: file for file, storages in by_file.items() for s in storages}
-        for tensor in ckpt.tensors:
-            tensors_of.setdefault(file_of.get(tensor.storage_key, ""), []).append(tensor)
-        for part, (file, storages) in enumerate(by_file.items()):
-            nbytes = sum(s.nbytes for s in storages if s.offset is not None)
-            units.append(
-                ScanUnit(index, part, ckpt.path, ckpt.format, file, tensors_of.get(file, []), storages, nbytes, local)
-            )
+        if ckpt.tensors:  # inspect_path scans only a checkpoint with tensors
+            units.extend(_units_of(index, ckpt))
     return units
+
+
+def _units_of(index: int, ckpt: Checkpoint) -> list[ScanUnit]:
+    """One unit per file of a local checkpoint; one for a URL (its reads stay in the process whose session
+    opened it)."""
+    local = folders.on_disk(ckpt.path)
+    by_file: dict[str, list[StorageInfo]] = {}
+    for storage in ckpt.storages.values():
+        by_file.setdefault(str(storage.file) if local else str(ckpt.path), []).append(storage)
+    file_of = {s.key: file for file, storages in by_file.items() for s in storages}
+    tensors_of: dict[str, list[TensorInfo]] = {}
+    for tensor in ckpt.tensors:
+        tensors_of.setdefault(file_of.get(tensor.storage_key, ""), []).append(tensor)
+    return [
+        ScanUnit(
+            index,
+            part,
+            ckpt.path,
+            ckpt.format,
+            file,
+            tensors_of.get(file, []),
+            storages,
+            sum(s.nbytes for s in storages if s.offset is not None),
+            local,
+        )  # fmt: skip
+        for part, (file, storages) in enumerate(by_file.items())
+    ]
 
 
 def scan_unit(unit: ScanUnit, progress: Progress | None = None) -> PartScan:
@@ -170,13 +182,17 @@ def scan_units(units: Sequence[ScanUnit], jobs: int | None = None, progress: Pro
     use_pool = workers > 1 and len(pooled) > 1 and (jobs is not None or total >= MIN_POOL_BYTES)
     if not use_pool:
         return _scan_here(units, total, progress)
-    results: dict[tuple[int, int], PartScan] = {}
-    done = 0
-    here = [u for u in units if not u.local]
-    for result in _scan_here(here, total, progress):
-        results[(result.checkpoint, result.part)] = result
-        done += result.bytes_scanned
-    for result in pool_scan(pooled, min(workers, len(pooled))):
+    return _scan_pooled(units, pooled, min(workers, len(pooled)), total, progress)
+
+
+def _scan_pooled(
+    units: Sequence[ScanUnit], pooled: list[ScanUnit], workers: int, total: int, progress: Progress | None
+) -> list[PartScan]:
+    """The remote units here first (their reads stay in this process), the local ones on the pool."""
+    here = _scan_here([u for u in units if not u.local], total, progress)
+    results = {(r.checkpoint, r.part): r for r in here}
+    done = sum(r.bytes_scanned for r in here)
+    for result in pool_scan(pooled, workers):
         results[(result.checkpoint, result.part)] = result
         done += result.bytes_scanned
         if progress:

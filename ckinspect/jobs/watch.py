@@ -205,26 +205,28 @@ class Follower:
         waits (IN_PROGRESS in the plan only `once`); what was judged and not written since is left out."""
         run = collect(self.run_dir)
         now = self.clock()
-        seen: set[str] = set()
-        plan: list[tuple[RunCheckpoint, Signature, str, bool]] = []
-        for ckpt in sorted(run.checkpoints, key=_order):
-            key = str(ckpt.path)
-            seen.add(key)
-            files = signature(ckpt)
-            if self.judged.get(key) == files:
-                continue  # judged already, and not written again since
-            finished = is_finished(ckpt)
-            quiet = now - newest_change(files) >= self.settle and (once or self.waiting.get(key) in (files, None))
-            if not finished and not quiet:
-                self.waiting[key] = files
-                if once:
-                    plan.append((ckpt, files, IN_PROGRESS, False))
-                continue
-            plan.append((ckpt, files, JUDGED if finished else ABANDONED, quiet))
+        plan = [step for ckpt in sorted(run.checkpoints, key=_order) if (step := self._planned(ckpt, now, once))]
+        seen = {str(ckpt.path) for ckpt in run.checkpoints}
         for key in list(self.waiting):
             if key not in seen:
                 del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
         return plan
+
+    def _planned(
+        self, ckpt: RunCheckpoint, now: float, once: bool
+    ) -> tuple[RunCheckpoint, Signature, str, bool] | None:
+        """One checkpoint's place in the plan; None when it is left out (judged and not written since, or
+        still being written and not `once`)."""
+        key = str(ckpt.path)
+        files = signature(ckpt)
+        if self.judged.get(key) == files:
+            return None  # judged already, and not written again since
+        finished = is_finished(ckpt)
+        quiet = now - newest_change(files) >= self.settle and (once or self.waiting.get(key) in (files, None))
+        if not finished and not quiet:
+            self.waiting[key] = files
+            return (ckpt, files, IN_PROGRESS, False) if once else None
+        return ckpt, files, JUDGED if finished else ABANDONED, quiet
 
     def _settled(self, ckpt: RunCheckpoint, files: Signature, event: Event, quiet: bool,
                  kept: dict[Path, Kept]) -> Event | None:  # fmt: skip
@@ -355,10 +357,8 @@ class Follower:
                 total = updates
             else:
                 total.merge(updates)
-        if total is not None and total.step is None:
-            total.step = ckpt.step
-        if total is not None and total.previous_step is None and series.path is not None:
-            total.previous_step = step_in_name(series.path.name) if series.path.is_dir() else None
+        if total is not None:
+            _stamp_steps(total, ckpt, series)
         return total
 
     def _remember(self, ckpt: RunCheckpoint, event: Event, files: Signature, kept: dict[Path, Kept]) -> None:
@@ -375,53 +375,81 @@ class Follower:
         series.values = {key: kept[opened.path].values for key, opened in parts.items() if opened.path in kept}
         if series.files is None:
             series.parts, series.values = {}, {}  # replaced before it could be held open: nothing to compare with
-        updates = event.updates
-        if updates is None:
-            return
-        per = updates.step_delta if updates.step_delta and updates.step_delta > 0 else 1
-        for group in RATIO_GROUPS:
-            ratio = updates.ratio(group)
-            if ratio is not None and ratio != float("inf"):
-                series.ratios.setdefault(group, []).append(ratio / per)
-        series.changing = {name for name, norms in updates.layers.items() if norms.changed}
+        if event.updates is not None:
+            _record_ratios(series, event.updates)
 
     # ------------------------------------------------------------------------------------------ anomalies
 
     def _anomalies(self, series: _Series, ckpt: RunCheckpoint, updates: Updates | None) -> list[Finding]:
         if updates is None:
             return []
-        out: list[Finding] = []
-        per = updates.step_delta if updates.step_delta and updates.step_delta > 0 else 1
-        at = _at(ckpt)
-        for group in RATIO_GROUPS:
-            ratio, history = updates.ratio(group), series.ratios.get(group, [])[-HISTORY_WINDOW:]
-            if ratio is None or len(history) < HISTORY_NEEDED:
-                continue
-            typical = statistics.median(history)
-            now = ratio / per
-            if typical > 0 and (now > typical * OUTLIER_FACTOR or now < typical / OUTLIER_FACTOR):
-                how = "above" if now > typical else "below"
-                message = (f"{group} update ||Δw||/||w|| {now:.3g} per step {at}, more than {OUTLIER_FACTOR:g}x "
-                           f"{how} the run's median of {typical:.3g} over its last {len(history)} saves")  # fmt: skip
-                out.append(Finding("UPDATE_RATIO_OUTLIER", message))
-        for layer, norms in sorted(updates.layers.items()):
-            if layer in series.changing and not norms.changed and norms.full_precision and not norms.nonfinite:
-                message = (f"{layer} stopped changing {at}: its {norms.tensors} tensor(s) are bit-identical to "
-                           f"{_at_series(series)}, though they changed the save before")  # fmt: skip
-                out.append(Finding("LAYER_FROZEN", message, layer))
-        return out
+        return _ratio_outliers(series, updates, _at(ckpt)) + _frozen_layers(series, updates, _at(ckpt))
 
     def _nonfinite_onset(self, ckpt: RunCheckpoint, event: Event) -> list[Finding]:
         hits = [f for f in event.findings if f.code == "NONFINITE"]
         if not hits or self.nonfinite_seen is not None:
             return []
         self.nonfinite_seen = ckpt.path
-        step = f"step {ckpt.step}" if ckpt.step is not None else "an unknown step"
         tensors = list(dict.fromkeys(f.tensor for f in hits if f.tensor))
-        named = f": {', '.join(tensors[:4])}{' ...' if len(tensors) > 4 else ''}" if tensors else ""
-        message = (f"NaN/Inf first appears at {step} ({ckpt.path.name}); every earlier checkpoint of the run "
-                   f"this watch judged held none{named}")  # fmt: skip
-        return [Finding("NONFINITE_ONSET", message, tensors[0] if tensors else None)]
+        return [Finding("NONFINITE_ONSET", _onset_message(ckpt, tensors), tensors[0] if tensors else None)]
+
+
+def _onset_message(ckpt: RunCheckpoint, tensors: list[str]) -> str:
+    step = f"step {ckpt.step}" if ckpt.step is not None else "an unknown step"
+    named = f": {', '.join(tensors[:4])}{' ...' if len(tensors) > 4 else ''}" if tensors else ""
+    return (f"NaN/Inf first appears at {step} ({ckpt.path.name}); every earlier checkpoint of the run "
+            f"this watch judged held none{named}")  # fmt: skip
+
+
+def _per_step(updates: Updates) -> int:
+    return updates.step_delta if updates.step_delta and updates.step_delta > 0 else 1
+
+
+def _stamp_steps(total: Updates, ckpt: RunCheckpoint, series: _Series) -> None:
+    """The steps the comparison is between, where the parts did not say: this save's, and the last one's name."""
+    if total.step is None:
+        total.step = ckpt.step
+    if total.previous_step is None and series.path is not None:
+        total.previous_step = step_in_name(series.path.name) if series.path.is_dir() else None
+
+
+def _record_ratios(series: _Series, updates: Updates) -> None:
+    """This save's update ratios per step join the series' history; the layers that changed are noted."""
+    per = _per_step(updates)
+    for group in RATIO_GROUPS:
+        ratio = updates.ratio(group)
+        if ratio is not None and ratio != float("inf"):
+            series.ratios.setdefault(group, []).append(ratio / per)
+    series.changing = {name for name, norms in updates.layers.items() if norms.changed}
+
+
+def _ratio_outliers(series: _Series, updates: Updates, at: str) -> list[Finding]:
+    """UPDATE_RATIO_OUTLIER: a group's update per step far above or below the run's recent median."""
+    out: list[Finding] = []
+    per = _per_step(updates)
+    for group in RATIO_GROUPS:
+        ratio, history = updates.ratio(group), series.ratios.get(group, [])[-HISTORY_WINDOW:]
+        if ratio is None or len(history) < HISTORY_NEEDED:
+            continue
+        typical = statistics.median(history)
+        now = ratio / per
+        if typical > 0 and (now > typical * OUTLIER_FACTOR or now < typical / OUTLIER_FACTOR):
+            how = "above" if now > typical else "below"
+            message = (f"{group} update ||Δw||/||w|| {now:.3g} per step {at}, more than {OUTLIER_FACTOR:g}x "
+                       f"{how} the run's median of {typical:.3g} over its last {len(history)} saves")  # fmt: skip
+            out.append(Finding("UPDATE_RATIO_OUTLIER", message))
+    return out
+
+
+def _frozen_layers(series: _Series, updates: Updates, at: str) -> list[Finding]:
+    """LAYER_FROZEN: a layer that changed the save before and is bit-identical now (full precision, finite)."""
+    out: list[Finding] = []
+    for layer, norms in sorted(updates.layers.items()):
+        if layer in series.changing and not norms.changed and norms.full_precision and not norms.nonfinite:
+            message = (f"{layer} stopped changing {at}: its {norms.tensors} tensor(s) are bit-identical to "
+                       f"{_at_series(series)}, though they changed the save before")  # fmt: skip
+            out.append(Finding("LAYER_FROZEN", message, layer))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- workers

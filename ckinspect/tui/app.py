@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -63,7 +64,14 @@ class CkinspectApp(Host):
         self.remember_theme = remember_theme  # the CLI's app saves the theme chosen (tui/preferences.py)
 
     def on_mount(self) -> None:
+        # the URL prefixes this app lists are its own (Backend.listings), for every screen and worker, until
+        # a screen reads again (Backend.forget_listings); the app's end lets them go
+        self._listings_scope = contextlib.ExitStack()
+        self._listings_scope.enter_context(self.backend.listings.in_use())
         self.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def on_unmount(self) -> None:
+        self._listings_scope.close()
 
     def _theme_changed(self, theme: Theme) -> None:
         if self.remember_theme:  # `t` or the palette's theme picker: the next run opens in it

@@ -1,5 +1,6 @@
 """What the screens ask of the core, in one place: thin calls into ckinspect's own modules, plus the
-TUI's name matcher and its per-tensor value statistics (the scan's numbers plus a histogram). Sizes
+TUI's name matcher. Per-tensor value statistics (the scan's numbers plus a histogram) are
+ckinspect.analysis.value_stats's, the tensor export ckinspect.ops.export's. Sizes
 and shapes are written by ckinspect.fmt, as in the reports.
 
 Core modules are imported inside the functions that use them, so the app draws its first screen
@@ -9,18 +10,21 @@ before numpy or the readers load. Nothing here imports textual; it runs inside t
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from ckinspect.analysis.value_stats import ValueStats, tensor_value_stats
 from ckinspect.model import Checkpoint, Finding, TensorInfo, worst_severity
-from ckinspect.record import Record, field
+from ckinspect.record import Record
 
 if TYPE_CHECKING:
     from ckinspect.analysis.anatomy import Anatomy
     from ckinspect.analysis.diff import DeltaHistogram, DiffResult
     from ckinspect.analysis.drift import TensorDrift
+    from ckinspect.io.folders import Listings
     from ckinspect.ops.repair import ApplyResult, RepairPlan, UndoResult
 
 Progress = Callable[[float], object]  # fraction done, 0.0 .. 1.0; what it returns is ignored
@@ -138,133 +142,57 @@ def natural_key(name: str) -> tuple[Any, ...]:
     return tuple(int(part) if i % 2 else part.lower() for i, part in enumerate(_DIGITS.split(name)))
 
 
-# ---------------------------------------------------------------- value statistics
-
-
-class ValueStats(Record):
-    __hash__ = None  # type: ignore[assignment]  # changed after it is built
-
-    count: int
-    minimum: float | None = None
-    maximum: float | None = None
-    mean: float | None = None
-    std: float | None = None  # with Bessel's correction, as torch.std and the value scan
-    nonfinite: int = 0
-    fp16_overflow: int = 0
-    histogram: list[int] = field(default_factory=list)
-    hist_range: tuple[float, float] = (0.0, 0.0)
-    sampled: bool = False  # the histogram is drawn from an evenly strided sample
-
-
-HISTOGRAM_BINS = 24
-_SAMPLE_LIMIT = 1_000_000
-_BLOCK_ELEMENTS = 1 << 20  # elements decoded at once (8 MiB of float64)
-
-
-def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress | None = None) -> ValueStats:
-    """min, max, mean, std, non-finite and fp16-overflow counts and a small histogram.
-
-    The values come from the shared block reader (io.values: any layout, strided views included) and
-    the statistics from the value scan's own implementation (analysis.stats); what is computed here is
-    only what the details pane draws and the scan does not keep: the histogram.
-    """
-    import numpy as np
-
-    from ckinspect.analysis.stats import OVERFLOW_DTYPES, Moments, block_moments
-    from ckinspect.dtypes import dtype_info
-    from ckinspect.io.blobs import Blobs, UnreadableStorage
-    from ckinspect.io.values import decode, raw_blocks
-
-    info = dtype_info(tensor.dtype)
-    if info.kind == "complex":
-        raise ValueError(f"value statistics of {tensor.dtype} tensors are not computed")
-    storage = ckpt.storages.get(tensor.storage_key)
-    if storage is None:
-        raise UnreadableStorage(f"storage {tensor.storage_key} of {tensor.name} is not in the checkpoint")
-    floating = info.is_floating
-    stats = ValueStats(count=tensor.numel)
-    if tensor.numel == 0:
-        return stats
-    step = max(1, tensor.numel // _SAMPLE_LIMIT)
-    stats.sampled = step > 1
-    samples: list[Any] = []
-    moments = Moments()
-    count_overflow = tensor.dtype in OVERFLOW_DTYPES
-    index = 0
-    with Blobs() as blobs:
-        for raw in raw_blocks(blobs, storage, tensor, _BLOCK_ELEMENTS):
-            values = decode(raw, tensor.dtype)
-            moments.merge(block_moments(values, count_overflow))
-            picked = values[(-index) % step :: step]
-            samples.append(picked[np.isfinite(picked)] if floating else picked)
-            index += values.size
-            if progress is not None:
-                progress(index / tensor.numel)
-
-    summary = moments.stats()
-    stats.nonfinite, stats.fp16_overflow = summary.nonfinite, summary.fp16_overflow
-    if moments.n:
-        lo, hi = moments.mn, moments.mx
-        stats.minimum, stats.maximum, stats.mean = lo, hi, summary.mean
-        if moments.n > 1:
-            stats.std = summary.std
-        sample = np.concatenate(samples)
-        if sample.size:
-            counts, edges = np.histogram(
-                sample, bins=HISTOGRAM_BINS, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
-            )
-            stats.histogram = [int(c) for c in counts]
-            stats.hist_range = (float(edges[0]), float(edges[-1]))
-    return stats
-
-
-# ---------------------------------------------------------------- export
-
-
-EXPORT_FIELDS = ("name", "group", "dtype", "shape", "bytes", "param")
-
-
 def export_tensors(ckpt: Checkpoint, names: list[str], fmt: str, folder: Path) -> Path:
-    """The tensors shown (in the order shown) as CSV or JSON, the JSON report's tensor entries; written
-    atomically to a new file in `folder` (never over an existing one). Returns its path."""
-    import csv
-    import io
-    import json
+    """The tensors shown (in the order shown) as CSV or JSON (report.tensor_table), written to a new file
+    in `folder` (ops.export: atomic, never over an existing one). Returns its path."""
+    from ckinspect.ops.export import write_new
+    from ckinspect.report.tensor_table import tensor_table
 
-    from ckinspect.analysis.params import optimizer_params
-    from ckinspect.io.atomic import atomic_write_text
-    from ckinspect.report.json_report import tensor_entries
-
-    by_name = {t.name: t for t in ckpt.tensors}
-    entries = tensor_entries([by_name[n] for n in names if n in by_name], optimizer_params(ckpt))
-    if fmt == "json":
-        text = json.dumps({"path": str(ckpt.path), "tensors": entries}, indent=1) + "\n"
-    else:
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, EXPORT_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        for entry in entries:
-            writer.writerow({**entry, "shape": "x".join(map(str, entry["shape"]))})
-        text = buffer.getvalue()
-    stem = f"{Path(ckpt.path).name}-tensors"
-    target = folder / f"{stem}.{fmt}"
-    n = 1
-    while target.exists():
-        target = folder / f"{stem}-{n}.{fmt}"
-        n += 1
-    atomic_write_text(target, text)
-    return target
+    return write_new(folder, f"{Path(ckpt.path).name}-tensors", fmt, tensor_table(ckpt, names, fmt))
 
 
 # ---------------------------------------------------------------- the backend the screens call
 
 
-class Backend:
-    """What the screens ask of the core. Tests pass a subclass that serves hand-built Checkpoints."""
+_F = TypeVar("_F", bound=Callable[..., Any])
 
+
+def _listed(method: _F) -> _F:
+    """The call answers questions about URL prefixes from the backend's own listings (io.folders.Listings)."""
+
+    @functools.wraps(method)
+    def call(self: Backend, *args: Any, **kwargs: Any) -> Any:
+        with self.listings.in_use():
+            return method(self, *args, **kwargs)
+
+    return cast("_F", call)
+
+
+class Backend:
+    """What the screens ask of the core. Tests pass a subclass that serves hand-built Checkpoints.
+
+    The app lives long: the URL prefixes it lists are kept in its own `listings` (sizes, kinds) until a
+    screen reads again (`forget_listings`: a reload, a new search of the folders), never for its lifetime."""
+
+    _listings: Listings | None = None
+
+    @property
+    def listings(self) -> Listings:
+        if self._listings is None:
+            from ckinspect.io.folders import Listings
+
+            self._listings = Listings()
+        return self._listings
+
+    def forget_listings(self) -> None:
+        """The next question about a URL lists its prefix afresh (objects written since are seen)."""
+        self.listings.clear()
+
+    @_listed
     def load(self, target: Path) -> Checkpoint:
         return load_checkpoint(target)
 
+    @_listed
     def scan(self, ckpt: Checkpoint, progress: Progress | None = None) -> ScanOutcome:
         return scan_checkpoint(ckpt, progress)
 
@@ -278,6 +206,7 @@ class Backend:
 
         return optimizer_params(ckpt)
 
+    @_listed
     def find(self, paths: list[Path]) -> list[Path]:
         return find_checkpoints(paths)
 
@@ -289,6 +218,7 @@ class Backend:
         local = [p for p in paths if on_disk(p)]  # their entry quotes a repair plan, which reads local files
         return list(unfinished_saves(local, set(known))) if local else []
 
+    @_listed
     def run(self, paths: list[Path]) -> Any:
         """The run one folder holds, every checkpoint judged (ckinspect.analysis.runs), or None when the
         paths are not one folder holding a run."""
@@ -303,9 +233,11 @@ class Backend:
         run = last_good(paths[0], everything=True)
         return run if is_run(run) else None
 
+    @_listed
     def value_stats(self, ckpt: Checkpoint, tensor: TensorInfo, progress: Progress | None = None) -> ValueStats:
         return tensor_value_stats(ckpt, tensor, progress)
 
+    @_listed
     def diff(
         self, a: Checkpoint, b: Checkpoint, progress: Progress | None = None, *, quick: bool = False
     ) -> DiffResult:
@@ -314,6 +246,7 @@ class Backend:
 
         return diff_checkpoints(a, b, progress=as_fraction(progress), quick=quick)
 
+    @_listed
     def delta_histogram(self, a: Checkpoint, ta: TensorInfo, b: Checkpoint, tb: TensorInfo) -> DeltaHistogram:
         from ckinspect.analysis.diff import delta_histogram
 
@@ -325,6 +258,7 @@ class Backend:
 
         return match_names(a, b)
 
+    @_listed
     def weight_drift(self, ckpt: Checkpoint, progress: Progress | None = None) -> list[TensorDrift]:
         from ckinspect.analysis.drift import weight_drift
 

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
+from ckinspect.analysis.value_stats import ValueStats
 from ckinspect.model import Checkpoint, Finding
 from ckinspect.record import Record
-from ckinspect.tui.core import ValueStats
 from ckinspect.tui.widgets.virtual_table import Row
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ import pytest
 
 from ckinspect.analysis.scan import scan_values
 from ckinspect.analysis.stats import Moments, block_moments
+from ckinspect.analysis.value_stats import tensor_value_stats
 from ckinspect.formats import open_checkpoint
 from ckinspect.io.safetensors_write import Entry, write_safetensors
-from ckinspect.tui.core import tensor_value_stats
 
 
 def _naive_std(x: np.ndarray) -> float:

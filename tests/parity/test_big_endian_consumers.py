@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from ckinspect.analysis.drift import weight_drift
+from ckinspect.analysis.value_stats import tensor_value_stats
 from ckinspect.formats import open_checkpoint
-from ckinspect.tui.core import tensor_value_stats
 from tests.parity import torch_cases as tc
 from tests.parity.test_torch_parity import torch_counts
 

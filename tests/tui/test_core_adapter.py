@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ckinspect.analysis.value_stats import tensor_value_stats
 from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.tui.core import name_matcher, tensor_value_stats
+from ckinspect.tui.core import name_matcher
 from ckinspect.tui.screens.diff import align
 
 

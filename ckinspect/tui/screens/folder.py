@@ -311,6 +311,7 @@ class FolderScreen(Screen[None]):
         self.app.push_screen(RepairScreen(folder), closed)
 
     def rediscover(self) -> None:
+        self.app.backend.forget_listings()  # look again: a URL prefix is listed afresh
         self.loaded.clear()
         self.scans.clear()
         self.run = None

@@ -14,11 +14,12 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
+from ckinspect.analysis.value_stats import ValueStats
 from ckinspect.fmt import terminal_safe
 from ckinspect.io.folders import absolute, on_disk
 from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
-from ckinspect.tui.core import ScanOutcome, ValueStats, add_findings, name_matcher
+from ckinspect.tui.core import ScanOutcome, add_findings, name_matcher
 from ckinspect.tui.host import failure_text
 from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
@@ -413,6 +414,7 @@ class InspectScreen(Screen[None]):
         self.app.push_screen(RepairScreen(folder), closed)
 
     def reload(self) -> None:
+        self.app.backend.forget_listings()  # read again: a URL's folder is listed afresh
         self.ckpt = None
         self.scanned = None
         self.stats_cache.clear()

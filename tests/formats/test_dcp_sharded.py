@@ -1,0 +1,125 @@
+"""A tensor sharded over ranks in a DCP save, as `--quick` lists it: one entry per tensor (its global shape,
+dtype and bytes), its chunks checked in bulk against the data files. The saves are planned and written by
+torch's own DefaultSavePlanner and FileSystemWriter (bench/scale_sims.dcp_save: FSDP2's Shard(0) over 4 ranks),
+and every count the tests expect comes from torch's own reader of the same folder."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+from torch.distributed.checkpoint import FileSystemReader
+
+from bench import scale_sims
+from ckinspect.formats.dcp import read_dcp
+
+RANKS = 4
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("dcp") / "sharded"
+    scale_sims.dcp_save(folder, RANKS, "tiny")
+    return folder
+
+
+def _copy(sharded: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "copy"
+    shutil.copytree(sharded, folder)
+    return folder
+
+
+def _chunks_by_file(folder: Path) -> dict[str, list[tuple[str, int, int]]]:
+    """torch's own view: (fqn, offset, length) of every tensor chunk, per data file."""
+    meta = FileSystemReader(str(folder)).read_metadata()
+    out: dict[str, list[tuple[str, int, int]]] = {}
+    for index, info in meta.storage_data.items():
+        if len(meta.state_dict_metadata[index.fqn].chunks if hasattr(meta.state_dict_metadata[index.fqn],
+                                                                      "chunks") else []) > 1:  # fmt: skip
+            out.setdefault(info.relative_path, []).append((index.fqn, info.offset, info.length))
+    return out
+
+
+def test_a_sharded_tensor_is_one_entry_with_its_global_shape(sharded):
+    meta = FileSystemReader(str(sharded)).read_metadata()
+    full, quick = read_dcp(sharded), read_dcp(sharded, trust_layout=True)
+    assert full.findings == quick.findings == []
+    sharded_fqns = {fqn for fqn, md in meta.state_dict_metadata.items() if len(getattr(md, "chunks", [])) > 1}
+    assert len(sharded_fqns) == 3 * len(scale_sims.llama_params("tiny"))  # weights, exp_avg, exp_avg_sq
+    by_name = {t.name: t for t in quick.tensors}
+    for fqn in sharded_fqns:
+        md = meta.state_dict_metadata[fqn]
+        tensor = by_name[fqn]
+        assert tensor.shape == tuple(md.size) and tensor.dtype == "float32" and tensor.is_contiguous
+        chunk_bytes = sum(t.nbytes for t in full.tensors if t.name.startswith(fqn + "["))
+        assert quick.storages[tensor.storage_key].nbytes == tensor.nbytes == chunk_bytes
+        assert quick.storages[tensor.storage_key].offset is None  # no value is read from this listing
+    # one entry per tensor, not per chunk; the unsharded ones as the full read lists them
+    assert len(quick.tensors) == len(meta.state_dict_metadata) - sum(
+        1 for md in meta.state_dict_metadata.values() if not hasattr(md, "chunks"))  # fmt: skip
+    unsharded = {t.name for t in full.tensors if "[" not in t.name}
+    assert {t.name for t in quick.tensors} == sharded_fqns | unsharded
+    assert quick.metadata["dcp_sharded"] == full.metadata["dcp_sharded"]
+    # placed in the tree where the state dict had it
+    up = "model.layers.1.mlp.up_proj.weight"
+    assert quick.tree["model"][up] is by_name[f"model.{up}"]
+
+
+def test_a_truncated_rank_file_names_every_chunk_it_cut(sharded, tmp_path):
+    folder = _copy(sharded, tmp_path)
+    target = "__2_0.distcp"
+    chunks = sorted(_chunks_by_file(folder)[target], key=lambda c: c[1])
+    cut = chunks[len(chunks) // 2][1] + 10  # inside the middle chunk's item
+    with open(folder / target, "r+b") as f:
+        f.truncate(cut)
+    quick = read_dcp(folder, trust_layout=True)
+    expected = sum(1 for _fqn, offset, length in chunks if offset + length > cut)
+    unsharded_cut = sum(
+        1 for index, info in FileSystemReader(str(folder)).read_metadata().storage_data.items()
+        if info.relative_path == target and info.offset + info.length > cut
+    ) - expected  # fmt: skip
+    assert [f.code for f in quick.findings] == ["CORRUPT"] * (expected + unsharded_cut)
+    assert all(f"{target} is truncated" in f.message for f in quick.findings)
+    assert sum("[" in (f.tensor or "") for f in quick.findings) == expected
+
+
+def test_a_missing_rank_file_is_missing_parts_for_each_of_its_chunks(sharded, tmp_path):
+    folder = _copy(sharded, tmp_path)
+    (folder / "__1_0.distcp").unlink()
+    items = [i for i in FileSystemReader(str(folder)).read_metadata().storage_data.values()
+             if i.relative_path == "__1_0.distcp"]  # fmt: skip
+    quick = read_dcp(folder, trust_layout=True)
+    assert [f.code for f in quick.findings] == ["MISSING_PARTS"] * len(items)
+    assert all("__1_0.distcp is missing" in f.message for f in quick.findings)
+
+
+def test_overlapping_items_in_a_rank_file_are_corrupt(sharded, tmp_path):
+    folder = _copy(sharded, tmp_path)
+    meta = pickle.loads((folder / ".metadata").read_bytes())
+    target = "__3_0.distcp"
+    ordered = sorted((info.offset, index) for index, info in meta.storage_data.items() if info.relative_path == target)
+    second = meta.storage_data[ordered[1][1]]
+    second.offset -= 8  # reaches into the item before it
+    (folder / ".metadata").write_bytes(pickle.dumps(meta))
+    quick = read_dcp(folder, trust_layout=True)
+    assert [f.code for f in quick.findings] == ["CORRUPT"]
+    assert f"{target}: " in quick.findings[0].message and "overlaps the item before it" in quick.findings[0].message
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4, 16])
+def test_the_direct_metadata_writer_writes_what_torchs_planner_and_writer_write(tmp_path, ranks):
+    """bench/scale_sims.dcp_save_direct (no planner: the 1024-rank save) against dcp_save (torch's
+    DefaultSavePlanner and FileSystemWriter): `.metadata` and every rank file byte for byte identical."""
+    # the same save id (the writer's uuid) and the same folder (StorageMeta keeps its path): written in turn
+    folder = tmp_path / "ckpt"
+    scale_sims.dcp_save(folder, ranks, "tiny", save_id="the-save")
+    a = folder.rename(tmp_path / "planned")
+    scale_sims.dcp_save_direct(folder, ranks, "tiny", save_id="the-save")
+    b = folder
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and len(names) == ranks + 1
+    assert (a / ".metadata").read_bytes() == (b / ".metadata").read_bytes()
+    for name in names[1:]:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
