@@ -143,6 +143,19 @@ def _torch_run() -> tuple[re.Pattern[bytes], dict[int, int]]:
     """A possessive run of opcodes torch's unpickler implements, with their arguments, up to the first one
     it does not or a string of _LENGTHS_IN_RUN bytes or more; and the length-prefixed opcodes it implements
     (opcode byte -> width of the length), which the loop steps over when the run stops at a long one."""
+    fixed, sized = _torch_opcode_arguments()
+    alts = [rb"c[^\n]*\n[^\n]*\n"]
+    alts += [re.escape(bytes(codes)).join((b"[", b"]")) + b".{%d}" % n for n, codes in fixed.items()]
+    for width, codes in sized.items():
+        lengths = b"|".join(re.escape(k.to_bytes(width, "little")) + b".{%d}" % k for k in range(_LENGTHS_IN_RUN))
+        alts.append(re.escape(bytes(codes)).join((b"[", b"]")) + b"(?:" + lengths + b")")
+    widths = {code: width for width, codes in sized.items() for code in codes}
+    return re.compile(b"(?:" + b"|".join(alts) + b")*+", re.DOTALL), widths
+
+
+def _torch_opcode_arguments() -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """The opcodes torch's unpickler implements (but GLOBAL and STOP) by argument: fixed width -> codes, and
+    width of the length -> codes of those whose argument is length-prefixed."""
     ops = {op.name: op for op in pickletools.opcodes}
     fixed: dict[int, list[int]] = {}
     sized: dict[int, list[int]] = {}
@@ -153,13 +166,7 @@ def _torch_run() -> tuple[re.Pattern[bytes], dict[int, int]]:
             fixed.setdefault(n, []).append(ord(op.code))
         else:
             sized.setdefault(1 if n == pickletools.TAKEN_FROM_ARGUMENT1 else 4, []).append(ord(op.code))
-    alts = [rb"c[^\n]*\n[^\n]*\n"]
-    alts += [re.escape(bytes(codes)).join((b"[", b"]")) + b".{%d}" % n for n, codes in fixed.items()]
-    for width, codes in sized.items():
-        lengths = b"|".join(re.escape(k.to_bytes(width, "little")) + b".{%d}" % k for k in range(_LENGTHS_IN_RUN))
-        alts.append(re.escape(bytes(codes)).join((b"[", b"]")) + b"(?:" + lengths + b")")
-    widths = {code: width for width, codes in sized.items() for code in codes}
-    return re.compile(b"(?:" + b"|".join(alts) + b")*+", re.DOTALL), widths
+    return fixed, sized
 
 
 _TORCH_RUN: list[tuple[re.Pattern[bytes], dict[int, int]]] = []  # compiled on first use
