@@ -21,7 +21,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ckinspect"
 
-ROOT_BASE = ("record", "vocab", "settings", "dtypes", "model", "fmt", "optional")
+ROOT_BASE = ("record", "vocab", "settings", "dtypes", "model", "fmt", "optional", "steps")
 ORDER = ("io", "formats", "analysis", "jobs", "ops", "report", "api", "integrations", "commands", "tui")
 TOP = ("cli", "__main__", "__init__")
 

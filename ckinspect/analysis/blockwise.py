@@ -321,10 +321,12 @@ def run_formats(
     whole: bool = False,
     must_use: tuple[str, ...] = (),
     measure: Measure | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> BlockRun:
     """Logits of every input under the reference weights and each rounding, block by block (or with the
     whole model as one block). With `measure`, each rounding's logits are measured against the
-    reference's as soon as they exist (BlockRun.measured) instead of kept."""
+    reference's as soon as they exist (BlockRun.measured) instead of kept. `progress(done, total)`: after
+    each block has run in every format (the whole model: after each format), on this thread."""
     import torch
 
     buffers_unmapped_when_freed()
@@ -341,13 +343,15 @@ def run_formats(
         with torch.no_grad():
             if layers is None or len(layers) == 0:
                 run.mode, run.blocks = "whole model", 1
-                for fmt in fmts:
+                for done, fmt in enumerate(fmts, 1):
                     loader.fmt = fmt
                     for name, tokens in inputs.items():
                         run.keep(name, fmt, model.logits(module, tokens, True).float())
+                    if progress:
+                        progress(done, len(fmts))
             else:
                 run.mode, run.blocks = "block by block", len(layers) + 2
-                _by_blocks(model, module, layers, loader, source, inputs, fmts, run)
+                _by_blocks(model, module, layers, loader, source, inputs, fmts, run, progress or _no_progress)
         run.bytes_read, run.peak_held = source.bytes_read, source.peak_held
     finally:
         loader.close()
@@ -364,10 +368,12 @@ def _by_blocks(
     inputs: dict[str, Any],
     fmts: tuple[str, ...],
     run: BlockRun,
+    progress: Callable[[int, int], None],
 ) -> None:
     import torch
 
     n = len(layers)
+    progress(0, n + 2)
     calls: dict[tuple[str, str], list[tuple[tuple[Any, ...], dict[str, Any]]]] = {}
     for fmt in fmts:  # block 1: everything before the first layer, up to each layer's arguments
         loader.fmt = fmt
@@ -380,6 +386,7 @@ def _by_blocks(
                 raise RuntimeError(f"the model's forward called {len(recorded)} of its {n} layers")
             calls[fmt, name] = recorded
     source.drop_block()
+    progress(1, n + 2)
 
     hidden = {key: _hidden(*recorded[0])[0] for key, recorded in calls.items()}
     last: dict[tuple[str, str], Any] = {}
@@ -393,6 +400,7 @@ def _by_blocks(
                 if i == n - 1:
                     last[fmt, name] = out
         source.drop_block()
+        progress(i + 2, n + 2)
     calls.clear()
 
     for fmt in fmts:  # the last block: final norm and head, on each format's last layer output
@@ -402,6 +410,11 @@ def _by_blocks(
             with _layers_swapped(layers, stand_ins):
                 run.keep(name, fmt, model.logits(module, tokens, False).float())
     source.drop_block()
+    progress(n + 2, n + 2)
+
+
+def _no_progress(done: int, total: int) -> None:
+    """run_formats without a progress callback."""
 
 
 # ---------------------------------------------------------------- inputs and measures

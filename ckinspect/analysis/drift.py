@@ -244,11 +244,13 @@ def logit_drift_or_why(
     whole: bool = False,
     seed: int = 0,
     config: dict[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(the logit drift, None), or (None, why it was skipped): the model is unknown, some weights
     cannot be read (`drifts`: weight_drift's results, whose errors say which), or the model refuses
     the weights (a damaged state dict). The weight drift stands on its own either way. `config`: the
-    architecture of a state dict that carries none (`drift --config FILE`)."""
+    architecture of a state dict that carries none (`drift --config FILE`). `progress(blocks done,
+    blocks)`: called on this thread as each block has run in every format (see blockwise.run_formats)."""
     from ckinspect.analysis.logit_models import find_model
 
     model, reason = find_model(ckpt, config)
@@ -258,7 +260,7 @@ def logit_drift_or_why(
     if model is None or reason is not None:
         return None, reason
     try:
-        return measure_logit_drift(ckpt, model, formats, whole, seed), None
+        return measure_logit_drift(ckpt, model, formats, whole, seed, progress), None
     except UnreadableStorage as exc:
         return None, f"the weights cannot be read ({exc})"
     except (MemoryError, RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
@@ -292,6 +294,7 @@ def measure_logit_drift(
     formats: tuple[str, ...] = LOGIT_FORMATS,
     whole: bool = False,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The model's logits with its float32 weights against the same weights rounded to each format.
 
@@ -311,7 +314,7 @@ def measure_logit_drift(
         return compare_logits(reference, got) if name == "batch" else perplexity(got, text)
 
     must_use = tuple(t.name for t in weights) if strict else ()
-    run = run_formats(ckpt, model, inputs, formats, whole, must_use, measure)
+    run = run_formats(ckpt, model, inputs, formats, whole, must_use, measure, progress)
     out: dict[str, Any] = {
         "model": model.label,
         "seed": seed,

@@ -15,6 +15,7 @@ from ckinspect.analysis.pairs import weights_beside
 from ckinspect.formats import open_checkpoint
 from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
+from ckinspect.steps import step
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ def inspect_path(
     raw = target.path if hasattr(target, "path") else target
     ckpt = open_checkpoint(as_path(raw), structure_only=structure_only)
     quick = quick or structure_only
+    step("tensors to check", len(ckpt.tensors))
     layout = analyze_layout(ckpt)
     ckpt.findings.extend(structural_findings(ckpt, layout=layout))
     if not quick and ckpt.tensors:

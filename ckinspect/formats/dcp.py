@@ -20,6 +20,7 @@ import math
 import os
 from pathlib import Path
 
+from ckinspect import steps
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats import dcp_metadata
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
@@ -266,7 +267,10 @@ def _entries_tree(ckpt: Checkpoint, folder: Path, index: str, fields: dict[str, 
     tree: dict[str, Any] = {}
     with contextlib.ExitStack() as handles:  # every data file opened below stays open until the tree is read
         lister = _Lister(ckpt, folder, handles, trust)
-        for fqn, md in fields["state_dict_metadata"].items():
+        entries = fields["state_dict_metadata"]
+        for done, (fqn, md) in enumerate(entries.items()):
+            if not done % steps.EVERY:  # a folder of many ranks: the TUI shows how far the listing is
+                steps.step(f"entries of {index}", done, len(entries))
             fqn = str(fqn)
             try:
                 kind = md.qualname.rsplit(".", 1)[-1] if isinstance(md, Opaque) else type(md).__name__

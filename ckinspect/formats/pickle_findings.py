@@ -6,6 +6,7 @@ import io
 import pickletools
 import re
 
+from ckinspect import steps
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import TORCH_REGISTERED_BY_IMPORT, GlobalRef, PickleScan
 from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten
@@ -305,6 +306,8 @@ class StorageCollector:
             if pid[0] == "storage" and type(stype) is _StorageType and type(numel) is int and numel >= 0:
                 ref = StorageRef(self.key_prefix + key, stype.dtype, str(pid[3]), numel * stype.itemsize, stype.untyped)
                 self.storages[key] = ref
+                if not len(self.storages) % steps.EVERY:  # a file of 200,000 tensors: the TUI shows the count grow
+                    steps.step("storages named by the pickle", len(self.storages))
                 return ref
         ref = storage_persistent_load(pid)
         if isinstance(ref, StorageRef):

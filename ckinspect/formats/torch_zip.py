@@ -36,6 +36,7 @@ from ckinspect.io.zipdir import (
     read_member,
 )
 from ckinspect.model import Checkpoint, StorageInfo
+from ckinspect.steps import step
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: 
         raise
     by_name = {m.name: m for m in members}
     if base == 0:
+        step("entries in the zip directory", len(members))
         _scan_second_directory(ckpt, reader, cd_start, file)
     pkl = _find_data_pkl(members)
     if pkl is None:

@@ -219,9 +219,9 @@ class Backend:
         return list(unfinished_saves(local, set(known))) if local else []
 
     @_listed
-    def run(self, paths: list[Path]) -> Any:
+    def run(self, paths: list[Path], progress: Callable[[int, int], None] = lambda done, total: None) -> Any:
         """The run one folder holds, every checkpoint judged (ckinspect.analysis.runs), or None when the
-        paths are not one folder holding a run."""
+        paths are not one folder holding a run. `progress(checkpoints judged, checkpoints)` as they are."""
         from ckinspect.io.folders import names_folder
 
         if len(paths) != 1:
@@ -230,7 +230,7 @@ class Backend:
             return None
         from ckinspect.analysis.runs import is_run, last_good
 
-        run = last_good(paths[0], everything=True)
+        run = last_good(paths[0], everything=True, progress=progress)
         return run if is_run(run) else None
 
     @_listed
@@ -264,11 +264,14 @@ class Backend:
 
         return weight_drift(ckpt, progress=as_fraction(progress))
 
-    def logit_drift(self, ckpt: Checkpoint) -> tuple[dict[str, Any] | None, str]:
-        """(the logit drift, or None; why not, when None). Imports torch when the model is known."""
+    def logit_drift(
+        self, ckpt: Checkpoint, progress: Callable[[int, int], None] | None = None
+    ) -> tuple[dict[str, Any] | None, str]:
+        """(the logit drift, or None; why not, when None). Imports torch when the model is known.
+        `progress(blocks done, blocks)` as the model runs block by block."""
         from ckinspect.analysis.drift import logit_drift_or_why
 
-        logits, reason = logit_drift_or_why(ckpt)
+        logits, reason = logit_drift_or_why(ckpt, progress=progress)
         return logits, reason or ""
 
     def plan_repairs(self, path: Path) -> RepairPlan:

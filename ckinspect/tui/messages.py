@@ -28,13 +28,29 @@ if TYPE_CHECKING:
 
 @dataclass
 class Progress(Message):
-    """How far a worker is (0..1); a newer one replaces an unprocessed older one."""
+    """How far a worker is (0..1), and in what it counts when it says (`done` of `total` blocks, files ...);
+    a newer one replaces an unprocessed older one."""
 
     task: str
     fraction: float
+    done: int = 0
+    total: int = 0
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, Progress) and message.task == self.task
+
+
+@dataclass
+class Reading(Message):
+    """What a worker's read is doing now (ckinspect.steps): `done` of `total` `what`; a newer one replaces
+    an unprocessed older one."""
+
+    what: str
+    done: int
+    total: int | None
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, Reading)
 
 
 @dataclass

@@ -87,3 +87,22 @@ def test_logit_drift_matches_the_trainers_verify_figure(samples, open_ckpt):
     assert (
         weights_only is not None and weights_only["fp16"]["max_abs"] == 0.0 and weights_only["stored_as"] == ["float16"]
     )
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_logit_drift_reports_each_block_as_it_has_run(samples, open_ckpt, whole):
+    """progress(done, total): every block (block by block: the embeddings, each layer, the head) or every
+    format (whole model), in order, ending at the total; the figures are those of a run without a callback."""
+    from ckinspect.analysis.drift import logit_drift_or_why
+
+    ckpt = open_ckpt(samples / "straight-60" / "tiny_resume.pth")
+    calls: list[tuple[int, int]] = []
+    with_progress, _ = logit_drift_or_why(ckpt, whole=whole, progress=lambda done, total: calls.append((done, total)))
+    without, _ = logit_drift_or_why(ckpt, whole=whole)
+    assert with_progress is not None and with_progress == without
+    if whole:
+        assert calls == [(1, 3), (2, 3), (3, 3)]  # the reference, fp16, bf16
+    else:
+        blocks = with_progress["blocks"]
+        assert blocks == ckpt.metadata["config"]["n_layers"] + 2
+        assert calls == [(done, blocks) for done in range(blocks + 1)]

@@ -34,7 +34,7 @@ class FixtureBackend(Backend):
     def find(self, paths: list[Path]) -> list[Path]:
         return list(self.checkpoints)
 
-    def logit_drift(self, ckpt: Checkpoint) -> tuple[Any, str]:
+    def logit_drift(self, ckpt: Checkpoint, progress=None) -> tuple[Any, str]:
         return None, "the fixture has no model to run"
 
     def plan_repairs(self, path: Path) -> RepairPlan:

@@ -75,9 +75,9 @@ class SlowLogits:
     def __getattr__(self, name):
         return getattr(self.real, name)
 
-    def logit_drift(self, ckpt):
+    def logit_drift(self, ckpt, progress=None):
         self.release.wait(60)
-        return self.real.logit_drift(ckpt)
+        return self.real.logit_drift(ckpt, progress)
 
 
 async def test_the_logit_step_says_what_runs_and_for_how_long():
@@ -105,5 +105,59 @@ async def test_the_logit_step_says_what_runs_and_for_how_long():
             await settle(pilot)
             assert screen._ticking is None  # the timer stops with the step
             assert "bf16: max |Δlogit|" in str(logits.render())
+    finally:
+        backend.release.set()
+
+
+class PausedMidModel:
+    """The real backend; the model run stops after its second block until the test lets it go on."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from ckinspect.tui.core import Backend
+
+        self.real = Backend()
+        self.paused = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def logit_drift(self, ckpt, progress=None):
+        def pausing(done: int, total: int) -> None:
+            progress(done, total)
+            if done == 2:
+                self.paused.set()
+                self.release.wait(60)
+
+        return self.real.logit_drift(ckpt, progress=pausing)
+
+
+async def test_the_logit_step_shows_how_many_blocks_have_run():
+    """Issue 30, point 5: the logit step says how far it is (blocks run of the model's blocks), not only for
+    how long; the count comes from the model run itself (analysis.blockwise's progress)."""
+    import asyncio
+
+    from textual.widgets import Static
+
+    from ckinspect.tui.screens.drift import LOGIT_STEP
+
+    backend = PausedMidModel()
+    app = create_app("drift", [SAMPLE], backend=backend, cursor_blink=False)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            logits = app.screen.query_one("#logits", Static)
+            for _ in range(600):  # a generous wait (no timing assert) for the model to reach its second block
+                if backend.paused.is_set() and " 2 of " in str(logits.render()):
+                    break
+                await asyncio.sleep(0.1)
+            shown = str(logits.render())
+            blocks = 2 + 2  # the sample's two layers, the embeddings before them and the head after them
+            assert shown.startswith(f"{LOGIT_STEP} · 2 of {blocks} blocks run (50%) · "), shown
+            backend.release.set()
+            await settle(pilot)
+            assert "bf16: max |Δlogit|" in str(logits.render())
+            assert app.screen._shown[0]["blocks"] == blocks
     finally:
         backend.release.set()

@@ -79,10 +79,65 @@ def utc(monkeypatch):
 
 def test_run_timeline_snapshot(snap_compare, tmp_path, utc):
     backend = demo_backend(tmp_path)
-    backend.run = lambda paths: fixture_run()  # type: ignore[method-assign]
+    backend.run = lambda paths, progress: fixture_run()  # type: ignore[method-assign]
     app = create_app("main", [Path("runs/hf"), Path("runs/other")], backend=backend, cursor_blink=False)
 
     async def run_before(pilot) -> None:
         await settle(pilot)
 
     assert snap_compare(app, terminal_size=(100, 24), run_before=run_before)
+
+
+class PausedJudging:
+    """The real backend; judging the run stops after two checkpoints until the test lets it go on."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from ckinspect.tui.core import Backend
+
+        self.real = Backend()
+        self.paused = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def run(self, paths, progress):
+        def pausing(done: int, total: int) -> None:
+            progress(done, total)
+            if done == 2:
+                self.paused.set()
+                self.release.wait(60)
+
+        return self.real.run(paths, progress=pausing)
+
+
+async def test_a_long_run_says_how_many_checkpoints_are_judged(tmp_path):
+    """Issue 30, point 5: while a run's checkpoints are judged the folder view says n of N (from
+    analysis.runs.judge_run itself), not a bare 'looking for checkpoints…'."""
+    import asyncio
+
+    from textual.widgets import Static
+
+    run = tmp_path / "ds"
+    for step in (10, 20, 30, 40, 50):
+        ds_tag(run, step)
+    backend = PausedJudging()
+    app = create_app("main", [run], backend=backend, cursor_blink=False)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            summary = app.screen.query_one("#folder-summary", Static)
+            for _ in range(600):  # a generous wait (no timing assert) for the second checkpoint to be judged
+                if backend.paused.is_set() and "2 of 5" in str(summary.render()):
+                    break
+                await asyncio.sleep(0.1)
+            assert str(summary.render()) == "judging checkpoints: 2 of 5 done…"
+            backend.release.set()
+            await settle(pilot)
+            assert [row.cells[1] for row in app.screen.query_one(VirtualTable).rows] == [
+                f"global_step{step}" for step in (10, 20, 30, 40, 50)
+            ]
+            assert "judging" not in str(summary.render())
+    finally:
+        backend.release.set()

@@ -16,6 +16,7 @@ its values finite (read for the candidate the answer is about to name; `quick` s
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ckinspect.analysis.leftovers import main_for_tmp
@@ -54,6 +55,7 @@ def last_good(
     everything: bool = False,
     quick: bool = False,
     scan_many: ScanMany | None = None,
+    progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> Run:
     """The run with its checkpoints judged, newest first until one is good (all with `everything`): the one
     entry point for last-good, the run views (TUI, `--report`) and the Python API. `run.last_good` is the
@@ -66,13 +68,13 @@ def last_good(
     checkpoint judged gets the full scan, not only the candidate. `scan_many`: how the value scan of
     each checkpoint's parts runs side by side (jobs.parallel.scanner(jobs), a process pool; None: one by one
     here). A URL is a prefix in an object store (io.folders lists it
-    once; parts are read by range requests)."""
+    once; parts are read by range requests). `progress(checkpoints judged, checkpoints)`: see judge_run."""
     path = folders.open_folder(run_dir)  # a URL: listed here (a missing or denied prefix: one line)
     if not folders.is_dir(path):  # a URL prefix is one once listed
         raise CkinspectError(f"{path}: not a folder" if path.exists() else f"{path}: no such file or folder")
     reader = Reader(verify=verify and not quick, scan_many=scan_many, structure_only=quick)
     run = collect(path)
-    judge_run(run, reader, everything=everything, values=not quick)
+    judge_run(run, reader, everything=everything, values=not quick, progress=progress)
     return run
 
 
@@ -104,17 +106,25 @@ def order(ckpt: RunCheckpoint) -> tuple[int, float, str]:
     return (ckpt.step if ckpt.step is not None else -1, ckpt.time, str(ckpt.path))
 
 
-def judge_run(run: Run, reader: Reader, everything: bool = True, values: bool = True) -> RunCheckpoint | None:
+def judge_run(
+    run: Run,
+    reader: Reader,
+    everything: bool = True,
+    values: bool = True,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> RunCheckpoint | None:
     """Judge the checkpoints; without `everything`, newest first until the newest good one is certain.
     With `values` (the default), a checkpoint is good only once its values were read and are finite:
     every one the reader verifies, else only each candidate for the answer (check_values).
+    `progress(done, total)` on this thread, as each checkpoint is judged or passed over (newest first).
 
     A checkpoint whose step is not known before reading it is always read: it may be the newest.
     """
     best: RunCheckpoint | None = None
     newest_first = sorted(run.checkpoints, key=order, reverse=True)
     current: dict[str, tuple[RunCheckpoint, dict[str, tuple[int, ...]]]] = {}  # per framework: the newest model
-    for ckpt in newest_first:
+    for done, ckpt in enumerate(newest_first):
+        progress(done, len(newest_first))
         if not everything and _before(ckpt, best):
             continue  # its records put it before a good one: it cannot be the answer
         judge(ckpt, reader)
@@ -129,6 +139,7 @@ def judge_run(run: Run, reader: Reader, everything: bool = True, values: bool = 
             check_values(ckpt, reader)
         if ckpt.good:
             best = ckpt
+    progress(len(newest_first), len(newest_first))
     if everything and values:
         for ckpt in newest_first:  # every one judged by its structure: the answer is the newest whose values pass
             if ckpt.good and check_values(ckpt, reader).good:

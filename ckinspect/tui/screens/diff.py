@@ -275,7 +275,9 @@ class DiffScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="diff", description="comparing values")
     def compare(self, a: Checkpoint, b: Checkpoint) -> None:
-        progress = lambda f: self.post_message(Progress("diff", f))  # noqa: E731
+        def progress(fraction: float) -> None:
+            self.post_message(Progress("diff", fraction))
+
         result = self.app.backend.diff(a, b, progress, quick=self.app.quick)
         self.post_message(DiffComputed(result))
 

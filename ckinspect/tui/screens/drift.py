@@ -115,6 +115,8 @@ class DriftScreen(Screen[None]):
         super().__init__()
         self.target, self.ckpt = as_path(target), ckpt
         self._ticking: Timer | None = None  # while the model runs: the elapsed seconds, each second
+        self._started = 0.0  # when the model began to run
+        self._blocks = (0, 0)  # blocks of the model run in every format, of how many (0 of 0: not known yet)
 
     def compose(self) -> ComposeResult:
         yield Label(
@@ -135,8 +137,12 @@ class DriftScreen(Screen[None]):
         self.ckpt = ckpt
         weights = backend.weight_drift(ckpt, progress=lambda f: self.post_message(Progress("drift", f)))
         self.post_message(DriftComputed(weights, None, LOGIT_STEP))
+
+        def blocks(done: int, total: int) -> None:
+            self.post_message(Progress("logits", done / total if total else 0.0, done, total))
+
         try:
-            logits, reason = backend.logit_drift(ckpt)
+            logits, reason = backend.logit_drift(ckpt, progress=blocks)
         except Exception as exc:  # running the model can fail: the weight drift above still stands
             logits, reason = None, f"failed: {type(exc).__name__}: {exc}"
         self.post_message(DriftComputed(weights, logits, f"logit drift: {reason}" if reason else ""))
@@ -150,12 +156,15 @@ class DriftScreen(Screen[None]):
     def on_progress(self, message: Progress) -> None:
         if message.task == "drift":
             self.query_one("#logits", Static).update(f"computing rounding errors… {message.fraction:.0%}")
+        elif message.task == "logits" and self._ticking is not None:
+            self._blocks = (message.done, message.total)
+            self._show_step()
 
     def on_drift_computed(self, message: DriftComputed) -> None:
         self.query_one("#logits", Static).update(self._logit_text(message.logits, message.logits_note))
-        if message.logits_note == LOGIT_STEP:  # the model runs: say for how long, each second, until it ends
-            started = time.monotonic()
-            self._ticking = self.set_interval(1.0, lambda: self._tick(started))
+        if message.logits_note == LOGIT_STEP:  # the model runs: how far and for how long, each second, until it ends
+            self._started, self._blocks = time.monotonic(), (0, 0)
+            self._ticking = self.set_interval(1.0, self._show_step)
         elif self._ticking is not None:
             self._ticking.stop()
             self._ticking = None
@@ -172,9 +181,11 @@ class DriftScreen(Screen[None]):
         if shown is not None and shown[0] is not None:
             self.query_one("#logits", Static).update(self._logit_text(*shown))
 
-    def _tick(self, started: float) -> None:
+    def _show_step(self) -> None:
+        done, total = self._blocks
+        far = f" · {done} of {total} blocks run ({done / total:.0%})" if total else ""
         self.query_one("#logits", Static).update(
-            Text(f"{LOGIT_STEP} · {time.monotonic() - started:.0f} s", style="italic")
+            Text(f"{LOGIT_STEP}{far} · {time.monotonic() - self._started:.0f} s", style="italic")
         )
 
     def _logit_text(self, logits: dict[str, Any] | None, note: str) -> Text:

@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Label, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
+from ckinspect import steps
 from ckinspect.fmt import human_bytes, terminal_safe
 from ckinspect.io import folders
 from ckinspect.io.folders import on_disk
@@ -25,7 +26,7 @@ from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, add_findings, natural_key, severity_badges, verdict_of
 from ckinspect.tui.host import failure_text
-from ckinspect.tui.messages import RunJudged, TargetsFound, TargetSummarized, TargetSummary
+from ckinspect.tui.messages import Progress, Reading, RunJudged, TargetsFound, TargetSummarized, TargetSummary
 from ckinspect.tui.screens.inspect import InspectScreen
 from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
@@ -141,6 +142,7 @@ class FolderScreen(Screen[None]):
         self.scans: dict[Path, ScanOutcome] = {}  # value scans done here: opening a file does not repeat them
         self.unfinished: list[Path] = []
         self.run: Any = None  # the run this folder holds, once judged (analysis.runs.Run)
+        self._judging = ""  # how far judging the run is, while it is judged
 
     def compose(self) -> ComposeResult:
         roots = ", ".join(map(terminal_safe, self.roots))
@@ -157,7 +159,12 @@ class FolderScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="discover", description="finding checkpoints")
     def discover(self) -> None:
         backend = self.app.backend
-        run = backend.run(self.roots)
+
+        def judged(done: int, total: int) -> None:
+            self.post_message(Progress("run", done / total if total else 0.0, done, total))
+
+        with steps.watching(lambda what, done, total: self.post_message(Reading(what, done, total))):
+            run = backend.run(self.roots, progress=judged)
         if run is not None:
             self.post_message(RunJudged(run))
             return
@@ -205,6 +212,25 @@ class FolderScreen(Screen[None]):
         if event.state == WorkerState.ERROR:
             why = failure_text(event.worker.error)
             self.query_one("#folder-summary", Static).update(Text(f"finding checkpoints {why}"))
+
+    def on_progress(self, message: Progress) -> None:
+        """A run's checkpoints being judged: how many of how many (the last step reads the newest good one's values)."""
+        if message.task != "run" or self.run is not None or self.summaries:
+            return
+        if message.done < message.total:
+            self._judging = f"judging checkpoints: {message.done:,} of {message.total:,} done…"
+        else:
+            self._judging = f"{message.total:,} checkpoints judged · reading the values of the newest good one…"
+        self.query_one("#folder-summary", Static).update(self._judging)
+
+    def on_reading(self, message: Reading) -> None:
+        """What the checkpoint being judged is reading (a DCP folder of many ranks: its entries, n of N)."""
+        if self.run is not None or self.summaries or not self._judging:
+            return
+        count = f"{message.done:,}" + (f" of {message.total:,}" if message.total is not None else "")
+        text = Text(self._judging)
+        text.append(f"\n{terminal_safe(message.what)}: {count}", style="dim")
+        self.query_one("#folder-summary", Static).update(text)
 
     def on_targets_found(self, message: TargetsFound) -> None:
         self.unfinished = message.unfinished

@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Input, Label, ProgressBar
 from textual.worker import Worker, WorkerState
 
+from ckinspect import steps
 from ckinspect.analysis.value_stats import ValueStats
 from ckinspect.fmt import terminal_safe
 from ckinspect.io.folders import absolute, on_disk
@@ -21,14 +22,22 @@ from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint
 from ckinspect.tui.core import ScanOutcome, add_findings, name_matcher
 from ckinspect.tui.host import failure_text
-from ckinspect.tui.messages import CheckpointLoaded, Progress, ScanFinished, StatsReady
+from ckinspect.tui.messages import CheckpointLoaded, Progress, Reading, ScanFinished, StatsReady
 from ckinspect.tui.widgets.checkpoint_header import CheckpointHeader
 from ckinspect.tui.widgets.details_pane import DetailsPane
 from ckinspect.tui.widgets.findings_panel import FindingsPanel
 from ckinspect.tui.widgets.footer import KeysFooter
 from ckinspect.tui.widgets.group_bar import GroupBar
 from ckinspect.tui.widgets.palette import SEVERITY_COLOURS, themed
-from ckinspect.tui.widgets.tensor_table import COLUMNS, DESCENDING_FIRST, TensorRow, TensorTable, tensor_rows
+from ckinspect.tui.widgets.tensor_table import (
+    COLUMNS,
+    DESCENDING_FIRST,
+    CompositeRow,
+    TensorRow,
+    TensorTable,
+    owners,
+    tensor_rows,
+)
 from ckinspect.tui.widgets.tensor_tree import TensorTree
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 
@@ -92,6 +101,7 @@ class InspectScreen(Screen[None]):
         self.scan_stats: dict[str, ValueStats] = {}
         self.stats_cache: dict[str, ValueStats] = {}
         self.params: dict[str, str] = {}  # optimizer state -> its parameter, and parameter -> "<prefix>.state.N.*"
+        self.owner: dict[str, str] = {}  # a composite tensor's part -> the composite (its row stands for both)
 
     def compose(self) -> ComposeResult:
         yield CheckpointHeader(id="ckpt-header")
@@ -121,13 +131,16 @@ class InspectScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="load", description="reading the checkpoint")
     def load(self) -> None:
         backend = self.app.backend
-        ckpt = self.ckpt or backend.load(self.target)
-        params = backend.optimizer_params(ckpt)
-        states: dict[str, str] = {}
-        for state, param in params.items():
-            states.setdefault(param, state.rsplit(".", 1)[0] + ".*")
-        self.params = {**params, **states}
-        self.post_message(CheckpointLoaded(ckpt, tensor_rows(ckpt), backend.summarize(ckpt)))
+        with steps.watching(lambda what, done, total: self.post_message(Reading(what, done, total))):
+            ckpt = self.ckpt or backend.load(self.target)
+            steps.step("tensors to lay out", len(ckpt.tensors))
+            params = backend.optimizer_params(ckpt)
+            states: dict[str, str] = {}
+            for state, param in params.items():
+                states.setdefault(param, state.rsplit(".", 1)[0] + ".*")
+            self.params = {**params, **states}
+            self.owner = owners(ckpt)
+            self.post_message(CheckpointLoaded(ckpt, tensor_rows(ckpt), backend.summarize(ckpt)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scan", description="scanning values")
     def scan(self, ckpt: Checkpoint) -> None:
@@ -168,6 +181,16 @@ class InspectScreen(Screen[None]):
             self.query_one(DetailsPane).show_stats_note(f"computing… {message.fraction:.0%}")
         elif message.task == "scan":
             self.scan_note = f"value scan {message.fraction:.0%}"
+
+    def on_reading(self, message: Reading) -> None:
+        """A huge file's first paint: what is being read and how many so far, not a bare "reading…"."""
+        if not self.query("#loading"):
+            return  # it arrived after the rows
+        count = f"{message.done:,}" + (f" of {message.total:,}" if message.total is not None else "")
+        label = Text(f"reading {terminal_safe(self.target)} …\n{terminal_safe(message.what)}: {count}")
+        self.query_one("#loading-label", Label).update(label)
+        bar = self.query_one("#loading-progress", ProgressBar)
+        bar.update(total=message.total or None, progress=message.done)  # no total: the bar says "busy"
 
     def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
         self.ckpt = ckpt = message.ckpt
@@ -225,11 +248,12 @@ class InspectScreen(Screen[None]):
             return
         worst: dict[str, str] = {}
         for f in self.ckpt.findings:
-            if f.tensor and SEVERITY_RANK.get(f.severity, 0) > SEVERITY_RANK.get(worst.get(f.tensor, ""), -1):
-                worst[f.tensor] = f.severity
+            key = self.owner.get(f.tensor, f.tensor) if f.tensor else None  # a part's finding marks its composite
+            if key and SEVERITY_RANK.get(f.severity, 0) > SEVERITY_RANK.get(worst.get(key, ""), -1):
+                worst[key] = f.severity
         table = self.query_one(TensorTable)
         for row in table.rows:
-            if isinstance(row, TensorRow) and row.flag != worst.get(row.key):
+            if isinstance(row, (TensorRow, CompositeRow)) and row.flag != worst.get(row.key):
                 row.mark(worst.get(row.key))
         table.refresh()
 
@@ -245,6 +269,10 @@ class InspectScreen(Screen[None]):
             row = self.query_one(TensorTable).current_row
             name = row.key if row else None
         pane = self.query_one(DetailsPane)
+        row = self.query_one(TensorTable).row_for(name) if name else None
+        if isinstance(row, CompositeRow):
+            pane.show_composite(row.composite, row.kind, row.shape)
+            return
         tensor = self.ckpt.tensor(name) if name else None
         if not pane.show_tensor(self.ckpt, tensor, self.params.get(name or "", "")) and not refresh_stats:
             return  # already showing it (with whatever statistics arrived)
@@ -278,7 +306,7 @@ class InspectScreen(Screen[None]):
         table = self.query_one(TensorTable)
         table.set_filter(None if not event.value.strip() else (lambda row: matches(row.key)))
         if self.query_one(ContentSwitcher).current == "tree" and self.ckpt is not None:
-            self.query_one(TensorTree).load(self.ckpt, set(table.visible_keys()))
+            self.query_one(TensorTree).load(self.ckpt, set(self.shown_tensors()))
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self) -> None:
@@ -293,6 +321,7 @@ class InspectScreen(Screen[None]):
         self.action_repair()
 
     def jump_to(self, name: str) -> None:
+        name = self.owner.get(name, name)  # a composite's part: its row is the composite's
         table = self.query_one(TensorTable)
         if not table.move_to_key(name):
             self.query_one("#filter", Input).value = ""
@@ -301,6 +330,17 @@ class InspectScreen(Screen[None]):
         self.query_one(ContentSwitcher).current = "tensors"
         table.focus()
         self._show_details(name)
+
+    def shown_tensors(self) -> list[str]:
+        """The tensors of the rows shown, in their order: a composite's row stands for its parts."""
+        table = self.query_one(TensorTable)
+        names: list[str] = []
+        for key in table.visible_keys():
+            row = table.row_for(key)
+            names.extend(t.name for t in row.composite.parts.values()) if isinstance(
+                row, CompositeRow
+            ) else names.append(key)
+        return names
 
     def action_focus_filter(self) -> None:
         self.query_one(ContentSwitcher).current = "tensors"
@@ -326,7 +366,7 @@ class InspectScreen(Screen[None]):
         if switcher.current == "tensors":
             if self.ckpt is not None:
                 table = self.query_one(TensorTable)
-                names = None if table.row_count == len(table.rows) else set(table.visible_keys())
+                names = None if table.row_count == len(table.rows) else set(self.shown_tensors())
                 self.query_one(TensorTree).load(self.ckpt, names)
             switcher.current = "tree"
             self.query_one(TensorTree).focus()
@@ -338,6 +378,10 @@ class InspectScreen(Screen[None]):
     def action_value_stats(self) -> None:
         row = self.query_one(TensorTable).current_row
         if self.ckpt is None or row is None:
+            return
+        if isinstance(row, CompositeRow):  # the scan reads its parts, and its findings name them
+            self.query_one(DetailsPane).show_stats_note("value statistics are per tensor: a composite's parts are "
+                                                        "scanned with the file, and findings name them")  # fmt: skip
             return
         if row.key in self.stats_cache:
             self.query_one(DetailsPane).show_stats(self.stats_cache[row.key])
@@ -379,7 +423,7 @@ class InspectScreen(Screen[None]):
 
         if self.ckpt is None:
             return
-        names = self.query_one(TensorTable).visible_keys()
+        names = self.shown_tensors()
         try:
             written = export_tensors(self.ckpt, names, fmt, Path.cwd())
         except OSError as exc:

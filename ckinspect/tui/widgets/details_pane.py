@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from ckinspect.analysis.value_stats import ValueStats
 from ckinspect.fmt import human_bytes, shape_text, terminal_safe
-from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.model import Checkpoint, CompositeTensor, TensorInfo
 from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS, themed
 
 
@@ -62,6 +62,28 @@ class DetailsPane(VerticalScroll):
         if shared > 1:
             text.append(f"\nshares its storage with {shared - 1} other tensor(s)", style="italic")
         facts.update(themed(text))
+        return True
+
+    def show_composite(self, composite: CompositeTensor, kind: str, shape: str) -> bool:
+        """A composite tensor's row (sparse, nested, meta ...): the whole, then each part as a tensor of its
+        own (the value scan and the findings name the parts); False when it is already shown."""
+        if composite.name == self.tensor_name:
+            return False
+        self.tensor_name = composite.name
+        self.show_stats_note("")
+        text = Text()
+        text.append(terminal_safe(composite.name) + "\n", style="bold")
+        text.append(f"{terminal_safe(kind)} · {composite.dtype} · {shape}\n")
+        if not composite.parts:
+            text.append("no data: a shape and a dtype only\n", style="italic")
+        else:
+            text.append(f"{len(composite.parts)} parts · {human_bytes(composite.nbytes)}\n")
+        for role, part in composite.parts.items():
+            text.append(f"  {terminal_safe(role)}", style="bold")
+            text.append(f"  {part.dtype} · {shape_text(part.shape)} · {human_bytes(part.nbytes)}\n")
+        if composite.parts:
+            text.append(f"parts are named {terminal_safe(composite.name)}.<part> in findings and exports", style="dim")
+        self.query_one("#facts", Static).update(themed(text))
         return True
 
     def show_module(self, path: str, tensors: int, nbytes: int) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from textual import events
 
 from ckinspect.fmt import human_bytes, shape_text
-from ckinspect.model import Checkpoint, TensorInfo
+from ckinspect.model import RAGGED, Checkpoint, CompositeTensor, TensorInfo
 from ckinspect.tui.core import natural_key
 from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS
 from ckinspect.tui.widgets.virtual_table import Column, Row, VirtualTable
@@ -86,13 +87,67 @@ class TensorRow(Row):
         return t.nbytes  # size and % of file order the same way
 
 
+class CompositeRow(Row):
+    """A sparse, nested, jagged, quantized, meta or wrapper-subclass tensor: one row for the whole (its
+    parts are in the details pane): its kind after the name, its logical shape (ragged dimensions as j),
+    its parts' bytes. Cells as the text report writes them (report.common.composite_rows)."""
+
+    __slots__ = ("composite", "file_bytes", "missing", "flag", "numel", "kind", "shape", "_base")
+
+    def __init__(self, composite: CompositeTensor, file_bytes: int) -> None:
+        from ckinspect.report.common import composite_rows
+        from ckinspect.report.json_report import composite_entries
+
+        self.key = composite.name
+        self.composite = composite
+        self.file_bytes = file_bytes
+        self.missing = False
+        self.flag: str | None = None
+        first = next(iter(composite.parts.values()), None)
+        group = first.group if first is not None else "model"
+        ragged = any(n == RAGGED for n in composite.shape)
+        self.numel = None if ragged else math.prod(composite.shape)
+        entry = {"composite_tensors": composite_entries([composite])}
+        name, kind, dtype, shape, size, _parts = composite_rows(entry)[0]
+        self.kind, self.shape = kind, shape  # "sparse_coo", "DTensor (wrapper_subclass)"; "4×j×3"
+        elements = "ragged" if self.numel is None else f"{self.numel:,}"
+        share = f"{composite.nbytes / file_bytes:.1%}" if composite.parts else "—"
+        self._base = (name, f" ({kind})", group, dtype, shape, elements, size if composite.parts else "no data", share)
+        self.styles = (None, GROUP_COLOURS.get(group))
+
+    def mark(self, severity: str | None) -> None:
+        """As TensorRow.mark: the worst finding about the whole or one of its parts."""
+        self.flag = severity
+        colour = SEVERITY_COLOURS.get(severity or "")
+        self.styles = (f"bold {colour}" if colour else None, self.styles[1])
+
+    @property
+    def cells(self) -> tuple[str, ...]:  # type: ignore[override]
+        name, kind, *rest = self._base
+        return (name + kind + FLAG_SIGNS.get(self.flag or "", ""), *rest)
+
+    def sort_key(self, position: int) -> Any:
+        c = self.composite
+        keys = (natural_key(c.name), self._base[2], c.dtype, c.shape, self.numel or 0, c.nbytes, c.nbytes)
+        return keys[position]
+
+
 def tensor_rows(ckpt: Checkpoint) -> list[Row]:
-    """One row per tensor; cheap enough to build in the loading thread for any count."""
+    """One row per tensor, and one per composite tensor in place of its parts; cheap enough to build in
+    the loading thread for any count."""
     from ckinspect.analysis.anatomy import missing_tensors
 
     file_bytes = max(1, ckpt.file_bytes)
     missing = {t.name for t in missing_tensors(ckpt)}
-    return [TensorRow(t, file_bytes, t.name in missing) for t in ckpt.tensors]
+    parts = owners(ckpt)
+    rows: list[Row] = [TensorRow(t, file_bytes, t.name in missing) for t in ckpt.tensors if t.name not in parts]
+    rows.extend(CompositeRow(c, file_bytes) for c in ckpt.composites)
+    return rows
+
+
+def owners(ckpt: Checkpoint) -> dict[str, str]:
+    """Each composite part's name -> the composite's (the row that stands for it)."""
+    return {t.name: c.name for c in ckpt.composites for t in c.parts.values()}
 
 
 SHAPE_WIDTH = 12  # at 80 columns; wider terminals give the shape column room for its longest shape

@@ -271,6 +271,11 @@ class VirtualTable(ScrollView, can_focus=True):
         self.refresh()
         return True
 
+    def row_for(self, key: str) -> Row | None:
+        """The row with this key, shown or filtered out (None when there is none)."""
+        index = self._index_of.get(key)
+        return None if index is None else self.rows[index]
+
     def visible_keys(self) -> list[str]:
         return [self.rows[i].key for i in self.view]
 
