@@ -673,7 +673,7 @@ def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
         return None
     if p.ta.numel == 0:
         return None
-    if _deflated(run, p):
+    if _streamed(run, p):
         p.equal, p.streamed = False, True  # inflated as values are compared (io.values streams the member)
         return None
     try:
@@ -689,10 +689,11 @@ def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
     return bytes_a, bytes_b
 
 
-def _deflated(run: _Run, p: _Pair) -> bool:
-    """A side's bytes are in a deflated member (np.savez_compressed): no memcmp in place."""
-    sa, sb = run.a.storages[p.ta.storage_key], run.b.storages[p.tb.storage_key]
-    return sa.deflated is not None or sb.deflated is not None
+def _streamed(run: _Run, p: _Pair) -> bool:
+    """A side's bytes are in a deflated zip member (np.savez_compressed, a re-zipped torch file): no memcmp."""
+    return (
+        run.a.storages[p.ta.storage_key].deflated is not None or run.b.storages[p.tb.storage_key].deflated is not None
+    )
 
 
 def _swapped(run: _Run, p: _Pair) -> bool:

@@ -148,9 +148,26 @@ TORCH_UNPICKLER_OPCODES = frozenset(
 _MAX_LISTED_STEPS = 1000  # opcodes torch lacks looked at per pickle to name them; the first one decides
 
 
-def _torch_run() -> re.Pattern[bytes]:
-    """A possessive run of opcodes torch's unpickler implements, with their arguments (a BINUNICODE of
-    256 bytes or more ends the run: the loop steps over it), up to the first one it does not."""
+_LENGTHS_IN_RUN = 64  # string lengths the run's pattern steps over itself: its compile time grows with them
+
+
+def _torch_run() -> tuple[re.Pattern[bytes], dict[int, int]]:
+    """A possessive run of opcodes torch's unpickler implements, with their arguments, up to the first one
+    it does not or a string of _LENGTHS_IN_RUN bytes or more; and the length-prefixed opcodes it implements
+    (opcode byte -> width of the length), which the loop steps over when the run stops at a long one."""
+    fixed, sized = _torch_opcode_arguments()
+    alts = [rb"c[^\n]*\n[^\n]*\n"]
+    alts += [re.escape(bytes(codes)).join((b"[", b"]")) + b".{%d}" % n for n, codes in fixed.items()]
+    for width, codes in sized.items():
+        lengths = b"|".join(re.escape(k.to_bytes(width, "little")) + b".{%d}" % k for k in range(_LENGTHS_IN_RUN))
+        alts.append(re.escape(bytes(codes)).join((b"[", b"]")) + b"(?:" + lengths + b")")
+    widths = {code: width for width, codes in sized.items() for code in codes}
+    return re.compile(b"(?:" + b"|".join(alts) + b")*+", re.DOTALL), widths
+
+
+def _torch_opcode_arguments() -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """The opcodes torch's unpickler implements (but GLOBAL and STOP) by argument: fixed width -> codes, and
+    width of the length -> codes of those whose argument is length-prefixed."""
     ops = {op.name: op for op in pickletools.opcodes}
     fixed: dict[int, list[int]] = {}
     sized: dict[int, list[int]] = {}
@@ -161,15 +178,10 @@ def _torch_run() -> re.Pattern[bytes]:
             fixed.setdefault(n, []).append(ord(op.code))
         else:
             sized.setdefault(1 if n == pickletools.TAKEN_FROM_ARGUMENT1 else 4, []).append(ord(op.code))
-    alts = [rb"c[^\n]*\n[^\n]*\n"]
-    alts += [re.escape(bytes(codes)).join((b"[", b"]")) + b".{%d}" % n for n, codes in fixed.items()]
-    for width, codes in sized.items():
-        lengths = b"|".join(re.escape(k.to_bytes(width, "little")) + b".{%d}" % k for k in range(256))
-        alts.append(re.escape(bytes(codes)).join((b"[", b"]")) + b"(?:" + lengths + b")")
-    return re.compile(b"(?:" + b"|".join(alts) + b")*+", re.DOTALL)
+    return fixed, sized
 
 
-_TORCH_RUN: list[re.Pattern[bytes]] = []  # compiled on first use: listing a file that needs no check never pays
+_TORCH_RUN: list[tuple[re.Pattern[bytes], dict[int, int]]] = []  # compiled on first use
 
 
 def torch_unreadable_opcodes(data: Any, start: int = 0, end: int | None = None) -> list[str]:
@@ -180,18 +192,22 @@ def torch_unreadable_opcodes(data: Any, start: int = 0, end: int | None = None) 
         return []
     if not _TORCH_RUN:
         _TORCH_RUN.append(_torch_run())
-    run = _TORCH_RUN[0].match
+    pattern, widths = _TORCH_RUN[0]
+    run = pattern.match
     end = len(data) if end is None else end
     stream = io.BytesIO(data)  # one buffer for pickletools to step over what torch lacks; no copy per step
     seen: list[str] = []
     i = start
-    for _ in range(_MAX_LISTED_STEPS):
+    steps = 0
+    while steps < _MAX_LISTED_STEPS:
         i = run(data, i, end).end()  # type: ignore[union-attr]  # a *+ run always matches
         if i >= end or data[i] == 0x2E:  # STOP
             break
-        if data[i] == 0x58 and i + 5 <= end:  # BINUNICODE of 256 bytes or more: torch reads it
-            i += 5 + int.from_bytes(data[i + 1 : i + 5], "little")
+        width = widths.get(data[i])
+        if width is not None and i + 1 + width <= end:  # a long string torch reads: step over it
+            i += 1 + width + int.from_bytes(data[i + 1 : i + 1 + width], "little")
             continue
+        steps += 1
         following = _step_over(stream, i, end, seen)
         if following is None:
             return seen  # what pickletools cannot follow the scan reports as damage
