@@ -20,7 +20,7 @@ from ckinspect.formats.pickle_findings import (
 )
 from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
-from ckinspect.formats.unpickler import StorageRef
+from ckinspect.formats.unpickler import StorageRef, framework_records
 from ckinspect.io.crc import crc32
 from ckinspect.io.reader import PositionedReader
 from ckinspect.io.zipdir import (
@@ -295,10 +295,11 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
     if first.error is not None:
         ckpt.add("CORRUPT", f"{where}: {first.error}")
         return None
-    if unsafe:
+    records = framework_records([g.qualname for g in refs if g.kind == "unsafe"]) if unsafe else frozenset()
+    if records is None:
         return None
     collector = StorageCollector(key_prefix)
-    tree = decode(ckpt, data, first, where, collector, torchscript=torchscript)
+    tree = decode(ckpt, data, first, where, collector, guarded=records, torchscript=torchscript)
     fill_storages(collector)
     if not key_prefix and not torchscript:  # what torch.load reads (a DCP item or TorchScript is not)
         check_weights_only(ckpt, data, scans[:1], where)

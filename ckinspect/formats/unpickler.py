@@ -676,8 +676,37 @@ def torchscript_standin(module: str, name: str) -> Any:
     return _TORCHSCRIPT_STANDINS.get(qualname) or _opaque_class(qualname)
 
 
-# Globals that run code in general but are safe with arguments the unpickler checks at each call.
-GUARDED: dict[str, Any] = {"builtins.getattr": _enum_member_getattr}
+# Classes a framework pickles into its own checkpoint files and imports itself when it resumes
+# (torch.load(weights_only=False) in its loader). Outside torch's allowlist, so a file naming them is still
+# UNSAFE_PICKLE; but when they are all it names, its tree is decoded with each one as a plain record (never
+# imported), so that the framework's own counters in it can be read. Each entry says what it is.
+FRAMEWORK_RECORDS: dict[str, dict[str, str]] = {
+    "deepspeed": {
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler": "ZeRO's static loss scaler, in every optim_states file",
+        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler": "ZeRO's dynamic loss scaler (fp16)",
+        "deepspeed.runtime.zero.config.ZeroStageEnum": "the ZeRO stage, an enum",
+        "deepspeed.utils.tensor_fragment.fragment_address": "a named tuple (numel, start) per parameter fragment",
+    },
+    "megatron": {
+        "argparse.Namespace": "the run's arguments, which Megatron's loader reads back (a plain attribute bag)",
+    },
+}
+_RECORD_CLASSES = {name for table in FRAMEWORK_RECORDS.values() for name in table}
+
+
+def framework_records(unsafe: list[str]) -> frozenset[str] | None:
+    """The globals to decode as records when every unsafe one `unsafe` names is a framework's own class
+    (FRAMEWORK_RECORDS); None when any other is named (then nothing is decoded)."""
+    names = frozenset(unsafe)
+    return names if names <= _RECORD_CLASSES else None
+
+
+# Globals that run code in general but are safe with arguments the unpickler checks at each call; the
+# framework classes above are records here, built from their arguments and state, never called.
+GUARDED: dict[str, Any] = {
+    "builtins.getattr": _enum_member_getattr,
+    **{name: _opaque_class(name) for name in _RECORD_CLASSES},
+}
 
 
 class RestrictedUnpickler(pickle.Unpickler):
