@@ -419,6 +419,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _HELP_ASKED = "-h" in argv or "--help" in argv
     parser = build_parser(command)
     args = parser.parse_args(argv[1:] if command != "main" else argv)
+    return _guarded(command, args)
+
+
+def _guarded(command: str, args: argparse.Namespace) -> int:
+    """The command's exit status; what it raises as one line on stderr (a traceback only on request)."""
     try:
         return _dispatch_listed(command, args)
     except CkinspectError as exc:

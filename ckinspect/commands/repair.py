@@ -35,13 +35,7 @@ def run(args) -> int:
     fmt = getattr(args, "format", "text")
     fail_on = getattr(args, "fail_on", "error")
     if getattr(args, "undo", False):
-        if fmt in ("sarif", "junit"):
-            raise CkinspectError(f"--undo reports what it restored as text, json or markdown, not {fmt}")
-        if not path.exists() and not path.parent.is_dir():
-            raise CkinspectError(f"{path}: no such file or folder")
-        result = undo(path)
-        emit(_render_undo(path, result, fmt), getattr(args, "output", None))
-        return exit_for(bool(result.problems), fail_on)
+        return _run_undo(args, path, fmt, fail_on)
     plan = plan_repairs(path)
     mode = "apply" if getattr(args, "apply", False) else "dry-run"
     quarantines: list[Path] = []
@@ -56,10 +50,23 @@ def run(args) -> int:
     else:
         text = _render_plan(plan, mode, quarantines, fmt)
     emit(text, getattr(args, "output", None))
+    return exit_for(_needs_attention(plan, mode), fail_on)
+
+
+def _run_undo(args, path: Path, fmt: str, fail_on: str) -> int:
+    if fmt in ("sarif", "junit"):
+        raise CkinspectError(f"--undo reports what it restored as text, json or markdown, not {fmt}")
+    if not path.exists() and not path.parent.is_dir():
+        raise CkinspectError(f"{path}: no such file or folder")
+    result = undo(path)
+    emit(_render_undo(path, result, fmt), getattr(args, "output", None))
+    return exit_for(bool(result.problems), fail_on)
+
+
+def _needs_attention(plan: RepairPlan, mode: str) -> bool:
+    """A leftover left alone, an action that failed, or (a dry run) one still to carry out."""
     attention = bool(plan.undecided) or any(a.state in ("failed", "skipped") for a in plan.actions)
-    if mode == "dry-run":
-        attention = attention or bool(plan.pending)
-    return exit_for(attention, fail_on)
+    return attention or (mode == "dry-run" and bool(plan.pending))
 
 
 def _short(plan: RepairPlan, path: Path) -> str:
@@ -91,40 +98,48 @@ def _render_plan(plan: RepairPlan, mode: str, quarantines: list[Path], fmt: str)
         if fmt == "text":
             return terminal_safe(title) + "\nno leftover temporaries: nothing to repair"
         return f"## {md_text(title)}\n\nNo leftover temporaries: nothing to repair."
-    lines = []
     if fmt == "markdown":
-        lines += [f"## {md_text(title)}", ""]
-        lines += ["| action | tmp | main | found | why | state |", "|---|---|---|---|---|---|"]
-        for a in plan.actions:
-            found = a.status.explain() if a.status else ""
-            why = a.reason + (f" ({a.note})" if a.note else "")
-            tmp, main = md_code(_short(plan, a.leftover.tmp)), md_code(_short(plan, a.leftover.main))
-            found, why = md_text(found), md_text(why)
-            lines.append(f"| {_VERB[a.action]} | {tmp} | {main} | {found} | {why} | {a.state} |")
-        lines.append("")
-        for q in quarantines:
-            lines.append(f"Quarantine: {md_code(q)} (undo with {md_code(f'ckinspect repair {plan.path} --undo')})")
-    else:
-        lines.append(title)
-        for a in plan.actions:
-            state = f" [{a.state}]" if mode == "apply" and a.action != "nothing" else ""
-            lines.append(f"  {_VERB[a.action]:<18}{_short(plan, a.leftover.tmp)}{state}")
-            if a.status is not None:
-                lines.append(f"  {'':<18}{a.status.explain()}")
-            lines.append(f"  {'':<18}-> {a.reason}" + (f" ({a.note})" if a.note else ""))
-        for q in quarantines:
-            lines.append(f"quarantine: {q}  (undo: ckinspect repair {plan.path} --undo)")
-        s = summary
-        tail = f"{s['leftovers']} leftover(s): "
-        if mode == "dry-run":
-            tail += f"{s['pending']} action(s) pending, {s['left_alone']} left alone"
-            if s["pending"]:
-                tail += f"; run `ckinspect repair {plan.path} --apply` to carry them out"
-        else:
-            tail += f"{s['done']} done, {s['left_alone']} left alone, {s['failed']} failed"
-        lines.append(tail)
-        lines = [terminal_safe(line) for line in lines]  # file names come from the folder: no control sequences
-    return "\n".join(lines)
+        return "\n".join(_plan_markdown(plan, title, quarantines))
+    return "\n".join(_plan_text(plan, mode, title, quarantines, summary))
+
+
+def _plan_markdown(plan: RepairPlan, title: str, quarantines: list[Path]) -> list[str]:
+    lines = [f"## {md_text(title)}", ""]
+    lines += ["| action | tmp | main | found | why | state |", "|---|---|---|---|---|---|"]
+    for a in plan.actions:
+        found = a.status.explain() if a.status else ""
+        why = a.reason + (f" ({a.note})" if a.note else "")
+        tmp, main = md_code(_short(plan, a.leftover.tmp)), md_code(_short(plan, a.leftover.main))
+        found, why = md_text(found), md_text(why)
+        lines.append(f"| {_VERB[a.action]} | {tmp} | {main} | {found} | {why} | {a.state} |")
+    lines.append("")
+    for q in quarantines:
+        lines.append(f"Quarantine: {md_code(q)} (undo with {md_code(f'ckinspect repair {plan.path} --undo')})")
+    return lines
+
+
+def _plan_text(plan: RepairPlan, mode: str, title: str, quarantines: list[Path], summary: dict) -> list[str]:
+    lines = [title]
+    for a in plan.actions:
+        state = f" [{a.state}]" if mode == "apply" and a.action != "nothing" else ""
+        lines.append(f"  {_VERB[a.action]:<18}{_short(plan, a.leftover.tmp)}{state}")
+        if a.status is not None:
+            lines.append(f"  {'':<18}{a.status.explain()}")
+        lines.append(f"  {'':<18}-> {a.reason}" + (f" ({a.note})" if a.note else ""))
+    for q in quarantines:
+        lines.append(f"quarantine: {q}  (undo: ckinspect repair {plan.path} --undo)")
+    lines.append(_plan_tail(plan, mode, summary))
+    return [terminal_safe(line) for line in lines]  # file names come from the folder: no control sequences
+
+
+def _plan_tail(plan: RepairPlan, mode: str, s: dict) -> str:
+    tail = f"{s['leftovers']} leftover(s): "
+    if mode != "dry-run":
+        return tail + f"{s['done']} done, {s['left_alone']} left alone, {s['failed']} failed"
+    tail += f"{s['pending']} action(s) pending, {s['left_alone']} left alone"
+    if s["pending"]:
+        tail += f"; run `ckinspect repair {plan.path} --apply` to carry them out"
+    return tail
 
 
 def _render_undo(path: Path, result, fmt: str) -> str:

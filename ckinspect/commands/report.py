@@ -46,14 +46,23 @@ def _find(args: argparse.Namespace) -> tuple[list[Any], list[Checkpoint]] | None
     """The targets and the saves that died before their file was written; None: nothing to do (exit 0)."""
     targets = find_checkpoints(args.paths)
     if getattr(args, "checkpoints_only", False):
-        targets = [t for t in targets if t.kind != "file" or not folders.on_disk(t.path) or is_checkpoint(t.path)]
-    local = [p for p in args.paths if folders.on_disk(p)]  # an object store has no interrupted-save leftovers to find
-    orphans = unfinished_saves(local, known={Path(t.path) for t in targets}) if local else []
+        targets = [t for t in targets if _may_be_checkpoint(t)]
+    orphans = _orphans(args.paths, targets)
     if not targets and not orphans:
         if getattr(args, "checkpoints_only", False):
             return None  # a commit of source files and pictures: nothing for us to say
         raise CkinspectError(f"no checkpoint found in {', '.join(map(str, args.paths))}")
     return targets, orphans
+
+
+def _may_be_checkpoint(target: Any) -> bool:
+    """--checkpoints-only keeps folders, sets and URLs (read to know), and local files that look like one."""
+    return target.kind != "file" or not folders.on_disk(target.path) or is_checkpoint(target.path)
+
+
+def _orphans(paths: list[str], targets: list[Any]) -> list[Checkpoint]:
+    local = [p for p in paths if folders.on_disk(p)]  # an object store has no interrupted-save leftovers to find
+    return unfinished_saves(local, known={Path(t.path) for t in targets}) if local else []
 
 
 def _list(targets: list[Any], structure_only: bool = False) -> list[Checkpoint]:
@@ -90,32 +99,15 @@ def _progress(args: argparse.Namespace, checkpoints: list[Checkpoint]) -> Any:
 def _run_ranks(args: argparse.Namespace, rank: int, world: int) -> int:
     """The report under torchrun (jobs.ranks): every rank lists and scans its share, rank 0 writes.
     Every rank reaches the same exchanges in the same order whatever fails, so none waits for ever."""
-    from ckinspect.jobs.parallel import merge_scans, plan_units, scan_units
+    from ckinspect.jobs.parallel import merge_scans
     from ckinspect.jobs.ranks import Ranks, share
 
     with Ranks(rank, world) as ranks:
         status = EXIT_ERROR
         try:
-            found, checkpoints, units = None, [], []
-            plan: Any
-            jobs: int | None = 1
-            try:
-                jobs = _jobs(args)
-                found = _find(args)
-                checkpoints = _list(found[0]) if found else []
-                units = plan_units(checkpoints) if not args.quick else []
-                plan = ([str(c.path) for c in checkpoints], [u.key() for u in units])
-            except CkinspectError as exc:
-                plan = str(exc)
+            found, checkpoints, units, jobs, plan = _rank_plan(args)
             ranks.agree(plan)
-            mine: list[Any] | str
-            try:
-                mine = scan_units(share(units, rank, world), jobs)
-            except (CkinspectError, OSError) as exc:  # a file gone or unreadable on this rank's node
-                mine = str(exc)
-            except Exception as exc:  # noqa: BLE001 - a bug of ours: sent to rank 0, which says it in one line
-                mine = f"internal error: {type(exc).__name__}: {exc}"
-            gathered = ranks.gather(mine)
+            gathered = ranks.gather(_rank_scan(share(units, rank, world), jobs))
             if gathered is not None:  # rank 0 writes the report
                 by_part = {(r.checkpoint, r.part): r for r in gathered}
                 merge_scans(checkpoints, units, [by_part[(u.checkpoint, u.part)] for u in units])
@@ -128,6 +120,35 @@ def _run_ranks(args: argparse.Namespace, rank: int, world: int) -> int:
             print(f"ckinspect: internal error on rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr)
             status = EXIT_ERROR
         return ranks.settle(status)
+
+
+def _rank_plan(args: argparse.Namespace) -> tuple[Any, list[Checkpoint], list[Any], int | None, Any]:
+    """What every rank lists (the same on each): (found, checkpoints, units, jobs, the plan the ranks agree
+    on, or the error that stops them all)."""
+    from ckinspect.jobs.parallel import plan_units
+
+    found, checkpoints, units = None, [], []
+    jobs: int | None = 1
+    try:
+        jobs = _jobs(args)
+        found = _find(args)
+        checkpoints = _list(found[0]) if found else []
+        units = plan_units(checkpoints) if not args.quick else []
+    except CkinspectError as exc:
+        return found, checkpoints, units, jobs, str(exc)
+    return found, checkpoints, units, jobs, ([str(c.path) for c in checkpoints], [u.key() for u in units])
+
+
+def _rank_scan(units: list[Any], jobs: int | None) -> list[Any] | str:
+    """This rank's share scanned, or what went wrong as one line (sent to rank 0, which says it)."""
+    from ckinspect.jobs.parallel import scan_units
+
+    try:
+        return scan_units(units, jobs)
+    except (CkinspectError, OSError) as exc:  # a file gone or unreadable on this rank's node
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: sent to rank 0, which says it in one line
+        return f"internal error: {type(exc).__name__}: {exc}"
 
 
 def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool, jobs: int | None = 1) -> list[Any]:

@@ -207,37 +207,45 @@ def _full_check(s: TmpStatus) -> TmpStatus:
 
 
 def _decide_one(s: TmpStatus) -> RepairAction:
+    action, reason = _unless_both_whole(s) or _both_whole(s)
+    return RepairAction(action, s.leftover, s, reason)
+
+
+def _unless_both_whole(s: TmpStatus) -> tuple[str, str] | None:
+    """(action, reason) for a symlink, a partial or unsafe tmp, a main file missing or damaged; None when
+    the tmp and the main file are both whole."""
     left = s.leftover
-
-    def act(action: str, reason: str) -> RepairAction:
-        return RepairAction(action, left, s, reason)
-
     if left.main.is_symlink() or left.tmp.is_symlink():
-        return act("nothing", "a symlink is involved; repair the file it points to instead")
+        return "nothing", "a symlink is involved; repair the file it points to instead"
     if not s.tmp_complete:
         if s.main_exists and s.main_intact:
-            return act("set-aside", "partial tmp of an interrupted save; the main file is intact")
-        return act("nothing", "neither is whole; try `ckinspect salvage` on each")
+            return "set-aside", "partial tmp of an interrupted save; the main file is intact"
+        return "nothing", "neither is whole; try `ckinspect salvage` on each"
     if s.tmp_danger:
-        return act("nothing", f"not promoted: the tmp is UNSAFE_PICKLE ({s.tmp_danger})")
+        return "nothing", f"not promoted: the tmp is UNSAFE_PICKLE ({s.tmp_danger})"
     if not s.main_exists:
         if left.guessed:
-            return act("nothing", "the tmp is whole but which name it was meant to get is unknown; rename it by hand")
-        return act("promote", "the tmp is whole and the main file is missing: the save died before its rename")
+            return "nothing", "the tmp is whole but which name it was meant to get is unknown; rename it by hand"
+        return "promote", "the tmp is whole and the main file is missing: the save died before its rename"
     if not s.main_intact:
-        return act("promote", "the tmp is whole and the main file is damaged; the damaged file goes to quarantine")
+        return "promote", "the tmp is whole and the main file is damaged; the damaged file goes to quarantine"
+    return None
+
+
+def _both_whole(s: TmpStatus) -> tuple[str, str]:
+    """(action, reason) when both are whole: the newer one by step, an identical copy set aside."""
     steps = f"step {s.tmp_step} vs {s.main_step}"
     if s.newer == "tmp":
-        return act("promote-keep-old", f"both whole and the tmp is newer ({steps}); the old main goes to quarantine")
+        return "promote-keep-old", f"both whole and the tmp is newer ({steps}); the old main goes to quarantine"
     if s.newer == "main":
-        return act("set-aside", f"a stale tmp: the main file is newer ({steps})")
+        return "set-aside", f"a stale tmp: the main file is newer ({steps})"
     if s.newer == "same" and s.identical:
-        return act("set-aside", "the tmp is a byte-identical copy of the main file")
+        return "set-aside", "the tmp is a byte-identical copy of the main file"
     if s.newer == "same":
-        return act("nothing", f"both whole, same step {s.tmp_step}, different bytes; compare with `ckinspect diff`")
-    return act(
+        return "nothing", f"both whole, same step {s.tmp_step}, different bytes; compare with `ckinspect diff`"
+    return (
         "nothing",
-        f"both whole and neither says its step, so which is newer is unknown{_mtime_hint(left)}; "
+        f"both whole and neither says its step, so which is newer is unknown{_mtime_hint(s.leftover)}; "
         "compare with `ckinspect diff`",
     )
 
@@ -349,42 +357,54 @@ def _make_quarantine(folder: Path, run_id: str) -> Path:
 
 
 def _apply_one(action: RepairAction, quarantine: Path, manifest: _Manifest, step: _Steps) -> None:
-    left = action.leftover
-    tmp, main = left.tmp, left.main
-    if action.tmp_stat is None or not tmp.is_file():
-        action.state, action.note = "skipped", "the tmp is gone (a trainer may have finished its save)"
-        return
-    # a set-aside leaves the main alone (another tmp of the same main may just have been promoted)
-    if _stat(tmp) != action.tmp_stat or (action.action != "set-aside" and _stat(main) != action.main_stat):
-        action.state, action.note = "skipped", "a file changed since the plan was made; run repair again"
-        return
-    if tmp.is_symlink() or main.is_symlink():
-        action.state, action.note = "skipped", "a symlink appeared since the plan was made; not followed"
-        return
-    if action.action != "set-aside" and _sha256(tmp) != action.tmp_sha256:
-        action.state, action.note = "skipped", "the tmp's bytes are not those the plan checked; run repair again"
+    skipped = _changed_since_plan(action)
+    if skipped is not None:
+        action.state, action.note = "skipped", skipped
         return
     moves = manifest.moves_for(action)
     if action.action == "set-aside":
+        tmp = action.leftover.tmp
         _record_and(moves, "rename", tmp, quarantine / tmp.name, manifest)
         _move_no_clobber(tmp, quarantine / tmp.name)
         _sync(quarantine, tmp.parent)
         step()
     elif action.action in ("promote", "promote-keep-old"):
-        if main.exists():
-            # the old main stays reachable under its own name until the tmp replaces it
-            _record_and(moves, "link", main, quarantine / main.name, manifest)
-            _keep_copy(main, quarantine / main.name)
-            _sync(quarantine, main.parent)
-            step()
-            _record_and(moves, "replace", tmp, main, manifest)
-            os.replace(tmp, main)
-        else:
-            _record_and(moves, "rename", tmp, main, manifest)
-            _move_no_clobber(tmp, main)
-        _sync(main.parent)
-        step()
+        _promote(action.leftover, quarantine, manifest, moves, step)
     action.state = "done"
+
+
+def _changed_since_plan(action: RepairAction) -> str | None:
+    """Why the action is skipped: its files are not those the plan looked at (gone, changed, now a
+    symlink, other bytes); None when they are."""
+    tmp, main = action.leftover.tmp, action.leftover.main
+    if action.tmp_stat is None or not tmp.is_file():
+        return "the tmp is gone (a trainer may have finished its save)"
+    # a set-aside leaves the main alone (another tmp of the same main may just have been promoted)
+    if _stat(tmp) != action.tmp_stat or (action.action != "set-aside" and _stat(main) != action.main_stat):
+        return "a file changed since the plan was made; run repair again"
+    if tmp.is_symlink() or main.is_symlink():
+        return "a symlink appeared since the plan was made; not followed"
+    if action.action != "set-aside" and _sha256(tmp) != action.tmp_sha256:
+        return "the tmp's bytes are not those the plan checked; run repair again"
+    return None
+
+
+def _promote(left: Leftover, quarantine: Path, manifest: _Manifest, moves: list[dict[str, Any]], step: _Steps) -> None:
+    """The tmp takes the main name; an old main is first kept in quarantine (reachable by its own name
+    until the tmp replaces it)."""
+    tmp, main = left.tmp, left.main
+    if main.exists():
+        _record_and(moves, "link", main, quarantine / main.name, manifest)
+        _keep_copy(main, quarantine / main.name)
+        _sync(quarantine, main.parent)
+        step()
+        _record_and(moves, "replace", tmp, main, manifest)
+        os.replace(tmp, main)
+    else:
+        _record_and(moves, "rename", tmp, main, manifest)
+        _move_no_clobber(tmp, main)
+    _sync(main.parent)
+    step()
 
 
 def _record_and(moves: list[dict[str, Any]], op: str, src: Path, dst: Path, manifest: _Manifest) -> None:

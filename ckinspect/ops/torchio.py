@@ -10,7 +10,6 @@ import functools
 import io
 import os
 import pickle
-import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,19 +17,8 @@ from typing import Any
 import torch
 
 from ckinspect.io.atomic import atomic_write
-from ckinspect.io.crc import crc32
-from ckinspect.io.reader import FileReader
 from ckinspect.io.safetensors_write import Entry, write_safetensors
-from ckinspect.io.zipdir import (
-    CENTRAL_CRC_AT,
-    DESCRIPTOR_SIG,
-    FLAG_DESCRIPTOR,
-    LOCAL_CRC_AT,
-    ZipMember,
-    data_offset,
-    directory_entry_offsets,
-    read_directory,
-)
+from ckinspect.io.zipfill import fill_records
 from ckinspect.model import TensorInfo
 from ckinspect.ops.rawtensors import MISSING, Built, RawTensor, StorageSource, as_source, map_tree
 from ckinspect.vocab import CkinspectError
@@ -115,10 +103,9 @@ def save_torch(path: str | Path, obj: Any, fills: dict[int, Any] | None = None) 
     """torch.save through ckinspect.io.atomic; returns the file size.
 
     With `fills` (rebuild_tree's placeholders), torch.save writes the archive without the storages'
-    bytes (torch.serialization.skip_data leaves each record's space empty), then each storage is
-    written in place from its source in bounded chunks and its CRC-32 patched in where torch's zip
-    writer keeps it (the data descriptor after the data, the central directory), plus the
-    `.data/serialization_id` torch derives from those CRCs. The file is byte for byte what torch.save
+    bytes (torch.serialization.skip_data leaves each record's space empty), then the zip layer
+    (io.zipfill) writes each storage in place from its source in bounded chunks, with its CRC-32s and
+    the `.data/serialization_id` torch derives from them. The file is byte for byte what torch.save
     writes from the same tensors in memory (tests/ops/test_streaming.py), at bounded memory.
     """
     with atomic_write(path) as handle:
@@ -130,7 +117,7 @@ def save_torch(path: str | Path, obj: Any, fills: dict[int, Any] | None = None) 
                 torch.save(obj, handle)
             handle.flush()
             by_key = {key: fills[cdata] for cdata, key in keys.items() if cdata in fills}
-            _fill_archive(handle.fileno(), by_key)
+            fill_records(handle.fileno(), by_key)  # the zip layer writes the records and their CRCs
         handle.flush()
         size = handle.seek(0, os.SEEK_END)
     return size
@@ -152,76 +139,6 @@ def _storage_keys(obj: Any) -> dict[int, str]:
     with torch.serialization.skip_data():
         Keys(io.BytesIO(), protocol=2).dump(obj)
     return keys
-
-
-_HASH_MASK = (1 << 64) - 1
-
-
-def _hash_combine(seed: int, value: int) -> int:
-    """c10::hash_combine on 64-bit size_t: how torch's zip writer folds the records' CRCs into the serialization id."""
-    return seed ^ ((value + 0x9E3779B9 + (seed << 6) + (seed >> 2)) & _HASH_MASK)
-
-
-def _fill_archive(fd: int, sources: dict[str, Any]) -> None:
-    """Write each data/<key> record's bytes from its source and patch the CRC-32s (see save_torch)."""
-    size = os.fstat(fd).st_size
-    reader = FileReader(fd, size)
-    members, _ = read_directory(reader)
-    entries = directory_entry_offsets(reader)
-    crcs: list[int] = []
-    serialization_id: tuple[ZipMember, int] | None = None
-    for member, entry in zip(members, entries, strict=True):
-        prefix, _, record = member.name.partition("/")
-        if record == ".data/serialization_id":
-            serialization_id = (member, entry)
-            continue
-        source = sources.get(record[len("data/") :]) if record.startswith("data/") else None
-        if source is None:
-            if member.file_size:  # torch folds the CRC of every non-empty record into the id, in order
-                crcs.append(member.crc32)
-            continue
-        start = data_offset(reader, member)
-        crc, written = _write_record(fd, source, start)
-        if written != member.file_size:
-            raise CkinspectError(f"{record}: {written} bytes written where torch.save left {member.file_size}")
-        _patch_crc(fd, reader, member, entry, start, crc)
-        if written:
-            crcs.append(crc)
-    if serialization_id is not None:
-        member, entry = serialization_id
-        start = data_offset(reader, member)
-        old = reader.read_at(start, member.file_size)
-        if len(old) != 40 or not old.isdigit():
-            raise CkinspectError(f"torch.save wrote a serialization id this tool does not know ({old[:40]!r})")
-        combined = 0
-        for crc in crcs:
-            combined = _hash_combine(combined, crc)
-        new = old[:20] + f"{combined:020d}".encode()
-        os.pwrite(fd, new, start)
-        _patch_crc(fd, reader, member, entry, start, crc32(new))
-
-
-def _write_record(fd: int, source: Any, start: int) -> tuple[int, int]:
-    """Write a source's bytes from `start`; (CRC-32, bytes written). A function of its own so the last
-    piece's buffer is freed on return, before the next record's is allocated."""
-    crc = written = 0
-    for chunk in source.chunks():
-        os.pwrite(fd, chunk, start + written)
-        crc = crc32(chunk, crc)
-        written += len(chunk)
-    return crc, written
-
-
-def _patch_crc(fd: int, reader: FileReader, member: ZipMember, entry: int, start: int, crc: int) -> None:
-    packed = struct.pack("<L", crc)
-    os.pwrite(fd, packed, entry + CENTRAL_CRC_AT)
-    if member.flags & FLAG_DESCRIPTOR:
-        at = start + member.compressed_size
-        if reader.read_at(at, 4) != DESCRIPTOR_SIG:
-            raise CkinspectError(f"{member.name}: no data descriptor after its bytes")
-        os.pwrite(fd, packed, at + 4)
-    else:
-        os.pwrite(fd, packed, member.header_offset + LOCAL_CRC_AT)
 
 
 def tensors_to_safetensors(

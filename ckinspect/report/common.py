@@ -48,22 +48,27 @@ def optimizer_share(entry: Mapping[str, Any]) -> float:
 
 
 def metadata_line(metadata: Mapping[str, Any]) -> str:
-    shown = []
-    for key in ("step", "epoch", "world_size"):
-        if metadata.get(key) is not None:
-            shown.append(f"{key} {metadata[key]}")
-    for key, value in metadata.items():
-        if key in NOT_SHOWN:
-            continue
-        if isinstance(value, float):
-            shown.append(f"{key} {value:.6g}")
-        elif isinstance(value, (int, str)) and not isinstance(value, bool) and len(str(value)) <= 40:
-            shown.append(f"{key} {value}")
+    shown = [f"{key} {metadata[key]}" for key in ("step", "epoch", "world_size") if metadata.get(key) is not None]
+    shown += [text for key, value in metadata.items() if key not in NOT_SHOWN and (text := _scalar(key, value))]
     config = metadata.get("config")
     if isinstance(config, Mapping) and config:
-        items = ", ".join(f"{k}={v}" for k, v in list(config.items())[:6] if not isinstance(v, (dict, list)))
-        shown.append(f"config: {items}{', ...' if len(config) > 6 else ''}")
+        shown.append(_config_text(config))
     return " · ".join(shown)
+
+
+def _config_text(config: Mapping[str, Any]) -> str:
+    """The model config's first six plain values (`config: dim=64, n_layers=2, ...`)."""
+    items = ", ".join(f"{k}={v}" for k, v in list(config.items())[:6] if not isinstance(v, (dict, list)))
+    return f"config: {items}{', ...' if len(config) > 6 else ''}"
+
+
+def _scalar(key: str, value: Any) -> str:
+    """`key value` for a float (6 significant digits), an int or a short string; "" for anything else."""
+    if isinstance(value, float):
+        return f"{key} {value:.6g}"
+    if isinstance(value, (int, str)) and not isinstance(value, bool) and len(str(value)) <= 40:
+        return f"{key} {value}"
+    return ""
 
 
 def finding_counts(findings: list[Mapping[str, Any]]) -> str:

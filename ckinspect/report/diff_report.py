@@ -61,16 +61,24 @@ def matched(diff: dict[str, Any]) -> str:
 
 def summary_line(diff: dict[str, Any]) -> str:
     verdict = diff.get("verdict") or ("identical" if diff["identical"] else "different")
-    if diff.get("not_compared") or diff.get("unreadable") and verdict == "identical":
-        return _uncompared_line(verdict)
-    if diff.get("unsafe") and not (diff["changed"] or diff["only_a"] or diff["only_b"] or diff.get("unreadable")):
-        return _unsafe_line(diff, verdict)
+    partial = _bytes_decided(diff, verdict)
+    if partial is not None:
+        return partial
     if verdict == "identical":
         return "identical: " + matched(diff)
     if diff.get("quick") and verdict == SAME_STRUCTURE:
         return (f"same structure: {diff['same_structure']:,} tensors match in name, dtype, shape and layout, "
                 "and the other values agree; tensor values not compared (--quick)")  # fmt: skip
     return ("different: " if verdict == "different" else "no verdict: ") + ", ".join(_difference_parts(diff))
+
+
+def _bytes_decided(diff: dict[str, Any], verdict: str) -> str | None:
+    """The line when the tensors did not decide (not all compared, or a side not read for its safety)."""
+    if diff.get("not_compared") or diff.get("unreadable") and verdict == "identical":
+        return _uncompared_line(verdict)
+    if diff.get("unsafe") and not (diff["changed"] or diff["only_a"] or diff["only_b"] or diff.get("unreadable")):
+        return _unsafe_line(diff, verdict)
+    return None
 
 
 def _uncompared_line(verdict: str) -> str:
@@ -97,8 +105,13 @@ def _difference_parts(diff: dict[str, Any]) -> list[str]:
         reasons[c["reason"]] = reasons.get(c["reason"], 0) + 1
     parts = [f"{diff['same_structure']:,} same structure"] if diff.get("quick") else [f"{diff['same']:,} same"]
     parts += [f"{n:,} changed ({reason})" for reason, n in sorted(reasons.items())]
+    return parts + _other_differences(diff)
+
+
+def _other_differences(diff: dict[str, Any]) -> list[str]:
+    """Names on one side only or unreadable, metadata and other values changed, the files' bytes."""
     counted = (("only_a", "only in A"), ("only_b", "only in B"), ("unreadable", "unreadable"))
-    parts += [f"{len(diff[key]):,} {what}" for key, what in counted if diff.get(key)]
+    parts = [f"{len(diff[key]):,} {what}" for key, what in counted if diff.get(key)]
     parts += [f"{key} {va} -> {vb}" for key, (va, vb) in (diff.get("metadata_changed") or {}).items()]
     if values := diff.get("values_changed"):
         parts.append(f"{len(values):,} other value{'s' if len(values) > 1 else ''} changed")
@@ -208,19 +221,31 @@ def _changed_table(diff: dict[str, Any], width: int) -> Any:
 
     changes = [_change(c) for c in diff["changed"]]
     same_change = len(set(changes)) == 1
-    # "first at" locates a sparse change (one flipped byte); a column of [0,0] says nothing
-    pinpoint = any(any(c["first_index"] or ()) for c in diff["changed"])
     rows = [_changed_cells(c, change) for c, change in zip(diff["changed"], changes, strict=True)]
-    wanted = ["tensor", *([] if same_change else ["change"]), "dtype", "shape", "max |Δ|", "max rel", "differing"]
-    columns = changed_columns(rows, width, wanted + (["first at"] if pinpoint else []))
-    for c, row in zip(diff["changed"], rows, strict=True):  # what became what, unless its column says it
-        row["change"] = _change(c, dtype="dtype" not in columns, shape="shape" not in columns)
-    if not same_change and len({row["change"] for row in rows}) == 1:  # the same once columns say the rest
-        same_change, changes = True, [rows[0]["change"]]
+    columns = changed_columns(rows, width, _wanted_columns(diff, same_change))
+    same_change, changes = _settle_change(diff, rows, columns, same_change, changes)
     columns = [col for col in columns if col != "change" or not same_change]
     title = f"changed tensors: {changes[0]}" if same_change else "changed tensors"
     headers = [(col, "right" if col in _NUMERIC else "left") for col in columns]
     return NameTable(headers, [[Cell(row[col]) for col in columns] for row in rows], title)
+
+
+def _wanted_columns(diff: dict[str, Any], same_change: bool) -> list[str]:
+    wanted = ["tensor", *([] if same_change else ["change"]), "dtype", "shape", "max |Δ|", "max rel", "differing"]
+    # "first at" locates a sparse change (one flipped byte); a column of [0,0] says nothing
+    pinpoint = any(any(c["first_index"] or ()) for c in diff["changed"])
+    return wanted + (["first at"] if pinpoint else [])
+
+
+def _settle_change(
+    diff: dict[str, Any], rows: list[dict[str, str]], columns: list[str], same_change: bool, changes: list[str]
+) -> tuple[bool, list[str]]:
+    """Each row's change says what its columns do not; one change for every row goes to the title."""
+    for c, row in zip(diff["changed"], rows, strict=True):  # what became what, unless its column says it
+        row["change"] = _change(c, dtype="dtype" not in columns, shape="shape" not in columns)
+    if not same_change and len({row["change"] for row in rows}) == 1:  # the same once columns say the rest
+        return True, [rows[0]["change"]]
+    return same_change, changes
 
 
 _HEADERS = ["tensor", "reason", "dtype", "shape", "max |Δ|", "max rel", "differing", "first at"]

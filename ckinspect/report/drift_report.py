@@ -147,11 +147,10 @@ WIDE = 110  # from this many columns the per-tensor table also shows absolute er
 
 
 def render_text(drift: dict[str, Any], ckpt: Checkpoint | None = None, width: int = 80, color: bool = False) -> str:
-    from rich.markup import escape
     from rich.text import Text
 
     from ckinspect.report.common import terminal_copy
-    from ckinspect.report.console import finish, make_console, make_table, title_line
+    from ckinspect.report.console import finish, make_console, title_line
     from ckinspect.report.text import findings_block
 
     drift = terminal_copy(drift)  # tensor names and the path come from the file
@@ -161,33 +160,47 @@ def render_text(drift: dict[str, Any], ckpt: Checkpoint | None = None, width: in
     s = drift["summary"]
     console.print(Text(f"{s['tensors']:,} floating model tensors, {s['values']:,} values", style="dim"))
 
+    console.print(_summary_table(drift))
+    if drift["weights"]:
+        console.print(_tensor_table(drift, wide=width >= WIDE))
+    if drift["logits"]:
+        _print_logits(console, drift)
+    else:
+        console.print(f"logit drift skipped: {drift['logits_skipped']}", markup=False)
+    if drift.get("findings"):
+        console.print(findings_block(drift["findings"]))
+    return finish(out)
+
+
+def _summary_table(drift: dict[str, Any]) -> Any:
+    from rich.markup import escape
+
+    from ckinspect.report.console import make_table
+
     summary = make_table("weights stored in half precision and read back")
     for h in _SUMMARY_HEAD[:-1]:
         summary.add_column(h, justify="left" if h == "format" else "right", no_wrap=True)
     summary.add_column(_SUMMARY_HEAD[-1], overflow="fold", ratio=1)
     for row in _summary_rows(drift):
         summary.add_row(*row[:-1], escape(row[-1]))
-    console.print(summary)
+    return summary
 
-    if drift["weights"]:
-        console.print(_tensor_table(drift, wide=width >= WIDE))
-    if drift["logits"]:
-        lg = drift["logits"]
-        logits = make_table(logit_title(lg))
-        for h in _LOGIT_HEAD:
-            logits.add_column(h, justify="left" if h == "logits" else "right", no_wrap=True)
-        for row in _logit_rows(drift):
-            logits.add_row(*row)
-        console.print(logits)
-        for line in logit_inputs(lg):
-            console.print(line, markup=False)
-        if lg.get("note"):
-            console.print(f"note: {lg['note']}", markup=False)
-    else:
-        console.print(f"logit drift skipped: {drift['logits_skipped']}", markup=False)
-    if drift.get("findings"):
-        console.print(findings_block(drift["findings"]))
-    return finish(out)
+
+def _print_logits(console: Any, drift: dict[str, Any]) -> None:
+    """The logit table, the inputs it was measured on, and its note."""
+    from ckinspect.report.console import make_table
+
+    lg = drift["logits"]
+    logits = make_table(logit_title(lg))
+    for h in _LOGIT_HEAD:
+        logits.add_column(h, justify="left" if h == "logits" else "right", no_wrap=True)
+    for row in _logit_rows(drift):
+        logits.add_row(*row)
+    console.print(logits)
+    for line in logit_inputs(lg):
+        console.print(line, markup=False)
+    if lg.get("note"):
+        console.print(f"note: {lg['note']}", markup=False)
 
 
 def _tensor_table(drift: dict[str, Any], wide: bool) -> Any:

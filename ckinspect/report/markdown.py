@@ -65,42 +65,49 @@ def file_section(entry: Mapping[str, Any]) -> list[str]:
     if meta:
         out[-1] += f" · {md_text(meta)}"
     out.append("")
-    if entry["findings"]:
-        for finding in entry["findings"]:
-            tensor = f" ({md_code(finding['tensor'])})" if finding.get("tensor") else ""
-            out.append(
-                f"- {ICON.get(finding['severity'], '')} **{finding['code']}** {md_text(finding['message'])}{tensor}"
-            )
-    else:
-        out.append("✅ no findings")
+    out += [_finding_item(f) for f in entry["findings"]] or ["✅ no findings"]
     out.append("")
-    total = entry["tensor_bytes"]
-    short = entry.get("cut_short")
     if entry["tensor_count"]:
-        out += _groups_table(entry)
-        out.append("")
-        unused = entry.get("unused_bytes", entry["storage_bytes"] - total)
-        line = ""
-        if short and (entry["groups"]["optimizer"]["bytes"] or short["declared_bytes"]["optimizer"]):
-            line = (
-                f"Optimizer share: **{percent(short['declared_optimizer_share'])}** of the declared sizes "
-                f"({percent(entry['optimizer_share'])} of the bytes present)."
-            )
-        elif entry["groups"]["optimizer"]["bytes"]:
-            line = f"Optimizer share: **{percent(entry['optimizer_share'])}** of tensor bytes."
-        if unused:
-            line += f" {human_bytes(unused)} of storage is used by no tensor."
-        if line:
-            out += [line.strip(), ""]
-        if short:
-            out += [
-                f"❌ **{short['missing_tensors']:,} of {entry['tensor_count']:,} tensors missing** (cut short): "
-                f"{md_code(short['salvage'])} keeps the whole ones.",
-                "",
-            ]
-        out += tensors_details(entry)
+        out += _tensor_part(entry)
     out += composites_details(entry)
     return out
+
+
+def _finding_item(finding: Mapping[str, Any]) -> str:
+    tensor = f" ({md_code(finding['tensor'])})" if finding.get("tensor") else ""
+    return f"- {ICON.get(finding['severity'], '')} **{finding['code']}** {md_text(finding['message'])}{tensor}"
+
+
+def _tensor_part(entry: Mapping[str, Any]) -> list[str]:
+    """The groups table, the optimizer share and unused storage, what a cut left out, and the tensors."""
+    out = [*_groups_table(entry), ""]
+    short = entry.get("cut_short")
+    line = _share_line(entry)
+    if line:
+        out += [line, ""]
+    if short:
+        out += [
+            f"❌ **{short['missing_tensors']:,} of {entry['tensor_count']:,} tensors missing** (cut short): "
+            f"{md_code(short['salvage'])} keeps the whole ones.",
+            "",
+        ]
+    return out + tensors_details(entry)
+
+
+def _share_line(entry: Mapping[str, Any]) -> str:
+    short = entry.get("cut_short")
+    unused = entry.get("unused_bytes", entry["storage_bytes"] - entry["tensor_bytes"])
+    line = ""
+    if short and (entry["groups"]["optimizer"]["bytes"] or short["declared_bytes"]["optimizer"]):
+        line = (
+            f"Optimizer share: **{percent(short['declared_optimizer_share'])}** of the declared sizes "
+            f"({percent(entry['optimizer_share'])} of the bytes present)."
+        )
+    elif entry["groups"]["optimizer"]["bytes"]:
+        line = f"Optimizer share: **{percent(entry['optimizer_share'])}** of tensor bytes."
+    if unused:
+        line += f" {human_bytes(unused)} of storage is used by no tensor."
+    return line.strip()
 
 
 def _groups_table(entry: Mapping[str, Any]) -> list[str]:
