@@ -1,6 +1,6 @@
 """`ckinspect last-good` on a run of 100 checkpoints with 8 rank files each, against loading them with torch.
 
-    python bench/bench_last_good.py [--checkpoints 100] [--ranks 8] [--rounds 3]
+    python bench/bench_last_good.py [--checkpoints 100] [--ranks 8] [--rounds 3] [--memory]
 
 The run is DeepSpeed-shaped (tests/analysis/runs/test_runs.py writes the same records): `global_stepN/`
 with `mp_rank_00_model_states.pt` recording dp world size 8, and 8 `zero_pp_rank_K_..._optim_states.pt`.
@@ -12,7 +12,8 @@ time includes waiting for a core):
   - `ckinspect last-good RUN`                 the path (newest first until one is good)
   - `ckinspect last-good RUN --format json`   every checkpoint judged and listed
   - torch: `torch.load(weights_only=False)` of every file of every checkpoint (what checking by loading costs)
-The goal: the first answers in at most 1 s.
+The goal: the first answers in at most 1 s; JSON at the cost of the plain answer. `--memory` adds the
+peak RSS (/usr/bin/time -v) of both on runs of 10, 40 and 160 saves: it must not grow with their number.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def main() -> int:
     parser.add_argument("--checkpoints", type=int, default=100)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory", action="store_true", help="also peak RSS on runs of 10, 40 and 160 saves")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-last-good-") as tmp:
         run = make_run(Path(tmp), args.checkpoints, args.ranks)
@@ -130,7 +132,36 @@ def main() -> int:
             f"goal (last-good in at most 1 s): wall {'met' if wall_ok else 'NOT met'}, "
             f"cpu {'met' if statistics.median(cpu['last-good']) <= 1.0 else 'NOT met'}"
         )
+        json_ratio = statistics.median(times["last-good --format json"]) / statistics.median(times["last-good"])
+        print(f"goal (JSON at the cost of the plain answer): --format json costs {json_ratio:.1f}x the plain answer")
+    if args.memory:
+        memory_flat(args.ranks)
     return 0
+
+
+def peak_rss(args: list[str]) -> int:
+    """Peak resident set of one child process, in KiB, as /usr/bin/time -v reports it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    proc = subprocess.run(["/usr/bin/time", "-v", *args], capture_output=True, text=True, cwd=REPO, env=env)
+    line = next(x for x in proc.stderr.splitlines() if "Maximum resident set size" in x)
+    return int(line.rsplit(":", 1)[1])
+
+
+def memory_flat(ranks: int) -> None:
+    """Peak RSS of last-good (plain and JSON) on runs of 10 to 160 saves: flat in the number of checkpoints."""
+    print(f"peak RSS (/usr/bin/time -v), runs of N checkpoints x {ranks} rank files:")
+    rows = []
+    for checkpoints in (10, 40, 160):
+        with tempfile.TemporaryDirectory(prefix="bench-last-good-rss-") as tmp:
+            run = make_run(Path(tmp), checkpoints, ranks)
+            ckinspect = [sys.executable, "-m", "ckinspect", "last-good", str(run)]
+            plain, listed = peak_rss(ckinspect), peak_rss([*ckinspect, "--format", "json"])
+            rows.append((checkpoints, plain, listed))
+            print(
+                f"  {checkpoints:4d} saves: last-good {plain / 1024:6.1f} MiB   --format json {listed / 1024:6.1f} MiB"
+            )
+    growth = rows[-1][1] / rows[0][1]
+    print(f"  160 saves against 10: plain {growth:.2f}x, json {rows[-1][2] / rows[0][2]:.2f}x the peak RSS")
 
 
 if __name__ == "__main__":

@@ -139,6 +139,32 @@ def measure(path: Path, code: Path, rounds: int, torch_side: bool = True) -> dic
     return {"cli wall": wall, "cli cpu": cpu, "torch wall": t_wall, "torch cpu": t_cpu, **parts}
 
 
+def _bench_protocol(args: argparse.Namespace, folder: Path, protocol: int) -> None:
+    """One row per size, then the growth exponent of each figure between the smallest and the largest."""
+    figures: dict[int, dict[str, float]] = {}
+    for n in args.tensors:
+        path = folder / f"many_{n}_p{protocol}.pt"
+        if not (args.reuse and path.exists()):
+            subprocess.run([sys.executable, "-c", WRITE, str(n), str(path), str(protocol)], check=True,
+                           env=child_env(args.code))  # fmt: skip
+        figures[n] = f = measure(path, args.code, args.rounds, not args.no_torch)
+        print(f"protocol {protocol}, {n:>7,} tensors: report {f['cli wall']:.2f} s wall {f['cli cpu']:.2f} "
+              f"CPU-s | torch.load {f['torch wall']:.2f} s wall {f['torch cpu']:.2f} CPU-s | "
+              f"torch/ours CPU {f['torch cpu'] / f['cli cpu']:.2f}x | in-process CPU-s: scan {f['scan']:.3f}, "
+              f"unpickler {f['unpickler']:.3f}, zip directory {f['zip directory']:.3f}, "
+              f"reader {f['reader']:.3f}", flush=True)  # fmt: skip
+    small, large = min(figures), max(figures)
+    if small == large:
+        return
+    growth = {
+        key: math.log(figures[large][key] / figures[small][key]) / math.log(large / small)
+        for key in ("cli cpu", "scan", "unpickler", "reader", "torch cpu")
+        if not math.isnan(figures[large][key])
+    }
+    print(f"protocol {protocol}, growth exponent {small:,} -> {large:,} tensors: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in growth.items()))  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tensors", type=int, nargs="+", default=[50_000, 160_000, 640_000])
@@ -155,27 +181,7 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; code: {args.code}")
     try:
         for protocol in args.protocols:
-            figures: dict[int, dict[str, float]] = {}
-            for n in args.tensors:
-                path = folder / f"many_{n}_p{protocol}.pt"
-                if not (args.reuse and path.exists()):
-                    subprocess.run([sys.executable, "-c", WRITE, str(n), str(path), str(protocol)], check=True,
-                                   env=child_env(args.code))  # fmt: skip
-                figures[n] = f = measure(path, args.code, args.rounds, not args.no_torch)
-                print(f"protocol {protocol}, {n:>7,} tensors: report {f['cli wall']:.2f} s wall {f['cli cpu']:.2f} "
-                      f"CPU-s | torch.load {f['torch wall']:.2f} s wall {f['torch cpu']:.2f} CPU-s | "
-                      f"torch/ours CPU {f['torch cpu'] / f['cli cpu']:.2f}x | in-process CPU-s: scan {f['scan']:.3f}, "
-                      f"unpickler {f['unpickler']:.3f}, zip directory {f['zip directory']:.3f}, "
-                      f"reader {f['reader']:.3f}", flush=True)  # fmt: skip
-            small, large = min(figures), max(figures)
-            if small != large:
-                growth = {
-                    key: math.log(figures[large][key] / figures[small][key]) / math.log(large / small)
-                    for key in ("cli cpu", "scan", "unpickler", "reader", "torch cpu")
-                    if not math.isnan(figures[large][key])
-                }
-                print(f"protocol {protocol}, growth exponent {small:,} -> {large:,} tensors: "
-                      + ", ".join(f"{k} {v:.2f}" for k, v in growth.items()))  # fmt: skip
+            _bench_protocol(args, folder, protocol)
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)

@@ -219,8 +219,8 @@ def _drift_parser() -> argparse.ArgumentParser:
     drift.add_argument(
         "--config",
         metavar="FILE",
-        help="a config.json (transformers' format) for a state dict that carries none; without it the "
-        "architecture is inferred from names and shapes, and what was assumed is said",
+        help="a config.json (transformers' format), or nanoGPT's model_args as JSON, for a state dict that "
+        "carries none; without it the architecture is inferred from names and shapes, and what was assumed is said",
     )
     drift.add_argument(
         "--fp8",

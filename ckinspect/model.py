@@ -51,8 +51,9 @@ class StorageInfo(Record):
     location: str = "cpu"
     big_endian: bool = False  # the archive's byteorder record says "big": elements are stored byte-swapped
     # a deflated zip member's bytes (np.savez_compressed): (absolute start of the deflate stream, its length,
-    # bytes it inflates to before the storage's first byte, the whole member's size and CRC-32); offset is None
-    deflated: tuple[int, int, int, int, int] | None = None
+    # bytes it inflates to before the storage's first byte, the whole member's size and CRC-32 or None when
+    # the archive records none); offset is None
+    deflated: tuple[int, int, int, int, int | None] | None = None
 
 
 class TensorInfo(Record):

@@ -100,17 +100,10 @@ def structural_findings(ckpt: Checkpoint, layout: Layout | None = None) -> list[
 def salvage_findings(ckpt: Checkpoint) -> list[Finding]:
     """SALVAGED_PARTIAL when the file records that `ckinspect salvage` could not recover all of its source:
     a torch output's top-level SALVAGE_KEY, a safetensors output's `salvage_missing`/`salvage_dropped`."""
-    top = top_mapping(ckpt)
-    record = top.get(SALVAGE_KEY) if top is not None else None
-    if isinstance(record, Mapping):
-        source, missing, dropped = record.get("salvaged_from"), record.get("missing"), record.get("dropped")
-    elif "salvaged_from" in ckpt.metadata:
-        source = ckpt.metadata.get("salvaged_from")
-        missing, dropped = (_json_list(ckpt.metadata.get(key)) for key in ("salvage_missing", "salvage_dropped"))
-    else:
+    recorded = _salvage_record(ckpt)
+    if recorded is None:
         return []
-    missing = [str(n) for n in missing] if isinstance(missing, list) else []
-    dropped = [str(n) for n in dropped] if isinstance(dropped, list) else []
+    source, missing, dropped = recorded[0], _strings(recorded[1]), _strings(recorded[2])
     if not missing and not dropped:
         return []
     lost = [f"{len(missing)} tensors ({_first(missing)})" if missing else "",
@@ -118,6 +111,27 @@ def salvage_findings(ckpt: Checkpoint) -> list[Finding]:
     message = (f"salvaged from {source}: {' and '.join(x for x in lost if x)} could not be recovered and are not "
                "in this file, so it is not the whole checkpoint")  # fmt: skip
     return [Finding("SALVAGED_PARTIAL", message, missing[0] if missing else None)]
+
+
+def _salvage_record(ckpt: Checkpoint) -> tuple[Any, Any, Any] | None:
+    """(source, missing, dropped) as salvage recorded them: a torch output's top-level key, or the
+    safetensors header's metadata; None when the file records no salvage."""
+    top = top_mapping(ckpt)
+    record = top.get(SALVAGE_KEY) if top is not None else None
+    if isinstance(record, Mapping):
+        return record.get("salvaged_from"), record.get("missing"), record.get("dropped")
+    if "salvaged_from" in ckpt.metadata:
+        meta = ckpt.metadata
+        return (
+            meta.get("salvaged_from"),
+            _json_list(meta.get("salvage_missing")),
+            _json_list(meta.get("salvage_dropped")),
+        )
+    return None
+
+
+def _strings(names: Any) -> list[str]:
+    return [str(n) for n in names] if isinstance(names, list) else []
 
 
 def _json_list(text: Any) -> Any:
@@ -140,72 +154,86 @@ def resume_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     if layout.is_resume is False:  # weights only: nothing below could apply
         return []
     top = top_mapping(ckpt)
+    evidence = _resume_evidence(ckpt, layout, top)
+    if evidence is None or not evidence.is_resume:
+        return []
+    findings = _missing_resume_state(evidence, top)
+    half = _half_precision_resume(ckpt)
+    return findings + ([half] if half else [])
+
+
+class ResumeEvidence(Record):
+    """What a file holds of the state a resume needs: each from the layout's roles where it names them,
+    else from the file's tensors and keys."""
+
+    optimizer: bool
+    step: bool
+    rng: bool
+    is_resume: bool
+
+
+def _resume_evidence(ckpt: Checkpoint, layout: Layout, top: Mapping[str, Any] | None) -> ResumeEvidence | None:
+    """None: a weights file that says it saved no optimizer (a step count there is provenance, not resume state)."""
     groups = {t.group for t in ckpt.tensors}
-    has_optimizer = layout.resume_parts.get("optimizer")
-    if has_optimizer is None:
-        has_optimizer = bool(layout.optimizers) or "optimizer" in groups
+    has_optimizer = _layout_says(layout, "optimizer", lambda: bool(layout.optimizers) or "optimizer" in groups)
     if not has_optimizer and top is not None and states_no_optimizer(top):
-        return []  # a weights file that says it saved no optimizer: a step count there is provenance, not resume state
-    has_step = layout.resume_parts.get("step")
-    if has_step is None:
-        has_step = (
-            ckpt.metadata.get("step") is not None
-            # an unknown trainer's epoch counter: epoch-wise schedules resume from it (known layouts name their step)
-            or (layout.is_resume is None and ckpt.metadata.get("epoch") is not None)
-            or (top is not None and any(k in top for k in SCHEDULER_KEYS))  # a scheduler's state carries the step
-        )
-    has_rng = layout.resume_parts.get("rng")
-    if has_rng is None:
-        has_rng = (
-            "rng" in groups
-            or (top is not None and any(isinstance(k, str) and is_rng_key(k) and not _empty(v) for k, v in top.items()))
-            or has_data_position(top)
-        )
-    is_resume: bool | None = layout.is_resume
-    if is_resume is None:
-        is_resume = has_optimizer or has_step or (top is not None and _has_training_keys(top))
+        return None
+    has_step = _layout_says(layout, "step", lambda: _has_step(ckpt, layout, top))
+    has_rng = _layout_says(layout, "rng", lambda: "rng" in groups or _has_rng_keys(top) or has_data_position(top))
+    is_resume = _layout_says_resume(layout, lambda: has_optimizer or has_step or _has_training_keys(top))
+    return ResumeEvidence(has_optimizer, has_step, has_rng, is_resume)
 
-    findings: list[Finding] = []
-    if not is_resume:
-        return findings
-    missing = [
-        what
-        for what, present in (
-            ("optimizer state (moments start from zero: the run takes a different path)", has_optimizer),
-            ("the step counter (the LR schedule restarts)", has_step),
-            (_rng_missing(top), has_rng),
-        )
-        if not present
-    ]
-    if missing:
-        have = [
-            w
-            for w, p in (
-                ("optimizer state", has_optimizer),
-                ("a step counter", has_step),
-                ("RNG/data-position state", has_rng),
-            )
-            if p
-        ]
-        why = f"has {' and '.join(have)}" if have else "has training-state keys"
-        findings.append(
-            Finding("RESUME_INCOMPLETE", f"looks like a resume file ({why}) but lacks " + "; ".join(missing))
-        )
 
+def _layout_says_resume(layout: Layout, otherwise: Any) -> bool:
+    return bool(otherwise()) if layout.is_resume is None else layout.is_resume
+
+
+def _layout_says(layout: Layout, part: str, otherwise: Any) -> bool:
+    said = layout.resume_parts.get(part)
+    return bool(otherwise()) if said is None else said
+
+
+def _has_step(ckpt: Checkpoint, layout: Layout, top: Mapping[str, Any] | None) -> bool:
+    return (
+        ckpt.metadata.get("step") is not None
+        # an unknown trainer's epoch counter: epoch-wise schedules resume from it (known layouts name their step)
+        or (layout.is_resume is None and ckpt.metadata.get("epoch") is not None)
+        or (top is not None and any(k in top for k in SCHEDULER_KEYS))  # a scheduler's state carries the step
+    )
+
+
+def _has_rng_keys(top: Mapping[str, Any] | None) -> bool:
+    return top is not None and any(isinstance(k, str) and is_rng_key(k) and not _empty(v) for k, v in top.items())
+
+
+def _missing_resume_state(evidence: ResumeEvidence, top: Mapping[str, Any] | None) -> list[Finding]:
+    parts = (
+        ("optimizer state", "optimizer state (moments start from zero: the run takes a different path)",
+         evidence.optimizer),
+        ("a step counter", "the step counter (the LR schedule restarts)", evidence.step),
+        ("RNG/data-position state", _rng_missing(top), evidence.rng),
+    )  # fmt: skip
+    missing = [lacking for _, lacking, present in parts if not present]
+    if not missing:
+        return []
+    have = [held for held, _, present in parts if present]
+    why = f"has {' and '.join(have)}" if have else "has training-state keys"
+    return [Finding("RESUME_INCOMPLETE", f"looks like a resume file ({why}) but lacks " + "; ".join(missing))]
+
+
+def _half_precision_resume(ckpt: Checkpoint) -> Finding | None:
     model_dtypes = {t.dtype for t in ckpt.tensors if t.group == "model"}
-    if model_dtypes & set(HALF_DTYPES):
-        floating = [t for t in ckpt.tensors if t.group == "model" and dtype_info(t.dtype).is_floating]
-        half = [t for t in floating if t.dtype in HALF_DTYPES]
-        kinds = "/".join(sorted({t.dtype for t in half}))
-        findings.append(
-            Finding(
-                "HALF_PRECISION_RESUME",
-                f"resume file with {kinds} model weights ({len(half)} of {len(floating)} floating tensors): "
-                "a run resumed from it cannot match an uninterrupted one bit for bit; save fp32 master weights",
-                half[0].name,
-            )
-        )
-    return findings
+    if not model_dtypes & set(HALF_DTYPES):
+        return None
+    floating = [t for t in ckpt.tensors if t.group == "model" and dtype_info(t.dtype).is_floating]
+    half = [t for t in floating if t.dtype in HALF_DTYPES]
+    kinds = "/".join(sorted({t.dtype for t in half}))
+    return Finding(
+        "HALF_PRECISION_RESUME",
+        f"resume file with {kinds} model weights ({len(half)} of {len(floating)} floating tensors): "
+        "a run resumed from it cannot match an uninterrupted one bit for bit; save fp32 master weights",
+        half[0].name,
+    )
 
 
 def states_no_optimizer(top: Mapping[str, Any], depth: int = 4) -> bool:
@@ -215,15 +243,19 @@ def states_no_optimizer(top: Mapping[str, Any], depth: int = 4) -> bool:
     for key, value in top.items():
         if not isinstance(key, str):
             continue
-        lowered = key.lower()
-        if lowered in NO_OPTIMIZER_SWITCHES and value is NO_OPTIMIZER_SWITCHES[lowered]:
-            return True
-        if lowered in OPTIMIZER_KEYS and value in (None, {}, []):
+        if _says_no_optimizer(key.lower(), value):
             return True
         fields = value if isinstance(value, Mapping) else getattr(value, "fields", None)
         if depth > 1 and isinstance(fields, Mapping) and states_no_optimizer(fields, depth - 1):
             return True
     return False
+
+
+def _says_no_optimizer(key: str, value: Any) -> bool:
+    """`save_optimizer: False` and its kin, or an optimizer entry that holds nothing."""
+    if key in NO_OPTIMIZER_SWITCHES and value is NO_OPTIMIZER_SWITCHES[key]:
+        return True
+    return key in OPTIMIZER_KEYS and value in (None, {}, [])
 
 
 def _rng_missing(top: Mapping[str, Any] | None) -> str:
@@ -243,7 +275,9 @@ def _empty(value: Any, depth: int = 4) -> bool:
     return False
 
 
-def _has_training_keys(top: Mapping[str, Any]) -> bool:
+def _has_training_keys(top: Mapping[str, Any] | None) -> bool:
+    if top is None:
+        return False
     keys = {k.lower() for k in top if isinstance(k, str)}
     return bool(keys & {"epoch", "global_step", "iter_num", "scaler", *SCHEDULER_KEYS}) or has_data_position(top)
 
@@ -341,33 +375,39 @@ class OptimizerState(Record):
 
 def optimizer_states(ckpt: Checkpoint, layout: Layout) -> list[OptimizerState]:
     """The optimizer states in a checkpoint: from the decoded tree when there is one, else from tensor names."""
-    found: list[OptimizerState] = []
-    for prefix, opt in layout.optimizers:
-        state = opt.get("state")
-        groups = opt.get("param_groups")
-        entries: dict[Any, dict[str, TensorInfo]] = {}
-        if isinstance(state, Mapping):
-            for key, entry in state.items():
-                if ckpt.format == "dcp" and isinstance(key, str) and key.isdigit():
-                    key = int(key)  # DCP keeps every dict key as a string; param_groups list the int ids
-                if isinstance(entry, Mapping):
-                    entries[key] = {str(k): v for k, v in entry.items() if isinstance(v, TensorInfo)}
-        param_ids: list[Any] | None = None
-        if isinstance(groups, Sequence):
-            param_ids = []
-            for group in groups:
-                if isinstance(group, Mapping) and isinstance(group.get("params"), Sequence):
-                    param_ids.extend(p for p in group["params"] if isinstance(p, (int, str)))
-        found.append(OptimizerState(prefix, entries, param_ids))
-    if found:
-        return found
-    # No decoded optimizer dict (DCP, safetensors, unknown layouts): read the tensor names,
-    # `optim.state.layers.0.weight.exp_avg` or `optimizer.state.3.exp_avg`.
+    found = [_decoded_state(ckpt, prefix, opt) for prefix, opt in layout.optimizers]
+    return found or _states_by_name(ckpt)
+
+
+def _decoded_state(ckpt: Checkpoint, prefix: str, opt: Mapping[str, Any]) -> OptimizerState:
+    """One decoded torch optimizer state dict: its per-parameter tensors and the param ids its groups list."""
+    state, groups = opt.get("state"), opt.get("param_groups")
+    entries = _state_entries(ckpt, state) if isinstance(state, Mapping) else {}
+    param_ids = [p for group in groups for p in _group_params(group)] if isinstance(groups, Sequence) else None
+    return OptimizerState(prefix, entries, param_ids)
+
+
+def _state_entries(ckpt: Checkpoint, state: Mapping[Any, Any]) -> dict[Any, dict[str, TensorInfo]]:
+    entries: dict[Any, dict[str, TensorInfo]] = {}
+    for key, entry in state.items():
+        if ckpt.format == "dcp" and isinstance(key, str) and key.isdigit():
+            key = int(key)  # DCP keeps every dict key as a string; param_groups list the int ids
+        if isinstance(entry, Mapping):
+            entries[key] = {str(k): v for k, v in entry.items() if isinstance(v, TensorInfo)}
+    return entries
+
+
+def _group_params(group: Any) -> list[Any]:
+    params = group.get("params") if isinstance(group, Mapping) else None
+    return [p for p in params if isinstance(p, (int, str))] if isinstance(params, Sequence) else []
+
+
+def _states_by_name(ckpt: Checkpoint) -> list[OptimizerState]:
+    """No decoded optimizer dict (DCP, safetensors, unknown layouts): the tensor names say it,
+    `optim.state.layers.0.weight.exp_avg` or `optimizer.state.3.exp_avg`."""
     by_prefix: dict[str, OptimizerState] = {}
     for tensor in ckpt.tensors:
-        if tensor.group != "optimizer":
-            continue
-        match = _OPTIMIZER_STATE_NAME.search(tensor.name)
+        match = _OPTIMIZER_STATE_NAME.search(tensor.name) if tensor.group == "optimizer" else None
         if not match or match.group("leaf") not in OPTIMIZER_STATE_LEAVES:
             continue
         prefix = tensor.name[: match.start("param")][: -len("state.")]
@@ -403,42 +443,49 @@ def optimizer_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     beside = _model_beside(layout) if states and not params else []
     findings += [Finding("OPTIMIZER_MISMATCH", m, t) for m, t in _uneven_states(layout)]
     for opt in states:
-        problem = _internal_problem(opt)
-        if problem is None and params:
-            # A DCP .metadata lists tensors in the order its ranks' save plans merged, not the model's:
-            # int-keyed state can only be matched by count and shapes there
-            by_id = ckpt.format == "dcp" and opt.entries and all(isinstance(k, int) for k in opt.entries)
-            problem = _mismatch_unordered(opt, params, None) if by_id else _mismatch(opt, params, layout)
-        if problem is None and beside:
-            problem = _mismatch_unordered(opt, beside, layout.model_file)
+        problem = _state_problem(ckpt, opt, params, beside, layout)
         if problem:
             message, tensor = problem
             findings.append(Finding("OPTIMIZER_MISMATCH", message, tensor))
     return findings
 
 
+def _state_problem(ckpt: Checkpoint, opt: OptimizerState, params: list[TensorInfo], beside: list[TensorInfo],
+                   layout: Layout) -> tuple[str, str | None] | None:  # fmt: skip
+    """What is wrong with one optimizer state: within itself, against the model in the file, or the model beside."""
+    problem = _internal_problem(opt)
+    if problem is None and params:
+        # A DCP .metadata lists tensors in the order its ranks' save plans merged, not the model's:
+        # int-keyed state can only be matched by count and shapes there
+        by_id = ckpt.format == "dcp" and opt.entries and all(isinstance(k, int) for k in opt.entries)
+        problem = _mismatch_unordered(opt, params, None) if by_id else _mismatch(opt, params, layout)
+    if problem is None and beside:
+        problem = _mismatch_unordered(opt, beside, layout.model_file)
+    return problem
+
+
 def _uneven_states(layout: Layout) -> list[tuple[str, str | None]]:
     """Per-parameter states that lack what the others of the same optimizer hold (a cut or salvaged file
     whose state entries lost their moments): torch keeps the same keys for every parameter it stepped."""
-    problems: list[tuple[str, str | None]] = []
-    for prefix, opt in layout.optimizers:
-        state = opt.get("state")
-        if not isinstance(state, Mapping):
-            continue
-        entries = {k: set(v) for k, v in state.items() if isinstance(v, Mapping)}  # odd entries: judged elsewhere
-        union = set().union(*entries.values()) if entries else set()
-        short = {k: union - keys for k, keys in entries.items() if keys != union}
-        if not short or not union:
-            continue
-        shown = "; ".join(f"{k}: {', '.join(sorted(map(str, lacks)))}" for k, lacks in list(short.items())[:4])
-        more = f"; and {len(short) - 4} more" if len(short) > 4 else ""
-        first = next(iter(short))
-        problems.append((
-            f"optimizer state of {len(short)} of {len(entries)} parameters lacks what the others hold "
-            f"({shown}{more}): cut short or salvaged; a resume fails at its first step or restarts those moments",
-            f"{prefix}state.{first}",
-        ))  # fmt: skip
-    return problems
+    found = (_uneven(prefix, opt.get("state")) for prefix, opt in layout.optimizers)
+    return [problem for problem in found if problem is not None]
+
+
+def _uneven(prefix: str, state: Any) -> tuple[str, str | None] | None:
+    if not isinstance(state, Mapping):
+        return None
+    entries = {k: set(v) for k, v in state.items() if isinstance(v, Mapping)}  # odd entries: judged elsewhere
+    union = set().union(*entries.values()) if entries else set()
+    short = {k: union - keys for k, keys in entries.items() if keys != union}
+    if not short:  # nothing short also when nothing is held at all
+        return None
+    shown = "; ".join(f"{k}: {', '.join(sorted(map(str, lacks)))}" for k, lacks in list(short.items())[:4])
+    more = f"; and {len(short) - 4} more" if len(short) > 4 else ""
+    return (
+        f"optimizer state of {len(short)} of {len(entries)} parameters lacks what the others hold "
+        f"({shown}{more}): cut short or salvaged; a resume fails at its first step or restarts those moments",
+        f"{prefix}state.{next(iter(short))}",
+    )
 
 
 def _model_beside(layout: Layout) -> list[TensorInfo]:
@@ -484,13 +531,18 @@ def _internal_problem(opt: OptimizerState) -> tuple[str, str | None] | None:
         if len(set(shapes.values())) > 1:
             detail = ", ".join(f"{leaf} {_shape(s)}" for leaf, s in shapes.items())
             return f"optimizer state of parameter {key} disagrees with itself: {detail}", f"{opt.prefix}state.{key}"
-    if opt.param_ids is not None:
-        listed = set(opt.param_ids)
-        orphans = [k for k in opt.entries if k not in listed]
-        if orphans:
-            shown = ", ".join(map(str, orphans[:5])) + (" ..." if len(orphans) > 5 else "")
-            return f"optimizer state has entries for parameters {shown} that no param group lists", None
-    return None
+    return _orphan_entries(opt)
+
+
+def _orphan_entries(opt: OptimizerState) -> tuple[str, str | None] | None:
+    if opt.param_ids is None:
+        return None
+    listed = set(opt.param_ids)
+    orphans = [k for k in opt.entries if k not in listed]
+    if not orphans:
+        return None
+    shown = ", ".join(map(str, orphans[:5])) + (" ..." if len(orphans) > 5 else "")
+    return f"optimizer state has entries for parameters {shown} that no param group lists", None
 
 
 def _mismatch(opt: OptimizerState, params: list[TensorInfo], layout: Layout) -> tuple[str, str | None] | None:
@@ -505,14 +557,26 @@ def _mismatch(opt: OptimizerState, params: list[TensorInfo], layout: Layout) -> 
             None,
         )
     if len(order) == len(params):
-        # One optimizer entry per model tensor, in order: state key i belongs to the i-th parameter.
-        for position, key in enumerate(order):
-            known = opt.shape_of(key)
-            if known and known[0] != params[position].shape:
-                return _shape_message(known, params[position]), known[1]
-        return None
-    # Fewer parameters than model tensors (persistent buffers, frozen layers): the parameters are
-    # a subsequence of the model's tensors; every state's shape must fit the next one in order.
+        return _mismatch_in_order(opt, order, params)
+    return _mismatch_in_subsequence(opt, order, params)
+
+
+def _mismatch_in_order(
+    opt: OptimizerState, order: list[Any], params: list[TensorInfo]
+) -> tuple[str, str | None] | None:
+    """One optimizer entry per model tensor, in order: state key i belongs to the i-th parameter."""
+    for position, key in enumerate(order):
+        known = opt.shape_of(key)
+        if known and known[0] != params[position].shape:
+            return _shape_message(known, params[position]), known[1]
+    return None
+
+
+def _mismatch_in_subsequence(
+    opt: OptimizerState, order: list[Any], params: list[TensorInfo]
+) -> tuple[str, str | None] | None:
+    """Fewer parameters than model tensors (persistent buffers, frozen layers): the parameters are
+    a subsequence of the model's tensors; every state's shape must fit the next one in order."""
     cursor = 0
     for key in order:
         known = opt.shape_of(key)

@@ -566,8 +566,33 @@ class _Run(Record):
     blobs_b: Blobs
     pool: ThreadPoolExecutor | None
 
-    def map(self, fn: Callable[[Any], Any], items: list[Any]) -> Iterator[Any]:
-        return self.pool.map(fn, items) if self.pool else map(fn, items)
+    def map(self, fn: Callable[[Any], Any], items: list[Any], size: Callable[[Any], int]) -> Iterator[Any]:
+        """fn over items, in order; on the pool in batches of about COMPARE_CHUNK bytes (`size` of each), so
+        160,000 small tensors are a few hundred tasks, not 160,000 futures and their locks."""
+        if not self.pool:
+            return map(fn, items)
+        batches = _batches(items, size)
+        return (out for outs in self.pool.map(lambda batch: [fn(x) for x in batch], batches) for out in outs)
+
+
+_MAX_BATCH = 1024  # items per pool task, whatever their size
+
+
+def _batches(items: list[Any], size: Callable[[Any], int]) -> list[list[Any]]:
+    """Consecutive items in runs of at most COMPARE_CHUNK bytes (one bigger item alone) and _MAX_BATCH items."""
+    out: list[list[Any]] = []
+    batch: list[Any] = []
+    held = 0
+    for item in items:
+        n = size(item)
+        if batch and (held + n > COMPARE_CHUNK or len(batch) >= _MAX_BATCH):
+            out.append(batch)
+            batch, held = [], 0
+        batch.append(item)
+        held += n
+    if batch:
+        out.append(batch)
+    return out
 
 
 def _check_groups(only: list[str] | None) -> None:
@@ -581,20 +606,28 @@ def _check_groups(only: list[str] | None) -> None:
 def _pair_up(a: Checkpoint, b: Checkpoint, only: list[str] | None, atol: float) -> tuple[DiffResult, list[_Pair]]:
     """Match A's tensors to B's (within the groups asked for); what only one side has goes in the result."""
     ra, rb = roles(a), roles(b)
-    ta = [t for t in a.tensors if not only or ra[t.name] in only]
-    tb = [t for t in b.tensors if not only or rb[t.name] in only]
-    ka, kb, statement = _match(ta, ra, tb, rb)
+    ka, kb, statement = _match(_in_groups(a, ra, only), ra, _in_groups(b, rb, only), rb)
     if only:
         statement += f"; only group(s) {', '.join(only)} compared"
     result = DiffResult(a.path, b.path, match=statement, only=list(only) if only else None, atol=atol)
     result.only_a = [t.name for k, t in ka.items() if k not in kb]
     result.only_b = [t.name for k, t in kb.items() if k not in ka]
-    for keys, other, role, counts in ((ka, kb, ra, result.only_a_groups), (kb, ka, rb, result.only_b_groups)):
-        for k, t in keys.items():
-            if k not in other:
-                counts[role[t.name]] = counts.get(role[t.name], 0) + 1
+    _count_unmatched(ka, kb, ra, result.only_a_groups)
+    _count_unmatched(kb, ka, rb, result.only_b_groups)
     pairs = [_Pair(x.name, x, kb[key]) for key, x in ka.items() if key in kb]  # under A's name; B's is in "b"
     return result, pairs
+
+
+def _in_groups(ckpt: Checkpoint, role: dict[str, str], only: list[str] | None) -> list[TensorInfo]:
+    return [t for t in ckpt.tensors if not only or role[t.name] in only]
+
+
+def _count_unmatched(keys: dict[str, TensorInfo], other: dict[str, TensorInfo], role: dict[str, str],
+                     counts: dict[str, int]) -> None:  # fmt: skip
+    """Tensors of one side the other lacks, counted by group."""
+    for k, t in keys.items():
+        if k not in other:
+            counts[role[t.name]] = counts.get(role[t.name], 0) + 1
 
 
 _Range = tuple[Path, int, int]  # file, offset, length
@@ -607,7 +640,8 @@ def _compare_bytes(run: _Run, pairs: list[_Pair], progress: Callable[[int, int],
     chunks = _byte_chunks(run, pairs)
     total = 2 * sum(c[4] for c in chunks)
     done = 0
-    for chunk, (ok, ps) in zip(chunks, run.map(functools.partial(_chunk_equal, run), chunks), strict=True):
+    verdicts = run.map(functools.partial(_chunk_equal, run), chunks, lambda c: c[4])
+    for chunk, (ok, ps) in zip(chunks, verdicts, strict=True):
         if not ok:
             for p in ps:
                 p.equal = False
@@ -639,7 +673,7 @@ def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
         return None
     if p.ta.numel == 0:
         return None
-    if run.a.storages[p.ta.storage_key].deflated is not None or run.b.storages[p.tb.storage_key].deflated is not None:
+    if _streamed(run, p):
         p.equal, p.streamed = False, True  # inflated as values are compared (io.values streams the member)
         return None
     try:
@@ -653,6 +687,13 @@ def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
         p.relaid = True
         return None
     return bytes_a, bytes_b
+
+
+def _streamed(run: _Run, p: _Pair) -> bool:
+    """A side's bytes are in a deflated zip member (np.savez_compressed, a re-zipped torch file): no memcmp."""
+    return (
+        run.a.storages[p.ta.storage_key].deflated is not None or run.b.storages[p.tb.storage_key].deflated is not None
+    )
 
 
 def _swapped(run: _Run, p: _Pair) -> bool:
@@ -693,7 +734,7 @@ def _compare_values(run: _Run, pairs: list[_Pair], atol: float) -> list[tuple[_P
             p.error = str(exc)
             return p, None
 
-    return list(run.map(judge, pairs))
+    return list(run.map(judge, pairs, lambda p: p.ta.nbytes + p.tb.nbytes))
 
 
 def _streamed_bytes_equal(run: _Run, p: _Pair) -> bool:

@@ -372,52 +372,72 @@ def _hf_trainer(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
     from ckinspect.io.remote import as_path
 
     path = as_path(ckpt.path)  # under a listed URL prefix, its siblings come from the listing (io.folders)
-    name = path.name
-    folder = path.parent
-    state_file = folder / HF_TRAINER_STATE
-    if not folders.is_file(state_file):
+    name, folder = path.name, path.parent
+    if not folders.is_file(folder / HF_TRAINER_STATE):
         return None
-    meta: dict[str, Any] = {}
-    try:
-        state = json.loads(folders.read_bytes(state_file).decode("utf-8"))
-    except (OSError, ValueError):
-        state = None
-    if isinstance(state, Mapping):
-        if _is_plain_number(state.get("global_step")):
-            meta["step"] = state["global_step"]
-        if _is_plain_number(state.get("epoch")):
-            meta["epoch"] = state["epoch"]
-        for key in ("max_steps", "num_train_epochs", "train_batch_size", "best_metric"):
-            if isinstance(state.get(key), (int, float)) and not isinstance(state.get(key), bool):
-                meta[key] = state[key]
+    meta = _trainer_state_metadata(folder / HF_TRAINER_STATE)
     if HF_MODEL_FILES.match(name):
-        layout = Layout("hf-trainer", default_group="model", model_prefix="", metadata=meta)
-        layout.is_resume = True
-        layout.resume_parts = {
-            "optimizer": folders.is_file(folder / "optimizer.pt") or folders.is_file(folder / "optimizer.bin"),
-            "step": "step" in meta,
-            "rng": any(HF_RNG_FILE.match(e.name) for e in folders.entries(folder)),
-        }
-        return layout
+        return _hf_model_file(folder, meta)
     if name in ("optimizer.pt", "optimizer.bin"):
-        layout = Layout("hf-trainer", default_group="optimizer", metadata=meta, companion=True)
-        if top is not None and is_torch_optimizer_state(top):
-            layout.optimizers = [("", top)]
-        models = sorted(
-            e.path
-            for e in folders.entries(folder)
-            if HF_MODEL_FILES.match(e.name) and not re.search(r"-\d+-of-\d+", e.name)
-        )
-        # model.safetensors before pytorch_model.bin; a sharded set by its index
-        layout.model_file = next((p for p in models if p.name.endswith((".index.json", ".safetensors"))), None) or (
-            models[0] if models else None
-        )
-        return layout
+        return _hf_optimizer_file(folder, top, meta)
     if HF_RNG_FILE.match(name):
         return Layout("hf-trainer", default_group="rng", metadata=meta, companion=True)
     if name in ("scheduler.pt", "training_args.bin", "scaler.pt"):
         return Layout("hf-trainer", default_group="other", metadata=meta, companion=True)
     return None
+
+
+def _trainer_state_metadata(state_file: Path) -> dict[str, Any]:
+    """What trainer_state.json says about the run: global_step (the step), epoch, and a few settings."""
+    from ckinspect.io import folders
+
+    try:
+        state = json.loads(folders.read_bytes(state_file).decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(state, Mapping):
+        return {}
+    meta: dict[str, Any] = {}
+    for key, as_key in (("global_step", "step"), ("epoch", "epoch")):
+        if _is_plain_number(state.get(key)):
+            meta[as_key] = state[key]
+    for key in ("max_steps", "num_train_epochs", "train_batch_size", "best_metric"):
+        if isinstance(state.get(key), (int, float)) and not isinstance(state.get(key), bool):
+            meta[key] = state[key]
+    return meta
+
+
+def _hf_model_file(folder: Path, meta: dict[str, Any]) -> Layout:
+    """The model file carries the folder-wide resume check: which parts the folder holds."""
+    from ckinspect.io import folders
+
+    layout = Layout("hf-trainer", default_group="model", model_prefix="", metadata=meta)
+    layout.is_resume = True
+    layout.resume_parts = {
+        "optimizer": folders.is_file(folder / "optimizer.pt") or folders.is_file(folder / "optimizer.bin"),
+        "step": "step" in meta,
+        "rng": any(HF_RNG_FILE.match(e.name) for e in folders.entries(folder)),
+    }
+    return layout
+
+
+def _hf_optimizer_file(folder: Path, top: Mapping[str, Any] | None, meta: dict[str, Any]) -> Layout:
+    """optimizer.pt, held against the model file beside it."""
+    from ckinspect.io import folders
+
+    layout = Layout("hf-trainer", default_group="optimizer", metadata=meta, companion=True)
+    if top is not None and is_torch_optimizer_state(top):
+        layout.optimizers = [("", top)]
+    models = sorted(
+        e.path
+        for e in folders.entries(folder)
+        if HF_MODEL_FILES.match(e.name) and not re.search(r"-\d+-of-\d+", e.name)
+    )
+    # model.safetensors before pytorch_model.bin; a sharded set by its index
+    layout.model_file = next((p for p in models if p.name.endswith((".index.json", ".safetensors"))), None) or (
+        models[0] if models else None
+    )
+    return layout
 
 
 def _dcp(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | None:

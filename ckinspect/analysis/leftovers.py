@@ -114,14 +114,27 @@ def main_for_tmp(tmp: Path) -> Leftover | None:
     if name == DCP_METADATA + TMP_SUFFIX:
         return Leftover(tmp, folder / DCP_METADATA)
     stem = name[: -len(TMP_SUFFIX)]
-    if name.startswith(".") and "." in stem[1:]:
-        # ckinspect.io.atomic / tempfile.mkstemp style: .<name>.<random>.tmp
-        target, _, _random = stem[1:].rpartition(".")
-        if target and (_has_checkpoint_suffix(target) or _checkpoint_pair(tmp, folder / target)):
-            return Leftover(tmp, folder / target)
+    target = _mkstemp_target(tmp, stem)
+    if target is not None:
+        return Leftover(tmp, folder / target)
     if _has_checkpoint_suffix(stem) or _checkpoint_pair(tmp, folder / stem):
         return Leftover(tmp, folder / stem)
-    # <stem>.tmp beside <stem>.pt: the extension is not in the tmp's name
+    return _beside_its_main(tmp, stem)
+
+
+def _mkstemp_target(tmp: Path, stem: str) -> str | None:
+    """ckinspect.io.atomic / tempfile.mkstemp style: .<name>.<random>.tmp names the checkpoint <name>."""
+    if not (tmp.name.startswith(".") and "." in stem[1:]):
+        return None
+    target, _, _random = stem[1:].rpartition(".")
+    if target and (_has_checkpoint_suffix(target) or _checkpoint_pair(tmp, tmp.parent / target)):
+        return target
+    return None
+
+
+def _beside_its_main(tmp: Path, stem: str) -> Leftover | None:
+    """<stem>.tmp beside <stem>.pt: the extension is not in the tmp's name."""
+    folder = tmp.parent
     siblings = [folder / (stem + s) for s in PAIRED_SUFFIXES if folders.is_file(folder / (stem + s))]
     if len(siblings) == 1:
         return Leftover(tmp, siblings[0])
@@ -156,27 +169,27 @@ def find_leftovers(path: str | os.PathLike[str]) -> list[Leftover]:
     A URL's siblings are those of the prefix listing this command took (io.folders); a lone URL has none."""
     path = as_path(path)
     if folders.is_dir(path):
-        found = []
-        for folder, files in folders.walk(path, skip=SKIP_DIRS):
-            for name in files:
-                if name.endswith(TMP_SUFFIX):
-                    leftover = main_for_tmp(folder / name)
-                    if leftover is not None:
-                        found.append(leftover)
-        return found
+        return _leftovers_under(path)
     if path.name.endswith(TMP_SUFFIX):
         leftover = main_for_tmp(path)
         return [leftover] if leftover is not None and folders.exists(path) else []
+    return _leftovers_beside(path)
+
+
+def _leftovers_beside(path: Path) -> list[Leftover]:
+    """The temporaries beside a checkpoint file that were meant to become it."""
     parent = path.parent
     if not folders.is_dir(parent):
         return []
-    found = []
-    for sibling in folders.entries(parent):
-        if sibling.name.endswith(TMP_SUFFIX) and not sibling.is_dir:
-            leftover = main_for_tmp(sibling.path)
-            if leftover is not None and leftover.main.name == path.name:
-                found.append(leftover)
-    return found
+    tmps = (main_for_tmp(e.path) for e in folders.entries(parent) if e.name.endswith(TMP_SUFFIX) and not e.is_dir)
+    return [leftover for leftover in tmps if leftover is not None and leftover.main.name == path.name]
+
+
+def _leftovers_under(folder: Path) -> list[Leftover]:
+    """Every save's temporary in a folder and below it."""
+    tmps = (main_for_tmp(root / name) for root, files in folders.walk(folder, skip=SKIP_DIRS)
+            for name in files if name.endswith(TMP_SUFFIX))  # fmt: skip
+    return [leftover for leftover in tmps if leftover is not None]
 
 
 def unfinished_saves(paths: Sequence[str | os.PathLike[str]], known: set[Path]) -> dict[Path, list[Leftover]]:

@@ -24,24 +24,24 @@ _STRUCT = {
 }
 
 
-def read_scalar(ckpt: Checkpoint, tensor: TensorInfo) -> int | float | bool | None:
-    """The value of a one-element tensor, read straight from its storage bytes; None where unreadable."""
-    if tensor.numel != 1:
-        return None
+def _scalar_bytes(ckpt: Checkpoint, tensor: TensorInfo) -> bytes | None:
+    """The one element's bytes, read where its storage lies in the file; None where that cannot be done."""
     storage = ckpt.storages.get(tensor.storage_key)
-    if storage is None or storage.offset is None:
-        return None
-    start = storage.offset + tensor.byte_offset
-    size = tensor.itemsize
-    if tensor.byte_offset + size > storage.nbytes:
+    if storage is None or storage.offset is None or tensor.byte_offset + tensor.itemsize > storage.nbytes:
         return None
     try:
         with open(Path(storage.file), "rb") as handle:
-            handle.seek(start)
-            raw = handle.read(size)
+            handle.seek(storage.offset + tensor.byte_offset)
+            raw = handle.read(tensor.itemsize)
     except OSError:
         return None
-    if len(raw) != size:
+    return raw if len(raw) == tensor.itemsize else None
+
+
+def read_scalar(ckpt: Checkpoint, tensor: TensorInfo) -> int | float | bool | None:
+    """The value of a one-element tensor, read straight from its storage bytes; None where unreadable."""
+    raw = _scalar_bytes(ckpt, tensor) if tensor.numel == 1 else None
+    if raw is None:
         return None
     if tensor.dtype == "bfloat16":
         return struct.unpack("<f", b"\0\0" + raw)[0]

@@ -180,7 +180,10 @@ def _to_scan(t: TensorInfo, storage: StorageInfo, findings: list[Finding]) -> bo
 
 
 def _plan_pieces(plan: _Plan, storage: StorageInfo, ranges: list[_View]) -> None:
-    """The storage cut into SCAN_WINDOW pieces: all of it when its CRC is known, else the span its views cover."""
+    """The storage cut into SCAN_WINDOW pieces: all of it when its CRC is known, else the span its views cover.
+    A deflated member has none: its views are streamed, and the stream checks its CRC."""
+    if storage.deflated is not None:
+        return
     want_crc = storage.crc32 is not None
     if want_crc:
         lo, hi = 0, storage.nbytes
@@ -304,17 +307,23 @@ def scan_values(
         jobs += [_StridedJob(storage, tensor) for storage, tensor, _ in strided]
         _run_jobs(scan, jobs)
         crc_checked = _check_crcs(scan)
+    stats = _gathered_stats(views, scan.strided_moments)
+    if keep is not None:
+        _collect_kept(views, keep)
+    findings += _value_findings(ckpt, stats)
+    return ScanResult(findings, stats, scan.done, time.perf_counter() - started, crc_checked, skipped)
+
+
+def _gathered_stats(views: list[_View], strided: dict[str, Moments]) -> dict[str, TensorStats]:
+    """Each tensor's statistics: tied names share their view's."""
     stats: dict[str, TensorStats] = {}
     for v in views:
         s = v.moments.stats()
         for name in v.names:
             stats[name] = s
-    for name, m in scan.strided_moments.items():
+    for name, m in strided.items():
         stats[name] = m.stats()
-    if keep is not None:
-        _collect_kept(views, keep)
-    findings += _value_findings(ckpt, stats)
-    return ScanResult(findings, stats, scan.done, time.perf_counter() - started, crc_checked, skipped)
+    return stats
 
 
 def _allocate_kept(views: list[_View], keep: Kept) -> None:
@@ -438,12 +447,7 @@ def _check_crcs(scan: _Scan) -> int:
     for index, storage in enumerate(scan.storages):
         if storage.crc32 is None:
             continue
-        crc = None
-        parts = scan.crc_parts.get(index, {})
-        for c in sorted(parts):
-            part, length = parts[c]
-            crc = part if crc is None else crc32_combine(crc, part, length)
-        crc = crc or 0
+        crc = _combined_crc(scan.crc_parts.get(index, {}))
         crc_checked += 1
         if crc != storage.crc32:
             names = users.get(storage.key, [])
@@ -460,6 +464,15 @@ def _check_crcs(scan: _Scan) -> int:
     return crc_checked
 
 
+def _combined_crc(parts: dict[int, tuple[int, int]]) -> int:
+    """The CRC-32 of a storage from its chunks' (chunk index -> (CRC, length)), in chunk order."""
+    crc = None
+    for c in sorted(parts):
+        part, length = parts[c]
+        crc = part if crc is None else crc32_combine(crc, part, length)
+    return crc or 0
+
+
 def value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Finding]:
     """The NONFINITE and FP16_OVERFLOW findings of these stats, as scan_values makes them: public so that
     a scan split into parts (jobs.parallel) makes them once from the parts' merged stats."""
@@ -474,14 +487,8 @@ def _value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Fin
     value_findings: list[Finding] = []
     for name in sorted(stats, key=lambda n: order.get(n, 0)):
         s = stats[name]
-        meaning = bookkeeping_meaning(ckpt.layout, name) if s.nonfinite else None
-        if meaning is not None:
-            values = f"{s.nan:,} NaN and {s.nonfinite - s.nan:,} Inf among {s.count:,} values"
-            value_findings.append(Finding("BOOKKEEPING_SENTINEL", f"{name}: {values}: {meaning}", name))
-        elif s.nonfinite:
-            inf = s.nonfinite - s.nan
-            message = f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values"
-            value_findings.append(Finding("NONFINITE", message, name))
+        if s.nonfinite:
+            value_findings.append(_nonfinite_finding(ckpt, name, s))
         # a step counter is a count, not a weight: no half-precision save ever casts it, so 65,504 is no limit
         if s.fp16_overflow and dtypes.get(name) in OVERFLOW_DTYPES and name not in counters:
             value_findings.append(
@@ -493,6 +500,16 @@ def _value_findings(ckpt: Checkpoint, stats: dict[str, TensorStats]) -> list[Fin
                 )
             )
     return group_by_family(value_findings)
+
+
+def _nonfinite_finding(ckpt: Checkpoint, name: str, s: TensorStats) -> Finding:
+    """NONFINITE, or BOOKKEEPING_SENTINEL where the layout says the value is a framework's sentinel."""
+    meaning = bookkeeping_meaning(ckpt.layout, name)
+    if meaning is not None:
+        values = f"{s.nan:,} NaN and {s.nonfinite - s.nan:,} Inf among {s.count:,} values"
+        return Finding("BOOKKEEPING_SENTINEL", f"{name}: {values}: {meaning}", name)
+    inf = s.nonfinite - s.nan
+    return Finding("NONFINITE", f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values", name)
 
 
 STEP_COUNTER_NAMES = ("step", "steps", "num_steps", "iteration")

@@ -56,10 +56,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _config_file(path: str | None) -> dict | None:
-    """`--config FILE`: a JSON object with a `model_type` (transformers' config.json), or one line why not."""
+    """`--config FILE`: a JSON object with a `model_type` (transformers' config.json) or nanoGPT's model_args
+    (n_layer, n_head, n_embd ...), or one line why not."""
     if path is None:
         return None
     import json
+
+    from ckinspect.analysis.bare_models import NANOGPT_ARGS
 
     try:
         with open(path, encoding="utf-8") as handle:
@@ -68,6 +71,7 @@ def _config_file(path: str | None) -> dict | None:
         raise CkinspectError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise CkinspectError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
-        raise CkinspectError(f"{path}: not a model config (a JSON object with a model_type, as config.json has)")
+    if not isinstance(config, dict) or not (isinstance(config.get("model_type"), str) or NANOGPT_ARGS & config.keys()):
+        raise CkinspectError(f"{path}: not a model config (a JSON object with a model_type, as config.json has, "
+                             "or nanoGPT's model_args)")  # fmt: skip
     return config

@@ -61,6 +61,15 @@ class JoblibStream(Record):
     end: int = 0
 
 
+def _byte_order_and_size(state: Any) -> tuple[str, int]:
+    """A numpy.dtype's __setstate__ tuple: (its byte order, "|" if none; its element size, -1 if none)."""
+    if not isinstance(state, tuple):
+        return "|", -1
+    order = state[1] if len(state) > 1 and isinstance(state[1], str) else "|"
+    elsize = state[5] if len(state) > 5 and type(state[5]) is int else -1
+    return order, elsize
+
+
 def _itemsize(dtype: Any) -> tuple[str, int]:
     """(numpy dtype code with byte order, item size) of a numpy.dtype record; JoblibError if unknown."""
     args = getattr(dtype, "args", ())
@@ -68,8 +77,7 @@ def _itemsize(dtype: Any) -> tuple[str, int]:
     if not isinstance(dtype, Opaque) or not args or not isinstance(args[0], str):
         raise JoblibError("array wrapper without a numpy dtype")
     code = args[0]
-    order = state[1] if isinstance(state, tuple) and len(state) > 1 and isinstance(state[1], str) else "|"
-    elsize = state[5] if isinstance(state, tuple) and len(state) > 5 and type(state[5]) is int else -1
+    order, elsize = _byte_order_and_size(state)
     kind, digits = code[:1], code[1:]
     if kind == "O":
         return "|O", 0
@@ -124,16 +132,20 @@ class _Walker(pickle._Unpickler):  # the pure-Python one: BUILD can be hooked
             self.out.blocks.append(RawBlock(start, self.handle.tell() - start, code, shape, fields.get("order") == "F"))
             return
         if fields.get("numpy_array_alignment_bytes") is not None:
-            padding = self.handle.read(1)
-            if len(padding) != 1:
-                raise JoblibError("stream ends before an array's padding")
-            self.handle.seek(padding[0], io.SEEK_CUR)
+            self._skip_padding()
         start = self.handle.tell()
         nbytes = count * itemsize
         if start + nbytes > len(self.handle.getbuffer()):
             raise JoblibError(f"an array of {nbytes} bytes at byte {start} runs past the end of the file")
         self.handle.seek(nbytes, io.SEEK_CUR)
         self.out.blocks.append(RawBlock(start, nbytes, code, shape, fields.get("order") == "F"))
+
+    def _skip_padding(self) -> None:
+        """joblib aligns an array's bytes: one byte says how many padding bytes follow it."""
+        padding = self.handle.read(1)
+        if len(padding) != 1:
+            raise JoblibError("stream ends before an array's padding")
+        self.handle.seek(padding[0], io.SEEK_CUR)
 
 
 def _walk_one(handle: io.BytesIO, out: JoblibStream, seen: set[tuple[str, str]]) -> None:

@@ -15,6 +15,7 @@ import os
 import re
 import zlib
 from pathlib import Path
+from typing import Any
 
 from ckinspect.dtypes import NUMPY_CODES
 from ckinspect.formats.pickle_findings import check_views, record_globals
@@ -87,6 +88,21 @@ def parse_header(head: bytes) -> tuple[int, dict]:
     """(offset of the array data, header dict) of a .npy that starts with `head`. Raises NpyError."""
     if not head.startswith(NPY_MAGIC) or len(head) < 10:
         raise NpyError("no .npy magic")
+    begin, text = _header_text(head)
+    try:
+        header = ast.literal_eval(text)  # literals only: nothing is evaluated
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise NpyError(f".npy header is not a dict literal ({type(exc).__name__})") from None
+    if not isinstance(header, dict) or not {"descr", "fortran_order", "shape"} <= header.keys():
+        raise NpyError(".npy header lacks descr, fortran_order or shape")
+    shape = header["shape"]
+    if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
+        raise NpyError(f".npy shape {shape!r:.60} is not a tuple of sizes")
+    return begin, header
+
+
+def _header_text(head: bytes) -> tuple[int, str]:
+    """(offset of the array data, the header's text) by the format version's length field. Raises NpyError."""
     major = head[6]
     if major == 1:
         length, begin = int.from_bytes(head[8:10], "little"), 10
@@ -97,17 +113,7 @@ def parse_header(head: bytes) -> tuple[int, dict]:
     if length > MAX_HEADER_BYTES or begin + length > len(head):
         raise NpyError(f".npy header of {length} bytes runs past what the file holds")
     text = head[begin : begin + length].decode("utf-8" if major == 3 else "latin1", "replace")
-    text = _PY2_LONG.sub(r"\1", text)  # numpy 1.x on Python 2 wrote sizes as 3L
-    try:
-        header = ast.literal_eval(text)  # literals only: nothing is evaluated
-    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
-        raise NpyError(f".npy header is not a dict literal ({type(exc).__name__})") from None
-    if not isinstance(header, dict) or not {"descr", "fortran_order", "shape"} <= header.keys():
-        raise NpyError(".npy header lacks descr, fortran_order or shape")
-    shape = header["shape"]
-    if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
-        raise NpyError(f".npy shape {shape!r:.60} is not a tuple of sizes")
-    return begin + length, header
+    return begin + length, _PY2_LONG.sub(r"\1", text)  # numpy 1.x on Python 2 wrote sizes as 3L
 
 
 def _dtype_of(descr: object) -> tuple[str | None, str]:
@@ -197,19 +203,29 @@ def _scan_object_array(ckpt: Checkpoint, payload, where: str) -> None:
     if not scans or scans[0].error is not None:
         ckpt.add("CORRUPT", f"{where}: object array whose pickle is unreadable: {scans[0].error if scans else 'empty'}")
         return
-    unsafe = [g for g in scans[0].globals if g.kind == "unsafe"]
-    for g in scans[0].globals:
+    _judge_object_pickle(ckpt, scans[0].globals, where)
+
+
+def _judge_object_pickle(ckpt: Checkpoint, names_globals: list[Any], where: str) -> None:
+    """UNSAFE_PICKLE for a global that runs code, else ALLOWLIST_NEEDED (once per file)."""
+    unsafe = [g for g in names_globals if g.kind == "unsafe"]
+    for g in names_globals:
         if g.qualname not in ckpt.globals:
             ckpt.globals.append(g.qualname)
     if unsafe:
         record_globals(ckpt, unsafe, f"{where} (an object array: np.load(allow_pickle=True) unpickles it)")
         ckpt.findings = [f for f in ckpt.findings if f.code != "ALLOWLIST_NEEDED"]  # allowing pickles would not do
     elif not any(f.code in ("ALLOWLIST_NEEDED", "UNSAFE_PICKLE") for f in ckpt.findings):
-        names = ", ".join(g.qualname for g in scans[0].globals) or "none"
-        load = "dict(numpy.load(PATH, allow_pickle=True, encoding='latin1'))" if ":" in where else \
-            "numpy.load(PATH, allow_pickle=True, encoding='latin1')"  # fmt: skip
-        ckpt.add(
-            "ALLOWLIST_NEEDED",
-            f"{where} holds an object array, a pickle that np.load refuses unless pickles are allowed; it names only "
-            f"globals that build data ({names}). To load it: `import numpy`, then `{load}`.",
-        )
+        _allowlist_needed(ckpt, names_globals, where)
+
+
+def _allowlist_needed(ckpt: Checkpoint, names_globals: list[Any], where: str) -> None:
+    """A benign object array: np.load refuses it unless pickles are allowed; say how to load it."""
+    names = ", ".join(g.qualname for g in names_globals) or "none"
+    load = "dict(numpy.load(PATH, allow_pickle=True, encoding='latin1'))" if ":" in where else \
+        "numpy.load(PATH, allow_pickle=True, encoding='latin1')"  # fmt: skip
+    ckpt.add(
+        "ALLOWLIST_NEEDED",
+        f"{where} holds an object array, a pickle that np.load refuses unless pickles are allowed; it names only "
+        f"globals that build data ({names}). To load it: `import numpy`, then `{load}`.",
+    )

@@ -39,26 +39,34 @@ def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
 def _scan_and_decode(ckpt: Checkpoint, data, path: Path, size: int, scans) -> Checkpoint:
     where = path.name
     if scans[0].error is not None and size <= MAX_DECODE_BYTES and names_joblib(data, scans[0].end):
-        try:
-            stream = walk_joblib(data)
-        except JoblibError as exc:
-            ckpt.add(
-                "CORRUPT", f"{where}: a joblib pickle, but its array blocks do not read as joblib writes them: {exc}"
-            )
-            record_globals(ckpt, [g for s in scans for g in s.globals], where)
-            return ckpt
-        _adopt_joblib(ckpt, stream, path)
-        return ckpt
+        return _read_joblib(ckpt, data, path, scans)
     unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where, data, PLAIN_PICKLE_LOAD)
     first = scans[0]
     if first.error is not None:
         ckpt.add("CORRUPT", f"{where}: not a readable pickle: {first.error}")
         return ckpt
-    ckpt.metadata["pickles"] = sum(1 for s in scans if s.error is None)
+    ckpt.metadata["pickles"] = _readable(scans)
     if unsafe or data is None:
         return ckpt
     tree = decode(ckpt, data[first.start : first.end], first, where)
     set_tree(ckpt, tree)
+    return ckpt
+
+
+def _readable(scans) -> int:
+    return sum(1 for s in scans if s.error is None)
+
+
+def _read_joblib(ckpt: Checkpoint, data, path: Path, scans) -> Checkpoint:
+    """A pickle that stops where joblib's raw array blocks begin: walked as joblib writes it."""
+    try:
+        stream = walk_joblib(data)
+    except JoblibError as exc:
+        why = f"a joblib pickle, but its array blocks do not read as joblib writes them: {exc}"
+        ckpt.add("CORRUPT", f"{path.name}: {why}")
+        record_globals(ckpt, [g for s in scans for g in s.globals], path.name)
+        return ckpt
+    _adopt_joblib(ckpt, stream, path)
     return ckpt
 
 

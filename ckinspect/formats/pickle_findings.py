@@ -58,6 +58,25 @@ def numpy_dtype_classes(data: Any) -> list[str]:
     return found
 
 
+def _allowlist_entry(g: GlobalRef) -> tuple[str, str | None]:
+    """(the module to import, the add_safe_globals entry) for one benign global; the entry is None where torch
+    allows the global itself once a module registering it is imported (that module is then the first)."""
+    expr = g.qualname
+    if expr in TORCH_REGISTERED_BY_IMPORT:
+        return TORCH_REGISTERED_BY_IMPORT[expr], None
+    if expr.startswith("numpy.core."):
+        expr = "numpy._core." + expr[len("numpy.core.") :]
+        return expr, f'({expr}, "{g.qualname}")'
+    return expr, expr
+
+
+def _dtype_classes(benign: list[GlobalRef], data: Any) -> list[str]:
+    """The numpy DType classes a pickle naming numpy.dtype needs allowed too (none without its bytes)."""
+    if data is None or not any(g.qualname == "numpy.dtype" for g in benign):
+        return []
+    return numpy_dtype_classes(data)
+
+
 def allowlist_hint(benign: list[GlobalRef], data: Any = None) -> str:
     """The exact Python that lets torch.load(weights_only=True) read a pickle naming these globals, on numpy 2.
 
@@ -68,24 +87,16 @@ def allowlist_hint(benign: list[GlobalRef], data: Any = None) -> str:
     entries: list[str] = []
     modules: list[str] = []
     for g in benign:
-        expr = g.qualname
-        if expr in TORCH_REGISTERED_BY_IMPORT:  # torch allows it itself once the module registering it is imported
-            if TORCH_REGISTERED_BY_IMPORT[expr] not in modules:
-                modules.append(TORCH_REGISTERED_BY_IMPORT[expr])
-            continue
-        if expr.startswith("numpy.core."):
-            expr = "numpy._core." + expr[len("numpy.core.") :]
-            entries.append(f'({expr}, "{g.qualname}")')
-        else:
-            entries.append(expr)
-        module = expr.rsplit(".", 1)[0]
+        expr, entry = _allowlist_entry(g)
+        if entry is not None:
+            entries.append(entry)
+        module = expr if entry is None else expr.rsplit(".", 1)[0]
         if module not in modules:
             modules.append(module)
-    if any(g.qualname == "numpy.dtype" for g in benign) and data is not None:
-        classes = numpy_dtype_classes(data)
-        entries += [f"numpy.dtypes.{c}" for c in classes]
-        if classes and "numpy.dtypes" not in modules:
-            modules.append("numpy.dtypes")
+    classes = _dtype_classes(benign, data)
+    entries += [f"numpy.dtypes.{c}" for c in classes]
+    if classes and "numpy.dtypes" not in modules:
+        modules.append("numpy.dtypes")
     imports = ", ".join([*modules, "torch"])
     if not entries:
         return f"import {imports}"
@@ -137,9 +148,26 @@ TORCH_UNPICKLER_OPCODES = frozenset(
 _MAX_LISTED_STEPS = 1000  # opcodes torch lacks looked at per pickle to name them; the first one decides
 
 
-def _torch_run() -> re.Pattern[bytes]:
-    """A possessive run of opcodes torch's unpickler implements, with their arguments (a BINUNICODE of
-    256 bytes or more ends the run: the loop steps over it), up to the first one it does not."""
+_LENGTHS_IN_RUN = 64  # string lengths the run's pattern steps over itself: its compile time grows with them
+
+
+def _torch_run() -> tuple[re.Pattern[bytes], dict[int, int]]:
+    """A possessive run of opcodes torch's unpickler implements, with their arguments, up to the first one
+    it does not or a string of _LENGTHS_IN_RUN bytes or more; and the length-prefixed opcodes it implements
+    (opcode byte -> width of the length), which the loop steps over when the run stops at a long one."""
+    fixed, sized = _torch_opcode_arguments()
+    alts = [rb"c[^\n]*\n[^\n]*\n"]
+    alts += [re.escape(bytes(codes)).join((b"[", b"]")) + b".{%d}" % n for n, codes in fixed.items()]
+    for width, codes in sized.items():
+        lengths = b"|".join(re.escape(k.to_bytes(width, "little")) + b".{%d}" % k for k in range(_LENGTHS_IN_RUN))
+        alts.append(re.escape(bytes(codes)).join((b"[", b"]")) + b"(?:" + lengths + b")")
+    widths = {code: width for width, codes in sized.items() for code in codes}
+    return re.compile(b"(?:" + b"|".join(alts) + b")*+", re.DOTALL), widths
+
+
+def _torch_opcode_arguments() -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """The opcodes torch's unpickler implements (but GLOBAL and STOP) by argument: fixed width -> codes, and
+    width of the length -> codes of those whose argument is length-prefixed."""
     ops = {op.name: op for op in pickletools.opcodes}
     fixed: dict[int, list[int]] = {}
     sized: dict[int, list[int]] = {}
@@ -150,15 +178,10 @@ def _torch_run() -> re.Pattern[bytes]:
             fixed.setdefault(n, []).append(ord(op.code))
         else:
             sized.setdefault(1 if n == pickletools.TAKEN_FROM_ARGUMENT1 else 4, []).append(ord(op.code))
-    alts = [rb"c[^\n]*\n[^\n]*\n"]
-    alts += [re.escape(bytes(codes)).join((b"[", b"]")) + b".{%d}" % n for n, codes in fixed.items()]
-    for width, codes in sized.items():
-        lengths = b"|".join(re.escape(k.to_bytes(width, "little")) + b".{%d}" % k for k in range(256))
-        alts.append(re.escape(bytes(codes)).join((b"[", b"]")) + b"(?:" + lengths + b")")
-    return re.compile(b"(?:" + b"|".join(alts) + b")*+", re.DOTALL)
+    return fixed, sized
 
 
-_TORCH_RUN: list[re.Pattern[bytes]] = []  # compiled on first use: listing a file that needs no check never pays
+_TORCH_RUN: list[tuple[re.Pattern[bytes], dict[int, int]]] = []  # compiled on first use
 
 
 def torch_unreadable_opcodes(data: Any, start: int = 0, end: int | None = None) -> list[str]:
@@ -169,29 +192,42 @@ def torch_unreadable_opcodes(data: Any, start: int = 0, end: int | None = None) 
         return []
     if not _TORCH_RUN:
         _TORCH_RUN.append(_torch_run())
-    run = _TORCH_RUN[0].match
+    pattern, widths = _TORCH_RUN[0]
+    run = pattern.match
     end = len(data) if end is None else end
     stream = io.BytesIO(data)  # one buffer for pickletools to step over what torch lacks; no copy per step
     seen: list[str] = []
     i = start
-    for _ in range(_MAX_LISTED_STEPS):
+    steps = 0
+    while steps < _MAX_LISTED_STEPS:
         i = run(data, i, end).end()  # type: ignore[union-attr]  # a *+ run always matches
         if i >= end or data[i] == 0x2E:  # STOP
             break
-        if data[i] == 0x58 and i + 5 <= end:  # BINUNICODE of 256 bytes or more: torch reads it
-            i += 5 + int.from_bytes(data[i + 1 : i + 5], "little")
+        width = widths.get(data[i])
+        if width is not None and i + 1 + width <= end:  # a long string torch reads: step over it
+            i += 1 + width + int.from_bytes(data[i + 1 : i + 1 + width], "little")
             continue
-        stream.seek(i)
-        try:
-            ops = pickletools.genops(stream)
-            op = next(ops)[0]
-            if op.name not in TORCH_UNPICKLER_OPCODES and op.name not in seen:
-                seen.append(op.name)
-            following = next(ops)[2] if op.name != "STOP" else end
-        except (ValueError, StopIteration, UnicodeDecodeError):
+        steps += 1
+        following = _step_over(stream, i, end, seen)
+        if following is None:
             return seen  # what pickletools cannot follow the scan reports as damage
-        i = following if following is not None else end
+        i = following
     return seen
+
+
+def _step_over(stream: io.BytesIO, i: int, end: int, seen: list[str]) -> int | None:
+    """Step pickletools over the opcode at `i` (noting it in `seen` if torch lacks it): where the next one
+    starts, or None where pickletools cannot follow the bytes."""
+    stream.seek(i)
+    try:
+        ops = pickletools.genops(stream)
+        op = next(ops)[0]
+        if op.name not in TORCH_UNPICKLER_OPCODES and op.name not in seen:
+            seen.append(op.name)
+        following = next(ops)[2] if op.name != "STOP" else end
+    except (ValueError, StopIteration, UnicodeDecodeError):
+        return None
+    return following if following is not None else end
 
 
 TORCH_LOAD = "torch.load(PATH, weights_only=True)"
@@ -213,34 +249,51 @@ def record_globals(ckpt: Checkpoint, refs: list[GlobalRef], where: str, data: An
     unsafe = [g for g in refs if g.kind == "unsafe"]
     benign = [g for g in refs if g.kind == "benign"]
     if unsafe:
-        dangerous = sum(g.dangerous for g in unsafe)
-        if dangerous == len(unsafe):
-            what = f"that can run code: {_names(unsafe, False)}"
-        elif dangerous:
-            what = f"outside the weights_only allowlist, some of which can run code: {_names(unsafe, True)}"
-        else:
-            what = f"outside the weights_only allowlist: {_names(unsafe, False)}"
-        ckpt.add(
-            "UNSAFE_PICKLE",
-            f"{where} names globals {what}. Nothing was executed or imported here; pickle.load or "
-            "torch.load(weights_only=False) would import and call them.",
-        )
-    lacking = torch_unreadable_opcodes(data) if benign and not unsafe and loader == PLAIN_PICKLE_LOAD else []
-    if benign and not unsafe and lacking:
+        _report_unsafe(ckpt, unsafe, where)
+    elif benign:  # with unsafe globals too, allowing these would not make torch load it
+        _report_allowlist(ckpt, benign, where, data, loader)
+    return bool(unsafe)
+
+
+def _report_unsafe(ckpt: Checkpoint, unsafe: list[GlobalRef], where: str) -> None:
+    dangerous = sum(g.dangerous for g in unsafe)
+    if dangerous == len(unsafe):
+        what = f"that can run code: {_names(unsafe, False)}"
+    elif dangerous:
+        what = f"outside the weights_only allowlist, some of which can run code: {_names(unsafe, True)}"
+    else:
+        what = f"outside the weights_only allowlist: {_names(unsafe, False)}"
+    ckpt.add(
+        "UNSAFE_PICKLE",
+        f"{where} names globals {what}. Nothing was executed or imported here; pickle.load or "
+        "torch.load(weights_only=False) would import and call them.",
+    )
+
+
+def _report_allowlist(ckpt: Checkpoint, benign: list[GlobalRef], where: str, data: Any, loader: str) -> None:
+    lacking = torch_unreadable_opcodes(data) if loader == PLAIN_PICKLE_LOAD else []
+    if lacking:
         ckpt.add(
             "ALLOWLIST_NEEDED",
             f"{where} needs globals outside torch's default weights_only allowlist: {_names(benign, False)}; "
             f"they only build data, but no allowlist makes torch's weights_only unpickler read it: the pickle uses "
             f"opcodes it does not implement ({', '.join(lacking)}). Re-save it with pickle protocol 2 to load it so.",
         )
-    elif benign and not unsafe:  # with unsafe globals too, allowing these would not make torch load it
-        ckpt.add(
-            "ALLOWLIST_NEEDED",
-            f"{where} needs globals outside torch's default weights_only allowlist: {_names(benign, False)}. "
-            f"torch's weights_only unpickler refuses it until they are allowed (numpy 2, torch >= 2.4): "
-            f"`{allowlist_hint(benign, data)}`, then `{loader}`.",
-        )
-    return bool(unsafe)
+        return
+    ckpt.add(
+        "ALLOWLIST_NEEDED",
+        f"{where} needs globals outside torch's default weights_only allowlist: {_names(benign, False)}. "
+        f"torch's weights_only unpickler refuses it until they are allowed (numpy 2, torch >= 2.4): "
+        f"`{allowlist_hint(benign, data)}`, then `{loader}`.",
+    )
+
+
+def _weights_only_judged(ckpt: Checkpoint, data: Any, scans: list[PickleScan]) -> bool:
+    """Whether opcodes are what would make torch refuse: not where the pickles name unsafe globals
+    (UNSAFE_PICKLE) or the file is damaged (CORRUPT: torch refuses it for that)."""
+    if data is None or not len(data) or any(s.error is not None or s.unsafe for s in scans):
+        return False
+    return not any(f.code in ("CORRUPT", "UNSAFE_PICKLE") for f in ckpt.findings)
 
 
 def check_weights_only(ckpt: Checkpoint, data: Any, scans: list[PickleScan], where: str,
@@ -248,15 +301,16 @@ def check_weights_only(ckpt: Checkpoint, data: Any, scans: list[PickleScan], whe
     """WEIGHTS_ONLY_REFUSED when torch's weights_only unpickler (the installed torch's, WEIGHTS_ONLY_TORCH)
     would refuse the pickles `loader` reads for want of opcodes, not for danger: nothing is said where the
     pickles name unsafe globals (UNSAFE_PICKLE) or the file is damaged (CORRUPT: torch refuses it for that)."""
-    if data is None or not len(data) or any(s.error is not None or s.unsafe for s in scans):
-        return
-    if any(f.code in ("CORRUPT", "UNSAFE_PICKLE") for f in ckpt.findings):
+    if not _weights_only_judged(ckpt, data, scans):
         return
     lacking: list[str] = []
     for scan in scans:
         lacking += [op for op in torch_unreadable_opcodes(data, scan.start, scan.end) if op not in lacking]
-    if not lacking:
-        return
+    if lacking:
+        _report_refused(ckpt, lacking, scans, where, loader)
+
+
+def _report_refused(ckpt: Checkpoint, lacking: list[str], scans: list[PickleScan], where: str, loader: str) -> None:
     protocols = sorted({s.protocol for s in scans if s.protocol != 2} or {s.protocol for s in scans})
     spelled = "/".join("0 or 1" if p == 0 else str(p) for p in protocols)  # protocols 0 and 1 have no PROTO
     ckpt.add(
@@ -282,17 +336,24 @@ class StorageCollector:
     def __call__(self, pid: Any) -> Any:
         # one storage object per key, so a dtype learned from one view holds for all of them
         if type(pid) is tuple and len(pid) >= 5 and type(pid[2]) is str:
-            key = pid[2]
-            known = self.storages.get(key)
-            if known is not None:
-                return known
-            stype, numel = pid[1], pid[4]
-            if pid[0] == "storage" and type(stype) is _StorageType and type(numel) is int and numel >= 0:
-                ref = StorageRef(self.key_prefix + key, stype.dtype, str(pid[3]), numel * stype.itemsize, stype.untyped)
-                self.storages[key] = ref
-                if not len(self.storages) % steps.EVERY:  # a file of 200,000 tensors: the TUI shows the count grow
-                    steps.step("storages named by the pickle", len(self.storages))
+            ref = self.storages.get(pid[2]) or self._torch_save_storage(pid)
+            if ref is not None:
                 return ref
+        return self._general(pid)
+
+    def _torch_save_storage(self, pid: tuple) -> StorageRef | None:
+        """A ("storage", type, key, location, numel) record as torch.save writes it, without the general checks."""
+        stype, numel = pid[1], pid[4]
+        if pid[0] == "storage" and type(stype) is _StorageType and type(numel) is int and numel >= 0:
+            key = pid[2]
+            ref = StorageRef(self.key_prefix + key, stype.dtype, str(pid[3]), numel * stype.itemsize, stype.untyped)
+            self.storages[key] = ref
+            if not len(self.storages) % steps.EVERY:  # a file of 200,000 tensors: the TUI shows the count grow
+                steps.step("storages named by the pickle", len(self.storages))
+            return ref
+        return None
+
+    def _general(self, pid: Any) -> Any:
         ref = storage_persistent_load(pid)
         if isinstance(ref, StorageRef):
             raw = ref.key
@@ -339,6 +400,30 @@ def set_tree(ckpt: Checkpoint, tree: Any) -> None:
     check_views(ckpt)
 
 
+def _well_formed(t: TensorInfo) -> bool:
+    """The descriptor's fields are of the types the unpickler makes (a shape and stride of one length)."""
+    shape, stride, offset = t.shape, t.stride, t.storage_offset
+    return (
+        type(shape) is tuple and type(stride) is tuple and len(shape) == len(stride)
+        and type(offset) is int and offset >= 0
+        and type(t.dtype) is str and type(t.storage_key) is str and type(t.name) is str and type(t.group) is str
+    )  # fmt: skip
+
+
+def _last_element(t: TensorInfo) -> int | None:
+    """The storage index of the view's last element (-1 when it has none: a size 0; negative strides can make it
+    negative too, and a view ending before its storage starts reaches past nothing); None when a size or step
+    is no int or a size is negative."""
+    last = t.storage_offset
+    empty = False
+    for size, step in zip(t.shape, t.stride, strict=True):
+        if type(size) is not int or type(step) is not int or size < 0:
+            return None
+        empty = empty or size == 0
+        last += (size - 1) * step
+    return -1 if empty else last
+
+
 def check_views(ckpt: Checkpoint) -> None:
     """CORRUPT for tensor descriptors whose fields are not what the unpickler made (they are dropped;
     a defence in depth, as TensorInfo refuses a pickle's BUILD) and for views reaching past the
@@ -351,41 +436,22 @@ def check_views(ckpt: Checkpoint) -> None:
     bad: list[TensorInfo] = []
     dropped: set[int] = set()  # ids of malformed descriptors (the verdict belongs to the object)
     for t in ckpt.tensors:
-        shape, stride, offset, dtype, key = t.shape, t.stride, t.storage_offset, t.dtype, t.storage_key
-        if (
-            type(shape) is not tuple
-            or type(stride) is not tuple
-            or len(shape) != len(stride)
-            or type(offset) is not int
-            or offset < 0
-            or type(dtype) is not str
-            or type(key) is not str
-            or type(t.name) is not str
-            or type(t.group) is not str
-        ):
+        last = _last_element(t) if _well_formed(t) else None
+        if last is None:
             dropped.add(id(t))
             continue
-        last = offset
-        empty = ok = False
-        for size, step in zip(shape, stride, strict=True):
-            if type(size) is not int or type(step) is not int or size < 0:
-                break
-            if size == 0:
-                empty = True
-            last += (size - 1) * step
-        else:
-            ok = True
-        if not ok:
-            dropped.add(id(t))
-            continue
-        storage = storages.get(key)
-        if empty or storage is None or storage.offset is None and storage.nbytes == 0:
+        storage = storages.get(t.storage_key)
+        if last < 0 or storage is None or storage.offset is None and storage.nbytes == 0:
             continue  # missing storages are reported where they are found missing
-        bits = itemsizes.get(dtype)
+        bits = itemsizes.get(t.dtype)
         if bits is None:
-            bits = itemsizes[dtype] = t.bits  # quint4x2 and the packed floats: less than a byte each
+            bits = itemsizes[t.dtype] = t.bits  # quint4x2 and the packed floats: less than a byte each
         if ((last + 1) * bits + 7) >> 3 > storage.nbytes:
             bad.append(t)
+    _report_views(ckpt, dropped, bad)
+
+
+def _report_views(ckpt: Checkpoint, dropped: set[int], bad: list[TensorInfo]) -> None:
     if dropped:
         malformed = sum(id(t) in dropped for t in ckpt.tensors)
         ckpt.tensors = [t for t in ckpt.tensors if id(t) not in dropped]

@@ -867,17 +867,19 @@ class _Interpreter:
         w = self.w
         run = None if self.track else _run_for(w.base + len(w.buf))
         while True:
-            if len(w.buf) - self.i < 16 and not w.eof:
+            if self.near_end():
                 run = self.refill()
             if run is not None and self.skip_run(run):
                 continue
-            data, i = w.buf, self.i
-            if i >= len(data):
-                return self.truncated(i, w.base + len(data) + 1)
-            if not _HANDLERS[data[i]](self, data[i]):
+            if self.i >= len(w.buf):
+                return self.truncated(self.i, w.base + len(w.buf) + 1)
+            if not _HANDLERS[w.buf[self.i]](self, w.buf[self.i]):
                 return self.i
             if self.track and self.depth > MAX_STACK:
                 run = self.lose()
+
+    def near_end(self) -> bool:
+        return len(self.w.buf) - self.i < 16 and not self.w.eof
 
     def refill(self):
         """At least 16 bytes ahead in the window (unless the data ends); the run matcher for the new window."""

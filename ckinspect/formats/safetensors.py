@@ -85,36 +85,54 @@ def read_safetensors(path: str | os.PathLike[str], member: str | None = None, re
 
 
 def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int, member: str | None) -> None:
+    header = _decoded_header(ckpt, raw)
+    if header is None:
+        return
     problems: list[str] = []
+    _read_metadata(ckpt, header.pop("__metadata__", None), problems)
+    spans, malformed = _entry_spans(header, problems)
+    _tile(ckpt, spans, 8 + header_len, file_bytes - 8 - header_len, malformed, member, problems)
+    ckpt.tree = {t.name: t for t in ckpt.tensors}
+    for message in problems[:MAX_FINDINGS]:
+        ckpt.add("CORRUPT", message)
+    if len(problems) > MAX_FINDINGS:
+        ckpt.add("CORRUPT", f"... and {len(problems) - MAX_FINDINGS:,} more safetensors header problems")
+
+
+def _decoded_header(ckpt: Checkpoint, raw: bytes) -> dict[str, Any] | None:
+    """The header's JSON object, or None with a CORRUPT finding saying why it is not one."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         ckpt.add("CORRUPT", f"safetensors header is not valid UTF-8 (byte {exc.start} of the header)")
-        return
+        return None
     try:
         header = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         ckpt.add("CORRUPT", f"safetensors header is not valid JSON{where}: {getattr(exc, 'msg', exc)}")
-        return
+        return None
     if not isinstance(header, dict):
         ckpt.add("CORRUPT", f"safetensors header is JSON {type(header).__name__}, not an object")
+        return None
+    return header
+
+
+def _read_metadata(ckpt: Checkpoint, metadata: object, problems: list[str]) -> None:
+    if metadata is None:
         return
-
-    metadata = header.pop("__metadata__", None)
-    if metadata is not None:
-        if not isinstance(metadata, dict):
-            problems.append("__metadata__ is not an object of strings")
+    if not isinstance(metadata, dict):
+        problems.append("__metadata__ is not an object of strings")
+        return
+    for key, value in metadata.items():
+        if isinstance(value, str):
+            ckpt.metadata[key] = value
         else:
-            for key, value in metadata.items():
-                if isinstance(value, str):
-                    ckpt.metadata[key] = value
-                else:
-                    problems.append(f"__metadata__[{key!r}] is {type(value).__name__}, not a string")
+            problems.append(f"__metadata__[{key!r}] is {type(value).__name__}, not a string")
 
-    data_start = 8 + header_len
-    data_bytes = file_bytes - data_start
-    # (begin, end, name, entry) for every well-formed entry, for the coverage check below
+
+def _entry_spans(header: dict[str, Any], problems: list[str]) -> tuple[list[tuple[int, int, str, TensorInfo]], int]:
+    """(begin, end, name, entry) for every well-formed entry, for the coverage check, and how many were not."""
     spans: list[tuple[int, int, str, TensorInfo]] = []
     strides_of: dict[tuple[int, ...], tuple[int, ...]] = {}  # shapes repeat: compute strides once each
     malformed = 0  # entries we could not place: gaps they leave are their fault, not reported again
@@ -128,42 +146,37 @@ def _parse_header(ckpt: Checkpoint, raw: bytes, header_len: int, file_bytes: int
         stride = strides_of.get(shape)
         if stride is None:
             stride = strides_of[shape] = contiguous_strides(shape)
-        dtype = SAFETENSORS_DTYPES[code]
-        spans.append((begin, end, name, TensorInfo(name, dtype, shape, stride, name)))
+        spans.append((begin, end, name, TensorInfo(name, SAFETENSORS_DTYPES[code], shape, stride, name)))
+    return spans, malformed
 
-    # Buffers must tile the data section exactly: no overlap, no gap, nothing past the end, nothing after.
+
+def _tile(ckpt: Checkpoint, spans: list[tuple[int, int, str, TensorInfo]], data_start: int, data_bytes: int,
+          malformed: int, member: str | None, problems: list[str]) -> None:  # fmt: skip
+    """Buffers must tile the data section exactly: no overlap, no gap, nothing past the end, nothing after."""
     spans.sort()  # by (begin, end, name): names are unique, so the descriptors are never compared
     covered = 0
     tensors, storages, path = ckpt.tensors, ckpt.storages, ckpt.path
     for begin, end, name, info in spans:
-        if begin < covered:
-            problems.append(
-                f"tensor {name!r}: offsets [{begin}, {end}] overlap the previous tensor (ends at {covered})"
-            )
-        elif begin > covered and not malformed:
-            problems.append(
-                f"gap of {begin - covered:,} unused bytes before tensor {name!r} (offsets {covered}..{begin})"
-            )
-        beyond = end > data_bytes
-        if beyond:
-            problems.append(
-                f"tensor {name!r}: offsets [{begin}, {end}] run past the end of the data "
-                f"({data_bytes:,} bytes; file truncated?)"
-            )
-        if end > covered:
-            covered = end
+        problems += _span_problems(begin, end, name, covered, data_bytes, malformed)
+        covered = max(covered, end)
         tensors.append(info)
-        offset = None if beyond else data_start + begin
+        offset = None if end > data_bytes else data_start + begin
         storages[name] = StorageInfo(name, info.dtype, end - begin, path, offset, member=member)
     if covered < data_bytes and not malformed:
         extra = data_bytes - covered
         problems.append(f"{extra:,} trailing byte{'s' if extra != 1 else ''} after the last tensor")
-    ckpt.tree = {t.name: t for t in ckpt.tensors}
 
-    for message in problems[:MAX_FINDINGS]:
-        ckpt.add("CORRUPT", message)
-    if len(problems) > MAX_FINDINGS:
-        ckpt.add("CORRUPT", f"... and {len(problems) - MAX_FINDINGS:,} more safetensors header problems")
+
+def _span_problems(begin: int, end: int, name: str, covered: int, data_bytes: int, malformed: int) -> list[str]:
+    out = []
+    if begin < covered:
+        out.append(f"tensor {name!r}: offsets [{begin}, {end}] overlap the previous tensor (ends at {covered})")
+    elif begin > covered and not malformed:
+        out.append(f"gap of {begin - covered:,} unused bytes before tensor {name!r} (offsets {covered}..{begin})")
+    if end > data_bytes:
+        out.append(f"tensor {name!r}: offsets [{begin}, {end}] run past the end of the data "
+                   f"({data_bytes:,} bytes; file truncated?)")  # fmt: skip
+    return out
 
 
 def check_entry(entry: object) -> tuple[tuple[str, tuple[int, ...], int, int] | None, str | None]:

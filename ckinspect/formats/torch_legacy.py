@@ -64,36 +64,50 @@ def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
     where = path.name
     unsafe = record_globals(ckpt, [g for s in scans for g in s.globals], where, data)
     check_weights_only(ckpt, data, scans, where)  # torch.load reads all five through weights_only's unpickler
+    if _whole_pickles(ckpt, where, data, scans) and not unsafe and _header_is_torchs(ckpt, where, data, scans):
+        _read_objects(ckpt, reader, path, data, scans)
+
+
+def _whole_pickles(ckpt: Checkpoint, where: str, data: bytes, scans: list[Any]) -> bool:
+    """Whether all five pickles were read whole (a finding says why not)."""
     for index, scan in enumerate(scans):
         if scan.error is not None:
             ckpt.add("CORRUPT", f"{where}: the {_NAMES[index]} pickle is unreadable: {scan.error}")
-            return
+            return False
     if len(scans) < 5:
         ckpt.add("CORRUPT", f"{where}: ends after {len(scans)} of the 5 pickles a legacy torch file holds (truncated)")
-        return
-    if unsafe:
-        return
+        return False
     if not data:
         ckpt.add(
             "CORRUPT", f"{where}: its pickles end at byte {scans[-1].end}, too large to list (scanned, not decoded)"
         )
-        return
+        return False
+    return True
+
+
+def _header_is_torchs(ckpt: Checkpoint, where: str, data: bytes, scans: list[Any]) -> bool:
+    """The magic number, protocol version and system info pickles, as torch's legacy writer wrote them."""
     try:
         magic = restricted_load(data[scans[0].start : scans[0].end], scan=scans[0])
         version = restricted_load(data[scans[1].start : scans[1].end], scan=scans[1])
         sys_info = restricted_load(data[scans[2].start : scans[2].end], scan=scans[2])
     except CorruptPickle as exc:
         ckpt.add("CORRUPT", f"{where}: header pickles are unreadable: {exc}")
-        return
+        return False
     if magic != MAGIC_NUMBER:
         ckpt.add("CORRUPT", f"{where}: starts with a pickle, but not torch's legacy magic number: a plain pickle?")
-        return
+        return False
     if version != PROTOCOL_VERSION:
         ckpt.add("CORRUPT", f"{where}: legacy protocol version {version!r:.20}, expected {PROTOCOL_VERSION}")
-        return
+        return False
     little = not isinstance(sys_info, dict) or sys_info.get("little_endian", True)
     ckpt.metadata["byteorder"] = "little" if little else "big"
+    return True
 
+
+def _read_objects(ckpt: Checkpoint, reader: FileReader, path: Path, data: bytes, scans: list[Any]) -> None:
+    """The object pickle, then the storage keys and the storages after them."""
+    where = path.name
     collector = _LegacyStorages()
     obj_scan = scans[3]
     tree = decode(ckpt, data[obj_scan.start : obj_scan.end], obj_scan, f"{where} (object pickle)", collector)
@@ -150,6 +164,12 @@ def _locate_storages(ckpt: Checkpoint, reader: FileReader, path: Path, collector
         dtype, location = (ref.dtype, ref.location) if ref else ("uint8", "cpu")
         ckpt.storages[key] = StorageInfo(key, dtype, nbytes, path, pos + 8, location=location)
         pos += 8 + nbytes
+    _add_views(ckpt, path, collector)
+
+
+def _add_views(ckpt: Checkpoint, path: Path, collector: _LegacyStorages) -> None:
+    """Legacy storage views as storages of their own (their root's bytes), then what the pickle named but the
+    file lacks."""
     for view_key, (root, offset, nbytes) in collector.views.items():
         base = ckpt.storages.get(root)
         if base is not None and base.offset is not None and offset + nbytes <= base.nbytes:
@@ -174,20 +194,24 @@ def _read_tar(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
                 members[info.name] = info  # a later member of the same name wins
     for name in LEGACY_TAR_MEMBERS:
         member = members.get(name)
-        if member is None or not member.isfile():
-            continue
-        where = f"{path.name}:{name}"
-        start, end = member.offset_data, min(member.offset_data + member.size, reader.size)
-        scans = scan_file(reader, start, end)
-        record_globals(ckpt, [g for scan in scans for g in scan.globals], where)
-        walked = scans[-1].end if scans else start
-        if name != "pickle" and walked < end:
-            # raw storage bytes and sizes lie between the pickles of `storages` and `tensors`
-            ckpt.add("CORRUPT", f"{where}: legacy tar form, scanned up to byte {walked - start} of {end - start}; "
-                                "the rest is not listed (re-save it with a current torch)")  # fmt: skip
-        elif scans and scans[0].error is not None:
-            ckpt.add("CORRUPT", f"{where}: {scans[0].error}")
+        if member is not None and member.isfile():
+            _scan_tar_member(ckpt, reader, path, name, member.offset_data, member.size)
     if "pickle" not in members:
         ckpt.add(
             "CORRUPT", f"{path.name}: a tar that torch.load reads as its legacy format, but without a pickle member"
         )
+
+
+def _scan_tar_member(ckpt: Checkpoint, reader: FileReader, path: Path, name: str, start: int, size: int) -> None:
+    """One member of the legacy tar, scanned as torch would unpickle it."""
+    where = f"{path.name}:{name}"
+    end = min(start + size, reader.size)
+    scans = scan_file(reader, start, end)
+    record_globals(ckpt, [g for scan in scans for g in scan.globals], where)
+    walked = scans[-1].end if scans else start
+    if name != "pickle" and walked < end:
+        # raw storage bytes and sizes lie between the pickles of `storages` and `tensors`
+        ckpt.add("CORRUPT", f"{where}: legacy tar form, scanned up to byte {walked - start} of {end - start}; "
+                            "the rest is not listed (re-save it with a current torch)")  # fmt: skip
+    elif scans and scans[0].error is not None:
+        ckpt.add("CORRUPT", f"{where}: {scans[0].error}")

@@ -20,7 +20,7 @@ from ckinspect.formats.pickle_findings import (
 )
 from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
-from ckinspect.formats.unpickler import StorageRef
+from ckinspect.formats.unpickler import StorageRef, framework_records
 from ckinspect.io.crc import crc32
 from ckinspect.io.reader import PositionedReader
 from ckinspect.io.zipdir import (
@@ -31,6 +31,7 @@ from ckinspect.io.zipdir import (
     ZipMember,
     data_offset,
     data_offsets,
+    find_end,
     local_header_at,
     read_directory,
     read_member,
@@ -87,22 +88,14 @@ def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: 
     where = f"{file.name}:{pkl.name}"
     # torch.load hands a zip holding <archive>/constants.pkl to torch.jit.load (_is_torchscript_zip)
     torchscript = base == 0 and archive + "constants.pkl" in by_name
-    if torchscript:
-        ckpt.format = "torchscript"
-        ckpt.metadata["torchscript"] = True
+    _mark_torchscript(ckpt, torchscript)
     try:
         data = read_member(reader, pkl, cd_start, _pickle_cap(pkl))
     except ZipError as exc:
         ckpt.add("CORRUPT", f"{where}: {exc}")
         _scan_in_place(ckpt, reader, pkl, cd_start, where, torchscript)
         return None
-    recorded = crcs_recorded(members)
-    if not recorded:
-        ckpt.add("CRC_NOT_RECORDED", f"{file.name}: every CRC-32 in the zip directory is 0, as torch.save writes "
-                                     "them under compute_crc32=False: the bytes cannot be checked against them; "
-                                     "values are still scanned")  # fmt: skip
-    elif crc32(data) != pkl.crc32:
-        ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
+    recorded = _check_pickle_crc(ckpt, members, pkl, data, file, where)
     _scan_other_pickles(ckpt, reader, members, pkl, cd_start, file, torchscript)
     # every torch.save archive records its own byte order, an embedded one too: a DCP item is one, and
     # dcp.load swaps each item as torch.load swaps a file (.metadata records no byte order of its own)
@@ -110,15 +103,40 @@ def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: 
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
         ckpt, collector, by_name, archive, reader, file, cd_start, big=big), key_prefix, torchscript)  # fmt: skip
     if not recorded:
-        for storage in ckpt.storages.values():
-            if storage.file == file and storage.crc32 == 0:
-                storage.crc32 = None  # nothing recorded to check against
+        _forget_zero_crcs(ckpt, file)
     if base == 0:
         set_tree(ckpt, tree)
         if torchscript:
             _add_torchscript_constants(ckpt, reader, by_name, archive, cd_start, file)
             _report_code(ckpt, members, archive, file)
     return tree
+
+
+def _mark_torchscript(ckpt: Checkpoint, torchscript: bool) -> None:
+    if torchscript:
+        ckpt.format = "torchscript"
+        ckpt.metadata["torchscript"] = True
+
+
+def _check_pickle_crc(ckpt: Checkpoint, members: list[ZipMember], pkl: ZipMember, data: bytes, file: Path,
+                      where: str) -> bool:  # fmt: skip
+    """Whether the archive records CRCs (CRC_NOT_RECORDED when every one is 0); the pickle's checked if so."""
+    recorded = crcs_recorded(members)
+    if not recorded:
+        ckpt.add("CRC_NOT_RECORDED", f"{file.name}: every CRC-32 in the zip directory is 0, as torch.save writes "
+                                     "them under compute_crc32=False: the bytes cannot be checked against them; "
+                                     "values are still scanned")  # fmt: skip
+    elif crc32(data) != pkl.crc32:
+        ckpt.add("CORRUPT", f"{where}: CRC mismatch (the pickle's bytes changed after the save)")
+    return recorded
+
+
+def _forget_zero_crcs(ckpt: Checkpoint, file: Path) -> None:
+    for storage in ckpt.storages.values():
+        if storage.file == file and storage.crc32 == 0:
+            storage.crc32 = None  # nothing recorded to check against
+            if storage.deflated is not None:
+                storage.deflated = (*storage.deflated[:4], None)
 
 
 def _read_byteorder(ckpt: Checkpoint, reader: PositionedReader, record: ZipMember | None, cd_start: int,
@@ -232,7 +250,9 @@ def _find_data_pkl(members: list[ZipMember]) -> ZipMember | None:
 def _scan_second_directory(ckpt: Checkpoint, reader: PositionedReader, cd_start: int, file: Path) -> None:
     """A zip whose end record names another directory than its zip64 record: torch (and zipfile) read
     the zip64 one, other readers may not. The pickles the other directory lists are judged too."""
-    try:
+    try:  # where the end record's own directory starts first: the same one (the usual case) is not read twice
+        if find_end(reader, 0, reader.size, classic=True)[0] == cd_start:
+            return
         members, other_start = read_directory(reader, classic=True)
     except ZipError:
         return
@@ -275,10 +295,11 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
     if first.error is not None:
         ckpt.add("CORRUPT", f"{where}: {first.error}")
         return None
-    if unsafe:
+    records = framework_records([g.qualname for g in refs if g.kind == "unsafe"]) if unsafe else frozenset()
+    if records is None:
         return None
     collector = StorageCollector(key_prefix)
-    tree = decode(ckpt, data, first, where, collector, torchscript=torchscript)
+    tree = decode(ckpt, data, first, where, collector, guarded=records, torchscript=torchscript)
     fill_storages(collector)
     if not key_prefix and not torchscript:  # what torch.load reads (a DCP item or TorchScript is not)
         check_weights_only(ckpt, data, scans[:1], where)
@@ -288,39 +309,84 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
 def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
                            reader: PositionedReader, file: Path, cd_start: int, folder: str = "",
                            big: bool = False) -> None:  # fmt: skip
+    folder = folder or f"{archive}data/"
+    found, missing = _storage_members(collector, by_name, folder)
+    storages = ckpt.storages
+    for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
+        name, _header, compress_type, compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
+        offset = located if type(located) is int and compress_type == STORED else None
+        deflated = None
+        if offset is None or offset + file_size > cd_start:
+            offset = None
+            _unaddressable(ckpt, file, located, member, cd_start)
+            deflated = _deflated_member(located, member, cd_start)
+        if file_size < ref.nbytes:
+            ckpt.add("CORRUPT", f"{file.name}: storage {name} holds {file_size} bytes "
+                                f"but the pickle says {ref.nbytes}")  # fmt: skip
+        key = ref.key
+        storages[key] = StorageInfo(key, ref.dtype, file_size, file, offset, crc32, name, ref.location,
+                                    deflated=deflated)  # fmt: skip
+        if big and not ref.untyped:  # torch.load swaps by the storage's type: an UntypedStorage (uint16, ...) never
+            storages[key].big_endian = True
+    if missing:
+        shown = ", ".join(f"{folder}{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")
+
+
+def _storage_members(collector: StorageCollector, by_name: dict[str, ZipMember],
+                     folder: str) -> tuple[list[tuple[StorageRef, ZipMember]], list[str]]:  # fmt: skip
+    """(storage, its member) for each storage the pickle names, and the keys of those without a member."""
     missing = []
     found: list[tuple[StorageRef, ZipMember]] = []
-    folder = folder or f"{archive}data/"
     for key, ref in collector.storages.items():
         member = by_name.get(folder + key)
         if member is None:
             missing.append(key)
         else:
             found.append((ref, member))
-    storages = ckpt.storages
-    for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
-        name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
-        offset = located if type(located) is int else None
-        if offset is None:
-            ckpt.add("CORRUPT", f"{file.name}: {located}")
-        if compress_type != STORED:
-            offset = None  # compressed by some re-zipping tool: bytes cannot be addressed in place
-            if compress_type != DEFLATED:  # deflate is the one method torch's reader (miniz) inflates
-                ckpt.add("CORRUPT", f"{file.name}: storage {name} uses zip compression method {compress_type}, "
-                                    "which torch cannot read")  # fmt: skip
-        elif offset is not None and offset + file_size > cd_start:
-            ckpt.add("CORRUPT", f"{file.name}: storage {name} runs past the end of the data")
-            offset = None
-        if file_size < ref.nbytes:
-            ckpt.add("CORRUPT", f"{file.name}: storage {name} holds {file_size} bytes "
-                                f"but the pickle says {ref.nbytes}")  # fmt: skip
-        key = ref.key
-        storages[key] = StorageInfo(key, ref.dtype, file_size, file, offset, crc32, name, ref.location)
-        if big and not ref.untyped:  # torch.load swaps by the storage's type: an UntypedStorage (uint16, ...) never
-            storages[key].big_endian = True
-    if missing:
-        shown = ", ".join(f"{folder}{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
-        ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")
+    return found, missing
+
+
+def _deflated_member(
+    located: int | ZipError, member: ZipMember, cd_start: int
+) -> tuple[int, int, int, int, int] | None:
+    """A storage member a re-zipping tool deflated (torch's miniz inflates it): streamed by io.values."""
+    if member.compress_type != DEFLATED or type(located) is not int or located + member.compressed_size > cd_start:
+        return None
+    return (located, member.compressed_size, 0, member.file_size, member.crc32)
+
+
+def _unaddressable(ckpt: Checkpoint, file: Path, located: int | ZipError, member: ZipMember, cd_start: int) -> None:
+    """A storage member whose bytes cannot be addressed in place: why (a finding unless it is merely deflated)."""
+    name, compress_type = member.name, member.compress_type
+    if type(located) is not int:
+        ckpt.add("CORRUPT", f"{file.name}: {located}")
+    if compress_type != STORED:  # compressed by some re-zipping tool
+        if compress_type != DEFLATED:  # deflate is the one method torch's reader (miniz) inflates
+            ckpt.add("CORRUPT", f"{file.name}: storage {name} uses zip compression method {compress_type}, "
+                                "which torch cannot read")  # fmt: skip
+    elif type(located) is int and located + member.file_size > cd_start:
+        ckpt.add("CORRUPT", f"{file.name}: storage {name} runs past the end of the data")
+
+
+def _unindexed_pickle(reader: PositionedReader, start: int) -> bytes:
+    """data.pkl's bytes from `start` up to its STOP, read in growing pieces (at most
+    MAX_UNINDEXED_PICKLE_BYTES); what was read when the pickle does not end within them."""
+    want = 1 << 20
+    while True:
+        data = reader.read_at(start, min(want, MAX_UNINDEXED_PICKLE_BYTES))
+        scans = scan_stream(data, limit=1)
+        if scans and scans[0].error is None:
+            return data[: scans[0].end]
+        if (
+            not scans
+            or not scans[0].truncated
+            or start + len(data) >= reader.size
+            or want >= MAX_UNINDEXED_PICKLE_BYTES
+            or start + scans[0].needed > reader.size
+        ):
+            return data
+        want = max(want * 4, scans[0].needed + (1 << 20))
 
 
 def _read_without_directory(ckpt: Checkpoint, reader: PositionedReader, file: Path, problem: str) -> Any:
@@ -332,23 +398,7 @@ def _read_without_directory(ckpt: Checkpoint, reader: PositionedReader, file: Pa
         return None
     name, start, _flags = first
     archive = name[: -len("data.pkl")]
-    data = b""
-    want = 1 << 20
-    while True:
-        data = reader.read_at(start, min(want, MAX_UNINDEXED_PICKLE_BYTES))
-        scans = scan_stream(data, limit=1)
-        if scans and scans[0].error is None:
-            data = data[: scans[0].end]
-            break
-        if (
-            not scans
-            or not scans[0].truncated
-            or start + len(data) >= reader.size
-            or want >= MAX_UNINDEXED_PICKLE_BYTES
-            or start + scans[0].needed > reader.size
-        ):
-            break
-        want = max(want * 4, scans[0].needed + (1 << 20))
+    data = _unindexed_pickle(reader, start)
     where = f"{file.name}:{name}"
 
     def fill(collector: StorageCollector) -> None:

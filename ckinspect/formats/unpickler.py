@@ -292,17 +292,17 @@ def _tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, dtype: st
 def _rebuild_tensor(cls, storage, storage_offset, size, stride, *_rest):
     # torch's own pickles, once per tensor: checked inline, the general path handles everything else
     if type(storage) is StorageRef and type(storage_offset) is int and storage_offset >= 0 and \
-            type(size) is tuple and type(stride) is tuple:  # fmt: skip
-        for v in size:
-            if type(v) is not int or v < 0:
-                break
-        else:
-            for v in stride:
-                if type(v) is not int:
-                    break
-            else:
-                return TensorInfo("", storage.dtype, size, stride, storage.key, storage_offset)
+            type(size) is tuple and type(stride) is tuple and _plain_sizes(size, stride):  # fmt: skip
+        return TensorInfo("", storage.dtype, size, stride, storage.key, storage_offset)
     return _tensor(storage, storage_offset, size, stride)
+
+
+def _plain_sizes(size: tuple[Any, ...], stride: tuple[Any, ...]) -> bool:
+    """Sizes that are ints >= 0 and strides that are ints: no further checks needed."""
+    for v in size:
+        if type(v) is not int or v < 0:
+            return False
+    return all(type(v) is int for v in stride)
 
 
 class _RebuildTensor(metaclass=_FrozenMeta):
@@ -585,17 +585,21 @@ def standin_for(module: str, name: str) -> Any:
     kind = classify_global(module, name)
     if kind == "unsafe":
         raise UnsafePickle([qualname])
+    found = _torch_standin(module, name)
+    return _opaque_class(qualname) if found is None else found  # a class, so that both REDUCE and NEWOBJ build it
+
+
+def _torch_standin(module: str, name: str) -> Any:
+    """torch's dtypes, storage types, tensor types and qschemes by name; None for anything else."""
     if module == "torch" and name in TORCH_DTYPE_ATTRS:
         return TORCH_DTYPE_ATTRS[name]
     if module in ("torch", "torch.cuda") and name.endswith("Storage"):
         return _StorageType(_storage_dtype(name))
     if module in ("torch", "torch.cuda", "torch.sparse", "torch.cuda.sparse") and name.endswith("Tensor"):
         return _TensorClass
-    if module == "torch" and (
-        name.startswith(("per_tensor", "per_channel")) or name in TORCH_DTYPE_ATTRS or name.islower()
-    ):
+    if module == "torch" and (name.startswith(("per_tensor", "per_channel")) or name.islower()):
         return name  # dtypes beyond the table (int4, quint8 ...) and qschemes, by name
-    return _opaque_class(qualname)  # a class, so that both REDUCE and NEWOBJ can build it
+    return None
 
 
 _DTYPE_NAMES = frozenset(TORCH_DTYPE_ATTRS.values())
@@ -604,14 +608,7 @@ _DTYPE_NAMES = frozenset(TORCH_DTYPE_ATTRS.values())
 def storage_persistent_load(pid: Any) -> Any:
     """torch's persistent ids: ('storage', storage type, key, location, numel[, view_metadata])."""
     # the common case first: one call per tensor in a checkpoint
-    if (
-        type(pid) is tuple
-        and len(pid) >= 5
-        and type(pid[1]) is _StorageType
-        and type(pid[4]) is int
-        and pid[4] >= 0
-        and pid[0] == "storage"
-    ):
+    if _is_plain_storage_id(pid):
         stype, key, location = pid[1], pid[2], pid[3]
         if type(key) is not str or type(location) is not str:
             key, location = bounded_str(key, 1000), bounded_str(location)
@@ -619,22 +616,30 @@ def storage_persistent_load(pid: Any) -> Any:
     if isinstance(pid, tuple) and pid:
         tag = pid[0].decode("ascii", "replace") if isinstance(pid[0], bytes) else pid[0]
         if tag == "storage" and len(pid) >= 5:
-            stype, key, location, numel = pid[1:5]
-            if isinstance(stype, _StorageType):
-                dtype, untyped = stype.dtype, stype.untyped
-            elif isinstance(stype, str) and stype in _DTYPE_NAMES:
-                dtype, untyped = stype, False  # some writers name the dtype itself
-            else:
-                raise CorruptPickle(f"storage persistent id with an unknown storage type {bounded_repr(stype, 60)}")
-            if not isinstance(numel, int) or numel < 0:
-                raise CorruptPickle(
-                    f"storage {bounded_repr(key, 40)} has a bad element count {bounded_repr(numel, 40)}"
-                )
-            return StorageRef(bounded_str(key, 1000), dtype, bounded_str(location),
-                              numel * (1 if untyped else dtype_info(dtype).itemsize), untyped)  # fmt: skip
+            return _other_storage_id(*pid[1:5])
         if tag == "module":
             return _opaque_class("torch.nn.Module(source)")(*pid[1:2])
     raise CorruptPickle(f"persistent id that is not a storage: {bounded_repr(pid, 80)}")
+
+
+def _is_plain_storage_id(pid: Any) -> bool:
+    """('storage', a storage type, key, location, a count >= 0, ...): what torch.save writes."""
+    return (type(pid) is tuple and len(pid) >= 5 and type(pid[1]) is _StorageType
+            and type(pid[4]) is int and pid[4] >= 0 and pid[0] == "storage")  # fmt: skip
+
+
+def _other_storage_id(stype: Any, key: Any, location: Any, numel: Any) -> StorageRef:
+    """A storage id in a spelling other writers use (a bytes tag, the dtype's own name), or CorruptPickle."""
+    if isinstance(stype, _StorageType):
+        dtype, untyped = stype.dtype, stype.untyped
+    elif isinstance(stype, str) and stype in _DTYPE_NAMES:
+        dtype, untyped = stype, False  # some writers name the dtype itself
+    else:
+        raise CorruptPickle(f"storage persistent id with an unknown storage type {bounded_repr(stype, 60)}")
+    if not isinstance(numel, int) or numel < 0:
+        raise CorruptPickle(f"storage {bounded_repr(key, 40)} has a bad element count {bounded_repr(numel, 40)}")
+    return StorageRef(bounded_str(key, 1000), dtype, bounded_str(location),
+                      numel * (1 if untyped else dtype_info(dtype).itemsize), untyped)  # fmt: skip
 
 
 def _enum_member_getattr(cls: Any, name: Any) -> Any:
@@ -671,8 +676,37 @@ def torchscript_standin(module: str, name: str) -> Any:
     return _TORCHSCRIPT_STANDINS.get(qualname) or _opaque_class(qualname)
 
 
-# Globals that run code in general but are safe with arguments the unpickler checks at each call.
-GUARDED: dict[str, Any] = {"builtins.getattr": _enum_member_getattr}
+# Classes a framework pickles into its own checkpoint files and imports itself when it resumes
+# (torch.load(weights_only=False) in its loader). Outside torch's allowlist, so a file naming them is still
+# UNSAFE_PICKLE; but when they are all it names, its tree is decoded with each one as a plain record (never
+# imported), so that the framework's own counters in it can be read. Each entry says what it is.
+FRAMEWORK_RECORDS: dict[str, dict[str, str]] = {
+    "deepspeed": {
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler": "ZeRO's static loss scaler, in every optim_states file",
+        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler": "ZeRO's dynamic loss scaler (fp16)",
+        "deepspeed.runtime.zero.config.ZeroStageEnum": "the ZeRO stage, an enum",
+        "deepspeed.utils.tensor_fragment.fragment_address": "a named tuple (numel, start) per parameter fragment",
+    },
+    "megatron": {
+        "argparse.Namespace": "the run's arguments, which Megatron's loader reads back (a plain attribute bag)",
+    },
+}
+_RECORD_CLASSES = {name for table in FRAMEWORK_RECORDS.values() for name in table}
+
+
+def framework_records(unsafe: list[str]) -> frozenset[str] | None:
+    """The globals to decode as records when every unsafe one `unsafe` names is a framework's own class
+    (FRAMEWORK_RECORDS); None when any other is named (then nothing is decoded)."""
+    names = frozenset(unsafe)
+    return names if names <= _RECORD_CLASSES else None
+
+
+# Globals that run code in general but are safe with arguments the unpickler checks at each call; the
+# framework classes above are records here, built from their arguments and state, never called.
+GUARDED: dict[str, Any] = {
+    "builtins.getattr": _enum_member_getattr,
+    **{name: _opaque_class(name) for name in _RECORD_CLASSES},
+}
 
 
 class RestrictedUnpickler(pickle.Unpickler):

@@ -179,63 +179,83 @@ def iter_view_blocks(
     With `logical=True` the blocks come in the tensor's own C order (what a diff needs); with False the
     dimensions are walked by falling stride (same elements, fewer and bigger reads: what statistics need).
     """
-    import numpy as np
-    from numpy.lib.stride_tricks import as_strided
-
     if storage.deflated is not None:
         yield from deflated_blocks(blobs, storage, tensor, max(1, limit // tensor.itemsize), logical)
         return
-    np_dtype = raw_numpy_dtype(tensor.dtype)
-    item = tensor.itemsize
     if tensor.numel == 0:
         return
     dims = list(zip(tensor.shape, tensor.stride, strict=False))  # the reader checked their lengths agree
     if not logical:
         dims = sorted((d for d in dims if d[0] != 1), key=lambda d: -d[1]) or [(1, 1)]
+    view = _ViewReader(blobs, storage, tensor, limit)
+    total_span = view.span(dims)
+    if logical and limit < total_span <= _WHOLE_SPAN and len(tensor.shape) > 0:
+        yield from view.rows_of_mapped_span(total_span)
+        return
+    yield from view.walk(tensor.storage_offset, dims)
 
-    def span(ds: list[tuple[int, int]]) -> int:
-        return (sum((n - 1) * s for n, s in ds) + 1) * item
 
-    def walk(base: int, ds: list[tuple[int, int]]) -> Iterator[Any]:
-        if not ds or span(ds) <= limit:
-            nbytes = span(ds)
-            offset, _ = blobs.check_within(storage, base * item, nbytes)
-            with blobs.window(storage.file, offset, nbytes) as view:
-                flat = np.frombuffer(view, dtype=np_dtype, count=nbytes // item)
-                shape = [n for n, _ in ds] or [1]
-                strides = [s * item for _, s in ds] or [item]
-                block = as_strided(flat, shape=shape, strides=strides, writeable=False).copy().reshape(-1)
-                del flat
-            yield to_native(block, tensor.dtype) if storage.big_endian else block
+class _ViewReader:
+    """One strided view's reads: blocks of at most ~`limit` bytes of storage span, swapped when big-endian."""
+
+    def __init__(self, blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, limit: int) -> None:
+        self.blobs, self.storage, self.tensor, self.limit = blobs, storage, tensor, limit
+        self.np_dtype = raw_numpy_dtype(tensor.dtype)
+        self.item = tensor.itemsize
+
+    def span(self, ds: list[tuple[int, int]]) -> int:
+        return (sum((n - 1) * s for n, s in ds) + 1) * self.item
+
+    def native(self, block: Any) -> Any:
+        return to_native(block, self.tensor.dtype) if self.storage.big_endian else block
+
+    def walk(self, base: int, ds: list[tuple[int, int]]) -> Iterator[Any]:
+        """The elements of dims `ds` from element `base`, outer dims split until a block's span fits."""
+        if not ds or self.span(ds) <= self.limit:
+            yield self.native(self.block(base, ds))
             return
         (n0, s0), rest = ds[0], ds[1:]
-        rest_span = span(rest)
-        if rest_span <= limit and s0 > 0:
-            rows = max(1, (limit - rest_span) // (s0 * item) + 1)
+        rest_span = self.span(rest)
+        if rest_span <= self.limit and s0 > 0:
+            rows = max(1, (self.limit - rest_span) // (s0 * self.item) + 1)
             for i in range(0, n0, rows):
-                yield from walk(base + i * s0, [(min(rows, n0 - i), s0), *rest])
+                yield from self.walk(base + i * s0, [(min(rows, n0 - i), s0), *rest])
         else:
             for i in range(n0):
-                yield from walk(base + i * s0, rest)
+                yield from self.walk(base + i * s0, rest)
 
-    total_span = span(dims)
-    if logical and limit < total_span <= _WHOLE_SPAN and len(tensor.shape) > 0:
-        # C order through a transposed view jumps across the whole span for every row: map the span
-        # once and copy rows out of it, rather than re-reading it row by row.
-        offset, _ = blobs.check_within(storage, tensor.storage_offset * item, total_span)
-        with blobs.window(storage.file, offset, total_span) as view:
-            flat = np.frombuffer(view, dtype=np_dtype, count=total_span // item)
+    def block(self, base: int, ds: list[tuple[int, int]]) -> Any:
+        import numpy as np
+        from numpy.lib.stride_tricks import as_strided
+
+        item, nbytes = self.item, self.span(ds)
+        offset, _ = self.blobs.check_within(self.storage, base * item, nbytes)
+        with self.blobs.window(self.storage.file, offset, nbytes) as view:
+            flat = np.frombuffer(view, dtype=self.np_dtype, count=nbytes // item)
+            shape = [n for n, _ in ds] or [1]
+            strides = [s * item for _, s in ds] or [item]
+            block = as_strided(flat, shape=shape, strides=strides, writeable=False).copy().reshape(-1)
+            del flat
+        return block
+
+    def rows_of_mapped_span(self, total_span: int) -> Iterator[Any]:
+        """C order through a transposed view jumps across the whole span for every row: map the span
+        once and copy rows out of it, rather than re-reading it row by row."""
+        import numpy as np
+        from numpy.lib.stride_tricks import as_strided
+
+        tensor, item = self.tensor, self.item
+        offset, _ = self.blobs.check_within(self.storage, tensor.storage_offset * item, total_span)
+        with self.blobs.window(self.storage.file, offset, total_span) as view:
+            flat = np.frombuffer(view, dtype=self.np_dtype, count=total_span // item)
             full = as_strided(flat, shape=tensor.shape, strides=[s * item for s in tensor.stride], writeable=False)
             row = max(1, math.prod(tensor.shape[1:]))
-            rows = max(1, limit // (row * item))
+            rows = max(1, self.limit // (row * item))
             try:
                 for i in range(0, tensor.shape[0], rows):
-                    block = full[i : i + rows].copy().reshape(-1)
-                    yield to_native(block, tensor.dtype) if storage.big_endian else block
+                    yield self.native(full[i : i + rows].copy().reshape(-1))
             finally:
                 del full, flat
-        return
-    yield from walk(tensor.storage_offset, dims)
 
 
 # ---------------------------------------------------------------- deflated members (np.savez_compressed)
@@ -257,7 +277,7 @@ def inflated_pieces(blobs: Blobs, storage: StorageInfo, start: int, length: int,
         produced += len(out)
         if a < b:
             yield memoryview(out)[a:b]
-    if produced != size or crc != expected:
+    if produced != size or expected is not None and crc != expected:
         why = f"inflates to {produced:,} bytes, not {size:,}" if produced != size else "fails its CRC-32"
         raise UnreadableStorage(f"{where} {why}")
 
@@ -347,16 +367,19 @@ def raw_blocks(
     little-endian order, as torch.load swaps them. `convert(raw)`, when given, is applied while the
     bytes are still mapped, so a decoded block costs one copy, not two.
     """
+    if storage.deflated is not None or not tensor.is_contiguous:
+        limit = elements * tensor.itemsize
+        blocks = (deflated_blocks(blobs, storage, tensor, elements, logical) if storage.deflated is not None else
+                  iter_view_blocks(blobs, storage, tensor, limit=limit, logical=logical))  # fmt: skip
+        yield from blocks if convert is None else map(convert, blocks)
+        return
+    yield from _contiguous_blocks(blobs, storage, tensor, elements, convert)
+
+
+def _contiguous_blocks(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, elements: int,
+                       convert: Callable[[Any], Any] | None) -> Iterator[Any]:  # fmt: skip
     import numpy as np
 
-    if storage.deflated is not None:
-        for raw in deflated_blocks(blobs, storage, tensor, elements, logical):
-            yield raw if convert is None else convert(raw)
-        return
-    if not tensor.is_contiguous:
-        for raw in iter_view_blocks(blobs, storage, tensor, limit=elements * tensor.itemsize, logical=logical):
-            yield raw if convert is None else convert(raw)
-        return
     np_dtype = raw_numpy_dtype(tensor.dtype)
     item = tensor.itemsize
     offset, _ = blobs.check_within(storage, tensor.byte_offset, tensor.nbytes)

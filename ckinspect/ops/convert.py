@@ -63,22 +63,13 @@ def convert(
     result = ConvertResult(source, out, ckpt.format, "safetensors" if out.suffix == ".safetensors" else "torch-zip")
     unsafe = _unsafe_unless_trusted(ckpt, source, trust)
     groups = _groups(ckpt)
-    if only:
-        unknown = sorted(set(only) - {"model", "optimizer", "rng", "other"})
-        if unknown:
-            raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
+    _check_only(only)
     tools = _Tools.choose(result, unsafe, dtype)  # torch only now: a refused file never pays for it
     select = _Selection(result, groups, only, tools.target, writable_dtypes(result.out_format))
     if refuse_left_out:
         _refuse_unwritable(ckpt, select)
     built = _trusted_build(ckpt, unsafe, select, announce) if unsafe else _safe_build(ckpt, select, tools)
-    for path, why in built.dropped:
-        result.notes.append(f"{path}: {why}; left out")
-    for path, composite in built.composites:
-        written = [f"{path}.{part}" for part in composite.parts if f"{path}.{part}" not in result.left_out]
-        if written:  # a part left out is named in the left-out note, not here
-            result.notes.append(f"{path} ({composite.layout}, shape {list(composite.shape)}) written as its parts: "
-                                f"{', '.join(written)}")  # fmt: skip
+    _note_dropped_and_composites(result, built)
     _note_left_out(result)
     tree, names = _narrowed(built, result) if only else (built.tree, built.tensors)
     if not names:
@@ -97,6 +88,23 @@ def convert(
     return result
 
 
+def _check_only(only: list[str] | None) -> None:
+    unknown = sorted(set(only or ()) - {"model", "optimizer", "rng", "other"})
+    if unknown:
+        raise CkinspectError(f"--only {', '.join(unknown)}: groups are model, optimizer, rng, other")
+
+
+def _note_dropped_and_composites(result: ConvertResult, built: Any) -> None:
+    """A note per value left out while building, and per composite tensor written as its parts."""
+    for path, why in built.dropped:
+        result.notes.append(f"{path}: {why}; left out")
+    for path, composite in built.composites:
+        written = [f"{path}.{part}" for part in composite.parts if f"{path}.{part}" not in result.left_out]
+        if written:  # a part left out is named in the left-out note, not here
+            result.notes.append(f"{path} ({composite.layout}, shape {list(composite.shape)}) written as its parts: "
+                                f"{', '.join(written)}")  # fmt: skip
+
+
 def _check_paths(source: Path, out: Path) -> None:
     if out.exists() and out.resolve() == source.resolve():
         raise CkinspectError("OUT must differ from IN")
@@ -108,18 +116,24 @@ def _unsafe_unless_trusted(ckpt: Checkpoint, source: Path, trust: bool) -> list[
     """The UNSAFE_PICKLE findings (empty for a safe file); refuses a damaged or tensor-less file, and an
     unsafe one unless trusted."""
     unsafe = [f for f in ckpt.findings if f.code == "UNSAFE_PICKLE"]
-    corrupt = [f for f in ckpt.findings if f.code in NOT_WHOLE_CODES]
-    if corrupt and not unsafe:
-        raise CkinspectError(f"{source} is damaged ({corrupt[0].message}); try `ckinspect salvage {source} OUT`")
-    if ckpt.format in ("unknown", "pickle") and not unsafe:
-        raise CkinspectError(f"{source}: format {ckpt.format} holds no tensors this tool can convert")
-    if unsafe and not trust:
+    if not unsafe:
+        _refuse_unconvertible(ckpt, source)
+    elif not trust:
         called = ", ".join(sorted({g for f in unsafe for g in _globals_in(f, ckpt)})) or unsafe[0].message
         raise CkinspectError(
             f"refused: {source} names globals that run code when loaded ({called}); "
             "nothing was executed. Pass --trust only if you know where this file comes from"
         )
     return unsafe
+
+
+def _refuse_unconvertible(ckpt: Checkpoint, source: Path) -> None:
+    """A safe file that cannot be converted: damaged (salvage it), or of a format that holds no tensors."""
+    corrupt = [f for f in ckpt.findings if f.code in NOT_WHOLE_CODES]
+    if corrupt:
+        raise CkinspectError(f"{source} is damaged ({corrupt[0].message}); try `ckinspect salvage {source} OUT`")
+    if ckpt.format in ("unknown", "pickle"):
+        raise CkinspectError(f"{source}: format {ckpt.format} holds no tensors this tool can convert")
 
 
 class _Tools(Record):
@@ -332,8 +346,8 @@ class _StorageReader:
         if storage is None:
             return None
         path = Path(storage.file)
-        if storage.deflated is not None:  # a compressed npz member: streamed as it is written (io.values)
-            return StorageSource(storage)
+        if storage.deflated is not None:  # a deflated member: streamed as it is written (io.values)
+            return StorageSource(storage) if _inflates_whole(storage) else None
         if storage.offset is not None:
             handle = self._file(path)
             whole = storage.offset + storage.nbytes <= os.fstat(handle.fileno()).st_size
@@ -366,6 +380,21 @@ class _StorageReader:
             except (ZipError, OSError):  # not a zip, or no readable directory
                 self._archives[path] = None
         return self._archives[path]
+
+
+def _inflates_whole(storage: StorageInfo) -> bool:
+    """Whether a deflated member inflates to its declared size and CRC-32, checked before anything is written
+    (one streamed pass, memory flat), so a damaged one is a tensor without bytes, named, as a stored one is."""
+    from ckinspect.io.blobs import Blobs, UnreadableStorage
+    from ckinspect.io.values import inflated_pieces
+
+    try:
+        with Blobs() as blobs:
+            for _ in inflated_pieces(blobs, storage, 0, storage.nbytes, 1 << 20):
+                pass
+    except UnreadableStorage:
+        return False
+    return True
 
 
 def _built_from_objects(obj: Any, keep, cast):

@@ -184,13 +184,17 @@ class StorageSource:
             return
         assert self.storage is not None
         unit = swap_unit(self.storage.dtype) if self.storage.big_endian else 1
-        if self.storage.deflated is not None:  # np.savez_compressed: inflated as it is written, never whole
-            with Blobs() as blobs:
-                for piece in _whole_units(inflated_pieces(blobs, self.storage, start, length, CHUNK), unit):
-                    yield piece if unit == 1 else _little_endian(piece, unit)
-            return
-        for piece in read_chunks(self.storage, start, length, CHUNK):
+        for piece in self._file_pieces(start, length, unit):
             yield piece if unit == 1 else _little_endian(piece, unit)
+
+    def _file_pieces(self, start: int, length: int, unit: int) -> Iterator[memoryview]:
+        """The storage's bytes as the file holds them, each piece whole `unit`-byte elements."""
+        assert self.storage is not None
+        if self.storage.deflated is None:
+            yield from read_chunks(self.storage, start, length, CHUNK)
+            return
+        with Blobs() as blobs:  # np.savez_compressed: inflated as it is written, never whole
+            yield from _whole_units(inflated_pieces(blobs, self.storage, start, length, CHUNK), unit)
 
     def c_order_blocks(self, info: TensorInfo, elements: int) -> Iterator[Any]:
         """A view's raw elements in C order, as contiguous numpy blocks of at most `elements`."""

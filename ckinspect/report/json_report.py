@@ -125,22 +125,25 @@ def tensor_entries(
     (composite_entries) the composite's name as `part_of`."""
     params = params or {}
     part_of = {t.name: c.name for c in composites for t in c.parts.values()}
-    bits_of: dict[str, int] = {}
+    bits_of = {dtype: dtype_info(dtype).bits for dtype in {t.dtype for t in tensors}}
     out = []
     for t in tensors:
-        bits = bits_of.get(t.dtype)
-        if bits is None:
-            bits = bits_of[t.dtype] = dtype_info(t.dtype).bits
-        nbytes = math.prod(t.shape) * bits + 7 >> 3
+        nbytes = math.prod(t.shape) * bits_of[t.dtype] + 7 >> 3
         entry = {"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": nbytes}
         if t.name in params:
             entry["param"] = params[t.name]
-        if missing and t.name in missing:
-            entry["missing"] = True
-        if part_of and t.name in part_of:
-            entry["part_of"] = part_of[t.name]
+        if t.name in missing or t.name in part_of:
+            _mark_missing_or_part(entry, t.name, missing, part_of)
         out.append(entry)
     return out
+
+
+def _mark_missing_or_part(entry: dict[str, Any], name: str, missing: set[str] | frozenset[str],
+                          part_of: dict[str, str]) -> None:  # fmt: skip
+    if name in missing:
+        entry["missing"] = True
+    if name in part_of:
+        entry["part_of"] = part_of[name]
 
 
 def jsonable(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
@@ -150,16 +153,17 @@ def jsonable(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any
     if budget is None:
         budget = [_MAX_NODES]
     budget[0] -= 1
-    if value is None or isinstance(value, (bool, int, str)):
-        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-            return bounded_repr(value, _MAX_TEXT)  # str() of a million-digit int is slow, past 4300 digits refused
-        return value if not isinstance(value, str) or len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "..."
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)  # NaN/inf are not JSON
+    if value is None or isinstance(value, (bool, int, str, float)):
+        return _json_scalar(value)
     if isinstance(value, TensorInfo):
         return f"tensor {value.dtype} {list(value.shape)}"
     if depth >= _MAX_DEPTH or budget[0] <= 0:
         return "..."
+    return _json_other(value, depth, budget)
+
+
+def _json_other(value: Any, depth: int, budget: list[int]) -> Any:
+    """A container's first _MAX_ITEMS values, a byte string's length, anything else its bounded repr."""
     if isinstance(value, Mapping):
         items = list(value.items())[:_MAX_ITEMS]
         return {bounded_str(k, _MAX_TEXT): jsonable(v, depth + 1, budget) for k, v in items}
@@ -168,6 +172,16 @@ def jsonable(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value)} bytes>"
     return bounded_repr(value, _MAX_TEXT)
+
+
+def _json_scalar(value: None | bool | int | str | float) -> Any:
+    """None, a bool, an int, a str or a float as JSON holds it, bounded: a huge int or a long str shortened,
+    NaN and Inf (not JSON) spelled out."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return bounded_repr(value, _MAX_TEXT)  # str() of a million-digit int is slow, past 4300 digits refused
+    return value if not isinstance(value, str) or len(value) <= _MAX_TEXT else value[:_MAX_TEXT] + "..."
 
 
 def render(report: dict[str, Any]) -> str:

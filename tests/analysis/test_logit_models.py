@@ -35,7 +35,7 @@ def test_unknown_model_names_what_every_plugin_looks_for(tmp_path):
     assert model is None
     assert reason == (
         "the model is unknown: no ckinspect-trainer/1 config in the checkpoint and no config.json beside it "
-        "and no Llama/Qwen2/Qwen3/MiniMind names among its tensors"
+        "and no Llama/Qwen2/Qwen3/MiniMind, GPT-2 or nanoGPT names among its tensors"
     )
 
 
@@ -48,8 +48,8 @@ def test_a_plugin_that_cannot_load_is_named_and_the_weight_drift_still_runs(tmp_
     drifts = weight_drift(ckpt)
     assert logit_drift_or_why(ckpt, drifts) == (
         None,
-        "the model is unknown: no config.json beside it and no Llama/Qwen2/Qwen3/MiniMind names among its tensors; "
-        "model plugin 'broken' cannot be loaded (ImportError: No module named 'gone')",
+        "the model is unknown: no config.json beside it and no Llama/Qwen2/Qwen3/MiniMind, GPT-2 or nanoGPT names "
+        "among its tensors; model plugin 'broken' cannot be loaded (ImportError: No module named 'gone')",
     )
     assert [d.name for d in drifts] == ["w"] and drifts[0].fp16.max_abs == 0.0
 

@@ -5,12 +5,14 @@ timeout, never a timing assert)."""
 from __future__ import annotations
 
 import json
+import pickle
 import struct
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 import torch
 import torch.utils.serialization as serialization
 
@@ -233,3 +235,15 @@ def test_convert_to_pth_names_the_quantized_tensors_it_leaves_out_and_why(tmp_pa
         "quantized: ckinspect reads their integers but does not rebuild the scale and zero point; nothing was written"
     )
     assert not (tmp_path / "refused.pth").exists()
+
+
+def test_weights_only_refusal_is_found_past_a_thousand_long_strings(tmp_path):
+    """A protocol-2 save whose LONG4 integer (an opcode torch's weights_only unpickler lacks) comes after 1,200
+    strings of 300 bytes: torch refuses it. The check once counted each long string as one of its 1,000 steps
+    and stopped before the LONG4 ('no findings'); strings are now stepped over, not counted."""
+    path = tmp_path / "long.pt"
+    torch.save({"names": ["x" * 300 + str(i) for i in range(1200)], "big": 2**2100, "w": torch.ones(3)}, path)
+    with pytest.raises(pickle.UnpicklingError, match="Unsupported operand 139"):  # 0x8b, LONG4
+        torch.load(path, weights_only=True)
+    (finding,) = open_checkpoint(path).findings
+    assert finding.code == "WEIGHTS_ONLY_REFUSED" and "LONG4" in finding.message

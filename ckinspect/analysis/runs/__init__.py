@@ -101,6 +101,10 @@ def collect(run_dir: Path) -> Run:
     return run
 
 
+NewestModel = tuple[RunCheckpoint, dict[str, tuple[int, ...]]]  # a checkpoint and its model's tensor shapes
+Progress = Callable[[int, int], None]  # (checkpoints judged or passed over, checkpoints)
+
+
 def order(ckpt: RunCheckpoint) -> tuple[int, float, str]:
     """Oldest first: by the step its records give, then by time."""
     return (ckpt.step if ckpt.step is not None else -1, ckpt.time, str(ckpt.path))
@@ -120,32 +124,55 @@ def judge_run(
 
     A checkpoint whose step is not known before reading it is always read: it may be the newest.
     """
-    best: RunCheckpoint | None = None
     newest_first = sorted(run.checkpoints, key=order, reverse=True)
-    current: dict[str, tuple[RunCheckpoint, dict[str, tuple[int, ...]]]] = {}  # per framework: the newest model
-    for done, ckpt in enumerate(newest_first):
-        progress(done, len(newest_first))
-        if not everything and _before(ckpt, best):
-            continue  # its records put it before a good one: it cannot be the answer
-        judge(ckpt, reader)
-        newest = current.get(ckpt.framework)
-        if newest is None and (shapes := _shapes_of(ckpt)) is not None:
-            current[ckpt.framework] = shapes
-        elif newest is not None and _other_run(ckpt, newest):
-            judge(ckpt, reader)  # its parts are cached: the verdict again, with MIXED_RUN
-        if everything or not (ckpt.good and (best is None or order(ckpt) > order(best))):
-            continue
-        if values:
-            check_values(ckpt, reader)
-        if ckpt.good:
-            best = ckpt
+    if everything:
+        _judge_every_one(newest_first, reader, values, progress)
+    else:
+        _judge_until_the_answer(newest_first, reader, values, progress)
     progress(len(newest_first), len(newest_first))
-    if everything and values:
-        for ckpt in newest_first:  # every one judged by its structure: the answer is the newest whose values pass
-            if ckpt.good and check_values(ckpt, reader).good:
-                break
     run.checkpoints.sort(key=order)
     return run.last_good
+
+
+def _judge_until_the_answer(
+    newest_first: list[RunCheckpoint], reader: Reader, values: bool, progress: Progress
+) -> None:
+    best: RunCheckpoint | None = None
+    current: dict[str, NewestModel] = {}  # per framework: the newest model
+    for done, ckpt in enumerate(newest_first):
+        progress(done, len(newest_first))
+        if _before(ckpt, best):
+            continue  # its records put it before a good one: it cannot be the answer
+        _judge_in_run(ckpt, reader, current)
+        if _candidate(ckpt, best) and (not values or check_values(ckpt, reader).good):
+            best = ckpt
+
+
+def _judge_every_one(newest_first: list[RunCheckpoint], reader: Reader, values: bool, progress: Progress) -> None:
+    current: dict[str, NewestModel] = {}
+    for done, ckpt in enumerate(newest_first):
+        progress(done, len(newest_first))
+        _judge_in_run(ckpt, reader, current)
+    if not values:
+        return
+    for ckpt in newest_first:  # every one judged by its structure: the answer is the newest whose values pass
+        if ckpt.good and check_values(ckpt, reader).good:
+            break
+
+
+def _judge_in_run(ckpt: RunCheckpoint, reader: Reader, current: dict[str, NewestModel]) -> None:
+    """Judge it; then hold its model against the newest of its framework's (MIXED_RUN: judged again)."""
+    judge(ckpt, reader)
+    newest = current.get(ckpt.framework)
+    if newest is None and (shapes := _shapes_of(ckpt)) is not None:
+        current[ckpt.framework] = shapes
+    elif newest is not None and _other_run(ckpt, newest):
+        judge(ckpt, reader)  # its parts are cached: the verdict again, with MIXED_RUN
+
+
+def _candidate(ckpt: RunCheckpoint, best: RunCheckpoint | None) -> bool:
+    """Good by its structure, and newer than the answer so far."""
+    return ckpt.good and (best is None or order(ckpt) > order(best))
 
 
 def check_values(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
@@ -203,34 +230,52 @@ def _walk(folder: Path, run: Run, depth: int, visited: set[Path]) -> None:
     if real in visited or depth > MAX_DEPTH:
         return
     visited.add(real)
-    entries = folders.entries(folder)
-    names = {e.name for e in entries if not e.is_dir}
-    dirs = {e.name for e in entries if e.is_dir and e.name not in SKIP_DIRS and not e.name.startswith(".")}
-
+    names, dirs = _listing(folder)
     found = _folder_checkpoint(folder, names, dirs)
     if found is not None:
         _interrupted_saves(found, folder)
         run.checkpoints.append(found)
         return
+    run.findings.extend(_pointer_findings(folder, names, dirs))
+    _file_checkpoints(folder, names, run)
+    for name in sorted(dirs):
+        try:
+            _walk(folder / name, run, depth + 1, visited)
+        except OSError:
+            continue  # an unreadable subfolder does not stop the search of the rest
 
-    tags = {d for d in dirs if deepspeed.is_tag_folder(_files(folder / d))}
-    if tags or deepspeed.LATEST in names:
-        tag, problem = deepspeed.latest_findings(folder, tags)
-        if problem and (tags or tag is not None):
-            run.findings.append(Finding("MISSING_PARTS", problem))
+
+def _listing(folder: Path) -> tuple[set[str], set[str]]:
+    """(file names, subfolders worth walking) of a folder."""
+    entries = folders.entries(folder)
+    names = {e.name for e in entries if not e.is_dir}
+    return names, {e.name for e in entries if e.is_dir and e.name not in SKIP_DIRS and not e.name.startswith(".")}
+
+
+def _pointer_findings(folder: Path, names: set[str], dirs: set[str]) -> list[Finding]:
+    """What the pointers beside the checkpoints (DeepSpeed's `latest`, Megatron's tracker) name that is not there."""
+    problems = [_latest_problem(folder, names, dirs)]
     if megatron.TRACKER in names:
-        problem = megatron.tracker_problem(folder, {d for d in dirs if megatron.ITER_FOLDER.match(d)})
-        if problem:
-            run.findings.append(Finding("MISSING_PARTS", problem))
+        problems.append(megatron.tracker_problem(folder, {d for d in dirs if megatron.ITER_FOLDER.match(d)}))
+    return [Finding("MISSING_PARTS", problem) for problem in problems if problem]
 
+
+def _latest_problem(folder: Path, names: set[str], dirs: set[str]) -> str | None:
+    tags = {d for d in dirs if deepspeed.is_tag_folder(_files(folder / d))}
+    if not tags and deepspeed.LATEST not in names:
+        return None
+    tag, problem = deepspeed.latest_findings(folder, tags)
+    return problem if tags or tag is not None else None
+
+
+def _file_checkpoints(folder: Path, names: set[str], run: Run) -> None:
+    """The checkpoints this folder's files are: sharded sets by their index, single files, unfinished saves."""
     shards: set[str] = set()
     for name in names:
         if _is_checkpoint_index(name):
             shards |= _shard_names(folder / name)
-    for name in sorted(names):
+    for name in sorted(n for n in names if not n.startswith(".")):
         path = folder / name
-        if name.startswith("."):
-            continue
         if _is_checkpoint_index(name):
             ckpt = RunCheckpoint(path, "sharded", step_in_name(folder.name))
             ckpt.part(path, "model")
@@ -241,11 +286,6 @@ def _walk(folder: Path, run: Run, depth: int, visited: set[Path]) -> None:
             ckpt = RunCheckpoint(path, "file")
             ckpt.part(path, "checkpoint")
             run.checkpoints.append(ckpt)
-    for name in sorted(dirs):
-        try:
-            _walk(folder / name, run, depth + 1, visited)
-        except OSError:
-            continue  # an unreadable subfolder does not stop the search of the rest
 
 
 def _folder_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunCheckpoint | None:
@@ -259,15 +299,19 @@ def _folder_checkpoint(folder: Path, names: set[str], dirs: set[str]) -> RunChec
     if hf.is_accelerate_folder(names):
         return hf.accelerate_checkpoint(folder, names)
     if DCP_METADATA in names or DCP_METADATA + TMP_SUFFIX in names or any(n.endswith(".distcp") for n in names):
-        ckpt = RunCheckpoint(folder, "dcp", step_in_name(folder.name))
-        ckpt.part(folder, "checkpoint")
-        if DCP_METADATA in names:
-            written_after_commit(ckpt, folder / DCP_METADATA, [folder / n for n in names if n.endswith(".distcp")])
-        if DCP_METADATA not in names:
-            ckpt.add("MISSING_PARTS", f"{DCP_METADATA} is missing: DCP writes it last, after every rank's data; "
-                                      "the save never finished")  # fmt: skip
-        return ckpt
+        return _dcp_checkpoint(folder, names)
     return None
+
+
+def _dcp_checkpoint(folder: Path, names: set[str]) -> RunCheckpoint:
+    ckpt = RunCheckpoint(folder, "dcp", step_in_name(folder.name))
+    ckpt.part(folder, "checkpoint")
+    if DCP_METADATA in names:
+        written_after_commit(ckpt, folder / DCP_METADATA, [folder / n for n in names if n.endswith(".distcp")])
+    else:
+        ckpt.add("MISSING_PARTS", f"{DCP_METADATA} is missing: DCP writes it last, after every rank's data; "
+                                  "the save never finished")  # fmt: skip
+    return ckpt
 
 
 def _interrupted_saves(ckpt: RunCheckpoint, folder: Path) -> None:
@@ -296,17 +340,20 @@ def _compare_with_peers(run: Run) -> None:
     for ckpt in run.checkpoints:
         if ckpt.counts:
             groups.setdefault((ckpt.framework, ckpt.path.parent), []).append(ckpt)
-    for (_framework, _parent), members in groups.items():
-        if len(members) < 2:
-            continue
-        kinds = sorted({kind for member in members for kind in member.counts})
-        for ckpt in members:
-            others = [m for m in members if m is not ckpt]
-            for kind in kinds:
-                count, fewest = ckpt.counts.get(kind, 0), min(m.counts.get(kind, 0) for m in others)
-                if count < fewest:
-                    message = f"{count} {kind} file(s), where the run's {len(others)} other checkpoint(s) each have "
-                    ckpt.add("MISSING_PARTS", message + f"{fewest}: a part was never written")
+    for members in groups.values():
+        if len(members) >= 2:
+            _fewer_than_peers(members)
+
+
+def _fewer_than_peers(members: list[RunCheckpoint]) -> None:
+    kinds = sorted({kind for member in members for kind in member.counts})
+    for ckpt in members:
+        others = [m for m in members if m is not ckpt]
+        for kind in kinds:
+            count, fewest = ckpt.counts.get(kind, 0), min(m.counts.get(kind, 0) for m in others)
+            if count < fewest:
+                message = f"{count} {kind} file(s), where the run's {len(others)} other checkpoint(s) each have "
+                ckpt.add("MISSING_PARTS", message + f"{fewest}: a part was never written")
 
 
 def _files(folder: Path) -> set[str]:

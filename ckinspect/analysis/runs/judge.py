@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.analysis.runs.model import DAMAGED, GOOD, INCOMPLETE, NOT_RESUMABLE, UNSAFE, VERDICT_OF, RunCheckpoint
+from ckinspect.formats.unpickler import FRAMEWORK_RECORDS
 from ckinspect.model import Checkpoint, Finding
-from ckinspect.vocab import CkinspectError
+from ckinspect.vocab import CkinspectError, Verdict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,22 +31,6 @@ WORST_FIRST = (UNSAFE, INCOMPLETE, DAMAGED, NOT_RESUMABLE)
 WEIGHTS_ONLY = "weights only: no optimizer state or step to resume from"
 # Parts read as JSON or text by the recognisers; their problems are already the checkpoint's findings.
 RECORD_ROLES = ("state", "pointer")
-
-
-# Classes a framework pickles into its own checkpoint files and imports itself when it resumes
-# (torch.load(weights_only=False) in its loader): named by that framework's parts, they are not held
-# against the checkpoint. Each entry says where it comes from; anything else still is.
-FRAMEWORK_GLOBALS: dict[str, dict[str, str]] = {
-    "deepspeed": {
-        "deepspeed.runtime.fp16.loss_scaler.LossScaler": "ZeRO's static loss scaler, in every optim_states file",
-        "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler": "ZeRO's dynamic loss scaler (fp16)",
-        "deepspeed.runtime.zero.config.ZeroStageEnum": "the ZeRO stage, an enum",
-        "deepspeed.utils.tensor_fragment.fragment_address": "a named tuple (numel, start) per parameter fragment",
-    },
-    "megatron": {
-        "argparse.Namespace": "the run's arguments, which Megatron's loader reads back (a plain attribute bag)",
-    },
-}
 
 
 class Reader:
@@ -114,6 +99,40 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     """Read the parts, then set verdict, reasons and notes. Never raises for bad content."""
     ckpt.read_deferred(reader)
     ckpt.measure()
+    _read_parts(ckpt, reader)
+    _step_and_agreement(ckpt)
+    against: list[tuple[Verdict, Finding]] = [(VERDICT_OF[f.code], f) for f in ckpt.findings if f.code in VERDICT_OF]
+    ckpt.notes = [n for n in ckpt.notes if not n.startswith("never loaded on resume")]
+    against += _held_from_parts(ckpt)
+    _set_verdict(ckpt, against)
+    ckpt.values_checked = reader.verify
+    ckpt.notes = list(dict.fromkeys(ckpt.notes))  # judged again with its values: each note once
+    return ckpt
+
+
+def _step_and_agreement(ckpt: RunCheckpoint) -> None:
+    """The step a part records where the recogniser found none; the parts' steps held against it."""
+    if ckpt.step is None:
+        steps = [p.checkpoint.metadata.get("step") for p in ckpt.parts if p.checkpoint is not None]
+        ckpt.step = next((s for s in steps if isinstance(s, int) and not isinstance(s, bool)), None)
+    for finding in steps_disagree(ckpt):
+        if finding not in ckpt.findings:  # judged again with its values: once
+            ckpt.findings.append(finding)
+
+
+def _set_verdict(ckpt: RunCheckpoint, against: list[tuple[Verdict, Finding]]) -> None:
+    """The worst verdict of what is held against it (good when nothing is), and the reasons."""
+    ckpt.reasons = [f"{finding.code}: {finding.message}" for _, finding in against]
+    if not against and not _resumable(ckpt):
+        # no finding (a weights file is not a damaged resume file), but nothing to resume from either
+        against.append((NOT_RESUMABLE, Finding("RESUME_INCOMPLETE", WEIGHTS_ONLY)))
+        ckpt.reasons = [WEIGHTS_ONLY]
+    ckpt.held_against = [finding for _, finding in against]
+    ckpt.verdict = min((v for v, _ in against), key=WORST_FIRST.index, default=GOOD)
+
+
+def _read_parts(ckpt: RunCheckpoint, reader: Reader) -> None:
+    """Open every part (records aside) with the reader; keep the findings that belong to the checkpoint."""
     reader.prefetch([part.path for part in ckpt.parts if part.role not in RECORD_ROLES])
     for part in ckpt.parts:
         if part.role in RECORD_ROLES:
@@ -124,18 +143,11 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
         _framework_globals(ckpt, part)
     if ckpt.framework in SINGLE_FILE and ckpt.parts and ckpt.parts[0].checkpoint is not None:
         _single_file(ckpt, ckpt.parts[0].checkpoint)
-    if ckpt.step is None:
-        steps = [p.checkpoint.metadata.get("step") for p in ckpt.parts if p.checkpoint is not None]
-        ckpt.step = next((s for s in steps if isinstance(s, int) and not isinstance(s, bool)), None)
 
-    for finding in steps_disagree(ckpt):
-        if finding not in ckpt.findings:  # judged again with its values: once
-            ckpt.findings.append(finding)
-    against: list[tuple[str, Finding]] = []  # (verdict, the finding that gives it)
-    for finding in ckpt.findings:
-        if finding.code in VERDICT_OF:
-            against.append((VERDICT_OF[finding.code], finding))
-    ckpt.notes = [n for n in ckpt.notes if not n.startswith("never loaded on resume")]
+
+def _held_from_parts(ckpt: RunCheckpoint) -> list[tuple[Verdict, Finding]]:
+    """The parts' findings that disqualify (those of parts the framework loads); the others become notes."""
+    against: list[tuple[Verdict, Finding]] = []
     for part in ckpt.parts:
         where = ckpt.part_name(part)
         for finding in part.findings:
@@ -146,16 +158,7 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
             else:
                 ckpt.notes.append(f"never loaded on resume, so not held against it: {where}: {finding.code}: "
                                   f"{finding.message}")  # fmt: skip
-    ckpt.reasons = [f"{finding.code}: {finding.message}" for _, finding in against]
-    if not against and not _resumable(ckpt):
-        # no finding (a weights file is not a damaged resume file), but nothing to resume from either
-        against.append((NOT_RESUMABLE, Finding("RESUME_INCOMPLETE", WEIGHTS_ONLY)))
-        ckpt.reasons = [WEIGHTS_ONLY]
-    ckpt.held_against = [finding for _, finding in against]
-    ckpt.verdict = min((v for v, _ in against), key=WORST_FIRST.index, default=GOOD)
-    ckpt.values_checked = reader.verify
-    ckpt.notes = list(dict.fromkeys(ckpt.notes))  # judged again with its values: each note once
-    return ckpt
+    return against
 
 
 def steps_disagree(ckpt: RunCheckpoint) -> list[Finding]:
@@ -207,17 +210,27 @@ def _belongs(finding: Finding, ckpt: RunCheckpoint) -> bool:
 
 def _framework_globals(ckpt: RunCheckpoint, part: Any) -> None:
     """Drop UNSAFE_PICKLE from a part whose only foreign globals are its framework's own harmless classes."""
-    expected = FRAMEWORK_GLOBALS.get(ckpt.framework)
+    expected = FRAMEWORK_RECORDS.get(ckpt.framework)
     if not expected or part.checkpoint is None or not any(f.code == "UNSAFE_PICKLE" for f in part.findings):
         return
-    from ckinspect.formats.pickle_scan import classify_global, is_dangerous
-
-    foreign = [g for g in part.checkpoint.globals if "." in g and classify_global(*g.rsplit(".", 1)) == "unsafe"]
-    if not foreign or any(g not in expected or is_dangerous(*g.rsplit(".", 1)) for g in foreign):
+    foreign = _foreign_globals(part.checkpoint)
+    if not foreign or not _only_framework_classes(foreign, expected):
         return
     part.findings = [f for f in part.findings if f.code != "UNSAFE_PICKLE"]
     ckpt.notes.append(f"{part.path.name} names {ckpt.framework}'s own classes ({', '.join(foreign)}), which its "
                       "resume imports itself; nothing else outside torch's weights_only allowlist")  # fmt: skip
+
+
+def _foreign_globals(opened: Checkpoint) -> list[str]:
+    from ckinspect.formats.pickle_scan import classify_global
+
+    return [g for g in opened.globals if "." in g and classify_global(*g.rsplit(".", 1)) == "unsafe"]
+
+
+def _only_framework_classes(foreign: list[str], expected: dict[str, str]) -> bool:
+    from ckinspect.formats.pickle_scan import is_dangerous
+
+    return all(g in expected and not is_dangerous(*g.rsplit(".", 1)) for g in foreign)
 
 
 def _single_file(ckpt: RunCheckpoint, opened: Checkpoint) -> None:

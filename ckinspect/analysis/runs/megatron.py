@@ -50,22 +50,39 @@ def read_iteration(folder: Path, dirs: set[str], reader: Reader, ckpt: RunCheckp
     present = sorted(d for d in dirs if RANK_FOLDER.match(d))
     pipeline = any(RANK_FOLDER.match(d).group(2) for d in present)  # type: ignore[union-attr]
     rank0 = folder / rank_folder(0, 0, pipeline) / MODEL_FILE
-    args: dict[str, Any] = {}
-    if folders.is_file(rank0):
-        top = top_mapping(reader.inspect(rank0)) or {}
-        raw = top.get("args")
-        args = raw.fields if isinstance(raw, Opaque) else raw if isinstance(raw, dict) else {}
-    tp, pp = _int(args.get("tensor_model_parallel_size")), _int(args.get("pipeline_model_parallel_size"))
-    if tp is None:  # no record: the highest rank folder present is all there is to go on
-        tps = [int(RANK_FOLDER.match(d).group(1)) for d in present]  # type: ignore[union-attr]
-        pps = [int(RANK_FOLDER.match(d).group(2) or 0) for d in present]  # type: ignore[union-attr]
-        tp, pp = (max(tps) + 1, max(pps) + 1) if present else (1, 1)
-        why = "the highest rank folder present"
-    else:
-        pp = pp or 1
-        why = f"tensor parallel {tp}, pipeline parallel {pp} in {rank0.parent.name}/{MODEL_FILE}"
-    pipeline = pipeline or pp > 1
+    args = _recorded_args(rank0, reader)
+    tp, pp, why = _parallel_sizes(args, present, rank0)
     wanted = [MODEL_FILE] + ([DIST_OPTIM_FILE] if args.get("use_distributed_optimizer") is True else [])
+    missing = _rank_parts(ckpt, folder, tp, pp, pipeline or pp > 1, wanted)
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        ckpt.add("MISSING_PARTS", f"{shown} missing ({why})")
+    _iterations_agree(ckpt, reader, iteration)
+
+
+def _recorded_args(rank0: Path, reader: Reader) -> dict[str, Any]:
+    """The `args` (an argparse.Namespace) rank 0's file records: the parallel sizes, the optimizer kind."""
+    if not folders.is_file(rank0):
+        return {}
+    raw = (top_mapping(reader.inspect(rank0)) or {}).get("args")
+    return raw.fields if isinstance(raw, Opaque) else raw if isinstance(raw, dict) else {}
+
+
+def _parallel_sizes(args: dict[str, Any], present: list[str], rank0: Path) -> tuple[int, int, str]:
+    """(tensor parallel, pipeline parallel, where they come from): the record, else the rank folders present."""
+    tp, pp = _int(args.get("tensor_model_parallel_size")), _int(args.get("pipeline_model_parallel_size"))
+    if tp is not None:
+        pp = pp or 1
+        return tp, pp, f"tensor parallel {tp}, pipeline parallel {pp} in {rank0.parent.name}/{MODEL_FILE}"
+    if not present:
+        return 1, 1, "the highest rank folder present"
+    tps = [int(RANK_FOLDER.match(d).group(1)) for d in present]  # type: ignore[union-attr]
+    pps = [int(RANK_FOLDER.match(d).group(2) or 0) for d in present]  # type: ignore[union-attr]
+    return max(tps) + 1, max(pps) + 1, "the highest rank folder present"
+
+
+def _rank_parts(ckpt: RunCheckpoint, folder: Path, tp: int, pp: int, pipeline: bool, wanted: list[str]) -> list[str]:
+    """Add every rank's files as parts; the names of those missing."""
     missing = []
     for t in range(tp):
         for p in range(pp):
@@ -75,14 +92,14 @@ def read_iteration(folder: Path, dirs: set[str], reader: Reader, ckpt: RunCheckp
                     ckpt.part(sub / name, "model" if name == MODEL_FILE else "optimizer")
                 else:
                     missing.append(f"{sub.name}/{name}")
-    if missing:
-        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-        ckpt.add("MISSING_PARTS", f"{shown} missing ({why})")
+    return missing
+
+
+def _iterations_agree(ckpt: RunCheckpoint, reader: Reader, iteration: int) -> None:
     for part in ckpt.parts:
         if part.path.name != MODEL_FILE:
             continue
-        top = top_mapping(reader.inspect(part.path)) or {}
-        saved = _int(top.get("iteration"))
+        saved = _int((top_mapping(reader.inspect(part.path)) or {}).get("iteration"))
         if saved is not None and saved != iteration:
             ckpt.add("PARTS_DISAGREE", f"{part.path.parent.name}/{MODEL_FILE} records iteration {saved}, "
                                        f"the folder says {iteration}")  # fmt: skip

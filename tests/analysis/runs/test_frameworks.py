@@ -112,6 +112,39 @@ def test_deepspeed_ranks_of_another_world_size_disagree(tmp_path, capsys):
     assert "PARTS_DISAGREE" in codes(verdict(listing(run, capsys), "global_step6"))
 
 
+def test_deepspeed_rank_file_of_an_older_step_disagrees(tmp_path, capsys):
+    run = framework_run("deepspeed", tmp_path)
+    # a crash between ranks' saves: rank 1's ZeRO file in global_step6 is still the one of step 4 (same world
+    # size, same DeepSpeed: only the optimizer state's own step tells)
+    stale = run / "global_step6" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    stale.write_bytes((run / "global_step4" / stale.name).read_bytes())
+    assert last_good(run, capsys) == (0, str(run / "global_step4"))
+    newest = verdict(listing(run, capsys), "global_step6")
+    assert newest["verdict"] == "damaged"
+    assert newest["reasons"] == [
+        "PARTS_DISAGREE: zero_pp_rank_1_mp_rank_00_optim_states.pt records optimizer step 4 "
+        "(optimizer_state_dict.base_optimizer_state.state.*.step) but mp_rank_00_model_states.pt records "
+        "global_steps 6 (0 skipped): the parts come from different saves"
+    ]
+    # the untouched saves still agree, rank for rank
+    assert verdict(listing(run, capsys), "global_step4")["verdict"] == "good"
+
+
+def test_deepspeed_samples_and_steps_disagree(tmp_path, capsys):
+    run = framework_run("deepspeed", tmp_path)
+    # the model states of step 4 under the tag of step 6, renamed by hand: its own counters still say step 4
+    tag = run / "global_step6"
+    (tag / "mp_rank_00_model_states.pt").write_bytes((run / "global_step4" / "mp_rank_00_model_states.pt").read_bytes())
+    newest = verdict(listing(run, capsys), "global_step6")
+    assert newest["verdict"] == "damaged"
+    assert "PARTS_DISAGREE: tag global_step6 but mp_rank_00_model_states.pt records global_steps 4" in newest["reasons"]
+    assert (
+        "PARTS_DISAGREE: zero_pp_rank_0_mp_rank_00_optim_states.pt records optimizer step 6 "
+        "(optimizer_state_dict.base_optimizer_state.state.*.step) but mp_rank_00_model_states.pt records "
+        "global_steps 4 (0 skipped): the parts come from different saves"
+    ) in newest["reasons"]
+
+
 # --------------------------------------------------------------------------------------------- HF Trainer
 
 
@@ -162,6 +195,22 @@ def test_hf_trainer_folder_whose_state_disagrees(tmp_path, capsys):
     (run / "checkpoint-6" / "trainer_state.json").write_text(json.dumps(state))
     assert last_good(run, capsys) == (0, str(run / "checkpoint-4"))
     assert "PARTS_DISAGREE" in codes(verdict(listing(run, capsys), "checkpoint-6"))
+
+
+def test_hf_trainer_rank_rng_file_missing_in_every_save(tmp_path, capsys):
+    run = framework_run("hf-trainer", tmp_path)
+    # rank 1 never wrote its RNG state (a disk full on that node, every save): no neighbour has it to compare
+    # with, but rng_state_0.pth alone is what only a run of 2 or more processes writes (rng_state.pth otherwise)
+    for folder in run.glob("checkpoint-*"):
+        (folder / "rng_state_1.pth").unlink()
+    status, out = last_good(run, capsys)
+    assert (status, out) == (1, "")
+    newest = verdict(listing(run, capsys), "checkpoint-6")
+    assert newest["verdict"] == "incomplete"
+    assert newest["reasons"] == [
+        "MISSING_PARTS: rng_state_1.pth missing (rng_state_0.pth is there, which the Trainer writes only for "
+        "a run of 2 or more processes; rank 1 resumes without its RNG state)"
+    ]
 
 
 # -------------------------------------------------------------------------------------------- Accelerate

@@ -47,7 +47,7 @@ def ds_tag(run: Path, step: int, dp: int = 2, version: str = "0.19.8", partition
                 "partition_count": [partition or dp],
                 "ds_version": version,
                 "base_optimizer_state": {
-                    "state": {0: {"exp_avg": flat, "exp_avg_sq": flat, "step": torch.tensor(1.0)}},
+                    "state": {0: {"exp_avg": flat, "exp_avg_sq": flat, "step": torch.tensor(float(step))}},
                     "param_groups": [{"params": [0], "lr": 1e-3}],
                 },  # fmt: skip
                 "single_partition_of_fp32_groups": [flat],
@@ -185,7 +185,10 @@ def test_hf_rank_file_never_written_is_seen_against_the_other_checkpoints(tmp_pa
     result = last_good(run, everything=True)
     newest = result.checkpoints[-1]
     assert [f.message for f in newest.findings] == [
-        "1 rng file(s), where the run's 2 other checkpoint(s) each have 2: a part was never written"
+        # its own names already say so (rng_state_0.pth is written only by a run of 2 or more processes)
+        "rng_state_1.pth missing (rng_state_0.pth is there, which the Trainer writes only for a run of 2 or more "
+        "processes; rank 1 resumes without its RNG state)",
+        "1 rng file(s), where the run's 2 other checkpoint(s) each have 2: a part was never written",
     ]
     assert result.last_good is not None and result.last_good.path.name == "checkpoint-4"
 

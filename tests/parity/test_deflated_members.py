@@ -135,3 +135,49 @@ def test_a_damaged_member_is_corrupt_as_numpy_refuses_it(how: str, tmp_path: Pat
     findings = json.loads(out.stdout)["files"][0]["findings"]
     assert [(f["code"], f.get("tensor")) for f in findings] == [("CORRUPT", "w")]
     assert "w.npy" in findings[0]["message"]
+
+
+@pytest.mark.parametrize("crc", [True, False])
+def test_a_torch_save_whose_members_a_zip_tool_deflated_is_read_as_torch_reads_it(crc: bool, tmp_path: Path) -> None:
+    """torch.load inflates deflated members (its miniz reader does): a torch.save archive re-zipped with deflate
+    (by zipfile here, as a user's archiver would) has its NaN counted, is identical to the original, converts
+    value for value. Without CRCs (compute_crc32=False), the stream is not held to the zeros."""
+    import zipfile
+
+    import torch
+
+    w = torch.linspace(-3, 3, 4096)
+    w[7], w[4000] = float("nan"), float("-inf")
+    state = {"w": w, "h": w.to(torch.bfloat16), "i": torch.arange(300)}
+    torch.save(state, tmp_path / "stored.pt")
+    with zipfile.ZipFile(tmp_path / "stored.pt") as zi, zipfile.ZipFile(tmp_path / "deflated.pt", "w") as zo:
+        for info in zi.infolist():
+            zo.writestr(info.filename, zi.read(info.filename), compress_type=zipfile.ZIP_DEFLATED)
+    if not crc:  # the zeros torch.save writes under compute_crc32=False, as an archiver copying entries keeps them
+        data = bytearray((tmp_path / "deflated.pt").read_bytes())
+        pos = 0
+        while (pos := bytes(data).find(b"PK\x01\x02", pos)) >= 0:
+            data[pos + 16 : pos + 20] = b"\0\0\0\0"
+            pos += 4
+        pos = 0
+        while (pos := bytes(data).find(b"PK\x03\x04", pos)) >= 0:
+            data[pos + 14 : pos + 18] = b"\0\0\0\0"
+            pos += 4
+        (tmp_path / "deflated.pt").write_bytes(bytes(data))
+    loaded = torch.load(tmp_path / "deflated.pt", weights_only=True)
+    ckpt = open_checkpoint(tmp_path / "deflated.pt")
+    assert all(ckpt.storages[t.storage_key].deflated is not None for t in ckpt.tensors)
+    assert (ckpt.storages[ckpt.tensor("w").storage_key].deflated[4] is None) == (not crc)
+    scan = scan_values(ckpt)
+    assert sorted((f.code, f.tensor) for f in scan.findings) == [("NONFINITE", "h"), ("NONFINITE", "w")]
+    assert scan.skipped == []
+    for name in ("w", "h"):
+        assert (scan.stats[name].nan, scan.stats[name].nonfinite) == (1, 2), name
+        assert ckinspect_bytes(ckpt, ckpt.tensor(name)) == loaded[name].view(torch.uint8).numpy().tobytes()
+    result = diff_checkpoints(open_checkpoint(tmp_path / "stored.pt"), ckpt)
+    assert result.identical and sorted(result.same) == ["h", "i", "w"], (result.changed, result.unreadable)
+    from safetensors.torch import load_file
+
+    convert(tmp_path / "deflated.pt", tmp_path / "out.safetensors", announce=lambda _: None)
+    written = load_file(tmp_path / "out.safetensors")
+    assert all(torch.equal(written[k].view(torch.uint8), loaded[k].view(torch.uint8)) for k in loaded)
