@@ -75,18 +75,24 @@ def tensor_value_stats(ckpt: Checkpoint, tensor: TensorInfo, progress: Progress 
             if progress is not None:
                 progress(index / tensor.numel)
 
+    _settle(stats, moments, samples)
+    return stats
+
+
+def _settle(stats: ValueStats, moments: Any, samples: list[Any]) -> None:
+    """The scan's numbers into `stats`, and the histogram of the finite sample over [min, max]."""
+    import numpy as np
+
     summary = moments.stats()
     stats.nonfinite, stats.fp16_overflow = summary.nonfinite, summary.fp16_overflow
-    if moments.n:
-        lo, hi = moments.mn, moments.mx
-        stats.minimum, stats.maximum, stats.mean = lo, hi, summary.mean
-        if moments.n > 1:
-            stats.std = summary.std
-        sample = np.concatenate(samples)
-        if sample.size:
-            counts, edges = np.histogram(
-                sample, bins=HISTOGRAM_BINS, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
-            )
-            stats.histogram = [int(c) for c in counts]
-            stats.hist_range = (float(edges[0]), float(edges[-1]))
-    return stats
+    if not moments.n:
+        return
+    lo, hi = moments.mn, moments.mx
+    stats.minimum, stats.maximum, stats.mean = lo, hi, summary.mean
+    if moments.n > 1:
+        stats.std = summary.std
+    sample = np.concatenate(samples)
+    if sample.size:
+        counts, edges = np.histogram(sample, bins=HISTOGRAM_BINS, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5))
+        stats.histogram = [int(c) for c in counts]
+        stats.hist_range = (float(edges[0]), float(edges[-1]))

@@ -19,11 +19,7 @@ class OutsideTarget(CkinspectError):
 def inside(base: str | os.PathLike[str], relative: object) -> Path:
     """`base/relative`, when `relative` is a plain relative path whose every existing step below `base`
     is a real directory or file (not a symlink). Raises OutsideTarget otherwise; touches nothing."""
-    if not isinstance(relative, str) or not relative or "\x00" in relative:
-        raise OutsideTarget(f"{relative!r} is not a file name")
-    pure = PurePosixPath(relative.replace("\\", "/"))  # a Windows separator is no way around the check
-    if pure.is_absolute() or ".." in pure.parts or (pure.parts and pure.parts[0].endswith(":")):
-        raise OutsideTarget(f"{relative!r} leaves its folder")
+    pure = _plain_relative(relative)
     from ckinspect.io.remote import is_url
 
     if is_url(base):  # an object store has no symlinks: a plain relative key below the prefix
@@ -38,6 +34,16 @@ def inside(base: str | os.PathLike[str], relative: object) -> Path:
     if current == Path(base):
         raise OutsideTarget(f"{relative!r} names the folder itself, not a file in it")
     return current
+
+
+def _plain_relative(relative: object) -> PurePosixPath:
+    """`relative` as a relative path that stays below its folder; OutsideTarget otherwise."""
+    if not isinstance(relative, str) or not relative or "\x00" in relative:
+        raise OutsideTarget(f"{relative!r} is not a file name")
+    pure = PurePosixPath(relative.replace("\\", "/"))  # a Windows separator is no way around the check
+    if pure.is_absolute() or ".." in pure.parts or (pure.parts and pure.parts[0].endswith(":")):
+        raise OutsideTarget(f"{relative!r} leaves its folder")
+    return pure
 
 
 def refuse_symlink(path: str | os.PathLike[str]) -> Path:

@@ -135,26 +135,37 @@ def release(buf, start: int, end: int) -> None:
 def _find_descriptor(buf, data_offset: int) -> tuple[int, int, int] | None:
     """(data length, crc, descriptor length) for the first descriptor whose size field matches."""
     pos = data_offset
-    size = len(buf)
     while True:
         hit = _find(buf, DESCRIPTOR_SIG, pos)
         if hit < 0:
             return None
-        length = hit - data_offset
-        if hit + DESCRIPTOR32.size <= size:
-            _sig, crc, c32, u32 = DESCRIPTOR32.unpack_from(buf, hit)
-            if c32 == length & 0xFFFFFFFF and u32 == c32 and (length < 0xFFFFFFFF):
-                # a 32-bit descriptor; a zip64 one has 8-byte sizes that also start with these bytes
-                if hit + DESCRIPTOR64.size <= size:
-                    _sig, _crc, c64, u64 = DESCRIPTOR64.unpack_from(buf, hit)
-                    if c64 == length and u64 == length and _is_boundary(buf, hit + DESCRIPTOR64.size):
-                        return length, crc, DESCRIPTOR64.size
-                return length, crc, DESCRIPTOR32.size
-        if hit + DESCRIPTOR64.size <= size:
-            _sig, crc, c64, u64 = DESCRIPTOR64.unpack_from(buf, hit)
-            if c64 == length and u64 == length:
-                return length, crc, DESCRIPTOR64.size
+        found = _descriptor_at(buf, hit, hit - data_offset)
+        if found is not None:
+            return found
         pos = hit + 1
+
+
+def _descriptor_at(buf, hit: int, length: int) -> tuple[int, int, int] | None:
+    """The descriptor at `hit` when its size fields say `length` (32-bit, or zip64's 8-byte sizes)."""
+    size = len(buf)
+    if hit + DESCRIPTOR32.size <= size:
+        _sig, crc, c32, u32 = DESCRIPTOR32.unpack_from(buf, hit)
+        if c32 == length & 0xFFFFFFFF and u32 == c32 and (length < 0xFFFFFFFF):
+            # a 32-bit descriptor; a zip64 one has 8-byte sizes that also start with these bytes
+            if _zip64_descriptor(buf, hit, length, boundary=True):
+                return length, crc, DESCRIPTOR64.size
+            return length, crc, DESCRIPTOR32.size
+    if _zip64_descriptor(buf, hit, length, boundary=False):
+        return length, DESCRIPTOR64.unpack_from(buf, hit)[1], DESCRIPTOR64.size
+    return None
+
+
+def _zip64_descriptor(buf, hit: int, length: int, boundary: bool) -> bool:
+    """A zip64 descriptor at `hit` gives `length` for both sizes (and, with `boundary`, a record follows it)."""
+    if hit + DESCRIPTOR64.size > len(buf):
+        return False
+    _sig, _crc, c64, u64 = DESCRIPTOR64.unpack_from(buf, hit)
+    return c64 == length and u64 == length and (not boundary or _is_boundary(buf, hit + DESCRIPTOR64.size))
 
 
 def _is_boundary(buf, pos: int) -> bool:

@@ -249,12 +249,8 @@ class Follower:
             for ckpt in checkpoints:
                 yield ckpt, self._read_here(ckpt)
             return
-        ahead: deque[tuple[RunCheckpoint, list[tuple[Path, Future[Read]]]]] = deque()
         waiting = iter(checkpoints)
-        for ckpt in waiting:
-            ahead.append((ckpt, self._submit(ckpt)))
-            if len(ahead) >= self.jobs:
-                break
+        ahead = self._first_submitted(waiting)
         while ahead:
             ckpt, futures = ahead.popleft()
             read = [(path, _result(future)) for path, future in futures]  # in this save's part order
@@ -262,6 +258,17 @@ class Follower:
             if following is not None:
                 ahead.append((following, self._submit(following)))
             yield ckpt, self._read_here(ckpt, [(path, r) for path, r in read if r is not None])
+
+    def _first_submitted(
+        self, waiting: Iterator[RunCheckpoint]
+    ) -> deque[tuple[RunCheckpoint, list[tuple[Path, Future[Read]]]]]:
+        """The first `jobs` saves' parts, sent to the workers."""
+        ahead: deque[tuple[RunCheckpoint, list[tuple[Path, Future[Read]]]]] = deque()
+        for ckpt in waiting:
+            ahead.append((ckpt, self._submit(ckpt)))
+            if len(ahead) >= self.jobs:
+                break
+        return ahead
 
     def _submit(self, ckpt: RunCheckpoint) -> list[tuple[Path, Future[Read]]]:
         """Each part the judge will open, to the workers (parts a record names only once read are read here)."""
