@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -54,29 +54,38 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verb
     say = functools.partial(console.print, crop=False)  # a name wider than the line overflows it, never cut
     files = report["files"]
     if (len(files) > 1 or report.get("runs")) and not verbose and report.get("diff") is None:
-        if report.get("runs"):  # a run folder: its timeline and last good answer are the summary
-            from ckinspect.report.run_report import text_section
+        _summary_first(say, report)
+    else:
+        _every_detail(say, report)
+    return finish(buffer)
 
-            for run in report["runs"]:
-                say(Cropped(text_section(run)))
-                say()
-        say(summary_table(files))
-        for paths, entry in needing_a_look(files):
+
+def _summary_first(say: Callable[..., None], report: Mapping[str, Any]) -> None:
+    """Several files or a run folder: the run's timeline and verdict, one line per file, then only the
+    files that need a look, each with its findings."""
+    if report.get("runs"):  # a run folder: its timeline and last good answer are the summary
+        from ckinspect.report.run_report import text_section
+
+        for run in report["runs"]:
+            say(Cropped(text_section(run)))
             say()
-            say(Title(paths[0], entry["format"], human_bytes(entry["file_bytes"])))
-            if len(paths) > 1:
-                say(
-                    Text(
-                        f"and {len(paths) - 1} more file(s) with the same findings (--verbose lists each)", style="dim"
-                    )
-                )
-            if entry.get("cut_short"):
-                say(cut_short_line(entry))
-            say(findings_block(entry["findings"]))
+    say(summary_table(report["files"]))
+    for paths, entry in needing_a_look(report["files"]):
         say()
-        say(Text("--verbose adds each file's groups and tensors", style="dim"))
-        say(summary_line(report["summary"]))
-        return finish(buffer)
+        say(Title(paths[0], entry["format"], human_bytes(entry["file_bytes"])))
+        if len(paths) > 1:
+            say(Text(f"and {len(paths) - 1} more file(s) with the same findings (--verbose lists each)", style="dim"))
+        if entry.get("cut_short"):
+            say(cut_short_line(entry))
+        say(findings_block(entry["findings"]))
+    say()
+    say(Text("--verbose adds each file's groups and tensors", style="dim"))
+    say(summary_line(report["summary"]))
+
+
+def _every_detail(say: Callable[..., None], report: Mapping[str, Any]) -> None:
+    """One file (or --verbose, or a diff's two): every file's section, then the table and the runs."""
+    files = report["files"]
     for index, entry in enumerate(files):
         if index:
             say()
@@ -92,7 +101,6 @@ def render(report: Mapping[str, Any], width: int = 80, color: bool = False, verb
             say(Cropped(text_section(run)))
     if report.get("diff") is None:
         say(summary_line(report["summary"]))
-    return finish(buffer)
 
 
 def _shown_tensors(entry: Mapping[str, Any]) -> Mapping[str, Any]:

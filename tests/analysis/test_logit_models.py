@@ -17,12 +17,18 @@ class _EntryPoint:
 
 @pytest.fixture
 def plugins(monkeypatch):
-    """Replace the installed entry points of the group with the given (name, loader) pairs."""
+    """Replace the installed entry points of ckinspect's group with the given (name, loader) pairs; every
+    other group stays (torch, imported first by the model, asks for its own "torch.backends" plugins)."""
 
     def install(*eps: _EntryPoint) -> None:
         import importlib.metadata
 
-        monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: list(eps))
+        installed = importlib.metadata.entry_points
+
+        def entry_points(group: str):
+            return list(eps) if group == logit_models.ENTRY_POINT_GROUP else installed(group=group)
+
+        monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
         logit_models.registered_plugins.cache_clear()
 
     yield install

@@ -90,14 +90,7 @@ def align(a: Checkpoint, b: Checkpoint, matched: dict[str, str] | None = None) -
     in_b = {t.name: t for t in b.tensors}
     if matched is None:
         matched = {name: name for name in in_a if name in in_b}
-    b_to_a = {y: x for x, y in matched.items()}
-    after: dict[str | None, list[str]] = {}
-    previous: str | None = None
-    for t in b.tensors:
-        if t.name not in b_to_a:
-            after.setdefault(previous, []).append(t.name)
-        else:
-            previous = b_to_a[t.name]
+    after = _placed_after(b, {y: x for x, y in matched.items()})
     pairs: list[Pair] = []
     used: set[str] = set(in_a)
 
@@ -110,16 +103,30 @@ def align(a: Checkpoint, b: Checkpoint, matched: dict[str, str] | None = None) -
     add_only_b(None)
     for t in a.tensors:
         other = in_b.get(matched.get(t.name, ""))
-        if other is None:
-            pairs.append(Pair(t.name, t, None, "only in A"))
-        elif other.dtype != t.dtype:
-            pairs.append(Pair(t.name, t, other, "dtype changed"))
-        elif tuple(other.shape) != tuple(t.shape):
-            pairs.append(Pair(t.name, t, other, "shape changed"))
-        else:
-            pairs.append(Pair(t.name, t, other))
+        pairs.append(Pair(t.name, t, other, structure_status(t, other) or "comparing"))
         add_only_b(t.name)
     return pairs
+
+
+def _placed_after(b: Checkpoint, b_to_a: dict[str, str]) -> dict[str | None, list[str]]:
+    """B's tensors A lacks, by the A name of the tensor before them in B (None: before any)."""
+    after: dict[str | None, list[str]] = {}
+    previous: str | None = None
+    for t in b.tensors:
+        if t.name not in b_to_a:
+            after.setdefault(previous, []).append(t.name)
+        else:
+            previous = b_to_a[t.name]
+    return after
+
+
+def structure_status(t: TensorInfo, other: TensorInfo | None) -> str:
+    """What the structure alone says of a pair ("" when only the values can tell)."""
+    if other is None:
+        return "only in A"
+    if other.dtype != t.dtype:
+        return "dtype changed"
+    return "shape changed" if tuple(other.shape) != tuple(t.shape) else ""
 
 
 def apply_result(pairs: list[Pair], result: DiffResult) -> None:
@@ -150,18 +157,33 @@ STATUS_ORDER = (
     SAME_STRUCTURE,
     "same",
 )
-DESCENDING_FIRST = ("delta", "rel", "ndiff")  # a first sort on max |Δ| puts the largest change on top
+DESCENDING_FIRST = ("delta", "rel", "ndiff")
+SUMMARY_ORDER = (  # the summary line counts the pairs in this order
+    "same",
+    SAME_STRUCTURE,
+    "changed",
+    "shape changed",
+    "dtype changed",
+    "only in A",
+    "only in B",
+    "unreadable",
+    "comparing",
+)  # a first sort on max |Δ| puts the largest change on top
 
 
 def pair_sort_key(pair: Pair, side: str, column: str) -> Any:
     """The key one column sorts on, computed from the pair itself, so both panes order alike.
     `side` is "a" or "b": which tensor a name, dtype or shape column shows."""
-    tensor = pair.a if side == "a" else pair.b
     if column == "status":
         return STATUS_ORDER.index(pair.status) if pair.status in STATUS_ORDER else len(STATUS_ORDER)
     if column in ("delta", "rel", "ndiff"):
         value = {"delta": pair.max_abs_diff, "rel": pair.max_rel_diff, "ndiff": pair.n_diff}[column]
         return -1.0 if value is None else value
+    return _side_key(pair, pair.a if side == "a" else pair.b, column)
+
+
+def _side_key(pair: Pair, tensor: TensorInfo | None, column: str) -> Any:
+    """A name, dtype or shape column's key: of the tensor that side shows."""
     if column == "name":
         return natural_key(tensor.name if tensor is not None else pair.name)
     if tensor is None:  # the side without the tensor sorts last, whatever the direction
@@ -185,6 +207,22 @@ def _delta(x: float | None) -> str:
     return f"{x:.3g}"
 
 
+def _pair_cells(p: Pair, one_name: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """Every cell either side can show, by column key (A: its tensor; B: its tensor and the verdict)."""
+    a, b = _cells(p.a), _cells(p.b)
+    a_cells = {"name": p.name if one_name else a[0], "dtype": a[1], "shape": a[2]}
+    b_cells = {
+        "status": p.status,
+        "delta": _delta(p.max_abs_diff),
+        "rel": _delta(p.max_rel_diff),
+        "ndiff": "" if p.n_diff is None else f"{p.n_diff:,}",
+        "name": b[0],
+        "dtype": b[1],
+        "shape": b[2],
+    }
+    return a_cells, b_cells
+
+
 def rows_for(
     pairs: list[Pair], left_keys: list[str], right_keys: list[str], one_name: bool = False
 ) -> tuple[list[Row], list[Row]]:
@@ -192,17 +230,7 @@ def rows_for(
     left, right = [], []
     for index, p in enumerate(pairs):
         colour = STATUS_COLOURS.get(p.status) or None
-        a, b = _cells(p.a), _cells(p.b)
-        a_cells = {"name": p.name if one_name else a[0], "dtype": a[1], "shape": a[2]}
-        b_cells = {
-            "status": p.status,
-            "delta": _delta(p.max_abs_diff),
-            "rel": _delta(p.max_rel_diff),
-            "ndiff": "" if p.n_diff is None else f"{p.n_diff:,}",
-            "name": b[0],
-            "dtype": b[1],
-            "shape": b[2],
-        }
+        a_cells, b_cells = _pair_cells(p, one_name)
         left_cells = tuple(a_cells[k] for k in left_keys)
         right_cells = tuple(b_cells[k] for k in right_keys)
         b_style = None if p.b else "dim"
@@ -216,6 +244,13 @@ def rows_for(
             )
         )
     return left, right
+
+
+def sort_mark(table: VirtualTable, column: str, clicked: bool) -> str | None:
+    """The column a pane marks as sorted: the one clicked on its own side, a verdict column on the right,
+    and only one the pane shows."""
+    marked = column if clicked or column in ("status", "delta", "rel", "ndiff") else None
+    return marked if marked in [c.key for c in table.columns] else None
 
 
 class DiffScreen(Screen[None]):
@@ -344,11 +379,7 @@ class DiffScreen(Screen[None]):
         columns = [c for c in ONE_NAME_RIGHT if wide or c.key not in ONLY_WHEN_WIDE]
         right.styles.width = right_width = table_width(columns)
         left = self.query_one("#left", VirtualTable)
-        beside = [c for c in ONE_NAME_LEFT[1:] if wide or c.key != "dtype"]
-        for key in LEFT_DROP_ORDER:  # B's dtype and shape are on the right, and the status says when
-            if self._names_fit(self.size.width - right_width, beside):  # they differ: names come first
-                break
-            beside = [c for c in beside if c.key != key]
+        beside = self._beside_names(wide, self.size.width - right_width)
         before = [c.key for c in (*left.columns, *right.columns)]
         if [c.key for c in (left.columns[0], *beside, *columns)] != before:
             right.columns = columns
@@ -356,6 +387,16 @@ class DiffScreen(Screen[None]):
             self._refresh_rows()
             return True
         return False
+
+    def _beside_names(self, wide: bool, left_width: int) -> list[Column]:
+        """A's columns beside the names: dropped in LEFT_DROP_ORDER until the longest name fits whole (B's
+        dtype and shape are on the right, and the status says when they differ: names come first)."""
+        beside = [c for c in ONE_NAME_LEFT[1:] if wide or c.key != "dtype"]
+        for key in LEFT_DROP_ORDER:
+            if self._names_fit(left_width, beside):
+                break
+            beside = [c for c in beside if c.key != key]
+        return beside
 
     def _names_fit(self, left_width: int, beside: list[Column]) -> bool:
         """Whether the longest name fits whole in a left table this wide, beside these columns."""
@@ -396,44 +437,36 @@ class DiffScreen(Screen[None]):
         counts: dict[str, int] = {}
         for p in self.pairs:
             counts[p.status] = counts.get(p.status, 0) + 1
-        a_n = len(self.a.tensors) if self.a else 0
-        b_n = len(self.b.tensors) if self.b else 0
-        text = Text(
-            f"A {a_n:,} tensors ({human_bytes(self.a.file_bytes) if self.a else '?'})  "
-            f"B {b_n:,} tensors ({human_bytes(self.b.file_bytes) if self.b else '?'})  "
-        )
-        for status in (
-            "same",
-            SAME_STRUCTURE,
-            "changed",
-            "shape changed",
-            "dtype changed",
-            "only in A",
-            "only in B",
-            "unreadable",
-            "comparing",
-        ):
+        text = Text(f"A {self._side_summary(self.a)}  B {self._side_summary(self.b)}  ")
+        for status in SUMMARY_ORDER:
             if counts.get(status):
                 text.append(f"{status} {counts[status]:,}", style=STATUS_COLOURS.get(status) or "")
                 text.append("  ")
-        if self.result is not None and (values := len(self.query_one("#values", VirtualTable).rows)):
-            text.append(f"values {values:,}", style=STATUS_COLOURS["changed"])
-            text.append("  ")
         if self.result is not None:
-            identical = self.result.identical
-            same_structure = self.result.verdict == SAME_STRUCTURE
-            verdict = "SAME STRUCTURE, values not compared (--quick)" if same_structure else None
-            text.append(
-                verdict or ("IDENTICAL" if identical else "DIFFERENT"),
-                style="bold " + SEVERITY_COLOURS["ok" if identical or same_structure else "error"],
-            )
-            if self.result.match != "names matched exactly":
-                text.append(f"  ({self.result.match})", style="italic")
+            self._verdict(text, self.result)
         elif self.result_note:
             text.append(self.result_note, style="italic")
         if self.differences_only:
             text.append("  (differences only)", style="italic")
         self.query_one("#summary", Static).update(themed(text))
+
+    @staticmethod
+    def _side_summary(ckpt: Checkpoint | None) -> str:
+        return f"{len(ckpt.tensors) if ckpt else 0:,} tensors ({human_bytes(ckpt.file_bytes) if ckpt else '?'})"
+
+    def _verdict(self, text: Text, result: DiffResult) -> None:
+        """The values that differ beside the tensors, then IDENTICAL, DIFFERENT or SAME STRUCTURE (--quick)."""
+        if values := len(self.query_one("#values", VirtualTable).rows):
+            text.append(f"values {values:,}", style=STATUS_COLOURS["changed"])
+            text.append("  ")
+        same_structure = result.verdict == SAME_STRUCTURE
+        verdict = "SAME STRUCTURE, values not compared (--quick)" if same_structure else None
+        text.append(
+            verdict or ("IDENTICAL" if result.identical else "DIFFERENT"),
+            style="bold " + SEVERITY_COLOURS["ok" if result.identical or same_structure else "error"],
+        )
+        if result.match != "names matched exactly":
+            text.append(f"  ({result.match})", style="italic")
 
     # ------------------------------------------------------------ the two tables move together: the right
     # pane follows the left (VirtualTable.follow), so one scroll position and one cursor exist
@@ -455,10 +488,7 @@ class DiffScreen(Screen[None]):
             return pair_sort_key(self.pairs[index], side, column)
 
         for table in (self.query_one("#left", VirtualTable), self.query_one("#right", VirtualTable)):
-            marked = column if table.id == clicked or column in ("status", "delta", "rel", "ndiff") else None
-            if marked is not None and marked not in [c.key for c in table.columns]:
-                marked = None
-            table.sort_with(marked, reverse, key)
+            table.sort_with(sort_mark(table, column, table.id == clicked), reverse, key)
 
     # ------------------------------------------------------------ actions
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from collections.abc import Iterator
+from typing import Any, ClassVar
 
 from rich.console import RenderableType
 from textual.app import ComposeResult
@@ -70,18 +71,23 @@ class HelpScreen(ModalScreen[None]):
             ("moving around", moving),
             ("everywhere", self.app.BINDINGS),
         )
-        rows, seen = [], set()
+        rows: list[tuple[str, str, str, str]] = []
+        seen: set[str] = set()
         for section, bindings in sections:
-            for b in bindings:
-                if not isinstance(b, Binding) or not b.description:
-                    continue
-                keys = [k.strip() for k in b.key.split(",") if k.strip() not in seen]
-                if not keys:
-                    continue
-                seen.update(keys)
-                shown = b.key_display or " ".join(self.app.get_key_display(dataclasses.replace(b, key=k)) for k in keys)
-                rows.append((section, shown, b.description, b.tooltip or ""))
+            rows.extend(self._section_rows(section, bindings, seen))
         return rows
+
+    def _section_rows(self, section: str, bindings: Any, seen: set[str]) -> Iterator[tuple[str, str, str, str]]:
+        """One section's described bindings, each with its keys not listed before (`seen` grows)."""
+        for b in bindings:
+            if not isinstance(b, Binding) or not b.description:
+                continue
+            keys = [k.strip() for k in b.key.split(",") if k.strip() not in seen]
+            if not keys:
+                continue
+            seen.update(keys)
+            shown = b.key_display or " ".join(self.app.get_key_display(dataclasses.replace(b, key=k)) for k in keys)
+            yield (section, shown, b.description, b.tooltip or "")
 
     def _keys(self) -> list[RenderableType]:
         """A heading and a table per section: this screen, moving around, everywhere."""

@@ -39,7 +39,7 @@ from ckinspect.tui.widgets.tensor_table import (
     tensor_rows,
 )
 from ckinspect.tui.widgets.tensor_tree import TensorTree
-from ckinspect.tui.widgets.virtual_table import VirtualTable
+from ckinspect.tui.widgets.virtual_table import Row, VirtualTable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -265,11 +265,9 @@ class InspectScreen(Screen[None]):
     def _show_details(self, name: str | None = None, refresh_stats: bool = False) -> None:
         if self.ckpt is None:
             return
-        if name is None:
-            row = self.query_one(TensorTable).current_row
-            name = row.key if row else None
         pane = self.query_one(DetailsPane)
-        row = self.query_one(TensorTable).row_for(name) if name else None
+        row = self._row(name)
+        name = row.key if row is not None else name
         if isinstance(row, CompositeRow):
             pane.show_composite(row.composite, row.kind, row.shape)
             return
@@ -280,6 +278,11 @@ class InspectScreen(Screen[None]):
             pane.show_stats(self.stats_cache[name])
         elif name in self.scan_stats:
             pane.show_stats(self.scan_stats[name], note="from the value scan; v adds a histogram")
+
+    def _row(self, name: str | None) -> Row | None:
+        """The row of this name (None: the highlighted one)."""
+        table = self.query_one(TensorTable)
+        return table.current_row if name is None else table.row_for(name)
 
     # ------------------------------------------------------------ interaction
 

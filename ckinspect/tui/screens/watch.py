@@ -181,22 +181,8 @@ class WatchScreen(Screen[None]):
             self.app.pop_screen()
 
     def _add_row(self, event: dict[str, Any]) -> None:
-        updates = event.get("updates") or {}
-        groups = updates.get("groups") or {}
-        verdict = event["verdict"] or "writing…"
-        codes = sorted({f["code"] for f in event["findings"]})
         table = self.query_one("#timeline", DataTable)
-        table.add_row(
-            str(event["index"]),
-            str(event["step"]) if event["step"] is not None else "?",
-            shown(event["path"], str(self.run_dir)),
-            Text(verdict, style=VERDICT_STYLE.get(event["verdict"] or "", "red")),
-            Text(", ".join(codes), style="red" if codes else ""),
-            str(updates.get("step_delta")) if updates.get("step_delta") is not None else "",
-            ratio_text(groups.get("model", {}).get("ratio")) if groups else "",
-            ratio_text(groups.get("optimizer", {}).get("ratio")) if groups else "",
-            key=str(event["index"]),
-        )
+        table.add_row(*timeline_cells(event, str(self.run_dir)), key=str(event["index"]))
         if self.following:
             table.move_cursor(row=table.row_count - 1)
 
@@ -207,6 +193,28 @@ class WatchScreen(Screen[None]):
         if judged and judged[-1]["step"] is not None:
             text += f"; newest at step {judged[-1]['step']}"
         self.query_one("#watch-status", Static).update(f"{text} — following by {self.mode or '…'}")
+
+
+def timeline_cells(event: dict[str, Any], run_dir: str) -> tuple[str | Text, ...]:
+    """One save's row: index, step, path, verdict, finding codes, Δstep and the model's and optimizer's
+    update ratios."""
+    codes = sorted({f["code"] for f in event["findings"]})
+    return (
+        str(event["index"]),
+        str(event["step"]) if event["step"] is not None else "?",
+        shown(event["path"], run_dir),
+        Text(event["verdict"] or "writing…", style=VERDICT_STYLE.get(event["verdict"] or "", "red")),
+        Text(", ".join(codes), style="red" if codes else ""),
+        *update_cells(event.get("updates") or {}),
+    )
+
+
+def update_cells(updates: dict[str, Any]) -> tuple[str, str, str]:
+    """Δstep and the model's and optimizer's update ratios since the previous save ("" before there is one)."""
+    groups = updates.get("groups") or {}
+    model, optimizer = (ratio_text(groups.get(g, {}).get("ratio")) if groups else "" for g in ("model", "optimizer"))
+    delta = updates.get("step_delta")
+    return ("" if delta is None else str(delta), model, optimizer)
 
 
 def moment_text(stats: dict[str, Any]) -> str:
@@ -228,24 +236,33 @@ def newest_text(event: dict[str, Any], run_dir: str) -> Text:
     if event["event"] == "abandoned":
         out.append(" — the save never finished and its writer is gone")
     out.append("\n")
-    updates = event.get("updates")
-    if updates:
+    if event.get("updates"):
         previous = shown(event["previous"], run_dir) if event.get("previous") else "the previous save"
-        out.append(f"since {previous} (Δstep {updates.get('step_delta')}):\n")
-        for group, norms in updates["groups"].items():
-            out.append(f"  {group}: ||Δw||/||w|| {ratio_text(norms['ratio'])}, {norms['changed']}/{norms['tensors']}")
-            out.append(" tensors changed\n")
-        still = [name for name, norms in updates["layers"].items() if not norms["changed"]]
-        if still:
-            out.append(f"  unchanged layers: {', '.join(still[:4])}{' …' if len(still) > 4 else ''}\n")
-        for name, stats in updates["moments"].items():
-            out.append(f"  {name}: {moment_text(stats)}\n")
-    if not event["findings"]:
+        _updates_text(out, event["updates"], previous)
+    _findings_text(out, event["findings"])
+    return out
+
+
+def _updates_text(out: Text, updates: dict[str, Any], previous: str) -> None:
+    """What changed since the previous save: update ratios per group, layers that did not move, moments."""
+    out.append(f"since {previous} (Δstep {updates.get('step_delta')}):\n")
+    for group, norms in updates["groups"].items():
+        out.append(f"  {group}: ||Δw||/||w|| {ratio_text(norms['ratio'])}, {norms['changed']}/{norms['tensors']}")
+        out.append(" tensors changed\n")
+    still = [name for name, norms in updates["layers"].items() if not norms["changed"]]
+    if still:
+        out.append(f"  unchanged layers: {', '.join(still[:4])}{' …' if len(still) > 4 else ''}\n")
+    for name, stats in updates["moments"].items():
+        out.append(f"  {name}: {moment_text(stats)}\n")
+
+
+def _findings_text(out: Text, findings: list[dict[str, Any]]) -> None:
+    """The first eight findings, worst named in red, and how many more."""
+    if not findings:
         out.append("no findings\n", style="green")
-    for finding in event["findings"][:8]:
+    for finding in findings[:8]:
         style = "red" if finding["severity"] == "error" else "yellow"
         out.append(f"{finding['code']}", style=f"bold {style}")
         out.append(f": {terminal_safe(finding['message'])}\n")
-    if len(event["findings"]) > 8:
-        out.append(f"… and {len(event['findings']) - 8} more\n", style="dim")
-    return out
+    if len(findings) > 8:
+        out.append(f"… and {len(findings) - 8} more\n", style="dim")

@@ -13,6 +13,18 @@ from ckinspect.model import Checkpoint, CompositeTensor, TensorInfo
 from ckinspect.tui.widgets.palette import GROUP_COLOURS, SEVERITY_COLOURS, themed
 
 
+def _storage_text(text: Text, ckpt: Checkpoint, tensor: TensorInfo) -> None:
+    """Where its bytes live: the storage, its offset and size, and how many other tensors share it
+    (counted up to 20,000 tensors: beyond, the count would cost more than the pane is worth)."""
+    storage = ckpt.storages.get(tensor.storage_key)
+    text.append(f"storage {terminal_safe(tensor.storage_key)} @ {tensor.storage_offset}")
+    if storage is not None:
+        text.append(f" of {human_bytes(storage.nbytes)}")
+    shared = sum(1 for t in ckpt.tensors if t.storage_key == tensor.storage_key) if len(ckpt.tensors) < 20_000 else 0
+    if shared > 1:
+        text.append(f"\nshares its storage with {shared - 1} other tensor(s)", style="italic")
+
+
 def _number(x: float | None) -> str:
     if x is None:
         return "-"
@@ -43,10 +55,6 @@ class DetailsPane(VerticalScroll):
         if tensor is None:
             facts.update("select a tensor")
             return True
-        shared = (
-            sum(1 for t in ckpt.tensors if t.storage_key == tensor.storage_key) if len(ckpt.tensors) < 20_000 else 0
-        )
-        storage = ckpt.storages.get(tensor.storage_key)
         text = Text()
         text.append(terminal_safe(tensor.name) + "\n", style="bold")
         text.append(tensor.group, style=GROUP_COLOURS.get(tensor.group, ""))
@@ -56,11 +64,7 @@ class DetailsPane(VerticalScroll):
             text.append("state of " if tensor.group == "optimizer" else "optimizer state ", style="bold")
             text.append(param + "\n")
         text.append(f"stride {tuple(tensor.stride)}{'' if tensor.is_contiguous else ' (not contiguous)'}\n")
-        text.append(f"storage {terminal_safe(tensor.storage_key)} @ {tensor.storage_offset}")
-        if storage is not None:
-            text.append(f" of {human_bytes(storage.nbytes)}")
-        if shared > 1:
-            text.append(f"\nshares its storage with {shared - 1} other tensor(s)", style="italic")
+        _storage_text(text, ckpt, tensor)
         facts.update(themed(text))
         return True
 

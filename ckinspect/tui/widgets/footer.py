@@ -39,6 +39,30 @@ def key_width(key_display: str, description: str) -> int:
     return len(key_display) + 2 + len(description) + 1
 
 
+def footer_place(key: str, binding: Binding, screens_own: bool, stacked: bool, own: set[str]) -> str:
+    """Where a binding goes: "back" (esc Back, first), "always", "more" (while it fits) or "" (not drawn).
+    `screens_own`: bound by the screen itself, not the app; `own`: the actions of the screen's BINDINGS."""
+    if not drawable(key, binding, screens_own, stacked):
+        return ""
+    if binding.action == BACK and screens_own:
+        return "back" if leads_back(key, binding, stacked) else ""
+    if binding.show:
+        return "always"
+    return "more" if screens_own and binding.action in own else ""
+
+
+def drawable(key: str, binding: Binding, screens_own: bool, stacked: bool) -> bool:
+    """Described, not the palette (drawn on its own, at the right), and not the app's q on a screen opened
+    from another (q backs out there: "esc Back" says it)."""
+    hidden_q = key == "q" and stacked and not screens_own
+    return bool(binding.description) and binding.action != "command_palette" and not hidden_q
+
+
+def leads_back(key: str, binding: Binding, stacked: bool) -> bool:
+    """Esc is drawn as Back on a screen opened from another (or where the screen shows it anyway)."""
+    return key == "escape" and (stacked or binding.show)
+
+
 class KeysFooter(Footer):
     def __init__(self) -> None:
         super().__init__()
@@ -47,41 +71,39 @@ class KeysFooter(Footer):
     def chosen(self, width: int) -> list[tuple[Binding, bool]]:
         """(binding, enabled) to draw at this width, in the order the screen declares them."""
         screen = self.screen
-        stacked = is_stacked(screen)
-        active = screen.active_bindings
-        always: list[tuple[Binding, bool]] = []
-        more: dict[str, tuple[Binding, bool]] = {}
-        back: tuple[Binding, bool] | None = None
-        own = {b.action for b in getattr(type(screen), "BINDINGS", []) if isinstance(b, Binding)}  # not Tab, ^c
-        drawn: set[str] = set()  # one key per action (`?` and f1 are one Help)
-        for key, (node, binding, enabled, _tooltip) in active.items():
-            if not binding.description or binding.action in drawn or binding.action == "command_palette":
-                continue
-            if binding.action == BACK and node is screen:
-                if key == "escape" and (stacked or binding.show):
-                    back = (Binding(key, BACK, "Back", key_display=binding.key_display), enabled)
-            elif key == "q" and stacked and node is not screen:
-                continue  # the app's q backs out here: "esc Back" says it
-            elif binding.show:
-                always.append((binding, enabled))
-                drawn.add(binding.action)
-            elif node is screen and binding.action in own:
-                more.setdefault(binding.action, (binding, enabled))
-        if back is not None:
-            always.insert(0, back)
-        if stacked:
-            more.setdefault(QUIT.action, (QUIT, True))
+        always, more = self._sorted(screen, is_stacked(screen))
         room = width - PALETTE_WIDTH - sum(key_width(self.app.get_key_display(b), b.description) for b, _ in always)
         order = [*getattr(screen, "FOOTER_MORE", ()), QUIT.action, *more]
         picked: list[str] = []  # in the screen's order of importance, after the keys always shown
-        for action in order:
-            if action in more and action not in picked:
-                binding = more[action][0]
-                need = key_width(self.app.get_key_display(binding), binding.description)
-                if need <= room:
-                    room -= need
-                    picked.append(action)
+        for action in dict.fromkeys(a for a in order if a in more):
+            binding = more[action][0]
+            need = key_width(self.app.get_key_display(binding), binding.description)
+            if need <= room:
+                room -= need
+                picked.append(action)
         return always + [more[a] for a in picked]
+
+    @staticmethod
+    def _sorted(screen: Screen, stacked: bool) -> tuple[list[tuple[Binding, bool]], dict[str, tuple[Binding, bool]]]:
+        """The keys always shown ("esc Back" first where it leads back) and the others, by action, that
+        are shown while they fit; one key per action (`?` and f1 are one Help)."""
+        always: list[tuple[Binding, bool]] = []
+        more: dict[str, tuple[Binding, bool]] = {}
+        back: list[tuple[Binding, bool]] = []
+        own = {b.action for b in getattr(type(screen), "BINDINGS", []) if isinstance(b, Binding)}  # not Tab, ^c
+        drawn: set[str] = set()
+        for key, (node, binding, enabled, _tooltip) in screen.active_bindings.items():
+            place = "" if binding.action in drawn else footer_place(key, binding, node is screen, stacked, own)
+            if place == "back":
+                back = [(Binding(key, BACK, "Back", key_display=binding.key_display), enabled)]
+            elif place == "always":
+                always.append((binding, enabled))
+                drawn.add(binding.action)
+            elif place == "more":
+                more.setdefault(binding.action, (binding, enabled))
+        if stacked:
+            more.setdefault(QUIT.action, (QUIT, True))
+        return back + always, more
 
     def compose(self) -> ComposeResult:
         if not self._bindings_ready:

@@ -39,23 +39,10 @@ class GroupBar(Widget):
         rest = max(0, a.file_bytes - a.storage_bytes)
         parts = [(sizes[name], "█", GROUP_COLOURS[name]) for name in GROUPS if sizes[name]]
         parts += [(n, char, "dim") for n, char in ((unused, "▒"), (rest, "░")) if n]
-        total = max(1, sum(n for n, _, _ in parts))
-        bar = Text()
-        used = 0
-        for i, (nbytes, char, style) in enumerate(parts):
-            cells = width - used if i == len(parts) - 1 else max(1, round(width * nbytes / total))
-            cells = min(cells, width - used)
-            bar.append(char * cells, style=style)
-            used += cells
-        # the share first: at 80 columns the legend's end is what gets cut
-        legend = Text("optimizer share ", style="bold")
-        if self.missing and self.declared:
-            # what is present says little about a file cut short: the share of what it declares
-            share = declared_optimizer_share(self.declared)
-            legend.append(f"{share:.1%} of the declared sizes", style="bold")
-            legend.append(f"  {self.missing:,} tensors missing", style=f"bold {SEVERITY_COLOURS['error']}")
-        else:
-            legend.append(f"{a.optimizer_share:.1%}", style="bold")
+        return themed(Text("\n").join([bar_text(parts, width), self._legend(a.optimizer_share, sizes, unused, rest)]))
+
+    def _legend(self, optimizer_share: float, sizes: dict[str, int], unused: int, rest: int) -> Text:
+        legend = self._share(optimizer_share)  # the share first: at 80 columns the legend's end is what gets cut
         for name in GROUPS:
             if sizes[name] or name == "optimizer":
                 legend.append("  ■ ", style=GROUP_COLOURS[name])
@@ -66,4 +53,28 @@ class GroupBar(Widget):
                 legend.append(f"{label} {human_bytes(nbytes)}")
         legend.no_wrap = True
         legend.overflow = "ellipsis"
-        return themed(Text("\n").join([bar, legend]))
+        return legend
+
+    def _share(self, optimizer_share: float) -> Text:
+        legend = Text("optimizer share ", style="bold")
+        if self.missing and self.declared:
+            # what is present says little about a file cut short: the share of what it declares
+            share = declared_optimizer_share(self.declared)
+            legend.append(f"{share:.1%} of the declared sizes", style="bold")
+            legend.append(f"  {self.missing:,} tensors missing", style=f"bold {SEVERITY_COLOURS['error']}")
+        else:
+            legend.append(f"{optimizer_share:.1%}", style="bold")
+        return legend
+
+
+def bar_text(parts: list[tuple[int, str, str]], width: int) -> Text:
+    """(bytes, character, style) parts as one bar `width` cells long, each part at least one cell."""
+    total = max(1, sum(n for n, _, _ in parts))
+    bar = Text()
+    used = 0
+    for i, (nbytes, char, style) in enumerate(parts):
+        cells = width - used if i == len(parts) - 1 else max(1, round(width * nbytes / total))
+        cells = min(cells, width - used)
+        bar.append(char * cells, style=style)
+        used += cells
+    return bar

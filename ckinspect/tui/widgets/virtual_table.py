@@ -75,6 +75,17 @@ def _fit(text: str, width: int, justify: str, keep_end: bool = False) -> str:
     return pad + text if justify == "right" else text + pad
 
 
+def _width(column: Column, share: int) -> int:
+    """A column's width: its own, or (flexible) its share of the room left, never below its minimum."""
+    return column.width if column.width is not None else max(column.min_width, share)
+
+
+def _share(shown: list[Column], flexible: list[Column], width: int) -> int:
+    """The width each flexible column gets beside the fixed ones shown (one space before each column)."""
+    fixed = sum(c.width or 0 for c in shown) + len(shown)
+    return (width - fixed) // len(flexible) if flexible else 0
+
+
 class VirtualTable(ScrollView, can_focus=True):
     """Rows of strings, a cursor, click-a-header to sort; only visible lines are rendered."""
 
@@ -414,22 +425,21 @@ class VirtualTable(ScrollView, can_focus=True):
     def _fit_columns(self, width: int) -> list[int]:
         shown = list(self.columns)
         flexible = [c for c in self.columns if c.width is None]
-        # highest `optional` first; among equals, the rightmost first
+        optional = self._drop_order()
+        share = _share(shown, flexible, width)
+        while flexible and optional and share < min(c.min_width for c in flexible):
+            shown.remove(optional.pop(0))
+            share = _share(shown, flexible, width)
+        kept = {id(c) for c in shown}
+        return [_width(c, share) if id(c) in kept else 0 for c in self.columns]
+
+    def _drop_order(self) -> list[Column]:
+        """The optional columns in the order they give way: highest `optional` first; among equals, the
+        rightmost first."""
         ranked = sorted(
             (i for i, c in enumerate(self.columns) if c.optional), key=lambda i: (-self.columns[i].optional, -i)
         )
-        optional = [self.columns[i] for i in ranked]
-        while True:
-            fixed = sum(c.width or 0 for c in shown) + len(shown)  # one space before each column
-            share = (width - fixed) // len(flexible) if flexible else 0
-            if not flexible or share >= min(c.min_width for c in flexible) or not optional:
-                break
-            shown.remove(optional.pop(0))
-        kept = {id(c) for c in shown}
-        return [
-            0 if id(c) not in kept else (c.width if c.width is not None else max(c.min_width, share))
-            for c in self.columns
-        ]
+        return [self.columns[i] for i in ranked]
 
     def _line(self, cells: Sequence[str], widths: list[int], base: Style, styles: Sequence[str | None] = ()) -> Strip:
         segments: list[Segment] = []
