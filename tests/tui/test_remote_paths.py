@@ -65,7 +65,12 @@ async def test_a_missing_url_says_so_on_the_screen_without_a_traceback(server):
     async with app.run_test(size=(110, 30)) as pilot:
         await settle(pilot)
         assert isinstance(app.screen, InspectScreen)
-        shown = str(app.screen.query_one("#loading-label").render())
+        label = app.screen.query_one("#loading-label")
+        for _ in range(600):  # the worker's error reaches the label by a message, after the worker ended
+            if "reading" not in str(label.render()):
+                break
+            await pilot.pause(0.1)
+        shown = str(label.render())
         assert "not found (no such object)" in shown, shown
 
 
