@@ -39,10 +39,14 @@ def _scalar_bytes(ckpt: Checkpoint, tensor: TensorInfo) -> bytes | None:
 
 
 def read_scalar(ckpt: Checkpoint, tensor: TensorInfo) -> int | float | bool | None:
-    """The value of a one-element tensor, read straight from its storage bytes; None where unreadable."""
+    """The value of a one-element tensor, read straight from its storage bytes (in the byte order the file
+    records, as torch swaps a big-endian host's save on load); None where unreadable."""
     raw = _scalar_bytes(ckpt, tensor) if tensor.numel == 1 else None
     if raw is None:
         return None
+    storage = ckpt.storages[tensor.storage_key]
+    if storage.big_endian:
+        raw = raw[::-1]  # one element: reversing its bytes is torch's byteswap
     if tensor.dtype == "bfloat16":
         return struct.unpack("<f", b"\0\0" + raw)[0]
     fmt = _STRUCT.get(tensor.dtype)

@@ -146,3 +146,19 @@ def test_groups_add_up_to_tensor_bytes_and_never_exceed_storage(tree):
         )
     )
     assert anatomy.groups["model"].bytes == model_only.tensor_bytes
+
+
+def test_a_step_counter_saved_on_a_big_endian_host_is_read_as_torch_reads_it(tmp_path):
+    """torch.save on a big-endian host stores the counter byte-swapped under a `big` byteorder record; torch
+    swaps it back on load. The step read straight from the bytes must be torch's, not 2**56 times it."""
+    import torch
+
+    from ckinspect.formats import open_checkpoint
+    from tests.parity.torch_cases import save_big_endian
+
+    obj = {"model": {"w": torch.ones(2)}, "step": torch.tensor(1234), "optimizer": {"state": {}}}
+    save_big_endian(obj, tmp_path / "be.pt")
+    assert torch.load(tmp_path / "be.pt", weights_only=True)["step"].item() == 1234
+    ckpt = analyze(open_checkpoint(tmp_path / "be.pt"))
+    assert read_scalar(ckpt, ckpt.tensor("step")) == 1234
+    assert ckpt.metadata["step"] == 1234
