@@ -714,6 +714,11 @@ _FIXED_NOARG = bytes(c for c in range(256) if _TABLE[c] == 0)
 _FIXED = {k: bytes(c for c in range(256) if _TABLE[c] == k) for k in (1, 2, 4, 8)}
 _SIZED = {1: bytes(c for c in range(256) if _TABLE[c] == _LEN1), 4: bytes(c for c in range(256) if _TABLE[c] == _LEN4)}
 _SHORT_ARG = 256  # sized arguments under this many bytes are skipped inside the regex
+# ... in a window of a pickle of more than _SMALL_PICKLE bytes. A smaller one is walked with a pattern of
+# _SHORT_ARG_SMALL lengths: the longer strings go through the loop, which for a few kilobytes costs less
+# than compiling 512 alternatives (8 ms, a sixth of listing a small file from the command line)
+_SMALL_PICKLE = 1 << 16
+_SHORT_ARG_SMALL = 48
 _MEMO_FLOOR = 1 << 16  # a LONG_BINPUT index is out of range beyond 2 * max(bytes of the pickle seen, this)
 
 
@@ -721,9 +726,9 @@ def _class(codes: bytes) -> bytes:
     return b"[" + b"".join(re.escape(bytes([c])) for c in codes) + b"]"
 
 
-def _lengths(width: int) -> bytes:
-    """A length field of `width` bytes holding n < _SHORT_ARG, then n bytes: one alternative per n."""
-    return b"(?:" + b"|".join(re.escape(n.to_bytes(width, "little")) + b".{%d}" % n for n in range(_SHORT_ARG)) + b")"
+def _lengths(width: int, short: int) -> bytes:
+    """A length field of `width` bytes holding n < `short`, then n bytes: one alternative per n."""
+    return b"(?:" + b"|".join(re.escape(n.to_bytes(width, "little")) + b".{%d}" % n for n in range(short)) + b")"
 
 
 def _below(bits: int) -> bytes:
@@ -735,15 +740,15 @@ def _below(bits: int) -> bytes:
     return b"." * full + top + b"\x00" * (3 - full)
 
 
-def _run_pattern(memo_bits: int) -> re.Pattern[bytes]:
+def _run_pattern(memo_bits: int, short: int = _SHORT_ARG) -> re.Pattern[bytes]:
     alts = [_class(_FIXED_NOARG) + b"++"]
     alts += [_class(codes) + b"." * k for k, codes in _FIXED.items() if codes]
-    alts += [_class(codes) + _lengths(width) for width, codes in _SIZED.items()]
+    alts += [_class(codes) + _lengths(width, short) for width, codes in _SIZED.items()]
     alts.append(b"r" + _below(memo_bits))
     return re.compile(b"(?:" + b"|".join(alts) + b")++", re.DOTALL)
 
 
-_RUNS: dict[int, re.Pattern[bytes]] = {}
+_RUNS: dict[tuple[int, int], re.Pattern[bytes]] = {}
 _MEMO_BITS = (17, 20, 24, 28, 32)  # a few bounds, so a window at a time compiles one or two patterns
 
 
@@ -752,9 +757,10 @@ def _run_for(seen: int):
     the memo bound (2 * max(seen, _MEMO_FLOOR)) are taken in the run; the loop checks the others."""
     bound = 2 * max(seen, _MEMO_FLOOR)
     bits = max(b for b in _MEMO_BITS if 1 << b <= bound)
-    run = _RUNS.get(bits)
+    short = _SHORT_ARG if seen > _SMALL_PICKLE else _SHORT_ARG_SMALL
+    run = _RUNS.get((bits, short))
     if run is None:
-        run = _RUNS[bits] = _run_pattern(bits)
+        run = _RUNS[bits, short] = _run_pattern(bits, short)
     return run.match
 
 
