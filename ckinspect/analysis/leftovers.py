@@ -181,7 +181,7 @@ def _leftovers_beside(path: Path) -> list[Leftover]:
     parent = path.parent
     if not folders.is_dir(parent):
         return []
-    tmps = (main_for_tmp(e.path) for e in folders.entries(parent) if e.name.endswith(TMP_SUFFIX) and not e.is_dir)
+    tmps = (main_for_tmp(tmp) for tmp in folders.files_ending(parent, TMP_SUFFIX))
     return [leftover for leftover in tmps if leftover is not None and leftover.main.name == path.name]
 
 

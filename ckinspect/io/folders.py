@@ -364,6 +364,17 @@ def entries(folder: Path) -> list[Entry]:
     return [Entry(remote / name, is_dir) for name, is_dir in zip(names, kinds, strict=True)]  # type: ignore[arg-type]
 
 
+def files_ending(folder: Path, suffix: str) -> list[Path]:
+    """The files of `folder` whose name ends with `suffix`, sorted by name: entries() filtered, but a local
+    folder's other names never become paths (a check of each of a 1,024-file folder's files for the
+    temporaries beside it listed a million paths). OSError when it cannot be listed."""
+    if _remote(folder) is not None:
+        return [e.path for e in entries(folder) if not e.is_dir and e.name.endswith(suffix)]
+    with os.scandir(folder) as scan:
+        found = sorted((e for e in scan if e.name.endswith(suffix)), key=lambda e: e.name)
+    return [Path(e.path) for e in found if _kind(e) == "file"]
+
+
 def _kind(entry: os.DirEntry[str]) -> str | None:
     """file, dir, or None (a broken link, a socket ...), following symlinks as os.path.isfile does."""
     try:
