@@ -108,3 +108,20 @@ async def workers_done(app) -> None:
     for worker in list(app.workers):
         with contextlib.suppress(WorkerCancelled):
             await worker.wait()
+
+
+class PausedBackend:
+    """The real backend, for a test that pauses a long step part way (`paused` set by the step, `release`
+    set by the test) to see what the screen shows meanwhile; subclasses override the step they pause."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from ckinspect.tui.core import Backend
+
+        self.real = Backend()
+        self.paused = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)

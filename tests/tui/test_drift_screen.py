@@ -10,7 +10,7 @@ from ckinspect.io.remote import as_path
 from ckinspect.report.drift_report import _worst
 from ckinspect.tui.app import create_app
 from ckinspect.tui.widgets.virtual_table import VirtualTable
-from tests.tui.apps import settle
+from tests.tui.apps import PausedBackend, settle
 
 SAMPLE = Path(__file__).parents[2] / "samples" / "resumed-60" / "tiny_resume.pth"
 
@@ -109,20 +109,8 @@ async def test_the_logit_step_says_what_runs_and_for_how_long():
         backend.release.set()
 
 
-class PausedMidModel:
+class PausedMidModel(PausedBackend):
     """The real backend; the model run stops after its second block until the test lets it go on."""
-
-    def __init__(self) -> None:
-        import threading
-
-        from ckinspect.tui.core import Backend
-
-        self.real = Backend()
-        self.paused = threading.Event()
-        self.release = threading.Event()
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
 
     def logit_drift(self, ckpt, progress=None):
         def pausing(done: int, total: int) -> None:

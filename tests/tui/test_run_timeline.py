@@ -14,7 +14,7 @@ from ckinspect.tui.screens.folder import FolderScreen
 from ckinspect.tui.screens.inspect import InspectScreen
 from ckinspect.tui.widgets.virtual_table import VirtualTable
 from tests.analysis.runs.test_runs import ds_tag
-from tests.tui.apps import demo_backend, settle
+from tests.tui.apps import PausedBackend, demo_backend, settle
 
 
 async def test_a_deepspeed_run_as_a_timeline(tmp_path):
@@ -88,20 +88,8 @@ def test_run_timeline_snapshot(snap_compare, tmp_path, utc):
     assert snap_compare(app, terminal_size=(100, 24), run_before=run_before)
 
 
-class PausedJudging:
+class PausedJudging(PausedBackend):
     """The real backend; judging the run stops after two checkpoints until the test lets it go on."""
-
-    def __init__(self) -> None:
-        import threading
-
-        from ckinspect.tui.core import Backend
-
-        self.real = Backend()
-        self.paused = threading.Event()
-        self.release = threading.Event()
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
 
     def run(self, paths, progress):
         def pausing(done: int, total: int) -> None:
