@@ -72,22 +72,25 @@ def infer(ckpt: Checkpoint) -> Inferred | None:
     return None
 
 
-def _blocks(pattern: re.Pattern[str], shapes: Shapes) -> tuple[str, dict[int, dict[str, tuple[int, ...]]]] | None:
-    """(prefix, layer index -> {name within the layer: shape}) of the most numerous layer stack."""
+def _blocks(pattern: re.Pattern[str], shapes: Shapes) -> tuple[str, int, dict[str, tuple[int, ...]]] | None:
+    """(prefix, layer count, {name within the layer: shape} of its first layer) of the most numerous
+    layer stack; what every recogniser reads its dimensions from."""
     stacks: dict[str, dict[int, dict[str, tuple[int, ...]]]] = {}
     for name, shape in shapes.items():
         match = pattern.match(name)
         if match:
             stacks.setdefault(match["prefix"], {}).setdefault(int(match["index"]), {})[match["rest"]] = shape
-    return max(stacks.items(), key=lambda kv: len(kv[1])) if stacks else None
+    if not stacks:
+        return None
+    prefix, by_index = max(stacks.items(), key=lambda kv: len(kv[1]))
+    return prefix, len(by_index), by_index[min(by_index)]
 
 
 def _llama_family(ckpt: Checkpoint, shapes: Shapes, tensors: dict[str, TensorInfo]) -> Inferred | None:
     found = _blocks(LAYER, shapes)
     if found is None:
         return None
-    prefix, by_index = found
-    first = by_index[min(by_index)]
+    prefix, layers, first = found
     q, k = first.get("self_attn.q_proj.weight"), first.get("self_attn.k_proj.weight")
     gate = first.get("mlp.gate_proj.weight")
     embed = shapes.get(f"{prefix}embed_tokens.weight")
@@ -99,11 +102,11 @@ def _llama_family(ckpt: Checkpoint, shapes: Shapes, tensors: dict[str, TensorInf
     family = _llama_kind(first)
     lm_head = next((s for n, s in shapes.items() if n.endswith("lm_head.weight")), None)
     config = {
-        "model_type": family, "vocab_size": vocab, "hidden_size": hidden, "num_hidden_layers": len(by_index),
+        "model_type": family, "vocab_size": vocab, "hidden_size": hidden, "num_hidden_layers": layers,
         "intermediate_size": gate[0], "head_dim": head_dim, "num_attention_heads": q[0] // head_dim,
         "num_key_value_heads": k[0] // head_dim, "tie_word_embeddings": lm_head is None, **ASSUMED,
     }  # fmt: skip
-    read = [f"hidden {hidden}", f"{len(by_index)} layers", f"{config['num_attention_heads']} heads",
+    read = [f"hidden {hidden}", f"{layers} layers", f"{config['num_attention_heads']} heads",
             f"{config['num_key_value_heads']} kv heads", *[f"head dim {head_dim}"] * (not assumed),
             f"vocab {vocab:,}", "tied embeddings" if lm_head is None else "own lm_head"]  # fmt: skip
     said = [f"head dim {head_dim}"] * assumed + [f"{k.replace('_', ' ')} {v:g}" for k, v in ASSUMED.items()]
@@ -149,8 +152,7 @@ def _gpt_shapes(shapes: Shapes, tensors: dict[str, TensorInfo]) -> GptShapes | N
     found = _blocks(GPT_BLOCK, shapes)
     if found is None:
         return None
-    prefix, by_index = found
-    first = by_index[min(by_index)]
+    prefix, layers, first = found
     attn, fc = first.get("attn.c_attn.weight"), first.get("mlp.c_fc.weight")
     wte, wpe = shapes.get(f"{prefix}wte.weight"), shapes.get(f"{prefix}wpe.weight")
     if not _matrices(attn, fc, wte, wpe):
@@ -161,7 +163,7 @@ def _gpt_shapes(shapes: Shapes, tensors: dict[str, TensorInfo]) -> GptShapes | N
         return None
     conv1d = attn == (hidden, 3 * hidden)
     outer = prefix.removesuffix("transformer.")
-    return GptShapes(prefix, outer, conv1d, hidden, len(by_index), wpe[0], fc[1] if conv1d else fc[0], wte[0],
+    return GptShapes(prefix, outer, conv1d, hidden, layers, wpe[0], fc[1] if conv1d else fc[0], wte[0],
                      _tied(tensors.get(f"{prefix}wte.weight"), tensors.get(f"{outer}lm_head.weight")),
                      "attn.c_attn.bias" in first)  # fmt: skip
 
