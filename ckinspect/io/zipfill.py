@@ -24,7 +24,6 @@ from ckinspect.io.zipdir import (
     LOCAL_CRC_AT,
     ZipMember,
     data_offset,
-    directory_entry_offsets,
     read_directory,
 )
 from ckinspect.vocab import CkinspectError
@@ -53,8 +52,8 @@ def fill_records(fd: int, sources: Mapping[str, RecordSource]) -> None:
     """Write each `data/<key>` record of the archive open at `fd` from `sources[key]` and make its CRC-32s
     true; then the serialization id. CkinspectError when a source's size is not the record's."""
     reader = FileReader(fd, os.fstat(fd).st_size)
-    members, _ = read_directory(reader)
-    entries = directory_entry_offsets(reader)
+    entries: list[int] = []
+    members, _ = read_directory(reader, entries=entries)  # the directory read once: members and entry positions
     crcs: list[int] = []
     serialization_id: tuple[ZipMember, int] | None = None
     for member, entry in zip(members, entries, strict=True):
