@@ -194,10 +194,17 @@ def _looks_like_pickle(head: bytes, size: int, reader: PositionedReader | None) 
 
     if size <= len(head):
         return _scans_to_end(scan_stream(head), size)
-    if reader is None or reader.fd is None:
-        return False
+    return reader is not None and _whole_file_scans_to_end(reader)
+
+
+def _whole_file_scans_to_end(reader: PositionedReader) -> bool:
+    """The whole file walked by the pickle scanner, mapped (a file the OS holds; else not looked at)."""
     import mmap
 
+    from ckinspect.formats.pickle_scan import scan_stream
+
+    if reader.fd is None:
+        return False
     try:
         with mmap.mmap(reader.fd, 0, access=mmap.ACCESS_READ) as data:
             return _scans_to_end(scan_stream(data), len(data))

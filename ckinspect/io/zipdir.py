@@ -122,12 +122,10 @@ def _zip64_end(reader: PositionedReader, base: int, eocd_abs: int) -> tuple[int,
     return fields[7], fields[8], fields[9], base + eocd64_rel
 
 
-def read_directory(reader: PositionedReader, base: int = 0, end: int | None = None, classic: bool = False,
-                   entries: list[int] | None = None) -> tuple[list[ZipMember], int]:  # fmt: skip
+def read_directory(reader: PositionedReader, base: int = 0, end: int | None = None,
+                   classic: bool = False) -> tuple[list[ZipMember], int]:  # fmt: skip
     """Every member of the zip in [base, end), plus where the central directory starts (`classic`:
-    the directory the end record itself names, see find_end). `entries`, when given, gets the absolute
-    position of each member's directory entry (where a writer that fills in a member's bytes afterwards
-    patches its CRC-32, at +16), from the same one read of the directory."""
+    the directory the end record itself names, see find_end)."""
     if end is None:
         end = reader.size
     cd_start, cd_size, count = find_end(reader, base, end, classic)
@@ -151,23 +149,7 @@ def read_directory(reader: PositionedReader, base: int = 0, end: int | None = No
             usize, csize, hoff = zip64_extra(directory[name_end : name_end + xlen], usize, csize, hoff)
         members.append(new_member(ZipMember, (name, base + hoff, method, csize, usize, crc, flags)))
         pos = name_end + xlen + clen
-    if entries is not None:  # a second walk of the bytes read, not a second read; listing never asks
-        entries.extend(_entry_positions(directory, cd_start, count))
     return members, cd_start
-
-
-def _entry_positions(directory: bytes, cd_start: int, count: int) -> list[int]:
-    positions = []
-    pos = 0
-    for _ in range(count):
-        positions.append(cd_start + pos)
-        nlen, xlen, clen = struct.unpack_from("<3H", directory, pos + 28)
-        pos += _CENTRAL.size + nlen + xlen + clen
-    return positions
-
-
-CENTRAL_CRC_AT = 16  # where the CRC-32 sits in a central directory entry
-LOCAL_CRC_AT = 14  # ... in a local header (0 there when a data descriptor follows the data)
 
 
 def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int = 0, local: bool = False) -> tuple[int, int, int]:

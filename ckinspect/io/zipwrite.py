@@ -21,7 +21,13 @@ import struct
 
 from ckinspect.io.crc import crc32
 from ckinspect.io.zipdir import (
+    _CENTRAL,
+    _EOCD,
+    _EOCD64,
+    _EOCD64_LOCATOR,
     CENTRAL_SIG,
+    DESCRIPTOR32,
+    DESCRIPTOR64,
     DESCRIPTOR_SIG,
     EOCD64_LOCATOR_SIG,
     EOCD64_SIG,
@@ -45,10 +51,6 @@ VERSION_RECORD = ("version", b"3\n")  # what torch.save's writer adds at the end
 ALIGNMENT = 64  # torch.serialization._get_storage_alignment()
 _HASH_MASK = (1 << 64) - 1
 _U32 = 0xFFFFFFFF
-_CENTRAL = struct.Struct("<4s6H3L5H2L")  # 46 bytes
-_EOCD64 = struct.Struct("<4sQ2H2L4Q")  # 56 bytes
-_EOCD64_LOCATOR = struct.Struct("<4sLQL")  # 20 bytes
-_EOCD = struct.Struct("<4s4H2LH")  # 22 bytes
 
 
 def hash_combine(seed: int, value: int) -> int:
@@ -93,11 +95,11 @@ class TorchArchiveWriter:
         crc = self._write_bytes(name, chunks, size)
         if size:
             zip64 = big or far
-            self._write(DESCRIPTOR_SIG + struct.pack("<LQQ" if zip64 else "<LLL", crc, size, size))
+            self._write((DESCRIPTOR64 if zip64 else DESCRIPTOR32).pack(DESCRIPTOR_SIG, crc, size, size))
             self._crcs = hash_combine(self._crcs, crc)
         central_zip64 = _zip64_extra(((size, size) if big else ()) + ((offset,) if far else ()))
         self._directory.append(
-            _CENTRAL.pack(CENTRAL_SIG, 0, 0, flags, 0, 0, 0, crc, min(size, _U32), min(size, _U32), len(full),
+            _CENTRAL.pack(CENTRAL_SIG, 0, 0, 0, 0, flags, 0, 0, 0, crc, min(size, _U32), min(size, _U32), len(full),
                           len(central_zip64), 0, 0, 0, 0, min(offset, _U32)) + full + central_zip64
         )  # fmt: skip
         self.names.append(name)
