@@ -7,10 +7,9 @@ import it. Input files are never torch.load-ed here: bytes come from our readers
 from __future__ import annotations
 
 import functools
-import io
 import os
 import pickle
-import zipfile
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,9 @@ from typing import Any
 import torch
 
 from ckinspect.io.atomic import atomic_write
+from ckinspect.io.reader import FileReader
 from ckinspect.io.safetensors_write import Entry, write_safetensors
+from ckinspect.io.zipdir import read_directory, read_member
 from ckinspect.io.zipwrite import TorchArchiveWriter
 from ckinspect.model import TensorInfo
 from ckinspect.ops.rawtensors import MISSING, Built, RawTensor, StorageSource, as_source, map_tree
@@ -148,13 +149,16 @@ def _storage_bytes(storage: torch.UntypedStorage) -> memoryview:
 
 @functools.lru_cache(maxsize=8)
 def _names_hash(names: tuple[str, ...]) -> int:
-    buffer = io.BytesIO()
-    writer = torch._C.PyTorchFileWriter(buffer, True, 64)
-    for name in names:
-        writer.write_record(name, b"", 0)
-    writer.write_end_of_file()
-    with zipfile.ZipFile(buffer) as archive:
-        return int(archive.read(archive.namelist()[-1])[:20])
+    with tempfile.TemporaryFile() as scratch:
+        writer = torch._C.PyTorchFileWriter(scratch, True, 64)
+        for name in names:
+            writer.write_record(name, b"", 0)
+        writer.write_end_of_file()
+        scratch.flush()
+        reader = FileReader(scratch.fileno(), os.fstat(scratch.fileno()).st_size)
+        members, cd_start = read_directory(reader)
+        serialization_id = read_member(reader, members[-1], cd_start)  # torch writes it last
+    return int(serialization_id[:20])
 
 
 def record_names_hash(names: list[str]) -> int:
