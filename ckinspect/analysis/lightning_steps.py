@@ -14,6 +14,10 @@ per-parameter `step`. What must agree, from Lightning's own code:
   accumulation steps once per several batches (and on an epoch's last batch), so batches only bound it:
   no optimizer step without a batch processed. Manual optimization steps as the user's code says: no
   relation to the batches or to one optimizer is assumed.
+- Automatic optimization steps each scheduler as its interval and frequency say and counts every such step
+  in `scheduler_progress` (`_TrainingEpochLoop._update_learning_rates`); a torch scheduler's `last_epoch`
+  counts its own steps from 0, so the schedulers' `last_epoch` add up to that count. Manual optimization
+  steps them in the user's code, uncounted.
 - `epoch` is `trainer.current_epoch`, the loop's `epoch_progress.current.completed`. A save at an epoch's
   end has processed the epoch but not completed it (both `epoch=0`); the counters compared are the ones
   Lightning itself reads, so mid-epoch, validation and epoch-end saves agree alike.
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 AUTOMATIC_STEPS = ("epoch_loop.automatic_optimization.optim_progress", "optimizer", "step", "total", "completed")
 MANUAL_STEPS = ("epoch_loop.manual_optimization.optim_step_progress", "total", "completed")
 BATCHES = ("epoch_loop.batch_progress", "total", "processed")
+SCHEDULER_STEPS = ("epoch_loop.scheduler_progress", "total", "completed")
 EPOCH = ("epoch_progress", "current", "completed")
 AMP_STATE = "native_amp_scaling_state"  # the precision plugin's GradScaler state
 _LOOPS = "loops.fit_loop."
@@ -70,10 +75,7 @@ def step_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     step = ckpt.metadata.get("step")
     if layout.name != "lightning" or top is None or not isinstance(step, int) or isinstance(step, bool):
         return []
-    prefix, recorded = "", None
-    if len(layout.optimizers) == 1:
-        prefix, opt = layout.optimizers[0]
-        recorded = optimizer_step(ckpt, opt)
+    prefix, recorded = _one_optimizer(ckpt, layout)
     behind_ok = AMP_STATE in top
     findings = []
     if recorded is not None and not _agrees(recorded, step, behind_ok):
@@ -81,11 +83,22 @@ def step_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
                    "from another save")  # fmt: skip
         findings.append(Finding("PARTS_DISAGREE", message, f"{prefix}state"))
     fit_loop = _fit_loop(top)
-    if fit_loop is not None:
-        if not findings:  # an optimizer from another save is said once, not again against each counter
-            findings += _loop_findings(fit_loop, step, (recorded, prefix, behind_ok))
-        findings += _epoch_findings(fit_loop, ckpt.metadata.get("epoch"))
+    if fit_loop is None:
+        return findings
+    if not findings:  # an optimizer from another save is said once, not again against each counter
+        findings += _loop_findings(fit_loop, step, (recorded, prefix, behind_ok))
+    findings += _epoch_findings(fit_loop, ckpt.metadata.get("epoch"))
+    if not findings:  # loops from another save disagree with the schedulers too: said once, above
+        findings += _scheduler_findings(fit_loop, top.get("lr_schedulers"))
     return findings
+
+
+def _one_optimizer(ckpt: Checkpoint, layout: Layout) -> tuple[str, float | None]:
+    """The prefix and per-parameter step of the checkpoint's one optimizer; ("", None) with several or none."""
+    if len(layout.optimizers) != 1:
+        return "", None
+    prefix, opt = layout.optimizers[0]
+    return prefix, optimizer_step(ckpt, opt)
 
 
 def _fit_loop(top: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -132,3 +145,25 @@ def _epoch_findings(fit_loop: Mapping[str, Any], epoch: Any) -> list[Finding]:
         return []
     message = f"epoch is {epoch} but the loops record epoch {counted} ({_where(EPOCH)}): {_FROM_ANOTHER_SAVE}"
     return [Finding("PARTS_DISAGREE", message, "loops")]
+
+
+def _last_epochs(schedulers: Any) -> list[int] | None:
+    """Each scheduler's last_epoch; None where one keeps none (not torch's: it says nothing)."""
+    epochs = [s.get("last_epoch") if isinstance(s, Mapping) else None for s in schedulers or ()]
+    counts = [e for e in epochs if isinstance(e, int) and not isinstance(e, bool)]
+    return counts if counts and len(counts) == len(epochs) and isinstance(schedulers, list) else None
+
+
+def _scheduler_findings(fit_loop: Mapping[str, Any], schedulers: Any) -> list[Finding]:
+    counted, manual, epochs = (
+        _counter(fit_loop, SCHEDULER_STEPS),
+        _counter(fit_loop, MANUAL_STEPS),
+        _last_epochs(schedulers),
+    )
+    if counted is None or manual != 0 or epochs is None or sum(epochs) == counted:
+        return []
+    each = "" if len(epochs) == 1 else f" ({' + '.join(map(str, epochs))})"
+    message = (f"the schedulers' last_epoch come to {sum(epochs)}{each} (lr_schedulers.*.last_epoch) but the loops "
+               f"record {counted} scheduler steps ({_where(SCHEDULER_STEPS)}): the scheduler state comes from "
+               "another save")  # fmt: skip
+    return [Finding("PARTS_DISAGREE", message, "lr_schedulers")]

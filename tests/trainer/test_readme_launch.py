@@ -78,3 +78,13 @@ def test_the_launch_line_starts_fresh_with_nothing_good_and_stops_when_it_cannot
     unreadable.mkdir()  # no runs/ at all: ckinspect exits 2, and the script must not launch
     proc = _launch(unreadable)
     assert proc.returncode == 2 and not (unreadable / "launched.txt").exists()
+
+
+def test_every_consumer_names_the_save_before_the_divergence(diverged, capsys):
+    """last-good, --verify, the TUI's run view, --report's run view and watch: one answer for the DCP run."""
+    from tests.analysis.runs.test_verdicts import answers
+
+    run = diverged / "runs"
+    assert answers(run, capsys) == dict.fromkeys(
+        ("last-good", "--verify", "run view", "--report", "watch"), str(run / "tiny_step000004")
+    )

@@ -276,3 +276,19 @@ def test_lightning_manual_optimization_loops_of_another_save_disagree(tmp_path, 
     ])  # fmt: skip
     assert main(["last-good", str(run)]) == 0
     assert capsys.readouterr().out.strip() == str(run / "steps-epoch=1-step=28.ckpt")  # the other save of step 28
+
+
+def test_lightning_scheduler_state_of_another_save_disagrees(tmp_path, capsys):
+    """The schedulers of step 10 (StepLR stepped 10 times, ReduceLROnPlateau once) in the save of step 15,
+    whose loops counted 17 scheduler steps (15 + 2): the LR the run resumes with is another save's."""
+    run = framework_run("lightning-loops", tmp_path) / "accum"
+    newest = run / "end-epoch=2-step=15.ckpt"
+    data = torch.load(newest, map_location="cpu", weights_only=False)
+    older = torch.load(run / "end-epoch=1-step=10.ckpt", map_location="cpu", weights_only=False)
+    data["lr_schedulers"] = older["lr_schedulers"]
+    torch.save(data, newest)
+    assert _report(newest, capsys) == (1, [
+        ("PARTS_DISAGREE", "the schedulers' last_epoch come to 11 (10 + 1) (lr_schedulers.*.last_epoch) but the loops "
+         "record 17 scheduler steps (loops.fit_loop.epoch_loop.scheduler_progress.total.completed): the scheduler "
+         "state comes from another save"),
+    ])  # fmt: skip
