@@ -13,7 +13,11 @@ per-parameter `step`. What must agree, from Lightning's own code:
   equals it, or, under AMP (a scaler state), falls behind by the steps the scaler skipped. Gradient
   accumulation steps once per several batches (and on an epoch's last batch), so batches only bound it:
   no optimizer step without a batch processed. Manual optimization steps as the user's code says: no
-  relation to the batches or to one optimizer is assumed.
+  relation to the batches or to one optimizer is assumed, and global_step is not held against an optimizer's
+  step (a user who steps the raw optimizer, `self.optimizers(use_pl_optimizer=False).step()`, leaves every
+  loop counter and global_step at 0 while the optimizer's step grows). The loops keep no flag for the mode:
+  where neither optimization counter has moved, the mode is unknown and judged as manual; a save without
+  loops (an older Lightning) is held as automatic.
 - Automatic optimization steps each scheduler as its interval and frequency say and counts every such step
   in `scheduler_progress` (`_TrainingEpochLoop._update_learning_rates`); a torch scheduler's `last_epoch`
   counts its own steps from 0, so the schedulers' `last_epoch` add up to that count. Manual optimization
@@ -77,12 +81,8 @@ def step_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
         return []
     prefix, recorded = _one_optimizer(ckpt, layout)
     behind_ok = AMP_STATE in top
-    findings = []
-    if recorded is not None and not _agrees(recorded, step, behind_ok):
-        message = (f"global_step is {step} but {_optimizer_says(recorded, prefix)}: the optimizer state comes "
-                   "from another save")  # fmt: skip
-        findings.append(Finding("PARTS_DISAGREE", message, f"{prefix}state"))
     fit_loop = _fit_loop(top)
+    findings = _optimizer_findings(step, (recorded, prefix, behind_ok), fit_loop)
     if fit_loop is None:
         return findings
     if not findings:  # an optimizer from another save is said once, not again against each counter
@@ -91,6 +91,18 @@ def step_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
     if not findings:  # loops from another save disagree with the schedulers too: said once, above
         findings += _scheduler_findings(fit_loop, top.get("lr_schedulers"))
     return findings
+
+
+def _optimizer_findings(
+    step: int, optimizer: tuple[Any, str, bool], fit_loop: Mapping[str, Any] | None
+) -> list[Finding]:
+    """global_step against the one optimizer's step, unless manual optimization may have run."""
+    recorded, prefix, behind_ok = optimizer
+    if recorded is None or _maybe_manual(fit_loop) or _agrees(recorded, step, behind_ok):
+        return []
+    message = (f"global_step is {step} but {_optimizer_says(recorded, prefix)}: the optimizer state comes "
+               "from another save")  # fmt: skip
+    return [Finding("PARTS_DISAGREE", message, f"{prefix}state")]
 
 
 def _one_optimizer(ckpt: Checkpoint, layout: Layout) -> tuple[str, float | None]:
@@ -107,12 +119,20 @@ def _fit_loop(top: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return fit_loop if isinstance(fit_loop, Mapping) else None
 
 
+def _maybe_manual(fit_loop: Mapping[str, Any] | None) -> bool:
+    """The loops say manual optimization may have run: its counter moved, or neither mode's has (the raw
+    optimizer stepped, uncounted). False without loops or without both counters: held as automatic."""
+    automatic, manual = (None, None) if fit_loop is None else (_counter(fit_loop, AUTOMATIC_STEPS),
+                                                               _counter(fit_loop, MANUAL_STEPS))  # fmt: skip
+    return automatic is not None and manual is not None and (manual > 0 or automatic == 0)
+
+
 def _loop_findings(fit_loop: Mapping[str, Any], step: int, optimizer: tuple[Any, str, bool]) -> list[Finding]:
     automatic, manual = _counter(fit_loop, AUTOMATIC_STEPS), _counter(fit_loop, MANUAL_STEPS)
     if automatic is None or manual is None:
         return []  # another Lightning's loop layout: nothing is assumed of it
     if step in (automatic, manual):
-        return [] if manual else _batch_findings(fit_loop, automatic, optimizer[0])
+        return [] if _maybe_manual(fit_loop) else _batch_findings(fit_loop, automatic, optimizer[0])
     return _counter_findings(automatic, manual, step, optimizer)
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from ckinspect.analysis.leftovers import main_for_tmp
-from ckinspect.analysis.runs import deepspeed, hf, megatron
+from ckinspect.analysis.runs import accelerate_steps, deepspeed, hf, megatron
 from ckinspect.analysis.runs.judge import Reader, judge
 from ckinspect.analysis.runs.model import GOOD, Run, RunCheckpoint, step_in_name, written_after_commit
 from ckinspect.formats.discover import _is_checkpoint_file, _is_checkpoint_index, _shard_names, is_temporary
@@ -139,20 +140,22 @@ def _judge_until_the_answer(
 ) -> None:
     best: RunCheckpoint | None = None
     current: dict[str, NewestModel] = {}  # per framework: the newest model
+    in_run = InRun(newest_first, {})
     for done, ckpt in enumerate(newest_first):
         progress(done, len(newest_first))
         if _before(ckpt, best):
             continue  # its records put it before a good one: it cannot be the answer
-        _judge_in_run(ckpt, reader, current)
+        _judge_in_run(ckpt, reader, current, in_run)
         if _candidate(ckpt, best) and (not values or check_values(ckpt, reader).good):
             best = ckpt
 
 
 def _judge_every_one(newest_first: list[RunCheckpoint], reader: Reader, values: bool, progress: Progress) -> None:
     current: dict[str, NewestModel] = {}
+    in_run = InRun(newest_first, {})
     for done, ckpt in enumerate(newest_first):
         progress(done, len(newest_first))
-        _judge_in_run(ckpt, reader, current)
+        _judge_in_run(ckpt, reader, current, in_run)
     if not values:
         return
     for ckpt in newest_first:  # every one judged by its structure: the answer is the newest whose values pass
@@ -160,9 +163,22 @@ def _judge_every_one(newest_first: list[RunCheckpoint], reader: Reader, values: 
             break
 
 
-def _judge_in_run(ckpt: RunCheckpoint, reader: Reader, current: dict[str, NewestModel]) -> None:
-    """Judge it; then hold its model against the newest of its framework's (MIXED_RUN: judged again)."""
+class InRun(NamedTuple):
+    """The run's other saves, for what only they can tell of one (Accelerate's steps, read once each)."""
+
+    saves: list[RunCheckpoint]
+    accelerate_steps: accelerate_steps.Memo
+
+
+def _judge_in_run(ckpt: RunCheckpoint, reader: Reader, current: dict[str, NewestModel], in_run: InRun) -> None:
+    """Judge it; then hold its model against the newest of its framework's (MIXED_RUN: judged again), and an
+    Accelerate save's steps against the run's other saves (PARTS_DISAGREE: judged again)."""
     judge(ckpt, reader)
+    if ckpt.framework == "accelerate":
+        disagree = accelerate_steps.steps_disagree(ckpt, in_run.saves, reader, in_run.accelerate_steps)
+        if disagree is not None and disagree not in ckpt.findings:
+            ckpt.findings.append(disagree)
+            judge(ckpt, reader)  # its parts are cached: the verdict again, with PARTS_DISAGREE
     newest = current.get(ckpt.framework)
     if newest is None and (shapes := _shapes_of(ckpt)) is not None:
         current[ckpt.framework] = shapes

@@ -31,6 +31,8 @@ RUNS: dict[str, tuple[tuple[str, ...], int, list[str]]] = {
     "deepspeed": (("deepspeed", "torch"), 2, [str(MAKERS / "deepspeed_run.py")]),
     "hf-trainer": (("transformers", "accelerate", "torch"), 2, [str(MAKERS / "hf_trainer_run.py")]),
     "accelerate": (("accelerate", "torch"), 2, [str(MAKERS / "accelerate_run.py")]),
+    # step_scheduler_with_optimizer=False, the scheduler stepped every 3 optimizer steps
+    "accelerate-per-epoch": (("accelerate", "torch"), 2, [str(MAKERS / "accelerate_run.py"), "--per-epoch"]),
     "lightning": (("lightning", "torch"), 0, [str(MAKERS / "lightning_run.py")]),
     # accumulation, validation saves, epoch-end saves; manual optimization with two optimizers
     "lightning-loops": (("lightning", "torch"), 0, [str(MAKERS / "lightning_loops_run.py")]),

@@ -251,6 +251,45 @@ def test_accelerate_whole_run(tmp_path, capsys):
     assert last_good(run, capsys) == (0, str(run / "checkpoints" / "checkpoint_2"))
     newest = verdict(listing(run, capsys), "checkpoint_2")
     assert {Path(p["path"]).name for p in newest["parts"]} >= {"random_states_0.pkl", "random_states_1.pkl"}
+    # scheduler.bin's last_epoch is 2 x the optimizer's step (Accelerate steps it once per process): no damage
+    main(["last-good", str(run), "--all", "--format", "json"])
+    every = json.loads(capsys.readouterr().out)["run"]["checkpoints"]
+    # (random_states_K.pkl's numpy RNG state is ALLOWLIST_NEEDED, a warning that does not disqualify)
+    assert [(c["verdict"], codes(c) - {"ALLOWLIST_NEEDED"}) for c in every] == [("good", set())] * 3
+
+
+def test_accelerate_scheduler_stepped_apart_from_the_optimizer_is_no_damage(tmp_path, capsys):
+    """step_scheduler_with_optimizer=False, the scheduler stepped every 3 optimizer steps: its last_epoch
+    (0, 1, 2) follows no relation to the optimizer's step (2, 4, 6), so no save is held against another."""
+    run = framework_run("accelerate-per-epoch", tmp_path)
+    main(["last-good", str(run), "--all", "--format", "json"])
+    every = json.loads(capsys.readouterr().out)["run"]["checkpoints"]
+    # (random_states_K.pkl's numpy RNG state is ALLOWLIST_NEEDED, a warning that does not disqualify)
+    assert [(c["verdict"], codes(c) - {"ALLOWLIST_NEEDED"}) for c in every] == [("good", set())] * 3
+
+
+@pytest.mark.parametrize(
+    ("part", "message"),
+    [
+        ("scheduler.bin", "scheduler.bin records last_epoch 4 but optimizer.bin's per-parameter step is 6 (2 "
+         "processes); in the run's 2 other saves the scheduler stepped once per process per optimizer step "
+         "(Accelerate's default), and checkpoint_0 records last_epoch 4 at step 2: scheduler.bin comes from "
+         "another save"),
+        ("optimizer.bin", "scheduler.bin records last_epoch 12 but optimizer.bin's per-parameter step is 2 (2 "
+         "processes); in the run's 2 other saves the scheduler stepped once per process per optimizer step "
+         "(Accelerate's default), and checkpoint_0 records last_epoch 4 at step 2: optimizer.bin comes from "
+         "another save"),
+    ],
+)  # fmt: skip
+def test_accelerate_part_of_an_older_save_disagrees(tmp_path, capsys, part, message):
+    """One part of checkpoint_2 copied from checkpoint_0 (a restore by hand, a sync that mixed saves): the
+    scheduler and optimizer steps no longer fit the relation the run's other saves keep."""
+    run = framework_run("accelerate", tmp_path)
+    saves = run / "checkpoints"
+    (saves / "checkpoint_2" / part).write_bytes((saves / "checkpoint_0" / part).read_bytes())
+    assert last_good(run, capsys) == (0, str(saves / "checkpoint_1"))
+    newest = verdict(listing(run, capsys), "checkpoint_2")
+    assert (newest["verdict"], newest["reasons"]) == ("damaged", [f"PARTS_DISAGREE: {message}"])
 
 
 @pytest.mark.parametrize(

@@ -278,6 +278,20 @@ def test_lightning_manual_optimization_loops_of_another_save_disagree(tmp_path, 
     assert capsys.readouterr().out.strip() == str(run / "steps-epoch=1-step=28.ckpt")  # the other save of step 28
 
 
+def test_lightning_manual_optimization_of_the_raw_optimizer_is_no_damage(tmp_path, capsys):
+    """One optimizer stepped raw under manual optimization (`self.optimizers(use_pl_optimizer=False).step()`):
+    global_step stays 0 while the optimizer's step grows, by design; no save is damaged."""
+    run = framework_run("lightning-loops", tmp_path) / "raw"
+    newest = run / "epoch=1.ckpt"
+    data = torch.load(newest, map_location="cpu", weights_only=False)
+    steps = {int(s["step"]) for s in data["optimizer_states"][0]["state"].values()}
+    assert (data["global_step"], steps) == (0, {18})  # 9 batches a epoch, stepped raw on each
+    for path in (run / "epoch=0.ckpt", newest):
+        assert _report(path, capsys) == (0, [])
+    assert main(["last-good", str(run)]) == 0
+    assert capsys.readouterr().out.strip() == str(newest)
+
+
 def test_lightning_scheduler_state_of_another_save_disagrees(tmp_path, capsys):
     """The schedulers of step 10 (StepLR stepped 10 times, ReduceLROnPlateau once) in the save of step 15,
     whose loops counted 17 scheduler steps (15 + 2): the LR the run resumes with is another save's."""

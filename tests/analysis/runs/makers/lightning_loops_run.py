@@ -8,6 +8,9 @@ own features make them:
   inf), after each validation (monitored) and at each epoch's end: `steps-*`, `val-*`, `end-*`.
 - `manual/`: manual optimization with two optimizers (a discriminator stepped every batch, a generator every
   other one): global_step counts both optimizers' steps; saved every 2 and every 3 steps and at epoch end.
+- `raw/`: manual optimization with one optimizer stepped raw (`self.optimizers(use_pl_optimizer=False)`):
+  global_step and every loop counter stay 0 while the optimizer's step grows; saved at each epoch's end by
+  `trainer.save_checkpoint` (ModelCheckpoint never saves at an unchanged global_step).
 
     python lightning_loops_run.py OUT
 """
@@ -59,6 +62,31 @@ class TwoOptimizers(L.LightningModule):
         return torch.optim.Adam(self.generator.parameters()), torch.optim.Adam(self.critic.parameters())
 
 
+class RawStepped(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.net = torch.nn.Linear(8, 4)
+
+    def training_step(self, batch, _index):
+        x, y = batch
+        optimizer = self.optimizers(use_pl_optimizer=False)
+        optimizer.zero_grad()
+        self.manual_backward(torch.nn.functional.mse_loss(self.net(x), y))
+        optimizer.step()
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters())
+
+
+class SaveEachEpoch(L.Callback):
+    def __init__(self, dirpath: str) -> None:
+        self.dirpath = dirpath
+
+    def on_train_epoch_end(self, trainer, _module) -> None:
+        trainer.save_checkpoint(f"{self.dirpath}/epoch={trainer.current_epoch}.ckpt")
+
+
 def fit(out: str, module: L.LightningModule, callbacks: list, **options) -> None:
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(36, 8), torch.randn(36, 4))  # 9 batches of 4
@@ -89,6 +117,7 @@ def main(out: str) -> None:
          save(dirpath=f"{out}/manual", filename="end-{epoch}-{step}", save_on_train_epoch_end=True, save_top_k=-1)],
         max_epochs=2,
     )  # fmt: skip
+    fit(f"{out}/raw", RawStepped(), [SaveEachEpoch(f"{out}/raw")], max_epochs=2)
 
 
 if __name__ == "__main__":
