@@ -64,9 +64,13 @@ def serve_moto() -> tuple[Counting, str, object]:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
+    class Quiet(MotoRequestHandler):
+        def log_request(self, *args, **kwargs) -> None:  # one line a request: thousands of them
+            pass
+
     app = Counting(DomainDispatcherApplication(create_backend_app))
     port = free_port()
-    server = make_server("127.0.0.1", port, app, True, request_handler=MotoRequestHandler)
+    server = make_server("127.0.0.1", port, app, True, request_handler=Quiet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return app, f"http://127.0.0.1:{port}", server
 
