@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
 from ckinspect.analysis.leftovers import main_for_tmp
 from ckinspect.analysis.runs import accelerate_steps, deepspeed, hf, megatron
@@ -27,6 +26,7 @@ from ckinspect.analysis.runs.model import GOOD, Run, RunCheckpoint, step_in_name
 from ckinspect.formats.discover import _is_checkpoint_file, _is_checkpoint_index, _shard_names, is_temporary
 from ckinspect.io import folders
 from ckinspect.model import Finding
+from ckinspect.record import Record
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, TMP_SUFFIX, CkinspectError
 
 TYPE_CHECKING = False
@@ -163,7 +163,7 @@ def _judge_every_one(newest_first: list[RunCheckpoint], reader: Reader, values: 
             break
 
 
-class InRun(NamedTuple):
+class InRun(Record):
     """The run's other saves, for what only they can tell of one (Accelerate's steps, read once each)."""
 
     saves: list[RunCheckpoint]

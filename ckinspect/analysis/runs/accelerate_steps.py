@@ -17,20 +17,20 @@ and one whose mismatch matches no other save's part (the cause is not shown to b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple, TypeGuard
 
 from ckinspect.analysis.layouts import optimizer_step, top_mapping
 from ckinspect.analysis.runs.judge import Reader
 from ckinspect.analysis.runs.model import RunCheckpoint
 from ckinspect.model import Checkpoint, Finding
+from ckinspect.record import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Any
+    from typing import Any, TypeGuard
 
 
-class SaveSteps(NamedTuple):
+class SaveSteps(Record):
     """What one Accelerate save records of its progress."""
 
     optimizer: float  # s: optimizer.bin's per-parameter step
