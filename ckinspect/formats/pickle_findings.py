@@ -38,19 +38,19 @@ _NUMPY_DTYPE_CLASSES = {
     "M": "DateTime64DType", "m": "TimeDelta64DType",
 }  # fmt: skip
 _ARGS_TAIL = rb"(?:q.|r.{4}|\x94|p\d+\n)?(?:\x89|\x88|K[\x00\x01]|I0[01]\n)(?:\x89|\x88|K[\x00\x01]|I0[01]\n)"
-# numpy.dtype(code, False, True) as pickles spell its arguments: a short string, two flags, a tuple
-_DTYPE_ARGS = re.compile(
+# numpy.dtype(code, False, True) as pickles spell its arguments: a short string, two flags, a tuple (compiled
+# by `re` when a pickle names numpy.dtype, not by every listing)
+_DTYPE_ARGS = (
     rb"(?:(?:[U\x8c][\x01-\x05]|X[\x01-\x05]\x00\x00\x00)([<>|=]?[A-Za-z]\d{0,2})|S'([<>|=]?[A-Za-z]\d{0,2})'\n)"
     + _ARGS_TAIL
-    + rb"(?:\x87|t)",
-    re.DOTALL,
+    + rb"(?:\x87|t)"
 )
 
 
 def numpy_dtype_classes(data: Any) -> list[str]:
     """`numpy.dtypes.*DType` classes of the numpy dtypes a pickle builds (numpy.dtype(code, False, True))."""
     found: list[str] = []
-    for match in _DTYPE_ARGS.finditer(data):
+    for match in re.finditer(_DTYPE_ARGS, data, re.DOTALL):
         code = (match.group(1) or match.group(2)).decode("ascii").lstrip("<>|=")
         name = _NUMPY_DTYPE_CLASSES.get(code) or _NUMPY_DTYPE_CLASSES.get(code[:1] if code[:1] in "OUSVMm" else "")
         if name and name not in found:

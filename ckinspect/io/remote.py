@@ -162,12 +162,12 @@ def _filesystem(url: str) -> tuple[Any, str]:
         raise CkinspectError(f"{url}: {exc}") from None
 
 
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+://)[^/@?#]*@")
+_USERINFO = r"^([A-Za-z][A-Za-z0-9+.-]+://)[^/@?#]*@"  # compiled by `re` for the first error line, not at import
 
 
 def shown(url: str) -> str:
     """The URL as an error line may print it: no `user:password@`, no query (a presigned URL's signature)."""
-    url = _USERINFO.sub(r"\1", url)
+    url = re.sub(_USERINFO, r"\1", url)
     return url.split("?", 1)[0] + ("?…" if "?" in url else "")
 
 
@@ -177,7 +177,7 @@ def explain(url: str, exc: BaseException) -> str:
     chain = _chain(exc)
     status = next((st for st in map(_status, chain) if st is not None), None)
     text = next((str(e).splitlines()[0] for e in reversed(chain) if str(e)), type(exc).__name__)
-    text = _USERINFO.sub(r"\1", text.replace(raw, url))  # aiohttp's messages carry the URL it was given
+    text = re.sub(_USERINFO, r"\1", text.replace(raw, url))  # aiohttp's messages carry the URL it was given
     for applies, says in _EXPLANATIONS:  # the first that applies, in this order
         if applies(chain, status, text):
             return f"{url}: {says(status, text)}"
