@@ -19,7 +19,6 @@ fsspec and its backends (s3fs, aiohttp, ...) are the `remote` extra; a local pat
 
 from __future__ import annotations
 
-import bisect
 import os
 import re
 import time
@@ -382,9 +381,11 @@ class RemoteFile:
             lambda: self.fs.cat_ranges([self._key] * len(spans), starts, ends, on_error="raise")
         )
         self.bytes_read += sum(len(p) for p in pieces)
+        from bisect import bisect_right  # remote range reads only: not an import of every local listing
+
         out = []
         for offset, length in ranges:
-            index = max(0, bisect.bisect_right(starts, offset) - 1)
+            index = max(0, bisect_right(starts, offset) - 1)
             rel = offset - starts[index]
             out.append(pieces[index][rel : rel + length] if rel >= 0 else b"")
         return out
