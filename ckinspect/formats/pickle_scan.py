@@ -414,6 +414,51 @@ def classify_global(module: str, name: str) -> GlobalKind:
 # ----------------------------------------------------------------------------------------------
 # The walk
 
+# Opcodes torch/_weights_only_unpickler.py's Unpickler.load implements (protocol 2 as torch.save writes it,
+# plus a few), as of the torch named here. tests/formats/test_weights_only.py reads that file of the
+# installed torch and fails when either changes: a torch upgrade must come with this set re-read. The walk
+# notes whether a pickle keeps to them (PickleScan.torch_opcodes); pickle_findings names the others.
+WEIGHTS_ONLY_TORCH = "2.13"
+TORCH_UNPICKLER_OPCODES = frozenset(
+    (
+        "GLOBAL",
+        "NEWOBJ",
+        "REDUCE",
+        "BUILD",
+        "APPEND",
+        "APPENDS",
+        "SETITEM",
+        "SETITEMS",
+        "MARK",
+        "TUPLE",
+        "TUPLE1",
+        "TUPLE2",
+        "TUPLE3",
+        "NONE",
+        "NEWFALSE",
+        "NEWTRUE",
+        "EMPTY_TUPLE",
+        "EMPTY_LIST",
+        "EMPTY_DICT",
+        "EMPTY_SET",
+        "BININT",
+        "BININT1",
+        "BININT2",
+        "BINFLOAT",
+        "BINUNICODE",
+        "SHORT_BINSTRING",
+        "BINPERSID",
+        "BINGET",
+        "LONG_BINGET",
+        "BINPUT",
+        "LONG_BINPUT",
+        "LONG1",
+        "PROTO",
+        "STOP",
+    )
+)
+_TORCH_CODES = frozenset(ord(op.code) for op in pickletools.opcodes if op.name in TORCH_UNPICKLER_OPCODES)
+
 # Per opcode byte: >= 0 fixed argument length; negative values name a special handler.
 _LEN1, _LEN4, _LEN8, _LINE, _LINE2, _STOP, _STACK_GLOBAL, _PROTO, _LONG_BINPUT, _PUT, _EXT, _BAD = range(-1, -13, -1)
 _TABLE = [_BAD] * 256
@@ -740,27 +785,34 @@ def _below(bits: int) -> bytes:
     return b"." * full + top + b"\x00" * (3 - full)
 
 
-def _run_pattern(memo_bits: int, short: int = _SHORT_ARG) -> re.Pattern[bytes]:
-    alts = [_class(_FIXED_NOARG) + b"++"]
-    alts += [_class(codes) + b"." * k for k, codes in _FIXED.items() if codes]
-    alts += [_class(codes) + _lengths(width, short) for width, codes in _SIZED.items()]
+def _run_pattern(memo_bits: int, short: int = _SHORT_ARG, torch_only: bool = False) -> re.Pattern[bytes]:
+    """`torch_only`: only the opcodes torch's weights_only unpickler implements are stepped over in the run."""
+    keep = _TORCH_CODES if torch_only else range(256)
+
+    def kept(codes: bytes) -> bytes:
+        return bytes(c for c in codes if c in keep)
+
+    alts = [_class(kept(_FIXED_NOARG)) + b"++"]
+    alts += [_class(kept(codes)) + b"." * k for k, codes in _FIXED.items() if kept(codes)]
+    alts += [_class(kept(codes)) + _lengths(width, short) for width, codes in _SIZED.items() if kept(codes)]
     alts.append(b"r" + _below(memo_bits))
     return re.compile(b"(?:" + b"|".join(alts) + b")++", re.DOTALL)
 
 
-_RUNS: dict[tuple[int, int], re.Pattern[bytes]] = {}
+_RUNS: dict[tuple[int, int, bool], re.Pattern[bytes]] = {}
 _MEMO_BITS = (17, 20, 24, 28, 32)  # a few bounds, so a window at a time compiles one or two patterns
 
 
-def _run_for(seen: int):
+def _run_for(seen: int, torch_only: bool = False):
     """The run matcher for a window ending at byte `seen`: LONG_BINPUT indices under a power of two within
-    the memo bound (2 * max(seen, _MEMO_FLOOR)) are taken in the run; the loop checks the others."""
+    the memo bound (2 * max(seen, _MEMO_FLOOR)) are taken in the run; the loop checks the others.
+    `torch_only`: the run stops at every opcode torch's weights_only unpickler lacks, for the loop to note."""
     bound = 2 * max(seen, _MEMO_FLOOR)
     bits = max(b for b in _MEMO_BITS if 1 << b <= bound)
     short = _SHORT_ARG if seen > _SMALL_PICKLE else _SHORT_ARG_SMALL
-    run = _RUNS.get((bits, short))
+    run = _RUNS.get((bits, short, torch_only))
     if run is None:
-        run = _RUNS[bits, short] = _run_pattern(bits, short)
+        run = _RUNS[bits, short, torch_only] = _run_pattern(bits, short, torch_only)
     return run.match
 
 
@@ -855,9 +907,13 @@ class _Interpreter:
     opcode applied to a stack of strings (every other value is None), as pickle.py applies it. MARK starts a
     new frame (the old one goes to a metastack); POP on an empty frame pops the mark; a container that APPEND,
     SETITEM(S), ADDITEMS or BUILD fill stays what it was. STACK_GLOBAL resolves when both names are strings the
-    data spelled out; otherwise (a value some call returned) it is reported unresolved."""
+    data spelled out; otherwise (a value some call returned) it is reported unresolved.
 
-    __slots__ = ("w", "i", "result", "names", "track", "stack", "metastack", "depth", "lost", "memo")
+    The first pass also notes whether the pickle keeps to the opcodes torch's weights_only unpickler implements
+    (`result.torch_opcodes`): its run steps over only those until the first other one, which goes through the
+    loop (beyond_torch); from there on it steps over every opcode that needs no decision."""
+
+    __slots__ = ("w", "i", "result", "names", "track", "stack", "metastack", "depth", "lost", "memo", "handlers")
 
     def __init__(self, w: _Window, i: int, result: PickleScan, names: _Names, track: bool = False) -> None:
         self.w, self.i, self.result, self.names, self.track = w, i, result, names, track
@@ -866,12 +922,13 @@ class _Interpreter:
         self.depth = 0  # items and marks held, for the MAX_STACK bound
         self.lost = False  # past the bound: nothing on the stack is known any more
         self.memo = _Memo()
+        self.handlers = _HANDLERS if track or not result.torch_opcodes else _TORCH_HANDLERS
 
     def walk(self) -> int:
         """Walk to the pickle's STOP; the window position after it (or where the walk gave up, with
         `result.error` set)."""
         w = self.w
-        run = None if self.track else _run_for(w.base + len(w.buf))
+        run = self.run_matcher()
         while True:
             if self.near_end():
                 run = self.refill()
@@ -879,10 +936,24 @@ class _Interpreter:
                 continue
             if self.i >= len(w.buf):
                 return self.truncated(self.i, w.base + len(w.buf) + 1)
-            if not _HANDLERS[w.buf[self.i]](self, w.buf[self.i]):
+            handled = self.handlers[w.buf[self.i]](self, w.buf[self.i])
+            if handled is None:  # the first opcode torch lacks, noted: the same opcode again, with the full run
+                run = self.run_matcher()
+            elif not handled:
                 return self.i
             if self.track and self.depth > MAX_STACK:
                 run = self.lose()
+
+    def run_matcher(self):
+        """The first pass's run matcher for the current window (None in the second pass)."""
+        if self.track:
+            return None
+        return _run_for(self.w.base + len(self.w.buf), self.handlers is _TORCH_HANDLERS)
+
+    def beyond_torch(self, op: int) -> None:
+        """An opcode torch's weights_only unpickler does not implement: noted; the walk takes it again."""
+        self.result.torch_opcodes = False
+        self.handlers = _HANDLERS
 
     def near_end(self) -> bool:
         return len(self.w.buf) - self.i < 16 and not self.w.eof
@@ -890,7 +961,7 @@ class _Interpreter:
     def refill(self):
         """At least 16 bytes ahead in the window (unless the data ends); the run matcher for the new window."""
         self.i = self.w.more(self.i, 16)
-        return None if self.track else _run_for(self.w.base + len(self.w.buf))
+        return self.run_matcher()
 
     def skip_run(self, run) -> bool:
         """Step over a run of opcodes that need no decision; True when the window must be refilled first."""
@@ -906,7 +977,7 @@ class _Interpreter:
         self.lost, self.track = True, False
         self.memo.lose()
         self.stack, self.metastack, self.depth = [], [], 0
-        return _run_for(self.w.base + len(self.w.buf))
+        return self.run_matcher()
 
     def truncated(self, i: int, needed: int) -> int:
         self.i = _truncated(self.result, self.w, i, needed)
@@ -1166,6 +1237,7 @@ def _handler(op: int):
 
 
 _HANDLERS = [_handler(op) for op in range(256)]
+_TORCH_HANDLERS = [_HANDLERS[op] if op in _TORCH_CODES else _Interpreter.beyond_torch for op in range(256)]
 # Second pass: opcodes whose stack effect pickletools' table does not say whole (marks, the memo, DUP, POP)
 _SPECIAL_STACK = {
     ord(_S.MARK): _Interpreter.mark, ord(_S.POP): _Interpreter.pop, ord(_S.DUP): _Interpreter.dup,
@@ -1340,6 +1412,8 @@ class PickleScan(Record):
     truncated: bool = field(default=False, init=False)  # the data ended inside the pickle: more might complete it
     needed: int = field(default=0, init=False)  # when truncated: the data must reach at least this offset
     memo_error: str | None = field(default=None, init=False)  # a memo index no pickler writes: walked on, not decoded
+    # every opcode up to `end` is one torch's weights_only unpickler implements (TORCH_UNPICKLER_OPCODES)
+    torch_opcodes: bool = field(default=True, init=False)
 
     @property
     def unsafe(self) -> list[GlobalRef]:
