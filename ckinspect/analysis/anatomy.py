@@ -324,12 +324,23 @@ def missing_tensors(ckpt: Checkpoint) -> list[TensorInfo]:
     """Tensors whose bytes are not in the file: their storage is absent or shorter than they reach
     (a save cut short keeps the pickle that names them, not their data)."""
     storages = ckpt.storages
+    bits_of: dict[str, int] = {}
     out = []
-    for t in ckpt.tensors:
-        if t.numel == 0:
-            continue
+    for t in ckpt.tensors:  # byte_offset + span_bytes, inlined: it runs once per tensor of every report
+        shape = t.shape
+        if 0 in shape:
+            continue  # no elements: nothing to miss
         storage = storages.get(t.storage_key)
-        if storage is None or storage.nbytes < t.byte_offset + t.span_bytes:
+        if storage is None:
+            out.append(t)
+            continue
+        last = t.storage_offset
+        for size, step in zip(shape, t.stride, strict=True):
+            last += (size - 1) * step
+        bits = bits_of.get(t.dtype)
+        if bits is None:
+            bits = bits_of[t.dtype] = dtype_info(t.dtype).bits
+        if storage.nbytes < (last + 1) * bits + 7 >> 3:
             out.append(t)
     return out
 
