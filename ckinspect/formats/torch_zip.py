@@ -313,10 +313,10 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
     found, missing = _storage_members(collector, by_name, folder)
     storages = ckpt.storages
     for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
-        name, _header, compress_type, compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
-        offset = located if type(located) is int and compress_type == STORED else None
-        deflated = None
-        if offset is None or offset + file_size > cd_start:
+        name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
+        if type(located) is int and compress_type == STORED and located + file_size <= cd_start:
+            offset, deflated = located, None  # where torch.save puts every storage: its bytes in place
+        else:
             offset = None
             _unaddressable(ckpt, file, located, member, cd_start)
             deflated = _deflated_member(located, member, cd_start)
@@ -324,10 +324,9 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
             ckpt.add("CORRUPT", f"{file.name}: storage {name} holds {file_size} bytes "
                                 f"but the pickle says {ref.nbytes}")  # fmt: skip
         key = ref.key
+        # positional, once per storage; torch.load swaps by the storage's type: an UntypedStorage (uint16, ...) never
         storages[key] = StorageInfo(key, ref.dtype, file_size, file, offset, crc32, name, ref.location,
-                                    deflated=deflated)  # fmt: skip
-        if big and not ref.untyped:  # torch.load swaps by the storage's type: an UntypedStorage (uint16, ...) never
-            storages[key].big_endian = True
+                                    big and not ref.untyped, deflated)  # fmt: skip
     if missing:
         shown = ", ".join(f"{folder}{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
         ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")
