@@ -32,6 +32,7 @@ from ckinspect.vocab import GlobalKind
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 # ----------------------------------------------------------------------------------------------
@@ -1372,7 +1373,17 @@ def _as_asked(asked: list[tuple[str, str]], events: list[GlobalRef | None]) -> _
     return names
 
 
-def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickle.Unpickler] = _Recorder,
+def prefetched(data) -> io.BufferedReader:
+    """Bytes in memory as a file CPython's C unpickler prefetches from through `peek` (128 KiB at a time, its
+    PREFETCH): a bare BytesIO has no `peek`, and the unpickler then calls its `read` once per opcode (a
+    50,000-tensor pickle: 3x the time). `tell()` says how far the unpickler read, as on the BytesIO."""
+    return io.BufferedReader(io.BytesIO(data), _PREFETCH)
+
+
+_PREFETCH = 1 << 17
+
+
+def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: Callable[[Any], Any] = _Recorder,
                   max_bytes: int | None = MAX_CPYTHON_BYTES) -> tuple[_Names, Any] | None:  # fmt: skip
     """The globals of a pickle the lean walk read (`lexed`), as CPython's unpickler reaches them, and what
     `unpickler` (whose find_class appends each (module, name) it is asked for to `asked`) built; None where
@@ -1381,7 +1392,7 @@ def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickl
     if not _cpython_applies(result, lexed, max_bytes):
         return None
     size = result.end - result.start
-    file = io.BytesIO(memoryview(data)[result.start : result.end]) if max_bytes is None else BoundedInput(
+    file = prefetched(memoryview(data)[result.start : result.end]) if max_bytes is None else BoundedInput(
         data, result.start, result.end)  # fmt: skip
     recorder = unpickler(file)
     try:
@@ -1390,7 +1401,7 @@ def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickl
         return None
     if file.tell() != size:
         return None  # another STOP: never expected, our own walk decides then
-    names = _as_asked(recorder.asked, lexed.events)  # type: ignore[attr-defined, arg-type]
+    names = _as_asked(recorder.asked, lexed.events)  # type: ignore[arg-type]
     return None if names is None else (names, value)
 
 
@@ -1466,7 +1477,7 @@ def scan_pickle(data, start: int = 0) -> PickleScan:
 NOT_DECODED = object()  # what scan_decoding gives when its unpickler did not build the pickle's value
 
 
-def scan_decoding(data, unpickler: type[pickle.Unpickler], start: int = 0) -> tuple[PickleScan, Any]:
+def scan_decoding(data, unpickler: Callable[[Any], Any], start: int = 0) -> tuple[PickleScan, Any]:
     """One pickle held in memory, judged and decoded in one pass of CPython's C unpickler: (its scan, the
     value `unpickler` built, or NOT_DECODED). `unpickler(file)` must append every (module, name) its
     find_class is asked for to `self.asked` before it answers, and refuse (raise) whatever it does not

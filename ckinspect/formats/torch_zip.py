@@ -18,9 +18,9 @@ from ckinspect.formats.pickle_findings import (
     record_globals,
     set_tree,
 )
-from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
+from ckinspect.formats.pickle_scan import NOT_DECODED, PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
-from ckinspect.formats.unpickler import StorageRef, framework_records
+from ckinspect.formats.unpickler import StorageRef, framework_records, scan_and_load
 from ckinspect.io.crc import crc32
 from ckinspect.io.reader import PositionedReader
 from ckinspect.io.zipdir import (
@@ -286,9 +286,8 @@ def _pickle_cap(member: ZipMember) -> int:
 
 def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key_prefix: str = "",
                    torchscript: bool = False) -> Any:  # fmt: skip
-    scans = scan_stream(data)
-    if torchscript:
-        mark_torchscript(scans)
+    collector = StorageCollector(key_prefix)
+    scans, tree = _scan_decoding(data, collector, torchscript)
     first: PickleScan = scans[0]
     refs = [g for s in scans for g in s.globals]
     unsafe = record_globals(ckpt, refs, where, data)
@@ -298,12 +297,24 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
     records = framework_records([g.qualname for g in refs if g.kind == "unsafe"]) if unsafe else frozenset()
     if records is None:
         return None
-    collector = StorageCollector(key_prefix)
-    tree = decode(ckpt, data, first, where, collector, guarded=records, torchscript=torchscript)
+    if tree is NOT_DECODED or unsafe:  # the general way: the scan's findings first, then the restricted unpickler
+        collector = StorageCollector(key_prefix)
+        tree = decode(ckpt, data, first, where, collector, guarded=records, torchscript=torchscript)
     fill_storages(collector)
     if not key_prefix and not torchscript:  # what torch.load reads (a DCP item or TorchScript is not)
         check_weights_only(ckpt, data, scans[:1], where)
     return tree
+
+
+def _scan_decoding(data: bytes, collector: StorageCollector, torchscript: bool) -> tuple[list[PickleScan], Any]:
+    """Every pickle of `data` scanned, the first one decoded in the same pass of the C unpickler where it names
+    nothing outside the allowlist (a protocol 4 pickle's STACK_GLOBAL names would otherwise take a pass of
+    their own): (the scans, the tree or NOT_DECODED)."""
+    first, tree = scan_and_load(data, collector, torchscript)
+    scans = [first, *scan_stream(data, first.end)] if first.error is None and first.end < len(data) else [first]
+    if torchscript:
+        mark_torchscript(scans)
+    return scans, tree
 
 
 def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
