@@ -760,11 +760,11 @@ _FIXED_NOARG = bytes(c for c in range(256) if _TABLE[c] == 0)
 _FIXED = {k: bytes(c for c in range(256) if _TABLE[c] == k) for k in (1, 2, 4, 8)}
 _SIZED = {1: bytes(c for c in range(256) if _TABLE[c] == _LEN1), 4: bytes(c for c in range(256) if _TABLE[c] == _LEN4)}
 _SHORT_ARG = 256  # sized arguments under this many bytes are skipped inside the regex
-# ... in a window of a pickle of more than _SMALL_PICKLE bytes. A smaller one is walked with a pattern of
-# _SHORT_ARG_SMALL lengths: the longer strings go through the loop, which for a few kilobytes costs less
-# than compiling 512 alternatives (8 ms, a sixth of listing a small file from the command line)
-_SMALL_PICKLE = 1 << 16
-_SHORT_ARG_SMALL = 48
+# ... in a window of a pickle of more than 64 KiB. A smaller one is walked with a pattern of fewer lengths
+# (none under 32 KiB): the longer strings go through the loop, which for a few kilobytes costs less than
+# compiling the alternatives (256 lengths: 8 ms, a sixth of listing a small file from the command line;
+# 48: 1.6 ms, against 0.13 ms more loop on the trainer's 7 KB resume pickle). The same answers either way.
+_SHORT_ARGS = ((1 << 15, 0), (1 << 16, 48))  # (pickles up to this many bytes, lengths in the run)
 _MEMO_FLOOR = 1 << 16  # a LONG_BINPUT index is out of range beyond 2 * max(bytes of the pickle seen, this)
 
 
@@ -795,7 +795,7 @@ def _run_pattern(memo_bits: int, short: int = _SHORT_ARG, torch_only: bool = Fal
 
     alts = [_class(kept(_FIXED_NOARG)) + b"++"]
     alts += [_class(kept(codes)) + b"." * k for k, codes in _FIXED.items() if kept(codes)]
-    alts += [_class(kept(codes)) + _lengths(width, short) for width, codes in _SIZED.items() if kept(codes)]
+    alts += [_class(kept(codes)) + _lengths(width, short) for width, codes in _SIZED.items() if short and kept(codes)]
     alts.append(b"r" + _below(memo_bits))
     return re.compile(b"(?:" + b"|".join(alts) + b")++", re.DOTALL)
 
@@ -804,13 +804,18 @@ _RUNS: dict[tuple[int, int, bool], re.Pattern[bytes]] = {}
 _MEMO_BITS = (17, 20, 24, 28, 32)  # a few bounds, so a window at a time compiles one or two patterns
 
 
+def _short_args(seen: int) -> int:
+    """How many string lengths the run pattern of a window ending at byte `seen` steps over itself."""
+    return next((short for size, short in _SHORT_ARGS if seen <= size), _SHORT_ARG)
+
+
 def _run_for(seen: int, torch_only: bool = False):
     """The run matcher for a window ending at byte `seen`: LONG_BINPUT indices under a power of two within
     the memo bound (2 * max(seen, _MEMO_FLOOR)) are taken in the run; the loop checks the others.
     `torch_only`: the run stops at every opcode torch's weights_only unpickler lacks, for the loop to note."""
     bound = 2 * max(seen, _MEMO_FLOOR)
     bits = max(b for b in _MEMO_BITS if 1 << b <= bound)
-    short = _SHORT_ARG if seen > _SMALL_PICKLE else _SHORT_ARG_SMALL
+    short = _short_args(seen)
     run = _RUNS.get((bits, short, torch_only))
     if run is None:
         run = _RUNS[bits, short, torch_only] = _run_pattern(bits, short, torch_only)
@@ -1392,8 +1397,12 @@ def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: Callable[[
     if not _cpython_applies(result, lexed, max_bytes):
         return None
     size = result.end - result.start
-    file = prefetched(memoryview(data)[result.start : result.end]) if max_bytes is None else BoundedInput(
-        data, result.start, result.end)  # fmt: skip
+    if max_bytes is not None:
+        file: Any = BoundedInput(data, result.start, result.end)
+    elif type(data) is bytes and size == len(data):
+        file = prefetched(data)  # shares the bytes: a view would be copied whole (a 404 MB DCP .metadata, twice)
+    else:
+        file = prefetched(memoryview(data)[result.start : result.end])
     recorder = unpickler(file)
     try:
         value = recorder.load()
