@@ -1378,14 +1378,19 @@ def _as_asked(asked: list[tuple[str, str]], events: list[GlobalRef | None]) -> _
     return names
 
 
-def prefetched(data) -> io.BufferedReader:
-    """Bytes in memory as a file CPython's C unpickler prefetches from through `peek` (128 KiB at a time, its
-    PREFETCH): a bare BytesIO has no `peek`, and the unpickler then calls its `read` once per opcode (a
-    50,000-tensor pickle: 3x the time). `tell()` says how far the unpickler read, as on the BytesIO."""
-    return io.BufferedReader(io.BytesIO(data), _PREFETCH)
+class _Prefetched(io.BytesIO):
+    """A BytesIO (sharing bytes it is given whole) with `peek`, through which CPython's C unpickler prefetches
+    128 KiB at a time: without it the unpickler calls `read` once per opcode (a 50,000-tensor pickle: 3x the
+    time)."""
+
+    def peek(self, n: int = 1) -> bytes:
+        at = self.tell()
+        return self.getbuffer()[at : at + max(n, 1)].tobytes()
 
 
-_PREFETCH = 1 << 17
+def prefetched(data) -> io.BytesIO:
+    """Bytes in memory as a file CPython's C unpickler prefetches from (_Prefetched)."""
+    return _Prefetched(data)
 
 
 def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: Callable[[Any], Any] = _Recorder,
