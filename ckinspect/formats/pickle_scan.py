@@ -1385,7 +1385,7 @@ class _Prefetched(io.BytesIO):
 
     def peek(self, n: int = 1) -> bytes:
         at = self.tell()
-        return self.getbuffer()[at : at + max(n, 1)].tobytes()
+        return self.getvalue()[at : at + max(n, 1)]  # getvalue shares; a buffer export would unshare
 
 
 def prefetched(data) -> io.BytesIO:
