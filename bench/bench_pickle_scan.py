@@ -16,7 +16,8 @@ page cache warm) and then --rounds times, in turn:
   unpickler (decode with the storage collector), of reading the zip directory, and of the whole reader
   (open_checkpoint, the listing the TUI shows), each the best of the rounds.
 
-Then the growth exponent of each figure between the smallest and the largest N (1.0 is linear). The
+Then the growth exponent of each figure between each two consecutive sizes and between the smallest and the
+largest N (1.0 is linear). The
 machine's load is printed with the figures: ratios are measured side by side, absolute times are not
 comparable across runs on a busy machine.
 """
@@ -153,16 +154,18 @@ def _bench_protocol(args: argparse.Namespace, folder: Path, protocol: int) -> No
               f"torch/ours CPU {f['torch cpu'] / f['cli cpu']:.2f}x | in-process CPU-s: scan {f['scan']:.3f}, "
               f"unpickler {f['unpickler']:.3f}, zip directory {f['zip directory']:.3f}, "
               f"reader {f['reader']:.3f}", flush=True)  # fmt: skip
-    small, large = min(figures), max(figures)
-    if small == large:
-        return
-    growth = {
-        key: math.log(figures[large][key] / figures[small][key]) / math.log(large / small)
-        for key in ("cli cpu", "scan", "unpickler", "reader", "torch cpu")
-        if not math.isnan(figures[large][key])
-    }
-    print(f"protocol {protocol}, growth exponent {small:,} -> {large:,} tensors: "
-          + ", ".join(f"{k} {v:.2f}" for k, v in growth.items()))  # fmt: skip
+    sizes = sorted(figures)
+    pairs = list(zip(sizes, sizes[1:], strict=False))
+    if len(sizes) > 2:
+        pairs.append((sizes[0], sizes[-1]))
+    for small, large in pairs:
+        growth = {
+            key: math.log(figures[large][key] / figures[small][key]) / math.log(large / small)
+            for key in ("cli cpu", "scan", "unpickler", "reader", "torch cpu")
+            if not math.isnan(figures[large][key])
+        }
+        print(f"protocol {protocol}, growth exponent {small:,} -> {large:,} tensors: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in growth.items()))  # fmt: skip
 
 
 def main() -> int:

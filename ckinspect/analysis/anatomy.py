@@ -19,6 +19,7 @@ Counting rules (the JSON report's numbers mean exactly this):
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import chain
 
 from ckinspect.analysis.layouts import Layout, recognise
 from ckinspect.analysis.scalars import read_scalar
@@ -30,6 +31,7 @@ from ckinspect.vocab import GROUPS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 
@@ -58,6 +60,8 @@ class Anatomy(Record):
     storage_bytes: int
     groups: dict[str, GroupStats]
     partly_used: list[StorageUse] = field(default_factory=list)  # storages some of whose bytes no tensor reaches
+    # tensors whose bytes the file lacks (missing_tensors), found in the same pass, in the order of their storages
+    missing: list[TensorInfo] = field(default_factory=list)
 
     @property
     def unused_bytes(self) -> int:
@@ -241,46 +245,66 @@ def _views_by_storage(ckpt: Checkpoint) -> tuple[dict[str, int], dict[str, Tenso
 
 
 def _shared_storage(views: list[TensorInfo], storage: StorageInfo | None, bits_of: dict[str, int],
-                    group_bytes: dict[str, int]) -> tuple[int, int, str | None]:  # fmt: skip
+                    group_bytes: dict[str, int], missing: list[TensorInfo]) -> tuple[int, int, str | None]:  # fmt: skip
     """A storage viewed more than once (or by none): its size, the bytes its views reach (each once, added
-    to `group_bytes`) and its largest view's name."""
+    to `group_bytes`) and its largest view's name; views reaching past its bytes are added to `missing`."""
     extents = []
     for t in views:
-        bits = bits_of.get(t.dtype)
-        if bits is None:
-            bits = bits_of[t.dtype] = dtype_info(t.dtype).bits
+        bits = bits_of[t.dtype]
         extents.append(_extent(t, bits))
+        reach = _reach(t, bits)
+        if reach is not None and (storage is None or storage.nbytes < reach):
+            missing.append(t)
     # a reader that lists no storage for it: the views tell its extent
     size = storage.nbytes if storage is not None else max((end for _, end in extents), default=0)
     used = _attribute(views, extents, size, group_bytes)
     return size, used, max(views, key=lambda t: t.nbytes).name if views else None
 
 
+def _reach(tensor: TensorInfo, bits: int) -> int | None:
+    """The byte past the last one the view reaches in its storage (byte_offset + span_bytes); None without elements."""
+    if 0 in tensor.shape:
+        return None
+    last = tensor.storage_offset
+    for size, step in zip(tensor.shape, tensor.stride, strict=True):
+        last += (size - 1) * step
+    return (last + 1) * bits + 7 >> 3
+
+
+def bits_by_dtype(tensors: Iterable[TensorInfo]) -> dict[str, int]:
+    """Bits per element of each dtype the tensors have (8 x itemsize but for the packed fp4/fp6)."""
+    return {dtype: dtype_info(dtype).bits for dtype in {t.dtype for t in tensors}}
+
+
+def _unlisted(storages: dict[str, StorageInfo], only_view: dict[str, TensorInfo]) -> list[tuple[str, None]]:
+    """Storage keys the tensors view that the reader lists no storage for."""
+    return [(k, None) for k in only_view if k not in storages]
+
+
 def _count(ckpt: Checkpoint) -> Anatomy:
     counts, only_view, shared = _views_by_storage(ckpt)
-    bits_of: dict[str, int] = {}  # bits per element, by dtype (8 x itemsize but for packed fp4/fp6)
-
+    bits_of = bits_by_dtype(ckpt.tensors)
     storages = ckpt.storages
     group_bytes: dict[str, int] = dict.fromkeys(GROUPS, 0)
     uses: list[StorageUse] = []
+    missing: list[TensorInfo] = []
     storage_bytes = 0
     tensor_bytes = 0
-    for key in list(storages) + [k for k in only_view if k not in storages]:
-        storage = storages.get(key)
+    for key, storage in chain(storages.items(), _unlisted(storages, only_view)):
         view = only_view.get(key)
         if view is not None and key not in shared:  # the common case: one tensor, one storage
-            bits = bits_of.get(view.dtype)
-            if bits is None:
-                bits = bits_of[view.dtype] = dtype_info(view.dtype).bits
-            offset = view.storage_offset  # _extent(view, bits), inlined
-            start = offset * bits >> 3
-            last = 0
-            for dim, step in zip(view.shape, view.stride, strict=True):
-                if dim == 0:
-                    last = -1
-                    break
-                last += (dim - 1) * step
-            end = (offset + last + 1) * bits + 7 >> 3 if last >= 0 else start
+            bits = bits_of[view.dtype]
+            offset = view.storage_offset  # _extent(view, bits) and _reach(view, bits), inlined
+            start = end = offset * bits >> 3
+            if 0 not in view.shape:  # else no elements: it reaches nothing, misses nothing
+                last = 0
+                for dim, step in zip(view.shape, view.stride, strict=True):
+                    last += (dim - 1) * step
+                reach = (offset + last + 1) * bits + 7 >> 3
+                if last >= 0:
+                    end = reach
+                if storage is None or storage.nbytes < reach:
+                    missing.append(view)
             size = storage.nbytes if storage is not None else end
             if end > size:
                 end = size
@@ -289,7 +313,7 @@ def _count(ckpt: Checkpoint) -> Anatomy:
             group_bytes[group] += used
             largest: str | None = view.name
         else:
-            size, used, largest = _shared_storage(shared.get(key, []), storage, bits_of, group_bytes)
+            size, used, largest = _shared_storage(shared.get(key, []), storage, bits_of, group_bytes, missing)
         storage_bytes += size
         tensor_bytes += used
         if used < size:  # only storages with bytes to spare are kept, for bloat messages
@@ -297,7 +321,7 @@ def _count(ckpt: Checkpoint) -> Anatomy:
 
     groups = {g: GroupStats(counts[g], group_bytes[g]) for g in GROUPS}
     file_bytes = ckpt.file_bytes or 0
-    return Anatomy(file_bytes, len(ckpt.tensors), tensor_bytes, storage_bytes, groups, uses)
+    return Anatomy(file_bytes, len(ckpt.tensors), tensor_bytes, storage_bytes, groups, uses, missing)
 
 
 def _attribute(views: list[TensorInfo], extents: list[tuple[int, int]], size: int, group_bytes: dict[str, int]) -> int:
@@ -322,16 +346,9 @@ def _attribute(views: list[TensorInfo], extents: list[tuple[int, int]], size: in
 
 def missing_tensors(ckpt: Checkpoint) -> list[TensorInfo]:
     """Tensors whose bytes are not in the file: their storage is absent or shorter than they reach
-    (a save cut short keeps the pickle that names them, not their data)."""
-    storages = ckpt.storages
-    out = []
-    for t in ckpt.tensors:
-        if t.numel == 0:
-            continue
-        storage = storages.get(t.storage_key)
-        if storage is None or storage.nbytes < t.byte_offset + t.span_bytes:
-            out.append(t)
-    return out
+    (a save cut short keeps the pickle that names them, not their data). Found by summarize's pass over the
+    storages (remembered with it), in the order of their storages."""
+    return summarize(ckpt).missing
 
 
 class CutShort(Record):

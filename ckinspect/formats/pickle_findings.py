@@ -8,7 +8,13 @@ import re
 
 from ckinspect import steps
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
-from ckinspect.formats.pickle_scan import TORCH_REGISTERED_BY_IMPORT, GlobalRef, PickleScan
+from ckinspect.formats.pickle_scan import (
+    TORCH_REGISTERED_BY_IMPORT,
+    TORCH_UNPICKLER_OPCODES,
+    WEIGHTS_ONLY_TORCH,
+    GlobalRef,
+    PickleScan,
+)
 from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten
 from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
 from ckinspect.model import Checkpoint, TensorInfo
@@ -103,48 +109,6 @@ def allowlist_hint(benign: list[GlobalRef], data: Any = None) -> str:
     return f"import {imports}; torch.serialization.add_safe_globals([{', '.join(entries)}])"
 
 
-# Opcodes torch/_weights_only_unpickler.py's Unpickler.load implements (protocol 2 as torch.save writes it,
-# plus a few), as of the torch named here. tests/formats/test_weights_only.py reads that file of the
-# installed torch and fails when either changes: a torch upgrade must come with this set re-read.
-WEIGHTS_ONLY_TORCH = "2.13"
-TORCH_UNPICKLER_OPCODES = frozenset(
-    (
-        "GLOBAL",
-        "NEWOBJ",
-        "REDUCE",
-        "BUILD",
-        "APPEND",
-        "APPENDS",
-        "SETITEM",
-        "SETITEMS",
-        "MARK",
-        "TUPLE",
-        "TUPLE1",
-        "TUPLE2",
-        "TUPLE3",
-        "NONE",
-        "NEWFALSE",
-        "NEWTRUE",
-        "EMPTY_TUPLE",
-        "EMPTY_LIST",
-        "EMPTY_DICT",
-        "EMPTY_SET",
-        "BININT",
-        "BININT1",
-        "BININT2",
-        "BINFLOAT",
-        "BINUNICODE",
-        "SHORT_BINSTRING",
-        "BINPERSID",
-        "BINGET",
-        "LONG_BINGET",
-        "BINPUT",
-        "LONG_BINPUT",
-        "LONG1",
-        "PROTO",
-        "STOP",
-    )
-)
 _MAX_LISTED_STEPS = 1000  # opcodes torch lacks looked at per pickle to name them; the first one decides
 
 
@@ -311,6 +275,8 @@ def check_weights_only(ckpt: Checkpoint, data: Any, scans: list[PickleScan], whe
         return
     lacking: list[str] = []
     for scan in scans:
+        if scan.torch_opcodes:  # its walk met none that torch lacks (every scan here was walked to its STOP)
+            continue
         lacking += [op for op in torch_unreadable_opcodes(data, scan.start, scan.end) if op not in lacking]
     if lacking:
         _report_refused(ckpt, lacking, scans, where, loader)
@@ -340,24 +306,23 @@ class StorageCollector:
         self.key_prefix = key_prefix
 
     def __call__(self, pid: Any) -> Any:
-        # one storage object per key, so a dtype learned from one view holds for all of them
+        # one storage object per key, so a dtype learned from one view holds for all of them; a
+        # ("storage", type, key, location, numel) record as torch.save writes it is taken without the general
+        # checks, in this one frame (the C unpickler calls it once per tensor)
         if type(pid) is tuple and len(pid) >= 5 and type(pid[2]) is str:
-            ref = self.storages.get(pid[2]) or self._torch_save_storage(pid)
+            key = pid[2]
+            storages = self.storages
+            ref = storages.get(key)
             if ref is not None:
                 return ref
+            stype, numel = pid[1], pid[4]
+            if pid[0] == "storage" and type(stype) is _StorageType and type(numel) is int and numel >= 0:
+                ref = StorageRef(self.key_prefix + key, stype.dtype, str(pid[3]), numel * stype.itemsize, stype.untyped)
+                storages[key] = ref
+                if not len(storages) % steps.EVERY:  # a file of 200,000 tensors: the TUI shows the count grow
+                    steps.step("storages named by the pickle", len(storages))
+                return ref
         return self._general(pid)
-
-    def _torch_save_storage(self, pid: tuple) -> StorageRef | None:
-        """A ("storage", type, key, location, numel) record as torch.save writes it, without the general checks."""
-        stype, numel = pid[1], pid[4]
-        if pid[0] == "storage" and type(stype) is _StorageType and type(numel) is int and numel >= 0:
-            key = pid[2]
-            ref = StorageRef(self.key_prefix + key, stype.dtype, str(pid[3]), numel * stype.itemsize, stype.untyped)
-            self.storages[key] = ref
-            if not len(self.storages) % steps.EVERY:  # a file of 200,000 tensors: the TUI shows the count grow
-                steps.step("storages named by the pickle", len(self.storages))
-            return ref
-        return None
 
     def _general(self, pid: Any) -> Any:
         ref = storage_persistent_load(pid)

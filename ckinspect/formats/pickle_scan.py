@@ -32,6 +32,7 @@ from ckinspect.vocab import GlobalKind
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 # ----------------------------------------------------------------------------------------------
@@ -414,6 +415,51 @@ def classify_global(module: str, name: str) -> GlobalKind:
 # ----------------------------------------------------------------------------------------------
 # The walk
 
+# Opcodes torch/_weights_only_unpickler.py's Unpickler.load implements (protocol 2 as torch.save writes it,
+# plus a few), as of the torch named here. tests/formats/test_weights_only.py reads that file of the
+# installed torch and fails when either changes: a torch upgrade must come with this set re-read. The walk
+# notes whether a pickle keeps to them (PickleScan.torch_opcodes); pickle_findings names the others.
+WEIGHTS_ONLY_TORCH = "2.13"
+TORCH_UNPICKLER_OPCODES = frozenset(
+    (
+        "GLOBAL",
+        "NEWOBJ",
+        "REDUCE",
+        "BUILD",
+        "APPEND",
+        "APPENDS",
+        "SETITEM",
+        "SETITEMS",
+        "MARK",
+        "TUPLE",
+        "TUPLE1",
+        "TUPLE2",
+        "TUPLE3",
+        "NONE",
+        "NEWFALSE",
+        "NEWTRUE",
+        "EMPTY_TUPLE",
+        "EMPTY_LIST",
+        "EMPTY_DICT",
+        "EMPTY_SET",
+        "BININT",
+        "BININT1",
+        "BININT2",
+        "BINFLOAT",
+        "BINUNICODE",
+        "SHORT_BINSTRING",
+        "BINPERSID",
+        "BINGET",
+        "LONG_BINGET",
+        "BINPUT",
+        "LONG_BINPUT",
+        "LONG1",
+        "PROTO",
+        "STOP",
+    )
+)
+_TORCH_CODES = frozenset(ord(op.code) for op in pickletools.opcodes if op.name in TORCH_UNPICKLER_OPCODES)
+
 # Per opcode byte: >= 0 fixed argument length; negative values name a special handler.
 _LEN1, _LEN4, _LEN8, _LINE, _LINE2, _STOP, _STACK_GLOBAL, _PROTO, _LONG_BINPUT, _PUT, _EXT, _BAD = range(-1, -13, -1)
 _TABLE = [_BAD] * 256
@@ -740,15 +786,21 @@ def _below(bits: int) -> bytes:
     return b"." * full + top + b"\x00" * (3 - full)
 
 
-def _run_pattern(memo_bits: int, short: int = _SHORT_ARG) -> re.Pattern[bytes]:
-    alts = [_class(_FIXED_NOARG) + b"++"]
-    alts += [_class(codes) + b"." * k for k, codes in _FIXED.items() if codes]
-    alts += [_class(codes) + _lengths(width, short) for width, codes in _SIZED.items() if short]
+def _run_pattern(memo_bits: int, short: int = _SHORT_ARG, torch_only: bool = False) -> re.Pattern[bytes]:
+    """`torch_only`: only the opcodes torch's weights_only unpickler implements are stepped over in the run."""
+    keep = _TORCH_CODES if torch_only else range(256)
+
+    def kept(codes: bytes) -> bytes:
+        return bytes(c for c in codes if c in keep)
+
+    alts = [_class(kept(_FIXED_NOARG)) + b"++"]
+    alts += [_class(kept(codes)) + b"." * k for k, codes in _FIXED.items() if kept(codes)]
+    alts += [_class(kept(codes)) + _lengths(width, short) for width, codes in _SIZED.items() if short and kept(codes)]
     alts.append(b"r" + _below(memo_bits))
     return re.compile(b"(?:" + b"|".join(alts) + b")++", re.DOTALL)
 
 
-_RUNS: dict[tuple[int, int], re.Pattern[bytes]] = {}
+_RUNS: dict[tuple[int, int, bool], re.Pattern[bytes]] = {}
 _MEMO_BITS = (17, 20, 24, 28, 32)  # a few bounds, so a window at a time compiles one or two patterns
 
 
@@ -757,15 +809,16 @@ def _short_args(seen: int) -> int:
     return next((short for size, short in _SHORT_ARGS if seen <= size), _SHORT_ARG)
 
 
-def _run_for(seen: int):
+def _run_for(seen: int, torch_only: bool = False):
     """The run matcher for a window ending at byte `seen`: LONG_BINPUT indices under a power of two within
-    the memo bound (2 * max(seen, _MEMO_FLOOR)) are taken in the run; the loop checks the others."""
+    the memo bound (2 * max(seen, _MEMO_FLOOR)) are taken in the run; the loop checks the others.
+    `torch_only`: the run stops at every opcode torch's weights_only unpickler lacks, for the loop to note."""
     bound = 2 * max(seen, _MEMO_FLOOR)
     bits = max(b for b in _MEMO_BITS if 1 << b <= bound)
     short = _short_args(seen)
-    run = _RUNS.get((bits, short))
+    run = _RUNS.get((bits, short, torch_only))
     if run is None:
-        run = _RUNS[bits, short] = _run_pattern(bits, short)
+        run = _RUNS[bits, short, torch_only] = _run_pattern(bits, short, torch_only)
     return run.match
 
 
@@ -860,9 +913,13 @@ class _Interpreter:
     opcode applied to a stack of strings (every other value is None), as pickle.py applies it. MARK starts a
     new frame (the old one goes to a metastack); POP on an empty frame pops the mark; a container that APPEND,
     SETITEM(S), ADDITEMS or BUILD fill stays what it was. STACK_GLOBAL resolves when both names are strings the
-    data spelled out; otherwise (a value some call returned) it is reported unresolved."""
+    data spelled out; otherwise (a value some call returned) it is reported unresolved.
 
-    __slots__ = ("w", "i", "result", "names", "track", "stack", "metastack", "depth", "lost", "memo")
+    The first pass also notes whether the pickle keeps to the opcodes torch's weights_only unpickler implements
+    (`result.torch_opcodes`): its run steps over only those until the first other one, which goes through the
+    loop (beyond_torch); from there on it steps over every opcode that needs no decision."""
+
+    __slots__ = ("w", "i", "result", "names", "track", "stack", "metastack", "depth", "lost", "memo", "handlers")
 
     def __init__(self, w: _Window, i: int, result: PickleScan, names: _Names, track: bool = False) -> None:
         self.w, self.i, self.result, self.names, self.track = w, i, result, names, track
@@ -871,12 +928,13 @@ class _Interpreter:
         self.depth = 0  # items and marks held, for the MAX_STACK bound
         self.lost = False  # past the bound: nothing on the stack is known any more
         self.memo = _Memo()
+        self.handlers = _HANDLERS if track or not result.torch_opcodes else _TORCH_HANDLERS
 
     def walk(self) -> int:
         """Walk to the pickle's STOP; the window position after it (or where the walk gave up, with
         `result.error` set)."""
         w = self.w
-        run = None if self.track else _run_for(w.base + len(w.buf))
+        run = self.run_matcher()
         while True:
             if self.near_end():
                 run = self.refill()
@@ -884,10 +942,24 @@ class _Interpreter:
                 continue
             if self.i >= len(w.buf):
                 return self.truncated(self.i, w.base + len(w.buf) + 1)
-            if not _HANDLERS[w.buf[self.i]](self, w.buf[self.i]):
+            handled = self.handlers[w.buf[self.i]](self, w.buf[self.i])
+            if handled is None:  # the first opcode torch lacks, noted: the same opcode again, with the full run
+                run = self.run_matcher()
+            elif not handled:
                 return self.i
             if self.track and self.depth > MAX_STACK:
                 run = self.lose()
+
+    def run_matcher(self):
+        """The first pass's run matcher for the current window (None in the second pass)."""
+        if self.track:
+            return None
+        return _run_for(self.w.base + len(self.w.buf), self.handlers is _TORCH_HANDLERS)
+
+    def beyond_torch(self, op: int) -> None:
+        """An opcode torch's weights_only unpickler does not implement: noted; the walk takes it again."""
+        self.result.torch_opcodes = False
+        self.handlers = _HANDLERS
 
     def near_end(self) -> bool:
         return len(self.w.buf) - self.i < 16 and not self.w.eof
@@ -895,7 +967,7 @@ class _Interpreter:
     def refill(self):
         """At least 16 bytes ahead in the window (unless the data ends); the run matcher for the new window."""
         self.i = self.w.more(self.i, 16)
-        return None if self.track else _run_for(self.w.base + len(self.w.buf))
+        return self.run_matcher()
 
     def skip_run(self, run) -> bool:
         """Step over a run of opcodes that need no decision; True when the window must be refilled first."""
@@ -911,7 +983,7 @@ class _Interpreter:
         self.lost, self.track = True, False
         self.memo.lose()
         self.stack, self.metastack, self.depth = [], [], 0
-        return _run_for(self.w.base + len(self.w.buf))
+        return self.run_matcher()
 
     def truncated(self, i: int, needed: int) -> int:
         self.i = _truncated(self.result, self.w, i, needed)
@@ -1171,6 +1243,7 @@ def _handler(op: int):
 
 
 _HANDLERS = [_handler(op) for op in range(256)]
+_TORCH_HANDLERS = [_HANDLERS[op] if op in _TORCH_CODES else _Interpreter.beyond_torch for op in range(256)]
 # Second pass: opcodes whose stack effect pickletools' table does not say whole (marks, the memo, DUP, POP)
 _SPECIAL_STACK = {
     ord(_S.MARK): _Interpreter.mark, ord(_S.POP): _Interpreter.pop, ord(_S.DUP): _Interpreter.dup,
@@ -1305,7 +1378,22 @@ def _as_asked(asked: list[tuple[str, str]], events: list[GlobalRef | None]) -> _
     return names
 
 
-def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickle.Unpickler] = _Recorder,
+class _Prefetched(io.BytesIO):
+    """A BytesIO (sharing bytes it is given whole) with `peek`, through which CPython's C unpickler prefetches
+    128 KiB at a time: without it the unpickler calls `read` once per opcode (a 50,000-tensor pickle: 3x the
+    time)."""
+
+    def peek(self, n: int = 1) -> bytes:
+        at = self.tell()
+        return self.getvalue()[at : at + max(n, 1)]  # getvalue shares; a buffer export would unshare
+
+
+def prefetched(data) -> io.BytesIO:
+    """Bytes in memory as a file CPython's C unpickler prefetches from (_Prefetched)."""
+    return _Prefetched(data)
+
+
+def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: Callable[[Any], Any] = _Recorder,
                   max_bytes: int | None = MAX_CPYTHON_BYTES) -> tuple[_Names, Any] | None:  # fmt: skip
     """The globals of a pickle the lean walk read (`lexed`), as CPython's unpickler reaches them, and what
     `unpickler` (whose find_class appends each (module, name) it is asked for to `asked`) built; None where
@@ -1317,9 +1405,9 @@ def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickl
     if max_bytes is not None:
         file: Any = BoundedInput(data, result.start, result.end)
     elif type(data) is bytes and size == len(data):
-        file = io.BytesIO(data)  # shares the bytes: a view would be copied whole (a 404 MB DCP .metadata, twice)
+        file = prefetched(data)  # shares the bytes: a view would be copied whole (a 404 MB DCP .metadata, twice)
     else:
-        file = io.BytesIO(memoryview(data)[result.start : result.end])
+        file = prefetched(memoryview(data)[result.start : result.end])
     recorder = unpickler(file)
     try:
         value = recorder.load()
@@ -1327,7 +1415,7 @@ def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickl
         return None
     if file.tell() != size:
         return None  # another STOP: never expected, our own walk decides then
-    names = _as_asked(recorder.asked, lexed.events)  # type: ignore[attr-defined, arg-type]
+    names = _as_asked(recorder.asked, lexed.events)  # type: ignore[arg-type]
     return None if names is None else (names, value)
 
 
@@ -1349,6 +1437,8 @@ class PickleScan(Record):
     truncated: bool = field(default=False, init=False)  # the data ended inside the pickle: more might complete it
     needed: int = field(default=0, init=False)  # when truncated: the data must reach at least this offset
     memo_error: str | None = field(default=None, init=False)  # a memo index no pickler writes: walked on, not decoded
+    # every opcode up to `end` is one torch's weights_only unpickler implements (TORCH_UNPICKLER_OPCODES)
+    torch_opcodes: bool = field(default=True, init=False)
 
     @property
     def unsafe(self) -> list[GlobalRef]:
@@ -1401,7 +1491,7 @@ def scan_pickle(data, start: int = 0) -> PickleScan:
 NOT_DECODED = object()  # what scan_decoding gives when its unpickler did not build the pickle's value
 
 
-def scan_decoding(data, unpickler: type[pickle.Unpickler], start: int = 0) -> tuple[PickleScan, Any]:
+def scan_decoding(data, unpickler: Callable[[Any], Any], start: int = 0) -> tuple[PickleScan, Any]:
     """One pickle held in memory, judged and decoded in one pass of CPython's C unpickler: (its scan, the
     value `unpickler` built, or NOT_DECODED). `unpickler(file)` must append every (module, name) its
     find_class is asked for to `self.asked` before it answers, and refuse (raise) whatever it does not

@@ -18,9 +18,9 @@ from ckinspect.formats.pickle_findings import (
     record_globals,
     set_tree,
 )
-from ckinspect.formats.pickle_scan import PickleScan, mark_torchscript, scan_member, scan_stream
+from ckinspect.formats.pickle_scan import NOT_DECODED, PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
-from ckinspect.formats.unpickler import StorageRef, framework_records
+from ckinspect.formats.unpickler import StorageRef, framework_records, scan_and_load
 from ckinspect.io.crc import crc32
 from ckinspect.io.reader import PositionedReader
 from ckinspect.io.remote import as_path
@@ -287,9 +287,8 @@ def _pickle_cap(member: ZipMember) -> int:
 
 def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key_prefix: str = "",
                    torchscript: bool = False) -> Any:  # fmt: skip
-    scans = scan_stream(data)
-    if torchscript:
-        mark_torchscript(scans)
+    collector = StorageCollector(key_prefix)
+    scans, tree = _scan_decoding(data, collector, torchscript)
     first: PickleScan = scans[0]
     refs = [g for s in scans for g in s.globals]
     unsafe = record_globals(ckpt, refs, where, data)
@@ -299,12 +298,24 @@ def _decode_pickle(ckpt: Checkpoint, data: bytes, where: str, fill_storages, key
     records = framework_records([g.qualname for g in refs if g.kind == "unsafe"]) if unsafe else frozenset()
     if records is None:
         return None
-    collector = StorageCollector(key_prefix)
-    tree = decode(ckpt, data, first, where, collector, guarded=records, torchscript=torchscript)
+    if tree is NOT_DECODED or unsafe:  # the general way: the scan's findings first, then the restricted unpickler
+        collector = StorageCollector(key_prefix)
+        tree = decode(ckpt, data, first, where, collector, guarded=records, torchscript=torchscript)
     fill_storages(collector)
     if not key_prefix and not torchscript:  # what torch.load reads (a DCP item or TorchScript is not)
         check_weights_only(ckpt, data, scans[:1], where)
     return tree
+
+
+def _scan_decoding(data: bytes, collector: StorageCollector, torchscript: bool) -> tuple[list[PickleScan], Any]:
+    """Every pickle of `data` scanned, the first one decoded in the same pass of the C unpickler where it names
+    nothing outside the allowlist (a protocol 4 pickle's STACK_GLOBAL names would otherwise take a pass of
+    their own): (the scans, the tree or NOT_DECODED)."""
+    first, tree = scan_and_load(data, collector, torchscript)
+    scans = [first, *scan_stream(data, first.end)] if first.error is None and first.end < len(data) else [first]
+    if torchscript:
+        mark_torchscript(scans)
+    return scans, tree
 
 
 def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
@@ -314,10 +325,10 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
     found, missing = _storage_members(collector, by_name, folder)
     storages = ckpt.storages
     for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
-        name, _header, compress_type, compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
-        offset = located if type(located) is int and compress_type == STORED else None
-        deflated = None
-        if offset is None or offset + file_size > cd_start:
+        name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
+        if type(located) is int and compress_type == STORED and located + file_size <= cd_start:
+            offset, deflated = located, None  # where torch.save puts every storage: its bytes in place
+        else:
             offset = None
             _unaddressable(ckpt, file, located, member, cd_start)
             deflated = _deflated_member(located, member, cd_start)
@@ -325,10 +336,9 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
             ckpt.add("CORRUPT", f"{file.name}: storage {name} holds {file_size} bytes "
                                 f"but the pickle says {ref.nbytes}")  # fmt: skip
         key = ref.key
+        # positional, once per storage; torch.load swaps by the storage's type: an UntypedStorage (uint16, ...) never
         storages[key] = StorageInfo(key, ref.dtype, file_size, file, offset, crc32, name, ref.location,
-                                    deflated=deflated)  # fmt: skip
-        if big and not ref.untyped:  # torch.load swaps by the storage's type: an UntypedStorage (uint16, ...) never
-            storages[key].big_endian = True
+                                    big and not ref.untyped, deflated)  # fmt: skip
     if missing:
         shown = ", ".join(f"{folder}{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
         ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")

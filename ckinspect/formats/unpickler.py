@@ -8,7 +8,6 @@ harmless classes become `Opaque` records). Anything else raises `UnsafePickle`, 
 
 from __future__ import annotations
 
-import io
 import ntpath
 import pickle
 import posixpath
@@ -18,7 +17,15 @@ import struct
 from ckinspect.dtypes import TORCH_DTYPE_ATTRS, TORCH_STORAGE_CLASSES, dtype_info
 from ckinspect.fmt import bounded_repr, bounded_str
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
-from ckinspect.formats.pickle_scan import PickleScan, classify_global, is_torchscript_global, normalize, scan_pickle
+from ckinspect.formats.pickle_scan import (
+    PickleScan,
+    classify_global,
+    is_torchscript_global,
+    normalize,
+    prefetched,
+    scan_decoding,
+    scan_pickle,
+)
 from ckinspect.model import COMPOSITE_PARTS, RAGGED, CompositeTensor, TensorInfo
 from ckinspect.record import Record
 
@@ -290,19 +297,20 @@ def _tensor(storage: Any, storage_offset: Any, size: Any, stride: Any, dtype: st
 
 
 def _rebuild_tensor(cls, storage, storage_offset, size, stride, *_rest):
-    # torch's own pickles, once per tensor: checked inline, the general path handles everything else
+    # torch's own pickles, once per tensor: checked inline in this one frame (sizes ints >= 0, strides ints),
+    # the general path handles everything else
     if type(storage) is StorageRef and type(storage_offset) is int and storage_offset >= 0 and \
-            type(size) is tuple and type(stride) is tuple and _plain_sizes(size, stride):  # fmt: skip
-        return TensorInfo("", storage.dtype, size, stride, storage.key, storage_offset)
+            type(size) is tuple and type(stride) is tuple:  # fmt: skip
+        for v in size:
+            if type(v) is not int or v < 0:
+                break
+        else:
+            for v in stride:
+                if type(v) is not int:
+                    break
+            else:
+                return TensorInfo("", storage.dtype, size, stride, storage.key, storage_offset)
     return _tensor(storage, storage_offset, size, stride)
-
-
-def _plain_sizes(size: tuple[Any, ...], stride: tuple[Any, ...]) -> bool:
-    """Sizes that are ints >= 0 and strides that are ints: no further checks needed."""
-    for v in size:
-        if type(v) is not int or v < 0:
-            return False
-    return all(type(v) is int for v in stride)
 
 
 class _RebuildTensor(metaclass=_FrozenMeta):
@@ -759,4 +767,26 @@ def restricted_load(data: bytes, persistent_load: Callable[[Any], Any] | None = 
         raise UnsafePickle([g.qualname for g in unsafe])
     if scan.error is not None:
         raise CorruptPickle(scan.error)
-    return load_from(io.BytesIO(data), persistent_load, guarded, torchscript)
+    return load_from(prefetched(data), persistent_load, guarded, torchscript)
+
+
+class _DecodingUnpickler(RestrictedUnpickler):
+    """The restricted unpickler as pickle_scan.scan_decoding runs it: every global it is asked for is noted in
+    `asked` before it answers (and refuses what is not allowed), so that one pass judges and decodes."""
+
+    def __init__(self, file: Any, persistent_load: Callable[[Any], Any] | None, torchscript: bool) -> None:
+        super().__init__(file, persistent_load, torchscript=torchscript)
+        self.asked: list[tuple[str, str]] = []
+
+    def find_class(self, module: str, name: str) -> Any:
+        self.asked.append((module, name))
+        return super().find_class(module, name)
+
+
+def scan_and_load(data: bytes, persistent_load: Callable[[Any], Any] | None = None,
+                  torchscript: bool = False) -> tuple[PickleScan, Any]:  # fmt: skip
+    """The first pickle of `data` scanned and, when it names nothing outside the allowlist, decoded in the same
+    pass of the C unpickler (pickle_scan.scan_decoding): (its scan, the tree or NOT_DECODED). NOT_DECODED
+    leaves the general way to the caller (restricted_load after the scan's findings); `persistent_load` may
+    then hold what the refused pass met."""
+    return scan_decoding(data, lambda file: _DecodingUnpickler(file, persistent_load, torchscript))

@@ -14,9 +14,8 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 
-from ckinspect.analysis.anatomy import CutShort, cut_short, missing_tensors, summarize
+from ckinspect.analysis.anatomy import CutShort, bits_by_dtype, cut_short, missing_tensors, summarize
 from ckinspect.analysis.params import optimizer_params
-from ckinspect.dtypes import dtype_info
 from ckinspect.fmt import bounded_repr, bounded_str
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import RAGGED, Checkpoint, CompositeTensor, Finding, TensorInfo
@@ -128,7 +127,7 @@ def tensor_entries(
     (composite_entries) the composite's name as `part_of`."""
     params = params or {}
     part_of = {t.name: c.name for c in composites for t in c.parts.values()}
-    bits_of = {dtype: dtype_info(dtype).bits for dtype in {t.dtype for t in tensors}}
+    bits_of = bits_by_dtype(tensors)
     out = []
     for t in tensors:
         nbytes = math.prod(t.shape) * bits_of[t.dtype] + 7 >> 3

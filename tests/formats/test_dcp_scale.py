@@ -160,11 +160,13 @@ def test_metadata_is_judged_and_decoded_in_one_pass_of_the_c_unpickler(saved, mo
         raise AssertionError("a second pass over .metadata")
 
     expected = read_dcp(saved, trust_layout=True)
+    metadata = (saved / ".metadata").read_bytes()
     c_passes = []
     walk = pickle_scan._cpython_walk
 
     def counted(data, result, lexed, unpickler=pickle_scan._Recorder, **kwargs):
-        c_passes.append(unpickler)
+        if bytes(data) == metadata:  # the rank files' own data.pkl are decoded in one pass of their own each
+            c_passes.append(unpickler)
         return walk(data, result, lexed, unpickler, **kwargs)
 
     monkeypatch.setattr(pickle_scan, "_cpython_walk", counted)

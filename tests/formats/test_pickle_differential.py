@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ckinspect.formats.pickle_findings import torch_unreadable_opcodes
 from ckinspect.formats.pickle_scan import (
     ALLOWED,
     NOT_DECODED,
@@ -237,6 +238,17 @@ def check(data: bytes) -> None:
             assert got == expected, (way, data)
         else:
             assert got[: len(expected)] == expected, (way, data)
+    check_torch_opcodes(data)
+
+
+def check_torch_opcodes(data: bytes) -> None:
+    """A pickle the walk read to its STOP keeps to torch's opcodes (PickleScan.torch_opcodes, which spares the
+    weights_only check its own walk) exactly when that walk finds none torch lacks; in memory and windowed alike."""
+    windowed = scan_source(lambda offset: BufferSource(data, offset), len(data), limit=1)
+    for scan in [scan_pickle(data), *windowed[:1]]:
+        if scan.error is None:
+            lacking = torch_unreadable_opcodes(data, scan.start, scan.end)
+            assert scan.torch_opcodes == (lacking == []), (lacking, data)
 
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]

@@ -17,7 +17,7 @@ import torch
 import torch._weights_only_unpickler as weights_only
 
 from ckinspect.formats import open_checkpoint
-from ckinspect.formats.pickle_findings import TORCH_UNPICKLER_OPCODES, WEIGHTS_ONLY_TORCH
+from ckinspect.formats.pickle_scan import TORCH_UNPICKLER_OPCODES, WEIGHTS_ONLY_TORCH
 
 
 def test_the_opcode_set_is_the_installed_torchs():
@@ -31,7 +31,7 @@ def test_the_opcode_set_is_the_installed_torchs():
     }  # fmt: skip
     assert torch.__version__.startswith(WEIGHTS_ONLY_TORCH + "."), (
         f"torch {torch.__version__}: re-read torch/_weights_only_unpickler.py and update TORCH_UNPICKLER_OPCODES "
-        "and WEIGHTS_ONLY_TORCH in ckinspect/formats/pickle_findings.py"
+        "and WEIGHTS_ONLY_TORCH in ckinspect/formats/pickle_scan.py"
     )
     assert implemented == TORCH_UNPICKLER_OPCODES
 
