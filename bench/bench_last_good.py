@@ -1,24 +1,33 @@
-"""`ckinspect last-good` on a run of 100 checkpoints with 8 rank files each, against loading them with torch.
+"""`ckinspect last-good` on a long run with 8 rank files per save, against loading the files with torch.
 
     python bench/bench_last_good.py [--checkpoints 100] [--ranks 8] [--rounds 3] [--memory]
+    python bench/bench_last_good.py --model 1b --checkpoints 160 [--memory] [--values]
 
 The run is DeepSpeed-shaped (tests/analysis/runs/test_runs.py writes the same records): `global_stepN/`
 with `mp_rank_00_model_states.pt` recording dp world size 8, and 8 `zero_pp_rank_K_..._optim_states.pt`.
-The newest checkpoint lacks one rank file, so last-good must judge two checkpoints to answer.
+The newest checkpoint lacks one rank file, so last-good must judge two checkpoints to answer. `--model
+tiny` (the default): a 64 KiB weight and its moments, real data. `--model 1b`: Llama-3.2-1B's 146 tensors
+in bf16 and the fp32 master weights and AdamW moments in 8 partitions, 15.7 GB a save, as sparse files of
+torch.save's own bytes (make_sparse_run); structure is judged (`--quick`), since reading one such save's
+values reads 15.7 GB (`--values` adds that row, one round, `--jobs 1` so its CPU is this process's).
 
 Timed, each as a fresh process (what a launch script pays) with its bytecode cached as an install has it,
 after one warm-up round, medians of interleaved rounds; wall and CPU time (on a shared machine the wall
 time includes waiting for a core):
-  - `ckinspect last-good RUN`                 the path (newest first until one is good)
-  - `ckinspect last-good RUN --format json`   every checkpoint judged and listed
-  - torch: `torch.load(weights_only=False)` of every file of every checkpoint (what checking by loading costs)
-The goal: the first answers in at most 1 s; JSON at the cost of the plain answer. `--memory` adds the
-peak RSS (/usr/bin/time -v) of both on runs of 10, 40 and 160 saves: it must not grow with their number.
+  - `ckinspect last-good RUN`                       the path (newest first until one is good)
+  - `ckinspect last-good RUN --format json`         the listing: what the answer needs judged, the rest
+                                                    not-judged (the same reads as the path)
+  - `ckinspect last-good RUN --all --format json`   every checkpoint judged and listed
+  - torch: `torch.load(weights_only=False)` of every file of every checkpoint (what checking by loading
+    costs; `mmap=True` for the 1b run, which reads the structure and no tensor data, as --quick does)
+The goals: 160 saves of a 1B model judged in at most 2 s; JSON at the cost of the plain answer. `--memory`
+adds the peak RSS (/usr/bin/time -v) of each on runs of 10, 40 and 160 saves: flat in their number.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -34,7 +43,7 @@ TORCH_LOAD_ALL = """
 import sys, torch
 from pathlib import Path
 for path in sorted(Path(sys.argv[1]).rglob("*.pt")):
-    torch.load(path, map_location="cpu", weights_only=False)
+    torch.load(path, map_location="cpu", weights_only=False, mmap=sys.argv[2] == "mmap")
 """
 
 
@@ -67,6 +76,83 @@ def make_run(root: Path, checkpoints: int, ranks: int) -> Path:
     return run
 
 
+FIRST_STEP = 1000  # steps 1000, 1100, ...: each pickles as BININT2, so every save's pickle has one length
+
+
+def make_sparse_run(root: Path, checkpoints: int, ranks: int, size: str = "1b") -> Path:
+    """The same DeepSpeed ZeRO-1 run for a real model's shapes (bench/scale_sims.LLAMA; 1b: Llama-3.2-1B, 1.24B
+    parameters): `mp_rank_00_model_states.pt` holds the bf16 module, each of the `ranks` rank files its fp32
+    partition of the master weights and both AdamW moments. Every file is torch.save's own bytes with the
+    tensor data left as holes (scale_sims.saved_template); torch.save runs twice (model states, one rank
+    file), and each save's model states differ from the first only in `global_steps`, written into the
+    pickle with its zip CRCs (what torch.save writes for that step)."""
+    import math
+
+    import torch
+    from scale_sims import llama_params, saved_template, write_template
+
+    run = root / "run"
+    params = llama_params(size)
+    part = math.ceil(sum(math.prod(shape) for _, shape in params) / ranks)
+
+    def big(*shape: int, dtype=torch.float32) -> torch.Tensor:  # untouched pages read as zeros: no RSS
+        return torch.empty(shape, dtype=dtype) if math.prod(shape) >= 1 << 24 else torch.zeros(shape, dtype=dtype)
+
+    module = {name: big(*shape, dtype=torch.bfloat16) for name, shape in params}
+    model = saved_template({"module": module, "optimizer": None, "global_steps": FIRST_STEP, "dp_world_size": ranks,
+                            "mp_world_size": 1, "ds_version": "0.19.8",
+                            "ds_config": {"zero_optimization": {"stage": 1}}})  # fmt: skip
+    del module
+    flats = [big(part) for _ in range(3)]
+    optim = saved_template(
+        {"optimizer_state_dict": {"zero_stage": 1, "partition_count": [ranks], "ds_version": "0.19.8",
+                                  "base_optimizer_state": {"state": {0: {"exp_avg": flats[0], "exp_avg_sq": flats[1]}},
+                                                           "param_groups": [{"params": [0]}]},
+                                  "single_partition_of_fp32_groups": [flats[2]]},
+         "ds_version": "0.19.8"})  # fmt: skip
+    del flats
+    for index in range(checkpoints):
+        step = FIRST_STEP + index * 100
+        tag = run / f"global_step{step}"
+        tag.mkdir(parents=True)
+        names = [MODEL_STATES] + [RANK_FILE.format(rank) for rank in range(ranks)]
+        for name, parts in zip(names, [_with_step(model, step)] + [optim] * ranks, strict=True):
+            with open(tag / name, "wb") as f:
+                write_template(f, parts)
+                f.truncate()
+        (run / "latest").write_text(tag.name)
+    (tag / RANK_FILE.format(ranks - 1)).unlink()  # the newest save lost a rank
+    return run
+
+
+MODEL_STATES = "mp_rank_00_model_states.pt"
+RANK_FILE = "zero_pp_rank_{}_mp_rank_00_optim_states.pt"
+
+
+def _with_step(parts: list[bytes | int], step: int) -> list[bytes | int]:
+    """A model-states template whose `global_steps` is `step`: the int in data.pkl (the zip's first record),
+    its CRC-32 in the record's data descriptor (torch writes one to a stream) and in the central directory
+    (the template's last bytes)."""
+    import struct
+    import zlib
+
+    head, tail = parts[0], parts[-1]
+    assert len(parts) >= 3 and isinstance(head, bytes) and isinstance(tail, bytes) and head[:4] == b"PK\x03\x04"
+    name_len, extra_len = struct.unpack_from("<HH", head, 26)
+    start = 30 + name_len + extra_len
+    end = head.index(b"PK\x07\x08", start)  # the data descriptor: CRC-32 and sizes follow the pickle
+    pickle = head[start:end]
+    key = pickle.index(b"global_steps")
+    at = pickle.index(b"M" + struct.pack("<H", FIRST_STEP), key, key + 24)  # BININT2 after the key (and memo)
+    pickle = pickle[:at] + b"M" + struct.pack("<H", step) + pickle[at + 3 :]
+    old_crc, crc = head[end + 4 : end + 8], struct.pack("<I", zlib.crc32(pickle))
+    assert old_crc == struct.pack("<I", zlib.crc32(head[start:end]))
+    head = head[:start] + pickle + head[end : end + 4] + crc + head[end + 8 :]
+    entry = tail.index(head[30 : 30 + name_len]) - 46  # data.pkl's central record: 46 bytes, then its name
+    assert tail[entry : entry + 4] == b"PK\x01\x02" and tail[entry + 16 : entry + 20] == old_crc
+    return [head, *parts[1:-1], tail[: entry + 16] + crc + tail[entry + 20 :]]
+
+
 def timed(args: list[str]) -> tuple[float, float, str]:
     """(wall seconds, CPU seconds of the child, its stdout)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as installed: bytecode cached
@@ -81,26 +167,41 @@ def timed(args: list[str]) -> tuple[float, float, str]:
     return elapsed, cpu, proc.stdout
 
 
+def build(root: Path, model: str, checkpoints: int, ranks: int) -> Path:
+    return make_run(root, checkpoints, ranks) if model == "tiny" else make_sparse_run(root, checkpoints, ranks, model)
+
+
+def commands_for(run: Path, model: str) -> dict[str, list[str]]:
+    quick = [] if model == "tiny" else ["--quick"]  # a 1b save's values are 15.7 GB: --values times them
+    ckinspect = [sys.executable, "-m", "ckinspect", "last-good", str(run), *quick]
+    tail = " --quick" if quick else ""
+    return {
+        f"last-good{tail}": ckinspect,
+        f"last-good{tail} --format json": [*ckinspect, "--format", "json"],
+        f"last-good{tail} --all --format json": [*ckinspect, "--all", "--format", "json"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoints", type=int, default=100)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--model", choices=["tiny", "1b"], default="tiny")
     parser.add_argument("--memory", action="store_true", help="also peak RSS on runs of 10, 40 and 160 saves")
+    parser.add_argument("--values", action="store_true", help="1b: also the default answer, which reads values")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-last-good-") as tmp:
-        run = make_run(Path(tmp), args.checkpoints, args.ranks)
+        run = build(Path(tmp), args.model, args.checkpoints, args.ranks)
         files = sum(1 for _ in run.rglob("*.pt"))
         size = sum(p.stat().st_size for p in run.rglob("*.pt"))
-        ckinspect = [sys.executable, "-m", "ckinspect", "last-good", str(run)]
-        commands = {
-            "last-good": ckinspect,
-            "last-good --format json": [*ckinspect, "--format", "json"],
-            "torch.load every file": [sys.executable, "-c", TORCH_LOAD_ALL, str(run)],
-        }
+        mmap = "mmap" if args.model != "tiny" else "read"
+        torch_name = "torch.load every file" + (" (mmap)" if mmap == "mmap" else "")
+        commands = {**commands_for(run, args.model), torch_name: [sys.executable, "-c", TORCH_LOAD_ALL, str(run), mmap]}
+        plain = next(iter(commands))
         times: dict[str, list[float]] = {name: [] for name in commands}
         cpu: dict[str, list[float]] = {name: [] for name in commands}
-        answer = ""
+        answers: dict[str, str] = {}
         for command in commands.values():
             timed(command)  # warm-up: bytecode written, files in the page cache
         for _ in range(args.rounds):
@@ -108,35 +209,53 @@ def main() -> int:
                 elapsed, used, out = timed(command)
                 times[name].append(elapsed)
                 cpu[name].append(used)
-                if name == "last-good":
-                    answer = out.strip()
-        expected = str(run / f"global_step{(args.checkpoints - 1) * 100}")
-        if answer != expected:
-            raise SystemExit(f"last-good answered {answer!r}, expected {expected!r}")
-        torch_all = statistics.median(times["torch.load every file"])
-        torch_cpu = statistics.median(cpu["torch.load every file"])
+                answers[name] = (
+                    out.strip() if name == plain else json.loads(out)["run"]["last_good"] if "json" in name else ""
+                )
+        expected = str(run / sorted((p.name for p in run.iterdir() if p.is_dir()), key=_step)[-2])
+        for name, answer in answers.items():
+            if name.startswith("last-good") and answer != expected:
+                raise SystemExit(f"{name} answered {answer!r}, expected {expected!r}")
+        torch_all = statistics.median(times[torch_name])
+        torch_cpu = statistics.median(cpu[torch_name])
         print(f"run: {args.checkpoints} checkpoints x {args.ranks} rank files + model states = {files} files, "
-              f"{size / 2**20:.1f} MiB; the newest lacks a rank file")  # fmt: skip
-        print(f"answer: {Path(answer).name} (medians of {args.rounds} interleaved rounds, each a fresh process)")
+              f"{_size(size)} ({args.model}); the newest lacks a rank file")  # fmt: skip
+        print(f"answer: {Path(expected).name}, the same from every row (medians of {args.rounds} interleaved rounds, "
+              "each a fresh process)")  # fmt: skip
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: wall time includes waiting for a core")
         for name in commands:
             median, used = statistics.median(times[name]), statistics.median(cpu[name])
-            ratio = (
-                ""
-                if name.startswith("torch")
-                else (f"  {torch_all / median:5.1f}x faster (wall), {torch_cpu / used:5.1f}x less CPU than torch.load")
-            )
-            print(f"  {name:<26} wall {median:6.2f} s  cpu {used:6.2f} s{ratio}")
-        wall_ok = statistics.median(times["last-good"]) <= 1.0
+            ratio = ""
+            if not name.startswith("torch"):
+                ratio = f"  {torch_all / median:5.1f}x faster (wall), {torch_cpu / used:5.1f}x less CPU than torch.load"
+            print(f"  {name:<38} wall {median:6.2f} s  cpu {used:6.2f} s{ratio}")
+        goal = 1.0 if args.model == "tiny" else 2.0
+        wall_ok, cpu_ok = statistics.median(times[plain]) <= goal, statistics.median(cpu[plain]) <= goal
+        print(f"goal (the answer in at most {goal:g} s): wall {'met' if wall_ok else 'NOT met'}, "
+              f"cpu {'met' if cpu_ok else 'NOT met'}")  # fmt: skip
+        listing = next(n for n in commands if n.endswith("json") and "--all" not in n)
+        json_ratio = statistics.median(cpu[listing]) / statistics.median(cpu[plain])
         print(
-            f"goal (last-good in at most 1 s): wall {'met' if wall_ok else 'NOT met'}, "
-            f"cpu {'met' if statistics.median(cpu['last-good']) <= 1.0 else 'NOT met'}"
+            f"goal (JSON at the cost of the plain answer): --format json costs {json_ratio:.2f}x the plain answer's CPU"
         )
-        json_ratio = statistics.median(times["last-good --format json"]) / statistics.median(times["last-good"])
-        print(f"goal (JSON at the cost of the plain answer): --format json costs {json_ratio:.1f}x the plain answer")
+        if args.values and args.model != "tiny":
+            values = [sys.executable, "-m", "ckinspect", "last-good", str(run), "--jobs", "1"]
+            elapsed, used, out = timed(values)
+            assert out.strip() == expected, out
+            save = size / args.checkpoints / 2**30
+            print(f"  {'last-good --jobs 1 (values of the answer)':<38} wall {elapsed:6.2f} s  cpu {used:6.2f} s  "
+                  f"({save:.1f} GiB a save read: {save / used:.2f} GiB per CPU-s)")  # fmt: skip
     if args.memory:
-        memory_flat(args.ranks)
+        memory_flat(args.model, args.ranks)
     return 0
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _step(name: str) -> int:
+    return int(name.removeprefix("global_step"))
 
 
 def peak_rss(args: list[str]) -> int:
@@ -147,21 +266,17 @@ def peak_rss(args: list[str]) -> int:
     return int(line.rsplit(":", 1)[1])
 
 
-def memory_flat(ranks: int) -> None:
-    """Peak RSS of last-good (plain and JSON) on runs of 10 to 160 saves: flat in the number of checkpoints."""
-    print(f"peak RSS (/usr/bin/time -v), runs of N checkpoints x {ranks} rank files:")
+def memory_flat(model: str, ranks: int) -> None:
+    """Peak RSS of last-good (plain, JSON, JSON --all) on runs of 10 to 160 saves: flat in their number."""
+    print(f"peak RSS (/usr/bin/time -v), runs of N checkpoints x {ranks} rank files ({model}):")
     rows = []
     for checkpoints in (10, 40, 160):
         with tempfile.TemporaryDirectory(prefix="bench-last-good-rss-") as tmp:
-            run = make_run(Path(tmp), checkpoints, ranks)
-            ckinspect = [sys.executable, "-m", "ckinspect", "last-good", str(run)]
-            plain, listed = peak_rss(ckinspect), peak_rss([*ckinspect, "--format", "json"])
-            rows.append((checkpoints, plain, listed))
-            print(
-                f"  {checkpoints:4d} saves: last-good {plain / 1024:6.1f} MiB   --format json {listed / 1024:6.1f} MiB"
-            )
-    growth = rows[-1][1] / rows[0][1]
-    print(f"  160 saves against 10: plain {growth:.2f}x, json {rows[-1][2] / rows[0][2]:.2f}x the peak RSS")
+            run = build(Path(tmp), model, checkpoints, ranks)
+            peaks = {name: peak_rss(command) for name, command in commands_for(run, model).items()}
+            rows.append(peaks)
+            print(f"  {checkpoints:4d} saves: " + "   ".join(f"{n} {kb / 1024:6.1f} MiB" for n, kb in peaks.items()))
+    print("  160 saves against 10: " + ", ".join(f"{n} {rows[-1][n] / rows[0][n]:.2f}x" for n in rows[0]))
 
 
 if __name__ == "__main__":

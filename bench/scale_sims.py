@@ -25,7 +25,7 @@ import math
 import os
 from pathlib import Path
 
-HOLE_MIN = 4096  # torch.save writes a storage in one call: any write this large is data, left as a hole
+HOLE_MIN = 4096  # torch.save writes a storage in one call: a write this large of zeros is data, left as a hole
 
 
 class _Sink(io.RawIOBase):
@@ -39,8 +39,13 @@ class _Sink(io.RawIOBase):
         return True
 
     def write(self, b) -> int:  # type: ignore[override]
-        n = len(memoryview(b).cast("B"))
-        self.parts.append(n if n >= HOLE_MIN else bytes(b))
+        import numpy as np
+
+        view = memoryview(b).cast("B")
+        n = len(view)
+        # a hole reads back as zeros: only a write of zeros may be one (a pickle over 4 KiB is kept as bytes)
+        hole = n >= HOLE_MIN and not np.frombuffer(view, np.uint8).any()
+        self.parts.append(n if hole else bytes(view))
         self.pos += n
         return n
 
@@ -82,6 +87,8 @@ def write_template(f, parts: list[bytes | int]) -> None:
 LLAMA = {
     "70b": {"layers": 80, "hidden": 8192, "inter": 28672, "kv": 1024, "vocab": 128256},
     "405b": {"layers": 126, "hidden": 16384, "inter": 53248, "kv": 1024, "vocab": 128256},
+    # meta-llama/Llama-3.2-1B: 1.24B parameters, lm_head tied to the embedding (tie_word_embeddings)
+    "1b": {"layers": 16, "hidden": 2048, "inter": 8192, "kv": 512, "vocab": 128256, "tied": True},
     "tiny": {"layers": 2, "hidden": 16, "inter": 40, "kv": 8, "vocab": 50},  # the tests' multi-rank saves
 }
 
@@ -103,7 +110,7 @@ def llama_params(size: str) -> list[tuple[str, tuple[int, ...]]]:
             (p + "input_layernorm.weight", (h,)),
             (p + "post_attention_layernorm.weight", (h,)),
         ]
-    out += [("model.norm.weight", (h,)), ("lm_head.weight", (c["vocab"], h))]
+    out += [("model.norm.weight", (h,))] + ([] if c.get("tied") else [("lm_head.weight", (c["vocab"], h))])
     return out
 
 

@@ -5,7 +5,7 @@ The Python API (ckinspect.api), torch-free where the CLI is; nothing in it print
     report = ckinspect.inspect("runs/step_60_resume.pth")   # .format .tensors .findings .to_json() ...
     result = ckinspect.diff("a.pth", "b.pth")               # .identical .changed .to_json()
     resume = ckinspect.last_good("runs/")                   # a path, or None
-    run = ckinspect.judge_run("runs/")                      # every candidate, its verdict and reasons
+    run = ckinspect.judge_run("runs/")                      # its checkpoints, verdicts and reasons
 
 Every error is a ckinspect.CkinspectError. Public names load lazily (PEP 562) so that `import ckinspect`
 and `ckinspect --help` pay for nothing they do not use.

@@ -3,7 +3,7 @@
     report = ckinspect.inspect("runs/step_60_resume.pth")       # Report: .format .tensors .findings ...
     result = ckinspect.diff("a.pth", "b.pth", only=["model"])   # DiffResult: .identical .changed ...
     resume = ckinspect.last_good("runs/")                      # the CLI's answer: a path, or None
-    run = ckinspect.judge_run("runs/")                         # every candidate, its verdict and reasons
+    run = ckinspect.judge_run("runs/")                         # what the answer needs judged (all=True: all)
 
 Torch-free where the CLI is (opening, listing, the value scan, diff, judging a run); nothing here
 prints or exits. Every error is a `CkinspectError` (a path that does not exist or cannot be read, a
@@ -22,7 +22,7 @@ from pathlib import PurePath
 
 from ckinspect.model import Checkpoint, Finding, TensorInfo
 from ckinspect.record import Record
-from ckinspect.vocab import SEVERITY_RANK, CkinspectError, InternalError
+from ckinspect.vocab import NOT_JUDGED, SEVERITY_RANK, CkinspectError, InternalError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class Candidate(Record):
     path: PurePath
     framework: str  # deepspeed, hf-trainer, accelerate, megatron, dcp, lightning, trainer, sharded, file
     step: int | None
-    verdict: str  # good, incomplete, damaged, unsafe, not-resumable; "" when it was not judged
+    verdict: str  # good, incomplete, damaged, unsafe, not-resumable; not-judged: the answer did not need it
     reasons: list[str]  # why it is not good, one line each
     held_against: list[Finding]  # the same reasons as findings (a part's message starts with the part)
     findings: list[Finding]  # every finding of the checkpoint and its parts, held against it or not
@@ -155,7 +155,7 @@ class Candidate(Record):
             path=ckpt.path,
             framework=ckpt.framework,
             step=ckpt.step,
-            verdict=ckpt.verdict,
+            verdict=ckpt.verdict or NOT_JUDGED,
             reasons=list(ckpt.reasons),
             held_against=list(ckpt.held_against),
             findings=ckpt.located_findings(),
@@ -273,12 +273,16 @@ def last_good(
     return _guarded(run)
 
 
-def judge_run(run_dir: str | os.PathLike[str], *, quick: bool = False, verify: bool = False) -> RunVerdict:
-    """Every checkpoint of the run judged, oldest first, with its verdict and reasons: `ckinspect last-good
-    RUN_DIR --format json` (same `quick` and `verify`)."""
+def judge_run(
+    run_dir: str | os.PathLike[str], *, quick: bool = False, verify: bool = False, all: bool = False
+) -> RunVerdict:
+    """The run's checkpoints, oldest first, each with its verdict and reasons: `ckinspect last-good RUN_DIR
+    --format json` (same `quick`, `verify` and `all`). What the answer needs is judged, at the cost of
+    `last_good`: newest first, the newer checkpoints that fail, then the answer; the older ones have the
+    verdict "not-judged" (vocab.NOT_JUDGED). `all`: every checkpoint judged (the same answer)."""
 
     def run() -> RunVerdict:
-        judged = judged_run(run_dir, quick=quick, verify=verify, everything=True)
+        judged = judged_run(run_dir, quick=quick, verify=verify, everything=all)
         return RunVerdict(
             path=judged.path,
             candidates=[Candidate.of(c) for c in judged.checkpoints],

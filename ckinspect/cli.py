@@ -274,7 +274,7 @@ def _last_good_parser() -> argparse.ArgumentParser:
         prog="ckinspect last-good",
         description="Print the newest checkpoint of a run that is whole, intact, safe and resumable\n(exit 1: none).",
         epilog='examples:\n  python train.py --resume "$(ckinspect last-good runs/)"\n'
-        "  ckinspect last-good runs/ --verify --format json",
+        "  ckinspect last-good runs/ --format json\n  ckinspect last-good runs/ --all --verify --format json",
     )
     last_good.add_argument("run_dir", metavar="RUN_DIR", help="the folder the run writes its checkpoints to")
     last_good.add_argument(
@@ -288,6 +288,12 @@ def _last_good_parser() -> argparse.ArgumentParser:
         help="structure only: the named checkpoint's values are not read (it may hold NaN); says so on stderr",
     )
     last_good.add_argument(
+        "--all",
+        action="store_true",
+        help="judge every checkpoint of the run (by default what the answer needs: newest first, the newer ones "
+        "that fail, then the answer; json/markdown list the older ones as not-judged)",
+    )
+    last_good.add_argument(
         "--jobs",
         "-j",
         type=int,
@@ -299,8 +305,9 @@ def _last_good_parser() -> argparse.ArgumentParser:
         "--format",
         choices=REPORT_FORMATS,
         default="text",
-        help="text: the path alone (default); json/markdown: every candidate with its verdict and reasons; "
-        "sarif: the candidates' findings; junit: a testcase per candidate, failed by what keeps it from resuming",
+        help="text: the path alone (default); json/markdown: every checkpoint with its verdict and reasons "
+        "(not-judged: older than the answer; --all judges them); sarif: the judged candidates' findings; "
+        "junit: a testcase per judged candidate, failed by what keeps it from resuming",
     )
     last_good.add_argument("--output", "-o", metavar="FILE", help="write to FILE (atomically) instead of stdout")
     return last_good

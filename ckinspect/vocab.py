@@ -48,6 +48,11 @@ class Verdict(StrEnum):
     NOT_RESUMABLE = "not-resumable"  # weights only, or resume state missing (RESUME_INCOMPLETE)
 
 
+# A run's checkpoint the answer did not need: older than the one named (last-good's listing without --all).
+# Not a Verdict: nothing was judged, so nothing is said about it.
+NOT_JUDGED = "not-judged"
+
+
 class RepairKind(StrEnum):
     """What repair does with one leftover temporary (ops.repair)."""
 

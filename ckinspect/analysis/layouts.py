@@ -174,16 +174,15 @@ def is_torch_optimizer_state(value: Any) -> TypeGuard[Mapping[str, Any]]:
 def optimizer_step(ckpt: Checkpoint, opt: Mapping[str, Any]) -> float | None:
     """The step a torch optimizer state dict records: the largest per-parameter `step` (Adam's counter,
     a tensor or a number); None where it keeps none."""
-    from ckinspect.analysis.scalars import read_scalar
+    from ckinspect.analysis.scalars import read_scalars
 
     state = opt.get("state") if is_torch_optimizer_state(opt) else None
-    steps = []
-    for entry in state.values() if isinstance(state, Mapping) else ():
-        value = entry.get("step") if isinstance(entry, Mapping) else None
-        if isinstance(value, TensorInfo):
-            value = read_scalar(ckpt, value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            steps.append(value)
+    values = [entry.get("step") if isinstance(entry, Mapping) else None
+              for entry in (state.values() if isinstance(state, Mapping) else ())]  # fmt: skip
+    stored = [v for v in values if isinstance(v, TensorInfo)]
+    read = iter(read_scalars(ckpt, stored))  # every parameter's counter in one go (one request remotely)
+    values = [next(read) if isinstance(v, TensorInfo) else v for v in values]
+    steps = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return max(steps) if steps else None
 
 

@@ -3,9 +3,11 @@ layouts and the anatomy both need, in a module of its own so that neither import
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
+from ckinspect.io.folders import opened
 from ckinspect.model import Checkpoint, TensorInfo
 
 _STRUCT = {
@@ -24,28 +26,48 @@ _STRUCT = {
 }
 
 
-def _scalar_bytes(ckpt: Checkpoint, tensor: TensorInfo) -> bytes | None:
-    """The one element's bytes, read where its storage lies in the file; None where that cannot be done."""
-    storage = ckpt.storages.get(tensor.storage_key)
-    if storage is None or storage.offset is None or tensor.byte_offset + tensor.itemsize > storage.nbytes:
-        return None
-    try:
-        with open(Path(storage.file), "rb") as handle:
-            handle.seek(storage.offset + tensor.byte_offset)
-            raw = handle.read(tensor.itemsize)
-    except OSError:
-        return None
-    return raw if len(raw) == tensor.itemsize else None
+def _scalar_bytes(ckpt: Checkpoint, tensors: list[TensorInfo]) -> list[bytes | None]:
+    """Each one-element tensor's bytes, read where its storage lies, wherever the file lives (a local file, an
+    object by range requests: the same answer); None where that cannot be done."""
+    wanted: dict[str, list[tuple[int, int, int]]] = {}  # file -> (index, absolute offset, size)
+    files: dict[str, Path] = {}
+    for index, tensor in enumerate(tensors):
+        storage = ckpt.storages.get(tensor.storage_key)
+        if tensor.numel != 1 or storage is None or storage.offset is None:
+            continue
+        if tensor.byte_offset + tensor.itemsize > storage.nbytes:
+            continue
+        key = os.fspath(storage.file)
+        files[key] = storage.file
+        wanted.setdefault(key, []).append((index, storage.offset + tensor.byte_offset, tensor.itemsize))
+    out: list[bytes | None] = [None] * len(tensors)
+    for key, reads in wanted.items():
+        try:
+            with opened(files[key]) as reader:
+                pieces = reader.read_ranges([(offset, size) for _, offset, size in reads])
+        except OSError:
+            continue  # a local file gone or denied since it was listed; a remote failure is one line (exit 2)
+        for (index, _, size), raw in zip(reads, pieces, strict=True):
+            out[index] = raw if len(raw) == size else None
+    return out
+
+
+def read_scalars(ckpt: Checkpoint, tensors: list[TensorInfo]) -> list[int | float | bool | None]:
+    """The value of each one-element tensor, read straight from its storage bytes (in the byte order the file
+    records, as torch swaps a big-endian host's save on load), one request per file for all of them where
+    the file is remote; None where unreadable or not one element."""
+    return [_decoded(ckpt, t, raw) for t, raw in zip(tensors, _scalar_bytes(ckpt, tensors), strict=True)]
 
 
 def read_scalar(ckpt: Checkpoint, tensor: TensorInfo) -> int | float | bool | None:
-    """The value of a one-element tensor, read straight from its storage bytes (in the byte order the file
-    records, as torch swaps a big-endian host's save on load); None where unreadable."""
-    raw = _scalar_bytes(ckpt, tensor) if tensor.numel == 1 else None
+    """`read_scalars` of one tensor."""
+    return read_scalars(ckpt, [tensor])[0]
+
+
+def _decoded(ckpt: Checkpoint, tensor: TensorInfo, raw: bytes | None) -> int | float | bool | None:
     if raw is None:
         return None
-    storage = ckpt.storages[tensor.storage_key]
-    if storage.big_endian:
+    if ckpt.storages[tensor.storage_key].big_endian:
         raw = raw[::-1]  # one element: reversing its bytes is torch's byteswap
     if tensor.dtype == "bfloat16":
         return struct.unpack("<f", b"\0\0" + raw)[0]

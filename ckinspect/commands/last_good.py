@@ -2,11 +2,13 @@
 
 The path alone on stdout and exit 0, so that a launch script can `--resume "$(ckinspect last-good runs/)"`;
 exit 1 (and one line on stderr saying why) when no checkpoint qualifies. `--format json|markdown` lists
-every candidate with its verdict and reasons; `sarif` carries the candidates' findings (code scanning),
-`junit` a testcase per candidate that fails by the reasons it is no resume point. The checkpoint about
-to be named has its CRCs and values read (NaN/Inf there: the next older one is tried); `--verify` reads
-those of every checkpoint judged, `--quick` none (and says so on stderr). RUN_DIR may be a URL prefix
-(`s3://bucket/run/`): listed once, each part read by range requests (io.folders, io.remote).
+every checkpoint with its verdict and reasons; `sarif` carries the judged candidates' findings (code
+scanning), `junit` a testcase per judged candidate that fails by the reasons it is no resume point. Every
+format judges what the answer needs, at the plain answer's cost: newest first, each newer checkpoint that
+failed, then the answer; the older ones are listed `not-judged`. `--all` judges every checkpoint. The
+checkpoint about to be named has its CRCs and values read (NaN/Inf there: the next older one is tried);
+`--verify` reads those of every checkpoint judged, `--quick` none (and says so on stderr). RUN_DIR may be
+a URL prefix (`s3://bucket/run/`): listed once, each part read by range requests (io.folders, io.remote).
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ from ckinspect.vocab import EXIT_FINDINGS, EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
-    listing = args.format != "text"
     from ckinspect.jobs.parallel import checked_jobs
 
     jobs = checked_jobs(getattr(args, "jobs", None))
     quick = getattr(args, "quick", False)
-    result = judged_run(args.run_dir, quick=quick, verify=args.verify, everything=listing, jobs=jobs)  # ckinspect.api
+    everything = getattr(args, "all", False)  # by default what the answer needs, whatever the format
+    result = judged_run(args.run_dir, quick=quick, verify=args.verify, everything=everything, jobs=jobs)  # api
     best = result.last_good
     if quick and best is not None:
         print(f"ckinspect: --quick: structure only; the values of {terminal_safe(best.path.name)} were not read "

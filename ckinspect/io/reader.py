@@ -2,7 +2,8 @@
 
 A local file (`FileReader`, over an open file descriptor) and a remote object (`io.remote.RemoteFile`, by
 range requests) both answer `size`, `read_at`, `small_read` (through a small block cache: local headers and
-pickles lie close together), so a reader never asks where its bytes come from. What such a
+pickles lie close together) and `read_ranges` (many small pieces at once: one-element step counters), so a
+reader never asks where its bytes come from. What such a
 read refuses (a negative position, a structure that does not add up) is a `ReadError`, the one error root;
 the zip layer calls it `ZipError`.
 
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
         def read_at(self, offset: int, length: int) -> bytes: ...
 
         def small_read(self, offset: int, length: int) -> bytes: ...
+
+        def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]: ...
 
 else:  # `typing` costs the listing path ~10 ms; at run time the interface is only named in annotations
     PositionedReader = object
@@ -72,3 +75,7 @@ class FileReader:
             self._block_start = start
         rel = offset - start
         return self._block[rel : rel + length]
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each (offset, length), in order; each is cut short where the file ends."""
+        return [self.read_at(offset, length) for offset, length in ranges]

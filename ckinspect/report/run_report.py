@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ckinspect.fmt import human_bytes, md_code, md_text, terminal_safe
+from ckinspect.vocab import NOT_JUDGED
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ def verdict_line(run: Mapping[str, Any]) -> str:
     count = len(run["checkpoints"])
     if best is None:
         return f"{count} checkpoint(s); none is whole, intact, safe and resumable"
-    return f"{count} checkpoint(s); last good: {shown_path(best, run['path'])}"
+    unjudged = sum(1 for c in run["checkpoints"] if c["verdict"] == NOT_JUDGED)
+    older = f" ({unjudged} older not judged: the answer did not need them; --all judges them)" if unjudged else ""
+    return f"{count} checkpoint(s); last good: {shown_path(best, run['path'])}{older}"
 
 
 def text_section(run: Mapping[str, Any]) -> RenderableType:
@@ -51,14 +54,14 @@ def text_section(run: Mapping[str, Any]) -> RenderableType:
     rows = []
     for ckpt in run["checkpoints"]:
         mark = LAST_GOOD_MARK if ckpt["path"] == run.get("last_good") else " "
-        style = VERDICT_STYLE.get(ckpt["verdict"], "red") if ckpt["verdict"] else "dim"
+        style = "dim" if ckpt["verdict"] == NOT_JUDGED else VERDICT_STYLE.get(ckpt["verdict"], "red")
         rows.append([
             Cell(f"{mark} {terminal_safe(shown_path(ckpt['path'], run['path']))}"),
             Cell(ckpt["framework"]),
             Cell("" if ckpt["step"] is None else str(ckpt["step"])),
             Cell(when(ckpt["time"])),
             Cell(human_bytes(ckpt["size"])),
-            Cell(ckpt["verdict"] or "not read", style),
+            Cell(ckpt["verdict"], style),
         ])  # fmt: skip
     headers = [("  checkpoint", "left"), ("framework", "left"), ("step", "right"), ("time", "left"),
                ("size", "right"), ("verdict", "left")]  # fmt: skip
@@ -88,7 +91,7 @@ def markdown_section(run: Mapping[str, Any]) -> list[str]:
         step = "" if ckpt["step"] is None else ckpt["step"]
         out.append(
             f"| {mark} | {md_code(shown_path(ckpt['path'], run['path']))} | {ckpt['framework']} | {step} "
-            f"| {when(ckpt['time'])} | {human_bytes(ckpt['size'])} | {ckpt['verdict'] or 'not read'} | {reasons} |"
+            f"| {when(ckpt['time'])} | {human_bytes(ckpt['size'])} | {ckpt['verdict']} | {reasons} |"
         )
     for finding in run["findings"]:
         out.append(f"\n❌ `{finding['code']}` {md_text(finding['message'])}")

@@ -1,4 +1,5 @@
-"""The JSON report (schema 1) as a JSON Schema, for tests and for anyone validating reports.
+"""The JSON report (schema 1) as a JSON Schema, for tests and for anyone validating reports: SCHEMA_1 for
+`--report`, LAST_GOOD_1 for `last-good --format json` (its `run`, the run views' `runs` of `--report`).
 
 Plain data: importing it costs nothing and needs no `jsonschema`. Additional keys are allowed
 (keys may be added); the keys listed here must keep their meaning.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckinspect.model import COMPOSITE_PARTS
-from ckinspect.vocab import FORMAT_TAGS, SEVERITY
+from ckinspect.vocab import FORMAT_TAGS, NOT_JUDGED, SEVERITY, Verdict
 
 _COUNT = {"type": "integer", "minimum": 0}
 _GROUP = {
@@ -138,6 +139,61 @@ _DIFF = {
     },
 }
 
+_CHECKPOINT = {  # one checkpoint of a run (analysis.runs.model.RunCheckpoint.to_json)
+    "type": "object",
+    "required": [
+        "path",
+        "framework",
+        "step",
+        "time",
+        "size",
+        "verdict",
+        "values_checked",
+        "reasons",
+        "notes",
+        "parts",
+        "findings",
+    ],
+    "properties": {
+        "path": {"type": "string"},
+        "framework": {"type": "string"},
+        "step": {"type": ["integer", "null"]},
+        "time": {"type": "number"},
+        "size": _COUNT,
+        # not-judged: older than the answer, which did not need it (last-good without --all): nothing read
+        "verdict": {"enum": [*Verdict, NOT_JUDGED]},
+        "values_checked": {"type": "boolean"},
+        "reasons": {"type": "array", "items": {"type": "string"}},  # why it is not good; none when good or not judged
+        "notes": {"type": "array", "items": {"type": "string"}},
+        "parts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["path", "role", "loaded_on_resume", "bytes"],
+                "properties": {
+                    "path": {"type": "string"},
+                    "role": {"type": "string"},
+                    "loaded_on_resume": {"type": "boolean"},
+                    "bytes": _COUNT,
+                },
+            },
+        },
+        "findings": {"type": "array", "items": _FINDING},
+    },
+    "if": {"properties": {"verdict": {"const": NOT_JUDGED}}},
+    "then": {"properties": {"reasons": {"maxItems": 0}, "values_checked": {"const": False}}},
+}
+_RUN = {
+    "type": "object",
+    "required": ["path", "last_good", "findings", "checkpoints"],
+    "properties": {
+        "path": {"type": "string"},
+        "last_good": {"type": ["string", "null"]},  # the path `last-good` prints, or null (exit 1)
+        "findings": {"type": "array", "items": _FINDING},  # the run's own: a `latest` naming a missing tag ...
+        "checkpoints": {"type": "array", "items": _CHECKPOINT},  # oldest first
+    },
+}
+
 SCHEMA_1: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "ckinspect report, schema 1",
@@ -149,10 +205,25 @@ SCHEMA_1: dict[str, Any] = {
         "version": {"type": "string"},
         "files": {"type": "array", "items": _FILE},
         "diff": {"anyOf": [{"type": "null"}, _DIFF]},
+        "runs": {"type": "array", "items": _RUN},  # the run view of each run folder among the paths
         "summary": {
             "type": "object",
             "required": ["files", "errors", "warnings", "infos"],
             "properties": {"files": _COUNT, "errors": _COUNT, "warnings": _COUNT, "infos": _COUNT},
         },
+    },
+}
+
+LAST_GOOD_1: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "ckinspect last-good --format json, schema 1",
+    "type": "object",
+    "required": ["schema", "tool", "version", "command", "run"],
+    "properties": {
+        "schema": {"const": 1},
+        "tool": {"const": "ckinspect"},
+        "version": {"type": "string"},
+        "command": {"const": "last-good"},
+        "run": _RUN,
     },
 }

@@ -48,9 +48,27 @@ def test_listing_a_large_remote_checkpoint_reads_a_small_fraction_of_it(files):
     assert proc.returncode == 0, proc.stderr
     remote = json.loads(proc.stdout)["files"][0]
     assert remote["path"] == f"{server.url}/big.pth"
-    for key in ("format", "file_bytes", "tensor_count", "tensor_bytes", "groups", "findings"):
+    for key in ("format", "file_bytes", "tensor_count", "tensor_bytes", "groups", "findings", "metadata"):
         assert remote[key] == local[key], key
     assert 0 < sent < size // 200  # the end record, the directory, the pickle and 4 KiB per local header
+
+
+def test_many_small_pieces_are_read_side_by_side_in_few_requests(files):
+    """`read_ranges` (an optimizer's per-parameter step counters): the bytes a local read gives, pieces
+    close together in one request, a piece past the object's end cut short as a local read cuts it."""
+    from ckinspect.io.folders import opened
+
+    data = (files / "big.pth").read_bytes()
+    size = len(data)
+    wanted = [(size - 10, 20), (0, 8), (100, 4), (5 * MIB, 8), (5 * MIB + 64, 8), (size + 5, 3), (7, 0)]
+    with opened(files / "big.pth") as local:
+        assert local.read_ranges(wanted) == [data[o : o + n] for o, n in wanted]
+    with range_server(files) as server, opened(f"{server.url}/big.pth") as remote:
+        before = server.requests
+        got = remote.read_ranges(wanted)
+        requests = server.requests - before
+    assert got == [data[o : o + n] for o, n in wanted]
+    assert requests == 3  # the file's start, the two pieces at 5 MiB, its end
 
 
 def test_a_full_remote_report_scans_values_and_finds_what_a_local_one_finds(files):

@@ -98,11 +98,16 @@ def test_last_good_of_a_run_in_s3_is_the_one_on_disk(run_dir, s3):
     assert remote.stdout == "s3://ckpts/runs/exp1/straight-60/tiny_resume.pth\n"
 
 
-def test_last_good_json_of_a_run_in_s3_matches_the_local_json(run_dir, s3):
-    local = run_cli("last-good", run_dir, "--format", "json")
-    remote = run_cli("last-good", "s3://ckpts/runs/exp1", "--format", "json", env=s3)  # with or without the slash
+@pytest.mark.parametrize("judged", [[], ["--all"]], ids=["the answer's", "all"])
+def test_last_good_json_of_a_run_in_s3_matches_the_local_json(run_dir, s3, judged):
+    local = run_cli("last-good", run_dir, "--format", "json", *judged)
+    remote = run_cli("last-good", "s3://ckpts/runs/exp1", "--format", "json", *judged, env=s3)  # with or without /
     assert local.returncode == remote.returncode == 0, remote.stderr
     assert _same(remote.stdout, "s3://ckpts/runs/exp1") == _same(local.stdout, str(run_dir))
+    if not judged:  # the checkpoints older than the answer were not needed: listed, not judged
+        verdicts = {c["path"]: c["verdict"] for c in json.loads(remote.stdout)["run"]["checkpoints"]}
+        assert verdicts["s3://ckpts/runs/exp1/hf/checkpoint-2"] == "not-judged"
+        return
     verdicts = {c["path"]: c["verdict"] for c in json.loads(remote.stdout)["run"]["checkpoints"]}
     url = "s3://ckpts/runs/exp1"
     assert verdicts[f"{url}/ds/global_step20"] == "incomplete" and verdicts[f"{url}/ds/global_step10"] == "good"

@@ -12,7 +12,7 @@ from pathlib import Path
 from ckinspect.io import folders
 from ckinspect.model import Checkpoint, Finding
 from ckinspect.record import Record, field
-from ckinspect.vocab import Verdict
+from ckinspect.vocab import NOT_JUDGED, Verdict
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class RunCheckpoint(Record):
     step: int | None = None
     parts: list[Part] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # from its records: MISSING_PARTS, PARTS_DISAGREE ...
-    verdict: str = ""
+    verdict: str = ""  # "" until judged; one the answer never needed stays "" (NOT_JUDGED in its JSON)
     reasons: list[str] = field(default_factory=list)  # why it is not good, one line each
     # the same reasons as findings (a part's located by the part's path in the message), for JUnit's failures
     held_against: list[Finding] = field(default_factory=list)
@@ -178,7 +178,7 @@ class RunCheckpoint(Record):
             "step": self.step,
             "time": round(self.time, 3),
             "size": self.size,
-            "verdict": self.verdict,
+            "verdict": self.verdict or NOT_JUDGED,  # not judged: older than the answer, which did not need it
             "values_checked": self.values_checked,
             "reasons": list(self.reasons),
             "notes": list(self.notes),

@@ -130,6 +130,36 @@ def test_deepspeed_rank_file_of_an_older_step_disagrees(tmp_path, capsys):
     assert verdict(listing(run, capsys), "global_step4")["verdict"] == "good"
 
 
+@pytest.mark.remote
+def test_deepspeed_rank_file_of_an_older_step_disagrees_in_s3_as_on_disk(tmp_path):
+    """The same stale rank file, the run uploaded to a real S3 API server (moto on 127.0.0.1): the optimizer's
+    one-element step is read by a range request, so the bucket gets the folder's verdict, reason for reason."""
+    from tests.conftest import run_cli
+    from tests.helpers.remote_servers import moto_s3, put_objects
+
+    run = framework_run("deepspeed", tmp_path)
+    stale = run / "global_step6" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    stale.write_bytes((run / "global_step4" / stale.name).read_bytes())
+    local = run_cli("last-good", run, "--format", "json")
+    with moto_s3() as env:
+        put_objects(env, "ckpts", {f"ds/{p.relative_to(run).as_posix()}": p for p in run.rglob("*") if p.is_file()})
+        remote = run_cli("last-good", "s3://ckpts/ds/", "--format", "json", env=env)
+        path = run_cli("last-good", "s3://ckpts/ds/", env=env)
+    assert local.returncode == remote.returncode == path.returncode == 0, remote.stderr
+    assert path.stdout == "s3://ckpts/ds/global_step4\n"
+
+    def judged(text: str, root: str) -> dict[str, tuple[str, list[str]]]:
+        listed = json.loads(text)["run"]["checkpoints"]
+        return {c["path"].replace(root, "RUN"): (c["verdict"], c["reasons"]) for c in listed}
+
+    on_disk, in_s3 = judged(local.stdout, str(run)), judged(remote.stdout, "s3://ckpts/ds")
+    assert on_disk["RUN/global_step6"][0] == "damaged"
+    assert on_disk["RUN/global_step6"][1][0].startswith(
+        "PARTS_DISAGREE: zero_pp_rank_1_mp_rank_00_optim_states.pt records optimizer step 4"
+    )
+    assert in_s3 == on_disk
+
+
 def test_deepspeed_samples_and_steps_disagree(tmp_path, capsys):
     run = framework_run("deepspeed", tmp_path)
     # the model states of step 4 under the tag of step 6, renamed by hand: its own counters still say step 4
