@@ -96,7 +96,8 @@ def measure(kind: tuple[str, str], target: Path | tuple[Path, ...], tree: Path =
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # bytecode cached, as installed
     env["PYTHONPATH"] = str(tree)
     targets = [str(t) for t in (target if isinstance(target, tuple) else (target,))]
-    done = subprocess.run([PY, "-c", code, *targets], capture_output=True, text=True, env=env, check=False)
+    # cwd: `python -c` puts the working folder first on sys.path, which would shadow `tree`
+    done = subprocess.run([PY, "-c", code, *targets], capture_output=True, text=True, env=env, check=False, cwd=tree)
     last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     try:
         return json.loads(last)
