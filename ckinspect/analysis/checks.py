@@ -25,10 +25,10 @@ from ckinspect.analysis.layouts import (
     Layout,
     has_data_position,
     is_rng_key,
-    optimizer_step,
     recognise,
     top_mapping,
 )
+from ckinspect.analysis.lightning_steps import step_findings
 from ckinspect.dtypes import dtype_info
 from ckinspect.fmt import human_bytes
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
@@ -327,28 +327,6 @@ def _same_bytes(a: StorageInfo, b: StorageInfo) -> bool:
         return not zeros
     except (UnreadableStorage, OSError, ValueError):
         return False  # an unreadable storage is reported by the scan; never "equal" without comparing
-
-
-# ---------------------------------------------------------------- parts that record a step
-
-
-def step_findings(ckpt: Checkpoint, layout: Layout) -> list[Finding]:
-    """Lightning: the global step against its one optimizer's per-parameter step (automatic optimization
-    steps it once per global step). Under AMP (a scaler state) a skipped step leaves the optimizer behind,
-    so there only an optimizer ahead disagrees."""
-    top = top_mapping(ckpt)
-    step = ckpt.metadata.get("step")
-    if layout.name != "lightning" or top is None or len(layout.optimizers) != 1 or not isinstance(step, int):
-        return []
-    prefix, opt = layout.optimizers[0]
-    recorded = optimizer_step(ckpt, opt)
-    behind_ok = "native_amp_scaling_state" in top
-    if recorded is None or recorded == step or (behind_ok and recorded < step):
-        return []
-    shown = int(recorded) if float(recorded).is_integer() else recorded
-    message = (f"global_step is {step} but the optimizer's per-parameter step is {shown} ({prefix}state.*.step): "
-               "the optimizer state comes from another save")  # fmt: skip
-    return [Finding("PARTS_DISAGREE", message, f"{prefix}state")]
 
 
 # ---------------------------------------------------------------- optimizer vs model

@@ -171,18 +171,20 @@ def is_torch_optimizer_state(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(value, Mapping) and "state" in value and "param_groups" in value
 
 
+def _is_count(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def optimizer_step(ckpt: Checkpoint, opt: Mapping[str, Any]) -> float | None:
     """The step a torch optimizer state dict records: the largest per-parameter `step` (Adam's counter,
     a tensor or a number); None where it keeps none."""
     from ckinspect.analysis.scalars import read_scalars
 
     state = opt.get("state") if is_torch_optimizer_state(opt) else None
-    values = [entry.get("step") if isinstance(entry, Mapping) else None
-              for entry in (state.values() if isinstance(state, Mapping) else ())]  # fmt: skip
-    stored = [v for v in values if isinstance(v, TensorInfo)]
-    read = iter(read_scalars(ckpt, stored))  # every parameter's counter in one go (one request remotely)
-    values = [next(read) if isinstance(v, TensorInfo) else v for v in values]
-    steps = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    entries = state.values() if isinstance(state, Mapping) else ()
+    values = [entry.get("step") for entry in entries if isinstance(entry, Mapping)]
+    stored = [v for v in values if isinstance(v, TensorInfo)]  # read in one go (one request remotely)
+    steps: list[float] = [v for v in [*values, *read_scalars(ckpt, stored)] if _is_count(v)]
     return max(steps) if steps else None
 
 

@@ -26,24 +26,28 @@ _STRUCT = {
 }
 
 
+def _where(ckpt: Checkpoint, tensor: TensorInfo) -> tuple[Path, int] | None:
+    """The file and absolute offset of a one-element tensor's bytes; None where they cannot be addressed."""
+    storage = ckpt.storages.get(tensor.storage_key)
+    if tensor.numel != 1 or storage is None or storage.offset is None:
+        return None
+    if tensor.byte_offset + tensor.itemsize > storage.nbytes:
+        return None
+    return storage.file, storage.offset + tensor.byte_offset
+
+
 def _scalar_bytes(ckpt: Checkpoint, tensors: list[TensorInfo]) -> list[bytes | None]:
     """Each one-element tensor's bytes, read where its storage lies, wherever the file lives (a local file, an
     object by range requests: the same answer); None where that cannot be done."""
-    wanted: dict[str, list[tuple[int, int, int]]] = {}  # file -> (index, absolute offset, size)
-    files: dict[str, Path] = {}
+    wanted: dict[str, tuple[Path, list[tuple[int, int, int]]]] = {}  # file -> its path, (index, offset, size)
     for index, tensor in enumerate(tensors):
-        storage = ckpt.storages.get(tensor.storage_key)
-        if tensor.numel != 1 or storage is None or storage.offset is None:
-            continue
-        if tensor.byte_offset + tensor.itemsize > storage.nbytes:
-            continue
-        key = os.fspath(storage.file)
-        files[key] = storage.file
-        wanted.setdefault(key, []).append((index, storage.offset + tensor.byte_offset, tensor.itemsize))
+        where = _where(ckpt, tensor)
+        if where is not None:
+            wanted.setdefault(os.fspath(where[0]), (where[0], []))[1].append((index, where[1], tensor.itemsize))
     out: list[bytes | None] = [None] * len(tensors)
-    for key, reads in wanted.items():
+    for path, reads in wanted.values():
         try:
-            with opened(files[key]) as reader:
+            with opened(path) as reader:
                 pieces = reader.read_ranges([(offset, size) for _, offset, size in reads])
         except OSError:
             continue  # a local file gone or denied since it was listed; a remote failure is one line (exit 2)

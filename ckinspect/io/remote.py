@@ -309,6 +309,21 @@ def filesystem(url: str) -> tuple[Any, str]:
     return _filesystem(url)
 
 
+def _spans(ranges: list[tuple[int, int]], size: int) -> tuple[list[int], list[int]]:
+    """The starts and ends of the requests that fetch `ranges` of an object of `size` bytes: sorted, pieces
+    less than a BLOCK apart merged, nothing past the end."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for offset, length in sorted(ranges):
+        end = min(size, offset + length)
+        if starts and offset <= ends[-1] + BLOCK:
+            ends[-1] = max(ends[-1], end)
+        elif end > offset:
+            starts.append(offset)
+            ends.append(end)
+    return starts, ends
+
+
 class RemoteFile:
     """Positioned reads of one remote object, the interface of `zipdir.FileReader` (size, read_at,
     small_read, BLOCK), with bounded retries and a small cache of BLOCK-sized pieces."""
@@ -367,20 +382,12 @@ class RemoteFile:
         step counters lie between its moments: one round trip, not one per parameter)."""
         if any(offset < 0 or length < 0 for offset, length in ranges):
             raise ReadError(f"negative read in {ranges[:3]}")
-        spans: list[list[int]] = []  # [start, end] of each request, over the pieces sorted by offset
-        for offset, length in sorted(ranges):
-            end = min(self.size, offset + length)
-            if spans and offset <= spans[-1][1] + BLOCK:
-                spans[-1][1] = max(spans[-1][1], end)
-            elif end > offset:
-                spans.append([offset, end])
-        if not spans:
+        starts, ends = _spans(ranges, self.size)
+        if not starts:
             return [b"" for _ in ranges]
-        self.requests += len(spans)
-        starts, ends = [s for s, _ in spans], [e for _, e in spans]
-        pieces: list[bytes] = self._call(
-            lambda: self.fs.cat_ranges([self._key] * len(spans), starts, ends, on_error="raise")
-        )
+        self.requests += len(starts)
+        keys = [self._key] * len(starts)
+        pieces: list[bytes] = self._call(lambda: self.fs.cat_ranges(keys, starts, ends, on_error="raise"))
         self.bytes_read += sum(len(p) for p in pieces)
         out = []
         for offset, length in ranges:

@@ -32,6 +32,8 @@ RUNS: dict[str, tuple[tuple[str, ...], int, list[str]]] = {
     "hf-trainer": (("transformers", "accelerate", "torch"), 2, [str(MAKERS / "hf_trainer_run.py")]),
     "accelerate": (("accelerate", "torch"), 2, [str(MAKERS / "accelerate_run.py")]),
     "lightning": (("lightning", "torch"), 0, [str(MAKERS / "lightning_run.py")]),
+    # accumulation, validation saves, epoch-end saves; manual optimization with two optimizers
+    "lightning-loops": (("lightning", "torch"), 0, [str(MAKERS / "lightning_loops_run.py")]),
     "megatron": (("torch",), 0, [str(MAKERS / "megatron_layout.py")]),
     # the bundled trainer's sharded save: 2 gloo ranks, a DCP folder every 2 steps
     "dcp": (

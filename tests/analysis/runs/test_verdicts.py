@@ -185,3 +185,110 @@ def test_a_run_mixed_with_another_models_checkpoints_is_not_crossed(tmp_path, ca
             "MIXED_RUN: its model differs from epoch=0-step=6.ckpt's, the run's newest: 4 tensor(s) of other shapes"
         )
     assert "no good checkpoint" in err
+
+
+# ------------------------------------------------------- Lightning's loop counters against the optimizer
+
+
+def _with_loops_of(newest: Path, older: Path, key: str | None = None) -> None:
+    """`newest` saved again with the loop state of `older` (all of it, or one of `loops.fit_loop`'s entries)."""
+    data = torch.load(newest, map_location="cpu", weights_only=False)
+    theirs = torch.load(older, map_location="cpu", weights_only=False)["loops"]
+    if key is None:
+        data["loops"] = theirs
+    else:
+        data["loops"]["fit_loop"][key] = theirs["fit_loop"][key]
+    torch.save(data, newest)
+
+
+def _report(path: Path, capsys) -> tuple[int, list[tuple[str, str]]]:
+    status = main(["--report", str(path), "--format", "json"])
+    findings = json.loads(capsys.readouterr().out)["files"][0]["findings"]
+    return status, [(f["code"], f["message"]) for f in findings if f["severity"] != "info"]
+
+
+def test_lightning_healthy_runs_with_accumulation_validation_and_two_optimizers_are_no_damage(tmp_path, capsys):
+    """Gradient accumulation (the optimizer steps on every other batch and on an epoch's odd last one),
+    saves mid-epoch, after validation and at epoch end, a step scheduler, ReduceLROnPlateau, EarlyStopping;
+    manual optimization with two optimizers (global_step counts both): the counters move apart by design,
+    and every save is good."""
+    run = framework_run("lightning-loops", tmp_path)
+    for name, newest in (("accum", "end-epoch=2-step=15.ckpt"), ("manual", "end-epoch=1-step=28.ckpt")):
+        assert main(["--report", str(run / name), "--format", "json"]) == 0
+        files = json.loads(capsys.readouterr().out)["files"]
+        assert len(files) == {"accum": 16, "manual": 16}[name]
+        for entry in files:
+            assert {f["code"] for f in entry["findings"]} <= {"BOOKKEEPING_SENTINEL"}, entry["path"]
+        assert main(["last-good", str(run / name)]) == 0
+        assert capsys.readouterr().out.strip() == str(run / name / newest)
+    # saved before the first validation: EarlyStopping's best_score is still inf (ReduceLROnPlateau's `best`
+    # too, a plain float): bookkeeping, in the `other` group, never damage
+    first = run / "accum" / "steps-epoch=0-step=2.ckpt"
+    assert main(["--report", str(first), "--format", "json"]) == 0
+    (early,) = [
+        f for f in json.loads(capsys.readouterr().out)["files"][0]["findings"] if "EarlyStopping" in f["tensor"]
+    ]
+    assert (early["code"], early["severity"]) == ("BOOKKEEPING_SENTINEL", "info")
+    assert early["tensor"].endswith(".best_score") and "EarlyStopping's best monitored score" in early["message"]
+    (best,) = [t for t in inspect_path(first, quick=True).tensors if t.name == early["tensor"]]
+    assert best.group == "other"
+
+
+def test_lightning_loop_state_of_another_save_disagrees(tmp_path, capsys):
+    """A save whose loop state is another save's (the trainer would resume at step 10 of epoch 1 with the
+    optimizer of step 15): held against the optimizer's own step and the epoch; last-good steps back."""
+    run = framework_run("lightning-loops", tmp_path) / "accum"
+    newest = run / "end-epoch=2-step=15.ckpt"
+    _with_loops_of(newest, run / "end-epoch=1-step=10.ckpt")
+    assert _report(newest, capsys) == (1, [
+        ("PARTS_DISAGREE", "the loops record 10 optimizer steps (loops.fit_loop.epoch_loop.automatic_optimization."
+         "optim_progress.optimizer.step.total.completed) but the optimizer's per-parameter step is 15 "
+         "(optimizer_states.0.state.*.step) and global_step is 15: the loop state comes from another save"),
+        ("PARTS_DISAGREE", "epoch is 2 but the loops record epoch 1 (loops.fit_loop.epoch_progress.current.completed): "
+         "the loop state comes from another save"),
+    ])  # fmt: skip
+    assert main(["last-good", str(run)]) == 0
+    assert "step=14" in Path(capsys.readouterr().out.strip()).name
+
+
+def test_lightning_batch_progress_behind_the_optimizer_disagrees(tmp_path, capsys):
+    """Batch progress of an early save beside an optimizer that has stepped more often than there were batches."""
+    run = framework_run("lightning-loops", tmp_path) / "accum"
+    newest = run / "end-epoch=2-step=15.ckpt"
+    _with_loops_of(newest, run / "steps-epoch=0-step=4.ckpt", "epoch_loop.batch_progress")
+    assert _report(newest, capsys) == (1, [
+        ("PARTS_DISAGREE", "the optimizer has stepped 15 times but the loops record 8 training batches processed "
+         "(loops.fit_loop.epoch_loop.batch_progress.total.processed), and each step takes at least one: the loop "
+         "state comes from another save"),
+    ])  # fmt: skip
+
+
+def test_lightning_manual_optimization_loops_of_another_save_disagree(tmp_path, capsys):
+    """Two optimizers under manual optimization: global_step is the loops' count of every optimizer's step."""
+    run = framework_run("lightning-loops", tmp_path) / "manual"
+    newest = run / "end-epoch=1-step=28.ckpt"
+    _with_loops_of(newest, run / "end-epoch=0-step=14.ckpt")
+    assert _report(newest, capsys) == (1, [
+        ("PARTS_DISAGREE", "the loops record 14 optimizer steps (loops.fit_loop.epoch_loop.manual_optimization."
+         "optim_step_progress.total.completed) but global_step is 28: the loop state comes from another save"),
+        ("PARTS_DISAGREE", "epoch is 1 but the loops record epoch 0 (loops.fit_loop.epoch_progress.current.completed): "
+         "the loop state comes from another save"),
+    ])  # fmt: skip
+    assert main(["last-good", str(run)]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "steps-epoch=1-step=28.ckpt")  # the other save of step 28
+
+
+def test_lightning_scheduler_state_of_another_save_disagrees(tmp_path, capsys):
+    """The schedulers of step 10 (StepLR stepped 10 times, ReduceLROnPlateau once) in the save of step 15,
+    whose loops counted 17 scheduler steps (15 + 2): the LR the run resumes with is another save's."""
+    run = framework_run("lightning-loops", tmp_path) / "accum"
+    newest = run / "end-epoch=2-step=15.ckpt"
+    data = torch.load(newest, map_location="cpu", weights_only=False)
+    older = torch.load(run / "end-epoch=1-step=10.ckpt", map_location="cpu", weights_only=False)
+    data["lr_schedulers"] = older["lr_schedulers"]
+    torch.save(data, newest)
+    assert _report(newest, capsys) == (1, [
+        ("PARTS_DISAGREE", "the schedulers' last_epoch come to 11 (10 + 1) (lr_schedulers.*.last_epoch) but the loops "
+         "record 17 scheduler steps (loops.fit_loop.epoch_loop.scheduler_progress.total.completed): the scheduler "
+         "state comes from another save"),
+    ])  # fmt: skip
