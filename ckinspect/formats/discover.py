@@ -71,20 +71,17 @@ def find_checkpoints(paths: Iterable[str | os.PathLike[str]]) -> list[Target]:
 
     found: list[Target] = []
     for raw in paths:
-        if not folders.on_disk(raw):  # a prefix (a trailing slash): listed once, searched like a folder; one object:
-            url = folders.target(raw)  # opened (and its absence reported) when it is read
-            found.extend(_search(url, visited=set()) if folders.names_folder(raw) else [Target(url, "file")])
-            continue
-        path = Path(raw)
-        if not path.exists():
-            raise CkinspectError(f"{path}: no such file or folder")
-        if path.is_dir():
-            try:
-                found.extend(_search(path, visited=set()))
-            except OSError as exc:
-                raise CkinspectError(f"{path}: cannot list folder ({exc.strerror or exc})") from None
-        else:
+        if folders.known_missing(raw):
+            raise CkinspectError(f"{Path(raw)}: no such file or folder")
+        if not folders.names_folder(raw):  # one file (a URL: opened, and its absence reported, when it is read)
+            path = folders.target(raw)
             found.append(Target(path, "sharded" if path.name.endswith(INDEX_SUFFIX) else "file"))
+            continue
+        folder = folders.target(raw)  # a URL prefix (a trailing slash): listed once, searched like a folder
+        try:
+            found.extend(_search(folder, visited=set()))
+        except OSError as exc:
+            raise CkinspectError(f"{folder}: cannot list folder ({exc.strerror or exc})") from None
     unique: dict[Path, Target] = {}
     for target in found:
         unique.setdefault(target.path, target)

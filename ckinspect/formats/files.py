@@ -1,6 +1,7 @@
-"""Single files, read by the reader of their format: by name of format on disk (`read_file_as`), or by their
-first bytes for a remote object (`read_remote_file`). The sharded reader reads its shards through here, and
-the package's dispatcher (ckinspect.formats) adds DCP folders and sharded sets on top."""
+"""Single files, read by the reader of their format wherever they live: the one dispatcher (`read_file`)
+opens the file once (io.folders.opened: a local file or a remote object, the same positioned reads),
+sniffs it and hands the reader those reads. The sharded reader reads its shards through here, and the
+package's dispatcher (ckinspect.formats) adds DCP folders and sharded sets on top."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import importlib
 from pathlib import Path
 
 from ckinspect.formats.opening import empty, why
-from ckinspect.io.reader import PositionedReader
+from ckinspect.io import folders
+from ckinspect.io.reader import FetchError, PositionedReader
 from ckinspect.model import Checkpoint
 
-# format -> (module, function); imported only when a file of that format is opened
+# format -> (module, function); imported only when a file of that format is opened. Each takes
+# (path, reader=...): the positioned reads the dispatcher opened, wherever the file lives.
 FILE_READERS: dict[str, tuple[str, str]] = {
     "torch-zip": ("ckinspect.formats.torch_zip", "read_torch_zip"),
     "torch-legacy": ("ckinspect.formats.torch_legacy", "read_torch_legacy"),
@@ -19,56 +22,69 @@ FILE_READERS: dict[str, tuple[str, str]] = {
     "numpy": ("ckinspect.formats.numpy_file", "read_numpy"),
     "safetensors": ("ckinspect.formats.safetensors", "read_safetensors"),
 }
-REMOTE_FORMATS = ("torch-zip", "safetensors")
+# Read from a few ranges (a directory, a header); the others read a file whole or walk it, which costs a
+# request per read where the reader has no file descriptor (a remote object): download those first.
+RANGED_FORMATS = ("torch-zip", "safetensors")
 
 
-def run_reader(path: Path, kind: str, module_name: str, function_name: str, **options: bool) -> Checkpoint:
-    """Run a reader (with the reader's own `options`, such as DCP's trust_layout); anything it raises becomes
-    a CORRUPT finding, never an exception."""
+def run_reader(path: Path, kind: str, module_name: str, function_name: str, options: dict[str, object] | None = None,
+               size: int | None = None) -> Checkpoint:  # fmt: skip
+    """Run a reader (with its `options`: the reader it is given, a shard's member name, DCP's trust_layout);
+    anything it raises becomes a CORRUPT finding, never an exception, except a read that could not be
+    fetched (FetchError: the network's trouble, not the file's). `size`: the bytes of a file already open."""
     reader = getattr(importlib.import_module(module_name), function_name)
     try:
-        ckpt = reader(path, **options)
+        ckpt = reader(path, **(options or {}))
+    except FetchError:
+        raise
     except Exception as exc:  # a reader bug or hostile input must not take the report down
-        ckpt = empty(path, kind)
-        ckpt.add("CORRUPT", f"unreadable {kind} {'folder' if path.is_dir() else 'file'}: {why(exc)}")
+        ckpt = empty(path, kind, size)
+        ckpt.add("CORRUPT", f"unreadable {kind} {'folder' if folders.is_dir(path) else 'file'}: {why(exc)}")
         return ckpt
-    if not ckpt.files and path.is_file():
+    if not ckpt.files and folders.is_file(path):
         ckpt.files = [path]
     return ckpt
 
 
-def read_file_as(path: Path, kind: str) -> Checkpoint:
-    return run_reader(path, kind, *FILE_READERS[kind])
+def read_file(path: Path, member: str | None = None, accept: tuple[str, ...] = tuple(FILE_READERS)) -> Checkpoint:
+    """One file, local or remote: opened once, sniffed from its bytes, read by the reader of its format
+    (`accept`: the formats the caller reads; another is "not a checkpoint"). `member` names a shard in
+    storage messages. Bad content is a finding; a failed fetch raises CkinspectError (one line)."""
+    with folders.opened(path) as reader:
+        kind, looks_like = _sniffed(reader, path)
+        if kind in FILE_READERS and reader.fd is None and kind not in RANGED_FORMATS:
+            ckpt = empty(path, kind, reader.size)
+            ckpt.add("CORRUPT", f"a remote {kind} file: only {' and '.join(RANGED_FORMATS)} files and DCP folders "
+                                "are read remotely; download it first")  # fmt: skip
+            return ckpt
+        if kind not in accept:
+            ckpt = empty(path, "unknown", reader.size)
+            ckpt.add("CORRUPT", looks_like or f"not a checkpoint: looks like {_looks(reader)}")
+            return ckpt
+        options: dict[str, object] = {"reader": reader}
+        if member is not None and kind == "safetensors":
+            options["member"] = member
+        return run_reader(path, kind, *FILE_READERS[kind], options, size=reader.size)
 
 
-def read_remote_file(path: Path) -> Checkpoint:
-    """One remote object: a torch zip or a safetensors file listed from the few ranges it needs; anything
-    else is CORRUPT (download it first). A read that fails raises CkinspectError."""
-    from ckinspect.formats.sniff import HEAD_BYTES, describe_bytes, sniff_bytes
-    from ckinspect.io.folders import open_remote
+def _sniffed(reader: PositionedReader, path: Path) -> tuple[str, str | None]:
+    """The file's kind, and when sniffing itself failed, the finding that says so (kind "unknown")."""
+    from ckinspect.formats.sniff import sniff  # looked up when called: a test replaces it to fail
 
-    reader: PositionedReader = open_remote(path)  # `path` a URL (io.folders.target)
-    head = reader.small_read(0, HEAD_BYTES)
-    kind = sniff_bytes(head, reader.size)
-    if kind == "torch-zip":
-        from ckinspect.formats.torch_zip import read_zip_into
-        from ckinspect.io.zipdir import ZipError
+    try:
+        return sniff(path, reader), None
+    except FetchError:
+        raise
+    except OSError as exc:
+        return "unknown", f"not a checkpoint: looks like an unreadable file ({exc.strerror or exc})"
+    except Exception as exc:  # sniffing reads a few KB; even a bug there must not take the report down
+        return "unknown", f"cannot tell what this is: {why(exc)}"
 
-        ckpt = Checkpoint(path=path, format="torch-zip", file_bytes=reader.size, files=[path])
-        try:
-            read_zip_into(ckpt, reader, path)
-        except ZipError as exc:
-            ckpt.add("CORRUPT", f"{path.name}: {exc}")
-        return ckpt
-    if kind == "safetensors" or (path.suffix == ".safetensors" and describe_bytes(head, reader.size) == "binary data"):
-        from ckinspect.formats.safetensors import read_safetensors
 
-        return read_safetensors(path, reader=reader)
-    ckpt = Checkpoint(path=path, format="unknown", file_bytes=reader.size, files=[path])
-    if kind == "unknown":
-        ckpt.add("CORRUPT", f"not a checkpoint: looks like {describe_bytes(head, reader.size)}")
-    else:
-        ckpt.format = kind
-        ckpt.add("CORRUPT", f"a remote {kind} file: only {' and '.join(REMOTE_FORMATS)} files and DCP folders "
-                            "are read remotely; download it first")  # fmt: skip
-    return ckpt
+def _looks(reader: PositionedReader) -> str:
+    from ckinspect.formats.sniff import HEAD_BYTES, describe_bytes
+
+    try:
+        return describe_bytes(reader.small_read(0, HEAD_BYTES), reader.size)
+    except OSError as exc:
+        return f"an unreadable file ({exc.strerror or exc})"

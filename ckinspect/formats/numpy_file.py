@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ckinspect.dtypes import NUMPY_CODES
+from ckinspect.formats.opening import reading
 from ckinspect.formats.pickle_findings import check_views, record_globals
 from ckinspect.formats.pickle_scan import scan_stream
 from ckinspect.formats.sniff import NPY_MAGIC
 from ckinspect.formats.tree import ROOT_TENSOR_NAME
-from ckinspect.io.reader import FileReader
+from ckinspect.io.reader import PositionedReader
+from ckinspect.io.remote import as_path
 from ckinspect.io.zipdir import ZipError, ZipMember, data_offset, read_directory
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 from ckinspect.vocab import CkinspectError
@@ -38,17 +40,14 @@ class NpyError(CkinspectError, ValueError):
     """The .npy header is missing or does not add up."""
 
 
-def read_numpy(path: str | os.PathLike[str]) -> Checkpoint:
+def read_numpy(path: str | os.PathLike[str], reader: PositionedReader | None = None) -> Checkpoint:
     """List a .npy or .npz file. Never raises for bad content: problems become findings."""
-    path = Path(path)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        ckpt = Checkpoint(path=path, format="numpy", file_bytes=size, files=[path])
-        reader = FileReader(f.fileno(), size)
-        if reader.read_at(0, len(NPY_MAGIC)) == NPY_MAGIC:
-            _add_array(ckpt, reader, path, ROOT_TENSOR_NAME, 0, size, path.name)
+    path = as_path(path)  # a URL stays one: its bytes come from `reader`
+    with reading(path, "numpy", reader) as (ckpt, opened):
+        if opened.read_at(0, len(NPY_MAGIC)) == NPY_MAGIC:
+            _add_array(ckpt, opened, path, ROOT_TENSOR_NAME, 0, opened.size, path.name)
         else:
-            _read_npz(ckpt, reader, path)
+            _read_npz(ckpt, opened, path)
     tree: dict[str, TensorInfo] = {}
     for t in ckpt.tensors:
         tree[t.name] = t
@@ -57,7 +56,7 @@ def read_numpy(path: str | os.PathLike[str]) -> Checkpoint:
     return ckpt
 
 
-def _read_npz(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
+def _read_npz(ckpt: Checkpoint, reader: PositionedReader, path: Path) -> None:
     try:
         members, cd_start = read_directory(reader)
     except ZipError as exc:
@@ -129,7 +128,7 @@ def _dtype_of(descr: object) -> tuple[str | None, str]:
     return name, descr
 
 
-def _add_array(ckpt: Checkpoint, reader: FileReader, path: Path, name: str, start: int, end: int, where: str,
+def _add_array(ckpt: Checkpoint, reader: PositionedReader, path: Path, name: str, start: int, end: int, where: str,
                member: ZipMember | None = None) -> None:  # fmt: skip
     head = reader.read_at(start, min(end - start, MAX_HEADER_BYTES + 12))
     try:
@@ -141,8 +140,8 @@ def _add_array(ckpt: Checkpoint, reader: FileReader, path: Path, name: str, star
                    lambda n: reader.read_at(start + data_start, n))  # fmt: skip
 
 
-def _add_compressed_array(ckpt: Checkpoint, reader: FileReader, path: Path, name: str, start: int, member: ZipMember,
-                          where: str) -> None:  # fmt: skip
+def _add_compressed_array(ckpt: Checkpoint, reader: PositionedReader, path: Path, name: str, start: int,
+                          member: ZipMember, where: str) -> None:  # fmt: skip
     """np.savez_compressed: the header comes from inflating the first bytes; the data cannot be addressed in place."""
     inflater = zlib.decompressobj(-15)
     try:

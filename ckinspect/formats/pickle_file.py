@@ -11,28 +11,30 @@ import os
 from pathlib import Path
 
 from ckinspect.formats.joblib_walk import JoblibError, JoblibStream, names_joblib, walk_joblib
-from ckinspect.formats.opening import local_file
+from ckinspect.formats.opening import reading
 from ckinspect.formats.pickle_findings import PLAIN_PICKLE_LOAD, check_views, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import scan_file, scan_stream
 from ckinspect.formats.tree import no_gc
+from ckinspect.io.reader import PositionedReader
+from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
 MAX_DECODE_BYTES = 256 << 20  # larger plain pickles are scanned only: decoding holds the whole object tree
 
 
 @no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
-def read_pickle(path: str | os.PathLike[str]) -> Checkpoint:
+def read_pickle(path: str | os.PathLike[str], reader: PositionedReader | None = None) -> Checkpoint:
     """Scan a plain pickle (decoded only when every global is allowed or benign). Never raises for bad content:
     problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
-    path = Path(path)
-    with local_file(path, "pickle") as (ckpt, reader):
-        size = reader.size
+    path = as_path(path)  # a URL stays one: its bytes come from `reader`
+    with reading(path, "pickle", reader) as (ckpt, opened):
+        size = opened.size
         if size == 0:
             ckpt.add("CORRUPT", f"{path.name} is empty")
             return ckpt
         if size > MAX_DECODE_BYTES:  # scanned a window at a time, never decoded: memory stays flat
-            return _scan_and_decode(ckpt, None, path, size, scan_file(reader, 0, size))
-        data = reader.read_at(0, size)
+            return _scan_and_decode(ckpt, None, path, size, scan_file(opened, 0, size))
+        data = opened.read_at(0, size)
     return _scan_and_decode(ckpt, data, path, size, scan_stream(data))
 
 

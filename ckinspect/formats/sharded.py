@@ -10,7 +10,6 @@ import json
 import os
 from pathlib import Path
 
-from ckinspect.formats.safetensors import read_safetensors
 from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
 from ckinspect.io.remote import as_path
@@ -123,22 +122,14 @@ def _index_json(ckpt: Checkpoint, index_path: Path) -> Any:
         return _UNREAD
 
 
-def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
-    from ckinspect.formats.files import read_file_as, read_remote_file
-    from ckinspect.formats.sniff import describe, sniff
+# a .bin shard is torch.load-ed: a plain pickle runs too; numpy arrays are no shard
+SHARD_FORMATS = ("safetensors", "torch-zip", "torch-legacy", "pickle")
 
-    kind = sniff(shard_path)
-    if not folders.on_disk(shard_path):
-        if kind == "safetensors":
-            return read_safetensors(shard_path, member=shard, reader=folders.open_remote(shard_path))
-        return read_remote_file(shard_path)  # a torch zip; anything else is CORRUPT there ("download it first")
-    if kind == "safetensors":
-        return read_safetensors(shard_path, member=shard)
-    if kind in ("torch-zip", "torch-legacy", "pickle"):  # a .bin shard is torch.load-ed: a plain pickle runs too
-        return read_file_as(shard_path, kind)
-    part = Checkpoint(path=shard_path, format="unknown", file_bytes=shard_path.stat().st_size)
-    part.add("CORRUPT", f"not a checkpoint: looks like {describe(shard_path)}")
-    return part
+
+def _read_shard(shard_path: Path, shard: str) -> Checkpoint:
+    from ckinspect.formats.files import read_file
+
+    return read_file(shard_path, member=shard, accept=SHARD_FORMATS)
 
 
 def _add_shard(ckpt: Checkpoint, part: Checkpoint, shard: str, tree: dict[str, object]) -> None:

@@ -10,7 +10,7 @@ import math
 import os
 from pathlib import Path
 
-from ckinspect.io.reader import FileReader
+from ckinspect.io.reader import PositionedReader, ReaderFile
 from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, ZipError, local_name, read_directory
 from ckinspect.vocab import HF_TRAINER_STATE
 
@@ -28,19 +28,17 @@ LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 _OLD_PICKLE_OPENERS = frozenset(b"(}])cNILSVFGJKM")
 
 
-def _head(path: Path, n: int = HEAD_BYTES) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read(n)
-
-
 def is_dcp_folder(path: Path) -> bool:
-    """A torch.distributed.checkpoint folder: `.metadata`, rank-local `__<rank>.metadata` and/or `*.distcp` shards."""
+    """A torch.distributed.checkpoint folder (on disk or under a listed prefix): `.metadata`, rank-local
+    `__<rank>.metadata` and/or `*.distcp` shards."""
+    from ckinspect.io import folders
+
     try:
-        if (path / ".metadata").is_file():
+        if folders.is_file(path / ".metadata"):
             return True
-        with os.scandir(path) as entries:
-            return any((entry.name.endswith(".distcp") or _is_rank_metadata(entry.name)) and entry.is_file()
-                       for entry in entries)  # fmt: skip
+        if folders.files_ending(path, ".distcp"):
+            return True
+        return any(_is_rank_metadata(p.name) for p in folders.files_ending(path, ".metadata"))
     except OSError:
         return False
 
@@ -49,53 +47,47 @@ def _is_rank_metadata(name: str) -> bool:
     return name.startswith("__") and name.endswith(".metadata") and name[2:-9].isdigit()
 
 
-def sniff(path: str | os.PathLike[str]) -> str:
-    """One of torch-zip, torch-legacy, safetensors, pickle, dcp, sharded, unknown."""
-    from ckinspect.io.folders import on_disk
+def sniff(path: str | os.PathLike[str], reader: PositionedReader | None = None) -> str:
+    """One of torch-zip, torch-legacy, safetensors, pickle, numpy, dcp, sharded, unknown, wherever the path
+    lives (io.folders). `reader`: the file already open (the dispatcher's), so it is not opened twice."""
+    from ckinspect.io import folders
 
-    if not on_disk(path):
-        return _sniff_remote(path)  # type: ignore[arg-type]  # a URL where a Path is expected
-    path = Path(path)
-    if path.is_dir():
-        return "dcp" if is_dcp_folder(path) else "unknown"
-    if path.name.endswith(".index.json"):
-        return "sharded"
-    try:
-        head = _head(path)
-        size = os.stat(path).st_size
-    except OSError:
-        return "unknown"
-    kind = sniff_bytes(head, size, path)
-    if kind == "unknown" and path.suffix.lower() == ".safetensors" and describe_bytes(head, size) == "binary data":
+    path = folders.as_path(path)
+    if reader is None:
+        if folders.is_dir(path):
+            return "dcp" if is_dcp_folder(path) else "unknown"
+        if path.name.endswith(".index.json"):
+            return "sharded"
+        try:
+            with folders.opened(path) as opened:
+                return sniff_file(opened, path)
+        except OSError:
+            return "unknown"
+    return sniff_file(reader, path)
+
+
+def sniff_file(reader: PositionedReader, path: Path) -> str:
+    """What one open file holds, from its first bytes; where reads cost no request (`reader.fd`), also
+    from its zip directory, its tar members or a scan of the whole file, as torch.load would look."""
+    head = reader.small_read(0, HEAD_BYTES)
+    kind = sniff_bytes(head, reader.size, reader if reader.fd is not None else None)
+    if (
+        kind == "unknown"
+        and path.suffix.lower() == ".safetensors"
+        and describe_bytes(head, reader.size) == "binary data"
+    ):
         # Unrecognisable bytes under a safetensors name: let its reader say precisely what is wrong.
         return "safetensors"
     return kind
 
 
-def _sniff_remote(path: Path) -> str:
-    """The same question for a URL under a listed prefix (io.folders), from its first bytes by one ranged
-    read (a zip's directory, a tar's members are not fetched for this: the first bytes decide)."""
-    from ckinspect.io import folders
-
-    if folders.is_dir(path):
-        names = [e.name for e in folders.entries(path) if not e.is_dir]
-        dcp = ".metadata" in names or any(n.endswith(".distcp") or _is_rank_metadata(n) for n in names)
-        return "dcp" if dcp else "unknown"
-    if path.name.endswith(".index.json"):
-        return "sharded"
-    head, size = folders.read_bytes(path, HEAD_BYTES), folders.size(path)
-    kind = sniff_bytes(head, size)
-    if kind == "unknown" and path.suffix.lower() == ".safetensors" and describe_bytes(head, size) == "binary data":
-        return "safetensors"
-    return kind
-
-
-def sniff_bytes(head: bytes, size: int, path: Path | None = None) -> str:
+def sniff_bytes(head: bytes, size: int, reader: PositionedReader | None = None) -> str:
+    """The kind from the first bytes; `reader` (a local file's) lets the zip, tar and pickle checks read on."""
     if head.startswith(ZIP_MAGIC):
-        if _zip_has_data_pkl(head, path):
+        if _zip_has_data_pkl(head, reader):
             return "torch-zip"
-        return "numpy" if _is_npz(path) else "unknown"
-    if is_legacy_tar(head, path):  # torch's legacy loader tries tar before the stacked pickles
+        return "numpy" if _is_npz(reader) else "unknown"
+    if is_legacy_tar(head, reader):  # torch's legacy loader tries tar before the stacked pickles
         return "torch-legacy"
     if head.startswith(NPY_MAGIC):
         return "numpy"
@@ -103,20 +95,19 @@ def sniff_bytes(head: bytes, size: int, path: Path | None = None) -> str:
         return "torch-legacy"
     if _looks_like_safetensors(head, size):
         return "safetensors"
-    if _looks_like_pickle(head, size, path):
+    if _looks_like_pickle(head, size, reader):
         return "pickle"
     return "unknown"
 
 
-def _zip_has_data_pkl(head: bytes, path: Path | None) -> bool:
+def _zip_has_data_pkl(head: bytes, reader: PositionedReader | None) -> bool:
     # torch.save writes `<archive>/data.pkl` first: its local header answers without the directory
     name = local_name(head)
     if name is not None and (name == b"data.pkl" or name.endswith(b"/data.pkl")):
         return True
-    if path is not None:
+    if reader is not None:
         try:
-            with open(path, "rb") as handle:
-                members, _ = read_directory(FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size))
+            members, _ = read_directory(reader)
             # miniz matches names without regard to case; a zip with pickles but no data.pkl is judged too
             return any(m.name.lower() == "data.pkl" or m.name.lower().endswith((".pkl", "/data.pkl")) for m in members)
         except (ZipError, OSError):
@@ -142,14 +133,14 @@ def tar_checksum_ok(block: bytes) -> bool:
     return expected in (unsigned, signed)
 
 
-def is_legacy_tar(head: bytes, path: Path | None) -> bool:
+def is_legacy_tar(head: bytes, reader: PositionedReader | None) -> bool:
     """A tar that torch.load would hand to its legacy tar loader: it holds storages, tensors or pickle."""
-    if path is None or not tar_checksum_ok(head[:512]):
+    if reader is None or not tar_checksum_ok(head[:512]):
         return False
     import tarfile  # deferred: only a file that starts with a tar header gets here
 
     try:
-        with tarfile.open(path, "r:") as tar:
+        with tarfile.open(fileobj=ReaderFile(reader), mode="r:") as tar:  # type: ignore[call-overload]  # read, seek, tell
             for count, info in enumerate(tar):
                 if info.name in LEGACY_TAR_MEMBERS or count > _MAX_TAR_MEMBERS:
                     return True
@@ -158,13 +149,12 @@ def is_legacy_tar(head: bytes, path: Path | None) -> bool:
     return False
 
 
-def _is_npz(path: Path | None) -> bool:
+def _is_npz(reader: PositionedReader | None) -> bool:
     """np.savez: a zip whose members are all `.npy` arrays."""
-    if path is None:
+    if reader is None:
         return False
     try:
-        with open(path, "rb") as handle:
-            members, _ = read_directory(FileReader(handle.fileno(), os.fstat(handle.fileno()).st_size))
+        members, _ = read_directory(reader)
     except (ZipError, OSError):
         return False
     return bool(members) and all(m.name.endswith(".npy") for m in members)
@@ -191,10 +181,10 @@ def _looks_like_safetensors(head: bytes, size: int) -> bool:
     return header_len >= 2 and (header_len <= size - 8 or header_len < (1 << 32))
 
 
-def _looks_like_pickle(head: bytes, size: int, path: Path | None) -> bool:
+def _looks_like_pickle(head: bytes, size: int, reader: PositionedReader | None) -> bool:
     if len(head) >= 2 and head[0] == 0x80 and head[1] <= 5:  # PROTO 0 and 1 are legal too
         return True
-    if path is not None and _names_code(path, size):
+    if reader is not None and _names_code(reader, size):
         return True
     if not head or head[0] not in _OLD_PICKLE_OPENERS:
         return False
@@ -204,12 +194,19 @@ def _looks_like_pickle(head: bytes, size: int, path: Path | None) -> bool:
 
     if size <= len(head):
         return _scans_to_end(scan_stream(head), size)
-    if path is None:
-        return False
+    return reader is not None and _whole_file_scans_to_end(reader)
+
+
+def _whole_file_scans_to_end(reader: PositionedReader) -> bool:
+    """The whole file walked by the pickle scanner, mapped (a file the OS holds; else not looked at)."""
     import mmap
 
+    from ckinspect.formats.pickle_scan import scan_stream
+
+    if reader.fd is None:
+        return False
     try:
-        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        with mmap.mmap(reader.fd, 0, access=mmap.ACCESS_READ) as data:
             return _scans_to_end(scan_stream(data), len(data))
     except (OSError, ValueError):
         return False
@@ -219,15 +216,13 @@ def _scans_to_end(scans: list, size: int) -> bool:
     return bool(scans) and all(s.error is None for s in scans) and scans[-1].end == size
 
 
-def _names_code(path: Path, size: int) -> bool:
+def _names_code(reader: PositionedReader, size: int) -> bool:
     """Whatever it looks like, pickle.load would import something that runs code from it (scanned a
     window at a time): it is judged as a pickle, not described as text or binary data."""
     from ckinspect.formats.pickle_scan import scan_file
-    from ckinspect.io.reader import FileReader
 
     try:
-        with open(path, "rb") as handle:
-            scans = scan_file(FileReader(handle.fileno(), size), 0, size, limit=1)
+        scans = scan_file(reader, 0, size, limit=1)
     except OSError:
         return False
     # dangerous, or a name the scan could not even resolve (a 3 MiB GLOBAL line, a computed STACK_GLOBAL)
@@ -251,21 +246,27 @@ _COMPRESSED = (
 
 
 def describe(path: str | os.PathLike[str]) -> str:
-    """What a file that is no checkpoint looks like, from its first few KB: "empty", "text", ..."""
-    path = Path(path)
-    if path.is_dir():
+    """What a file that is no checkpoint looks like, from its first few KB: "empty", "text", ...; a folder
+    (on disk or under a listed prefix) by the names it holds."""
+    from ckinspect.io import folders
+
+    path = folders.as_path(path)
+    if folders.is_dir(path):
         return _describe_folder(path)
     try:
-        size = os.stat(path).st_size
-        head = _head(path)
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            head = handle.read(HEAD_BYTES)
     except OSError as exc:
         return f"an unreadable file ({exc.strerror or exc})"
     return describe_bytes(head, size)
 
 
 def _describe_folder(path: Path) -> str:
+    from ckinspect.io import folders
+
     try:
-        names = {entry.name for entry in os.scandir(path)}
+        names = {entry.name for entry in folders.entries(path)}
     except OSError as exc:
         return f"an unreadable folder ({exc.strerror or exc})"
     if HF_TRAINER_STATE in names:

@@ -14,14 +14,15 @@ from pathlib import Path
 
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.errors import CorruptPickle
-from ckinspect.formats.opening import local_file
+from ckinspect.formats.opening import reading
 from ckinspect.formats.pickle_findings import StorageCollector, check_weights_only, decode, record_globals, set_tree
 from ckinspect.formats.pickle_scan import PickleScan, scan_file
 from ckinspect.formats.sniff import LEGACY_MAGIC as MAGIC_NUMBER  # torch/serialization.py names it so
 from ckinspect.formats.sniff import LEGACY_TAR_MEMBERS, is_legacy_tar
 from ckinspect.formats.tree import no_gc
 from ckinspect.formats.unpickler import StorageRef, restricted_load
-from ckinspect.io.reader import FileReader
+from ckinspect.io.reader import PositionedReader, ReaderFile
+from ckinspect.io.remote import as_path
 from ckinspect.model import Checkpoint, StorageInfo
 
 TYPE_CHECKING = False
@@ -33,7 +34,7 @@ MAX_PICKLE_BYTES = 256 << 20  # the header and object pickles; ~100 MB would alr
 _NAMES = ("magic number", "protocol version", "sys_info", "object", "storage key list")
 
 
-def read_pickle_prefix(reader: FileReader, count: int) -> tuple[bytes, list[PickleScan]]:
+def read_pickle_prefix(reader: PositionedReader, count: int) -> tuple[bytes, list[PickleScan]]:
     """The first `count` pickles: scanned a window at a time (whatever their size), and their bytes when
     they fit in MAX_PICKLE_BYTES (b"" otherwise: scanned, too large to decode)."""
     scans = scan_file(reader, 0, reader.size, limit=count)
@@ -44,20 +45,20 @@ def read_pickle_prefix(reader: FileReader, count: int) -> tuple[bytes, list[Pick
 
 
 @no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
-def read_torch_legacy(path: str | os.PathLike[str]) -> Checkpoint:
+def read_torch_legacy(path: str | os.PathLike[str], reader: PositionedReader | None = None) -> Checkpoint:
     """List a legacy torch.save file. Never raises for bad content:
     problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
-    path = Path(path)
-    with local_file(path, "torch-legacy") as (ckpt, reader):
-        _read(ckpt, reader, path)
+    path = as_path(path)  # a URL stays one: its bytes come from `reader`
+    with reading(path, "torch-legacy", reader) as (ckpt, opened):
+        _read(ckpt, opened, path)
     return ckpt
 
 
-def _read(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
+def _read(ckpt: Checkpoint, reader: PositionedReader, path: Path) -> None:
     if reader.size == 0:
         ckpt.add("CORRUPT", f"{path.name} is empty")
         return
-    if is_legacy_tar(reader.read_at(0, 512), path):
+    if is_legacy_tar(reader.read_at(0, 512), reader):
         _read_tar(ckpt, reader, path)
         return
     data, scans = read_pickle_prefix(reader, 5)
@@ -105,7 +106,7 @@ def _header_is_torchs(ckpt: Checkpoint, where: str, data: bytes, scans: list[Any
     return True
 
 
-def _read_objects(ckpt: Checkpoint, reader: FileReader, path: Path, data: bytes, scans: list[Any]) -> None:
+def _read_objects(ckpt: Checkpoint, reader: PositionedReader, path: Path, data: bytes, scans: list[Any]) -> None:
     """The object pickle, then the storage keys and the storages after them."""
     where = path.name
     collector = _LegacyStorages()
@@ -141,8 +142,8 @@ class _LegacyStorages(StorageCollector):
         return ref
 
 
-def _locate_storages(ckpt: Checkpoint, reader: FileReader, path: Path, collector: _LegacyStorages, keys: list[str],
-                     pos: int) -> None:  # fmt: skip
+def _locate_storages(ckpt: Checkpoint, reader: PositionedReader, path: Path, collector: _LegacyStorages,
+                     keys: list[str], pos: int) -> None:  # fmt: skip
     """Walk the storage section: each storage is an 8-byte element count followed by its bytes."""
     size = reader.size
     for index, key in enumerate(keys):
@@ -181,14 +182,14 @@ def _add_views(ckpt: Checkpoint, path: Path, collector: _LegacyStorages) -> None
                             + ", ".join(missing[:10]))  # fmt: skip
 
 
-def _read_tar(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
+def _read_tar(ckpt: Checkpoint, reader: PositionedReader, path: Path) -> None:
     """The oldest form (torch < 0.4): a tar of `storages`, `tensors` and `pickle`, which torch.load tries
     before anything else. Each is scanned as torch would unpickle it (the last member of a name, as
     tarfile's getmember picks); the tensors are not listed."""
     import tarfile
 
     members: dict[str, tarfile.TarInfo] = {}
-    with tarfile.open(path, "r:") as tar:
+    with tarfile.open(fileobj=ReaderFile(reader), mode="r:") as tar:  # type: ignore[call-overload]  # read, seek, tell
         for info in tar:
             if info.name in LEGACY_TAR_MEMBERS:
                 members[info.name] = info  # a later member of the same name wins
@@ -202,7 +203,7 @@ def _read_tar(ckpt: Checkpoint, reader: FileReader, path: Path) -> None:
         )
 
 
-def _scan_tar_member(ckpt: Checkpoint, reader: FileReader, path: Path, name: str, start: int, size: int) -> None:
+def _scan_tar_member(ckpt: Checkpoint, reader: PositionedReader, path: Path, name: str, start: int, size: int) -> None:
     """One member of the legacy tar, scanned as torch would unpickle it."""
     where = f"{path.name}:{name}"
     end = min(start + size, reader.size)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ckinspect.formats.opening import local_file
+from ckinspect.formats.opening import reading
 from ckinspect.formats.pickle_findings import (
     StorageCollector,
     check_views,
@@ -23,6 +23,7 @@ from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import StorageRef, framework_records
 from ckinspect.io.crc import crc32
 from ckinspect.io.reader import PositionedReader
+from ckinspect.io.remote import as_path
 from ckinspect.io.zipdir import (
     DEFLATED,
     LOCAL_SIG,
@@ -52,13 +53,13 @@ MAX_UNINDEXED_PICKLE_BYTES = 256 << 20  # without a directory the pickle's size 
 
 
 @no_gc()  # tens of thousands of small objects without cycles: collector passes are pure overhead
-def read_torch_zip(path: str | os.PathLike[str]) -> Checkpoint:
+def read_torch_zip(path: str | os.PathLike[str], reader: PositionedReader | None = None) -> Checkpoint:
     """List a torch.save zip. Never raises for bad content:
     problems become CORRUPT / UNSAFE_PICKLE / ALLOWLIST_NEEDED findings; OSError only if it cannot be opened."""
-    path = Path(path)
-    with local_file(path, "torch-zip") as (ckpt, reader):
+    path = as_path(path)  # a URL stays one: its bytes come from `reader`
+    with reading(path, "torch-zip", reader) as (ckpt, opened):
         try:
-            read_zip_into(ckpt, reader, path)
+            read_zip_into(ckpt, opened, path)
         except ZipError as exc:
             ckpt.add("CORRUPT", f"{path.name}: {exc}")
     return ckpt

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 from ckinspect.io.reader import FileReader
@@ -258,6 +259,26 @@ def target(raw: str | os.PathLike[str], listed: bool = False) -> Path:
     if not RemotePath(os.fspath(raw)).is_folder_url():
         return RemotePath(os.fspath(raw))  # type: ignore[return-value]  # a URL as a Path (pure operations only)
     return listed_folder(raw) if listed else open_folder(raw)
+
+
+def check_readable(path: str | os.PathLike[str]) -> None:
+    """CkinspectError (one line) for a local path that is missing, unreadable or neither a regular file nor
+    a folder (a FIFO or a device would block or never end). A URL's absence is found when it is read."""
+    if is_url(path):
+        return
+    path = Path(path)
+    try:
+        if path.is_dir():
+            os.scandir(path).close()
+        elif not stat.S_ISREG(os.stat(path).st_mode):
+            raise CkinspectError(f"{path}: not a regular file or folder")
+        else:
+            with open(path, "rb"):
+                pass
+    except FileNotFoundError:
+        raise CkinspectError(f"{path}: no such file or folder") from None
+    except OSError as exc:
+        raise CkinspectError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def known_missing(path: str | os.PathLike[str]) -> bool:

@@ -5,7 +5,10 @@ range requests) both answer `size`, `read_at`, `small_read` (through a small blo
 pickles lie close together) and `read_ranges` (many small pieces at once: one-element step counters), so a
 reader never asks where its bytes come from. What such a
 read refuses (a negative position, a structure that does not add up) is a `ReadError`, the one error root;
-the zip layer calls it `ZipError`.
+the zip layer calls it `ZipError`. A read that could not be fetched at all (the network, the store) is a
+`FetchError`: the caller's trouble, never judged as the file's content. `fd` is the one capability a reader
+may ask: an OS file descriptor (mapping, a tar walk, reading a zip's directory to sniff cost no request),
+None where each read is a request.
 
 Imports nothing from io/ (every other io module may import it).
 """
@@ -21,6 +24,11 @@ class ReadError(CkinspectError):
     """The bytes cannot be read as asked, or do not add up; the message says what and where."""
 
 
+class FetchError(CkinspectError):
+    """The bytes could not be fetched from where they live (not found, denied, timed out): one line, exit 2,
+    never a CORRUPT finding about the file."""
+
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Protocol
@@ -30,6 +38,9 @@ if TYPE_CHECKING:
 
         BLOCK: int
         size: int
+
+        @property
+        def fd(self) -> int | None: ...  # an OS file descriptor (mmap, tarfile); None where each read is a request
 
         def read_at(self, offset: int, length: int) -> bytes: ...
 
@@ -79,3 +90,32 @@ class FileReader:
     def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The bytes of each (offset, length), in order; each is cut short where the file ends."""
         return [self.read_at(offset, length) for offset, length in ranges]
+
+
+class ReaderFile:
+    """A read-only file object over positioned reads (read, seek, tell), for a library that walks a file
+    itself (tarfile)."""
+
+    def __init__(self, reader: PositionedReader) -> None:
+        self.reader = reader
+        self.pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        want = self.reader.size - self.pos if n is None or n < 0 else n
+        data = self.reader.read_at(self.pos, max(0, want))
+        self.pos += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.reader.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True

@@ -26,7 +26,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 from ckinspect import settings
-from ckinspect.io.reader import ReadError
+from ckinspect.io.reader import FetchError, ReadError
 from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
@@ -132,7 +132,7 @@ def _filesystem(url: str) -> tuple[Any, str]:
     try:
         from fsspec.core import url_to_fs
     except ImportError:
-        raise CkinspectError(f"{url}: reading remote paths needs fsspec: pip install 'ckinspect[remote]'") from None
+        raise FetchError(f"{url}: reading remote paths needs fsspec: pip install 'ckinspect[remote]'") from None
     protocol = url.split("://", 1)[0].lower()
     timeout = _timeout()
     options: dict[str, Any] = {}
@@ -157,10 +157,10 @@ def _filesystem(url: str) -> tuple[Any, str]:
             fs.retries = 1
         return fs, key
     except ImportError as exc:
-        raise CkinspectError(f"{url}: no fsspec backend for {protocol}:// ({exc}); pip install 'ckinspect[remote]'") \
+        raise FetchError(f"{url}: no fsspec backend for {protocol}:// ({exc}); pip install 'ckinspect[remote]'") \
             from None  # fmt: skip
     except ValueError as exc:
-        raise CkinspectError(f"{url}: {exc}") from None
+        raise FetchError(f"{url}: {exc}") from None
 
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+://)[^/@?#]*@")
@@ -299,7 +299,7 @@ def with_retries(url: str, fn: Any) -> Any:
             return fn()
         except Exception as exc:  # noqa: BLE001 - every backend raises its own kinds; explain() sorts them
             if attempt + 1 >= attempts or not _transient(exc):
-                raise CkinspectError(explain(url, exc)) from None
+                raise FetchError(explain(url, exc)) from None
             time.sleep(backoff(attempt, exc))
     raise AssertionError("unreachable")
 
@@ -329,6 +329,7 @@ class RemoteFile:
     small_read, BLOCK), with bounded retries and a small cache of BLOCK-sized pieces."""
 
     BLOCK = BLOCK
+    fd = None  # each read is a request: nothing to map
 
     def __init__(self, path: RemotePath, size: int | None = None) -> None:
         self.path = path
@@ -337,7 +338,7 @@ class RemoteFile:
         if size is None:  # else known from the folder's listing (io.folders): no request for it
             info = self._call(lambda: self.fs.info(self._key))
             if info.get("type") == "directory":
-                raise CkinspectError(f"{shown(self.url)}: a folder (a prefix), not an object; end it with / to "
+                raise FetchError(f"{shown(self.url)}: a folder (a prefix), not an object; end it with / to "
                                      "search it for checkpoints")  # fmt: skip
             size = info.get("size")
         self.size = int(size or 0)

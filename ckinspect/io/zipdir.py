@@ -152,26 +152,6 @@ def read_directory(reader: PositionedReader, base: int = 0, end: int | None = No
     return members, cd_start
 
 
-def directory_entry_offsets(reader: PositionedReader, base: int = 0, end: int | None = None) -> list[int]:
-    """The absolute position of each central directory entry, in directory order (where a writer that
-    fills in a member's bytes afterwards patches its CRC-32, at +16)."""
-    cd_start, cd_size, count = find_end(reader, base, reader.size if end is None else end)
-    directory = reader.read_at(cd_start, cd_size)
-    offsets = []
-    pos = 0
-    for index in range(count):
-        if pos + _CENTRAL.size > len(directory) or directory[pos : pos + 4] != CENTRAL_SIG:
-            raise ZipError(f"zip directory entry {index} is damaged (at byte {cd_start + pos})")
-        offsets.append(cd_start + pos)
-        nlen, xlen, clen = struct.unpack_from("<3H", directory, pos + 28)
-        pos += _CENTRAL.size + nlen + xlen + clen
-    return offsets
-
-
-CENTRAL_CRC_AT = 16  # where the CRC-32 sits in a central directory entry
-LOCAL_CRC_AT = 14  # ... in a local header (0 there when a data descriptor follows the data)
-
-
 def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int = 0, local: bool = False) -> tuple[int, int, int]:
     """(size, compressed size, header offset) with each 32-bit field marked ZIP64_MARK replaced from
     the zip64 extra field. In a central entry the extra holds only the marked fields, in that order;

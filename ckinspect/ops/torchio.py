@@ -7,9 +7,9 @@ import it. Input files are never torch.load-ed here: bytes come from our readers
 from __future__ import annotations
 
 import functools
-import io
 import os
 import pickle
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,10 @@ from typing import Any
 import torch
 
 from ckinspect.io.atomic import atomic_write
+from ckinspect.io.reader import FileReader
 from ckinspect.io.safetensors_write import Entry, write_safetensors
-from ckinspect.io.zipfill import fill_records
+from ckinspect.io.zipdir import read_directory, read_member
+from ckinspect.io.zipwrite import TorchArchiveWriter
 from ckinspect.model import TensorInfo
 from ckinspect.ops.rawtensors import MISSING, Built, RawTensor, StorageSource, as_source, map_tree
 from ckinspect.vocab import CkinspectError
@@ -102,43 +104,68 @@ def _is_plain_torch(obj: Any) -> bool:
 def save_torch(path: str | Path, obj: Any, fills: dict[int, Any] | None = None) -> int:
     """torch.save through ckinspect.io.atomic; returns the file size.
 
-    With `fills` (rebuild_tree's placeholders), torch.save writes the archive without the storages'
-    bytes (torch.serialization.skip_data leaves each record's space empty), then the zip layer
-    (io.zipfill) writes each storage in place from its source in bounded chunks, with its CRC-32s and
-    the `.data/serialization_id` torch derives from them. The file is byte for byte what torch.save
-    writes from the same tensors in memory (tests/ops/test_streaming.py), at bounded memory.
+    With `fills` (rebuild_tree's placeholders), the archive is written by the zip layer's streaming writer
+    (io.zipwrite), record by record: torch's own pickling (torch.serialization._save) gives data.pkl and
+    the records in torch's order, and each storage's record is written from its source in bounded chunks,
+    never from the placeholder. The file is byte for byte what torch.save writes from the same tensors in
+    memory (tests/ops/test_streaming.py), at bounded memory.
     """
     with atomic_write(path) as handle:
         if not fills:
             torch.save(obj, handle)
         else:
-            keys = _storage_keys(obj)
-            with torch.serialization.skip_data():
-                torch.save(obj, handle)
-            handle.flush()
-            by_key = {key: fills[cdata] for cdata, key in keys.items() if cdata in fills}
-            fill_records(handle.fileno(), by_key)  # the zip layer writes the records and their CRCs
+            writer = TorchArchiveWriter(handle)  # torch.save to a file object names its archive "archive"
+            torch.serialization._save(obj, _Records(writer, fills), pickle, torch.serialization.DEFAULT_PROTOCOL,
+                                      _disable_byteorder_record=False)  # fmt: skip
+            writer.finish(record_names_hash)
         handle.flush()
         size = handle.seek(0, os.SEEK_END)
     return size
 
 
-def _storage_keys(obj: Any) -> dict[int, str]:
-    """storage _cdata -> the key torch.save gives it (data/<key>): torch numbers storages in the order its
-    pickler meets them, so the same pickling, with the same persistent_id test, meets them in that order."""
-    keys: dict[int, str] = {}
+class _Records:
+    """What torch.serialization._save writes to (torch's zip writer's `write_record`), handed on to the
+    streaming writer: a storage placeholder's bytes come from its source, any other record as given."""
 
-    class Keys(pickle.Pickler):
-        def persistent_id(self, o: Any) -> Any:
-            if isinstance(o, torch.storage.TypedStorage) or torch.is_storage(o):
-                storage = o._untyped_storage if isinstance(o, torch.storage.TypedStorage) else o
-                keys.setdefault(storage._cdata, str(len(keys)))
-                return "storage"
-            return None
+    def __init__(self, writer: TorchArchiveWriter, fills: dict[int, Any]) -> None:
+        self.writer, self.fills = writer, fills
 
-    with torch.serialization.skip_data():
-        Keys(io.BytesIO(), protocol=2).dump(obj)
-    return keys
+    def write_record(self, name: str, data: Any, size: int) -> None:
+        if isinstance(data, str):
+            data = data.encode()
+        if isinstance(data, (bytes, bytearray)):
+            self.writer.write_record(name, [bytes(data)], size)
+            return
+        source = self.fills.get(data._cdata)  # an UntypedStorage
+        self.writer.write_record(name, source.chunks() if source is not None else [_storage_bytes(data)], size)
+
+
+def _storage_bytes(storage: torch.UntypedStorage) -> memoryview:
+    """A storage held in memory (not a placeholder), as its bytes without a copy."""
+    if storage.nbytes() == 0:
+        return memoryview(b"")
+    return torch.empty(0, dtype=torch.uint8).set_(storage).numpy().data
+
+
+@functools.lru_cache(maxsize=8)
+def _names_hash(names: tuple[str, ...]) -> int:
+    with tempfile.TemporaryFile() as scratch:
+        writer = torch._C.PyTorchFileWriter(scratch, True, 64)
+        for name in names:
+            writer.write_record(name, b"", 0)
+        writer.write_end_of_file()
+        scratch.flush()
+        reader = FileReader(scratch.fileno(), os.fstat(scratch.fileno()).st_size)
+        members, cd_start = read_directory(reader)
+        serialization_id = read_member(reader, members[-1], cd_start)  # torch writes it last
+    return int(serialization_id[:20])
+
+
+def record_names_hash(names: list[str]) -> int:
+    """The first half of torch's serialization id: its writer folds the hashes of the record names in the
+    order of its own hash table (std::unordered_set), which only torch's writer knows; it is asked, with the
+    same names written empty, which costs a directory's worth of bytes, not the file's."""
+    return _names_hash(tuple(names))
 
 
 def tensors_to_safetensors(

@@ -24,7 +24,7 @@ def test_missing_path_is_a_one_line_error(tmp_path):
 
 
 def test_unreadable_path_is_a_one_line_error(tmp_path, monkeypatch):
-    import ckinspect.formats.opening as formats  # where the readable check opens the file
+    import ckinspect.io.folders as formats  # where the readable check opens the file
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
@@ -93,7 +93,7 @@ def test_plain_folder_and_trainer_folder(tmp_path):
 def test_reader_exception_becomes_a_finding(tmp_path, monkeypatch):
     import ckinspect.formats.safetensors as st
 
-    def broken(path, member=None):
+    def broken(path, member=None, reader=None):
         raise RecursionError("maximum recursion depth exceeded\nwhile decoding")
 
     monkeypatch.setattr(st, "read_safetensors", broken)
@@ -129,7 +129,7 @@ def test_opening_never_imports_torch_or_safetensors(tmp_path):
 def test_sniff_failure_becomes_a_finding(tmp_path, monkeypatch):
     import ckinspect.formats.sniff as sniff_module
 
-    def broken(path):
+    def broken(path, reader=None):
         raise ValueError("boom")
 
     monkeypatch.setattr(sniff_module, "sniff", broken)

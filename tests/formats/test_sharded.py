@@ -137,7 +137,7 @@ def test_bin_shards_merge_storages_findings_and_globals(tmp_path, monkeypatch):
 
     from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
 
-    def fake_read_torch_zip(path):
+    def fake_read_torch_zip(path, reader=None):
         ckpt = Checkpoint(path=path, format="torch-zip", file_bytes=path.stat().st_size, files=[path])
         second = "-00002-of-" in path.name
         name = "b.weight" if second else "a.weight"
