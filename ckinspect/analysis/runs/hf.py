@@ -92,12 +92,21 @@ def _settings_and_commit(ckpt: RunCheckpoint, folder: Path, names: set[str]) -> 
 
 
 def _trainer_state(ckpt: RunCheckpoint, folder: Path, names: set[str], named: re.Match[str] | None) -> None:
-    """trainer_state.json's global_step: the checkpoint's step, held against the folder's name."""
+    """trainer_state.json's global_step: the checkpoint's step, held against the folder's name. Read when the
+    checkpoint is judged where the name gives a step (a record that says otherwise makes it damaged, so
+    ordering by the name cannot pass over an answer): a long run is listed without a read per save."""
     if TRAINER_STATE not in names:
         ckpt.add("MISSING_PARTS", f"{TRAINER_STATE} is missing (the global step and the log; Trainer writes it "
                                   "after the model, optimizer and RNG files)")  # fmt: skip
         return
     ckpt.part(folder / TRAINER_STATE, "state")
+    if named:
+        ckpt.defer(lambda reader: _global_step(ckpt, folder, named))
+    else:
+        _global_step(ckpt, folder, named)
+
+
+def _global_step(ckpt: RunCheckpoint, folder: Path, named: re.Match[str] | None) -> None:
     state = read_json(folder / TRAINER_STATE)
     step = state.get("global_step") if isinstance(state, dict) else None
     if not isinstance(step, int) or isinstance(step, bool):

@@ -152,3 +152,39 @@ def test_the_schema_refuses_what_the_contract_does_not_say(tmp_path, capsys, bad
     listed["checkpoints"][0].update(bad)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, LAST_GOOD_1)
+
+
+def test_hf_trainer_states_older_than_the_answer_are_not_read(tmp_path, capsys, monkeypatch):
+    """An HF run is ordered by its folders' steps and each trainer_state.json read when its checkpoint is
+    judged: a long run in a bucket costs no GET per save. A record that disagrees with its folder's name
+    is still damage, found when that checkpoint is judged."""
+    from tests.analysis.runs.test_runs import hf_checkpoint
+
+    hf = importlib.import_module("ckinspect.analysis.runs.hf")
+    run = tmp_path / "hf"
+    for step in (2, 4, 6, 8):
+        hf_checkpoint(run, step)
+    state = json.loads((run / "checkpoint-8" / "trainer_state.json").read_text())
+    (run / "checkpoint-8" / "trainer_state.json").write_text(json.dumps({**state, "global_step": 2}))
+    read: list[str] = []
+    real = hf.read_json
+
+    def spy(path):
+        read.append(Path(path).parent.name)
+        return real(path)
+
+    monkeypatch.setattr(hf, "read_json", spy)
+    for flags, states in (
+        ([], ["checkpoint-6", "checkpoint-8"]),
+        (["--all"], [f"checkpoint-{s}" for s in (2, 4, 6, 8)]),
+    ):
+        read.clear()
+        status, listed = listing(capsys, run, *flags)
+        assert status == EXIT_OK and listed["last_good"] == str(run / "checkpoint-6")
+        assert sorted(read) == states
+        newest = next(c for c in listed["checkpoints"] if c["path"].endswith("checkpoint-8"))
+        assert newest["verdict"] == "damaged"
+        assert (
+            newest["reasons"][0] == "PARTS_DISAGREE: folder checkpoint-8 but trainer_state.json records global_step 2"
+        )
+        assert newest["step"] == 2  # the record's, once read
