@@ -1309,8 +1309,12 @@ def _cpython_walk(data, result: PickleScan, lexed: _Names, unpickler: type[pickl
     if not _cpython_applies(result, lexed, max_bytes):
         return None
     size = result.end - result.start
-    file = io.BytesIO(memoryview(data)[result.start : result.end]) if max_bytes is None else BoundedInput(
-        data, result.start, result.end)  # fmt: skip
+    if max_bytes is not None:
+        file: Any = BoundedInput(data, result.start, result.end)
+    elif type(data) is bytes and size == len(data):
+        file = io.BytesIO(data)  # shares the bytes: a view would be copied whole (a 404 MB DCP .metadata, twice)
+    else:
+        file = io.BytesIO(memoryview(data)[result.start : result.end])
     recorder = unpickler(file)
     try:
         value = recorder.load()

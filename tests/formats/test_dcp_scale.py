@@ -197,3 +197,26 @@ def test_a_global_hidden_behind_stack_global_in_real_metadata_is_named(saved, tm
     ckpt = read_dcp(folder, trust_layout=True)
     assert [f.code for f in ckpt.findings] == ["UNSAFE_PICKLE"] and "posix.system" in ckpt.findings[0].message
     assert not marker.exists() and ckpt.tensors == []
+
+
+def test_the_c_pass_reads_metadata_in_place(saved, monkeypatch):
+    """The C unpickler reads the very bytes object read_dcp read: a copy (BytesIO of a memoryview) held the
+    whole `.metadata` twice at the listing's peak, 404 MB at 1024 ranks."""
+    import ckinspect.formats.dcp as dcp_module
+
+    read, files = [], []
+    real = dcp_module.scan_decoding
+
+    class Keeping(dcp_metadata.FastUnpickler):
+        def __init__(self, file):
+            super().__init__(file)
+            files.append(file)
+
+    def keeping(data, unpickler):
+        read.append(data)
+        return real(data, Keeping)
+
+    monkeypatch.setattr(dcp_module, "scan_decoding", keeping)
+    ckpt = read_dcp(saved, trust_layout=True)
+    assert ckpt.findings == [] and ckpt.tensors
+    assert len(read) == len(files) == 1 and files[0].getvalue() is read[0]
