@@ -194,30 +194,31 @@ def optimizer_step(ckpt: Checkpoint, opt: Mapping[str, Any]) -> float | None:
 # layout (a pattern over the dotted tensor name) and what it means. Their inf is a sentinel by design
 # (Lightning's ModelCheckpoint starts `kth_value` at inf, mode "min"), never damage.
 _CALLBACK = r"^callbacks\.[^.]*{cls}[^.]*\."  # Lightning: callbacks.<ModelCheckpoint{...}>.<key>
-BOOKKEEPING: dict[str, tuple[tuple[re.Pattern[str], str], ...]] = {
+# Patterns, compiled by `re` on the first NaN/Inf they are asked about (a listing never asks: ~0.6 ms saved)
+BOOKKEEPING: dict[str, tuple[tuple[str, str], ...]] = {
     "lightning": (
-        (re.compile(_CALLBACK.format(cls="ModelCheckpoint") + r"kth_value$"),
+        (_CALLBACK.format(cls="ModelCheckpoint") + r"kth_value$",
          "Lightning ModelCheckpoint's k-th best monitored score (inf/-inf until a monitored score beats it; "
          "without a monitor it stays there)"),
-        (re.compile(_CALLBACK.format(cls="ModelCheckpoint") + r"(best_model_score|current_score)$"),
+        (_CALLBACK.format(cls="ModelCheckpoint") + r"(best_model_score|current_score)$",
          "Lightning ModelCheckpoint's best/current monitored score"),
-        (re.compile(_CALLBACK.format(cls="ModelCheckpoint") + r"best_k_models\..+$"),
+        (_CALLBACK.format(cls="ModelCheckpoint") + r"best_k_models\..+$",
          "Lightning ModelCheckpoint's score of one kept checkpoint"),
-        (re.compile(_CALLBACK.format(cls="EarlyStopping") + r"best_score$"),
+        (_CALLBACK.format(cls="EarlyStopping") + r"best_score$",
          "Lightning EarlyStopping's best monitored score (inf/-inf before the first)"),
-        (re.compile(r"^lr_schedulers\.\d+\.best$"), "ReduceLROnPlateau's best metric (inf/-inf before the first)"),
+        (r"^lr_schedulers\.\d+\.best$", "ReduceLROnPlateau's best metric (inf/-inf before the first)"),
     ),
 }  # fmt: skip
 # The same scheduler sentinel wherever a layout keeps its scheduler's state dict under a scheduler key.
-_SCHEDULER_BEST = re.compile(r"^(lr_scheduler|scheduler|lr_schedulers?\.\d+|schedulers?\.\d+)\.best$")
+_SCHEDULER_BEST = r"^(lr_scheduler|scheduler|lr_schedulers?\.\d+|schedulers?\.\d+)\.best$"
 
 
 def bookkeeping_meaning(layout: str, name: str) -> str | None:
     """What a tensor is when it is a framework's bookkeeping (its NaN/Inf is then no damage), else None."""
     for pattern, meaning in BOOKKEEPING.get(layout, ()):
-        if pattern.search(name):
+        if re.search(pattern, name):
             return meaning
-    if _SCHEDULER_BEST.search(name):
+    if re.search(_SCHEDULER_BEST, name):
         return "a ReduceLROnPlateau scheduler's best metric (inf/-inf before the first)"
     return None
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from ckinspect.analysis.anatomy import analyze
 from ckinspect.formats import open_checkpoint
 from ckinspect.io import folders
-from ckinspect.io.blobs import files_differ
 from ckinspect.io.remote import as_path
 from ckinspect.io.zipdir import LOCAL_SIG, STORED, ZipError, data_offset, member_chunks, read_directory
 from ckinspect.record import Record
@@ -225,6 +224,8 @@ def classify(leftover: Leftover, full_crc: bool = False) -> TmpStatus:
     main_step = read_step(leftover.main, main_check.checkpoint) if main_check.ok else None
     steps_differ = tmp_step is not None and main_step is not None and tmp_step != main_step
     # reading both files whole is only worth it when their steps do not already tell them apart
+    from ckinspect.io.blobs import files_differ  # (mmap and threads: not for the listings that find no tmp)
+
     identical = (
         tmp_check.ok and main_check.ok and not steps_differ and files_differ(leftover.tmp, leftover.main) is False
     )

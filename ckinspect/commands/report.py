@@ -83,9 +83,12 @@ def _finish(checkpoints: list[Checkpoint], orphans: list[Checkpoint], args: argp
 
 
 def _jobs(args: argparse.Namespace) -> int | None:
+    jobs = getattr(args, "jobs", None)
+    if jobs is None:  # the default: nothing to check, and the pool's module not imported for it
+        return None
     from ckinspect.jobs.parallel import checked_jobs
 
-    return checked_jobs(getattr(args, "jobs", None))
+    return checked_jobs(jobs)
 
 
 def _progress(args: argparse.Namespace, checkpoints: list[Checkpoint]) -> Any:
@@ -154,18 +157,17 @@ def _rank_scan(units: list[Any], jobs: int | None) -> list[Any] | str:
 def run_views(paths: list[str], checkpoints: list[Checkpoint], quick: bool, jobs: int | None = 1) -> list[Any]:
     """The run view of each folder that holds a run: several checkpoints, or one made of several files.
     The parts already read for the report are not read again."""
+    named = [raw for raw in paths if folders.names_folder(raw)]
+    if not named:
+        return []  # files or objects only: no run (and the run modules not imported for none)
     from ckinspect.analysis.runs import Reader, collect, is_run, judge_run
-    from ckinspect.io import folders
     from ckinspect.io.remote import as_path
-
-    runs = []
     from ckinspect.jobs.parallel import scanner
 
+    runs = []
     reader = Reader(verify=not quick, scan_many=scanner(jobs))
     reader.cache.update({as_path(ckpt.path): ckpt for ckpt in checkpoints})
-    for raw in paths:
-        if not folders.names_folder(raw):
-            continue  # one file or object
+    for raw in named:
         run = collect(folders.target(raw, listed=True))  # a prefix find_checkpoints listed: not listed again
         if is_run(run):
             judge_run(run, reader, values=not quick)

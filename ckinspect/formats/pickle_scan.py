@@ -714,11 +714,11 @@ _FIXED_NOARG = bytes(c for c in range(256) if _TABLE[c] == 0)
 _FIXED = {k: bytes(c for c in range(256) if _TABLE[c] == k) for k in (1, 2, 4, 8)}
 _SIZED = {1: bytes(c for c in range(256) if _TABLE[c] == _LEN1), 4: bytes(c for c in range(256) if _TABLE[c] == _LEN4)}
 _SHORT_ARG = 256  # sized arguments under this many bytes are skipped inside the regex
-# ... in a window of a pickle of more than _SMALL_PICKLE bytes. A smaller one is walked with a pattern of
-# _SHORT_ARG_SMALL lengths: the longer strings go through the loop, which for a few kilobytes costs less
-# than compiling 512 alternatives (8 ms, a sixth of listing a small file from the command line)
-_SMALL_PICKLE = 1 << 16
-_SHORT_ARG_SMALL = 48
+# ... in a window of a pickle of more than 64 KiB. A smaller one is walked with a pattern of fewer lengths
+# (none under 32 KiB): the longer strings go through the loop, which for a few kilobytes costs less than
+# compiling the alternatives (256 lengths: 8 ms, a sixth of listing a small file from the command line;
+# 48: 1.6 ms, against 0.13 ms more loop on the trainer's 7 KB resume pickle). The same answers either way.
+_SHORT_ARGS = ((1 << 15, 0), (1 << 16, 48))  # (pickles up to this many bytes, lengths in the run)
 _MEMO_FLOOR = 1 << 16  # a LONG_BINPUT index is out of range beyond 2 * max(bytes of the pickle seen, this)
 
 
@@ -743,7 +743,7 @@ def _below(bits: int) -> bytes:
 def _run_pattern(memo_bits: int, short: int = _SHORT_ARG) -> re.Pattern[bytes]:
     alts = [_class(_FIXED_NOARG) + b"++"]
     alts += [_class(codes) + b"." * k for k, codes in _FIXED.items() if codes]
-    alts += [_class(codes) + _lengths(width, short) for width, codes in _SIZED.items()]
+    alts += [_class(codes) + _lengths(width, short) for width, codes in _SIZED.items() if short]
     alts.append(b"r" + _below(memo_bits))
     return re.compile(b"(?:" + b"|".join(alts) + b")++", re.DOTALL)
 
@@ -752,12 +752,17 @@ _RUNS: dict[tuple[int, int], re.Pattern[bytes]] = {}
 _MEMO_BITS = (17, 20, 24, 28, 32)  # a few bounds, so a window at a time compiles one or two patterns
 
 
+def _short_args(seen: int) -> int:
+    """How many string lengths the run pattern of a window ending at byte `seen` steps over itself."""
+    return next((short for size, short in _SHORT_ARGS if seen <= size), _SHORT_ARG)
+
+
 def _run_for(seen: int):
     """The run matcher for a window ending at byte `seen`: LONG_BINPUT indices under a power of two within
     the memo bound (2 * max(seen, _MEMO_FLOOR)) are taken in the run; the loop checks the others."""
     bound = 2 * max(seen, _MEMO_FLOOR)
     bits = max(b for b in _MEMO_BITS if 1 << b <= bound)
-    short = _SHORT_ARG if seen > _SMALL_PICKLE else _SHORT_ARG_SMALL
+    short = _short_args(seen)
     run = _RUNS.get((bits, short))
     if run is None:
         run = _RUNS[bits, short] = _run_pattern(bits, short)

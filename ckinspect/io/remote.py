@@ -19,7 +19,6 @@ fsspec and its backends (s3fs, aiohttp, ...) are the `remote` extra; a local pat
 
 from __future__ import annotations
 
-import bisect
 import os
 import re
 import time
@@ -163,12 +162,12 @@ def _filesystem(url: str) -> tuple[Any, str]:
         raise FetchError(f"{url}: {exc}") from None
 
 
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+://)[^/@?#]*@")
+_USERINFO = r"^([A-Za-z][A-Za-z0-9+.-]+://)[^/@?#]*@"  # compiled by `re` for the first error line, not at import
 
 
 def shown(url: str) -> str:
     """The URL as an error line may print it: no `user:password@`, no query (a presigned URL's signature)."""
-    url = _USERINFO.sub(r"\1", url)
+    url = re.sub(_USERINFO, r"\1", url)
     return url.split("?", 1)[0] + ("?…" if "?" in url else "")
 
 
@@ -178,7 +177,7 @@ def explain(url: str, exc: BaseException) -> str:
     chain = _chain(exc)
     status = next((st for st in map(_status, chain) if st is not None), None)
     text = next((str(e).splitlines()[0] for e in reversed(chain) if str(e)), type(exc).__name__)
-    text = _USERINFO.sub(r"\1", text.replace(raw, url))  # aiohttp's messages carry the URL it was given
+    text = re.sub(_USERINFO, r"\1", text.replace(raw, url))  # aiohttp's messages carry the URL it was given
     for applies, says in _EXPLANATIONS:  # the first that applies, in this order
         if applies(chain, status, text):
             return f"{url}: {says(status, text)}"
@@ -390,9 +389,11 @@ class RemoteFile:
         keys = [self._key] * len(starts)
         pieces: list[bytes] = self._call(lambda: self.fs.cat_ranges(keys, starts, ends, on_error="raise"))
         self.bytes_read += sum(len(p) for p in pieces)
+        from bisect import bisect_right  # remote range reads only: not an import of every local listing
+
         out = []
         for offset, length in ranges:
-            index = max(0, bisect.bisect_right(starts, offset) - 1)
+            index = max(0, bisect_right(starts, offset) - 1)
             rel = offset - starts[index]
             out.append(pieces[index][rel : rel + length] if rel >= 0 else b"")
         return out

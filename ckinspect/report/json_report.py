@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 from collections.abc import Mapping, Sequence
 
-from ckinspect.analysis.anatomy import cut_short, missing_tensors, summarize
+from ckinspect.analysis.anatomy import CutShort, cut_short, missing_tensors, summarize
 from ckinspect.analysis.params import optimizer_params
 from ckinspect.dtypes import dtype_info
 from ckinspect.fmt import bounded_repr, bounded_str
@@ -77,16 +76,20 @@ def file_entry(ckpt: Checkpoint) -> dict[str, Any]:
         "optimizer_share": round(anatomy.optimizer_share, 6),
         "metadata": metadata,
         "findings": [f.to_json() for f in ckpt.findings],
-        "cut_short": None
-        if short is None
-        else {
-            "missing_tensors": short.missing_tensors,
-            "declared_bytes": short.declared_bytes,
-            "declared_optimizer_share": round(short.optimizer_share, 6),
-            "salvage": f"ckinspect salvage {shlex.quote(str(ckpt.path))} OUT",
-        },
+        "cut_short": None if short is None else _cut_short(ckpt, short),
         "tensors": tensor_entries(ckpt.tensors, optimizer_params(ckpt), {t.name for t in missing}, ckpt.composites),
         "composite_tensors": composite_entries(ckpt.composites),
+    }
+
+
+def _cut_short(ckpt: Checkpoint, short: CutShort) -> dict[str, Any]:
+    import shlex  # only a cut-short file's salvage line needs it: not every JSON report's imports
+
+    return {
+        "missing_tensors": short.missing_tensors,
+        "declared_bytes": short.declared_bytes,
+        "declared_optimizer_share": round(short.optimizer_share, 6),
+        "salvage": f"ckinspect salvage {shlex.quote(str(ckpt.path))} OUT",
     }
 
 

@@ -37,6 +37,7 @@ from ckinspect.formats.pickle_scan import (
     scan_pickle,
     scan_source,
 )
+from tests.formats.pickle_bytes import run_lengths
 
 DIFFERENTIAL_EXAMPLES = int(os.environ.get("CKINSPECT_DIFFERENTIAL_EXAMPLES", "2000"))
 
@@ -213,12 +214,20 @@ def scans(data: bytes) -> dict[str, list[tuple[str, str]]]:
     decoder that accepts everything (the names are the ones it was asked for) or only torch's allowlist
     (the scan's general way for whatever it refuses)."""
     windowed = scan_source(lambda offset: BufferSource(data, offset), len(data), limit=1)
-    return {
+    ways = {
         "cpython": [(g.module, g.name) for g in scan_pickle(data).globals],
         "stack walk": [(g.module, g.name) for g in windowed[0].globals] if windowed else [],
         "decoding": _decoded(data, AcceptingDecoder),
         "decoding, allowlist only": _decoded(data, AllowlistDecoder),
     }
+    for short in (48, 256):  # a pickle this small is walked with no string in the run: the big ones' runs too
+        with run_lengths(short):
+            again = scan_source(lambda offset: BufferSource(data, offset), len(data), limit=1)
+            ways[f"cpython, runs of strings under {short}"] = [(g.module, g.name) for g in scan_pickle(data).globals]
+            ways[f"stack walk, runs of strings under {short}"] = (
+                [(g.module, g.name) for g in again[0].globals] if again else []
+            )
+    return ways
 
 
 def check(data: bytes) -> None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import classify_global, is_dangerous, scan_globals, scan_pickle, scan_stream
 from ckinspect.formats.unpickler import restricted_load
-from tests.formats.pickle_bytes import sunicode
+from tests.formats.pickle_bytes import run_lengths, sunicode
 
 
 def names(data: bytes) -> list[str]:
@@ -354,3 +354,19 @@ def collections_ordered_dict():
     import collections
 
     return collections.OrderedDict(x=1)
+
+
+_strings = st.text(max_size=300) | st.binary(max_size=300)  # across 48 and 256, the lengths a run may hold
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_strings | st.integers() | st.none(), max_size=12), st.integers(min_value=0, max_value=5))
+def test_the_strings_a_run_steps_over_change_no_answer(items, protocol):
+    # the run pattern's length alternatives are a speed choice by pickle size: every choice, same scan
+    data = pickle.dumps([items, {"k" * 70: items}, struct.Struct, items], protocol=protocol) + b"cos\nsystem\n."
+    answers = []
+    for short in (0, 48, 256):
+        with run_lengths(short):
+            answers.append((scan_pickle(data), scan_stream(data), scan_stream(data[:-3])))
+    assert answers[0] == answers[1] == answers[2]
+    assert [g.qualname for g in answers[0][1][1].globals] == ["os.system"]

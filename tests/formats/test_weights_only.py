@@ -118,3 +118,29 @@ def test_the_finding_says_what_to_do(tmp_path):
     assert finding.code == "WEIGHTS_ONLY_REFUSED" and finding.severity == "warning"
     assert "FRAME" in finding.message and "protocol 4" in finding.message
     assert "weights_only=False only if you trust" in finding.message and "pickle protocol 2" in finding.message
+
+
+def _genops_unreadable(data: bytes) -> list[str]:
+    """pickletools' own walk: the opcodes torch's unpickler lacks, first met first, up to STOP."""
+    import pickletools
+
+    seen: list[str] = []
+    for op, _arg, _pos in pickletools.genops(data):
+        if op.name not in TORCH_UNPICKLER_OPCODES and op.name not in seen:
+            seen.append(op.name)
+    return seen
+
+
+@pytest.mark.parametrize("protocol", range(6))
+def test_the_opcodes_torch_lacks_are_found_whichever_run_a_pickle_gets(monkeypatch, protocol):
+    # small pickles are walked with no string lengths in the run, big ones with 64: the same answer either way
+    from ckinspect.formats import pickle_findings
+
+    for name, obj in _objects().items():
+        data = pickle.dumps({**{"s" * n: "x" * n for n in (0, 1, 63, 64, 65, 255, 256)}, "obj": obj}, protocol)
+        expected = _genops_unreadable(data)
+        got = {}
+        for small in (0, 1 << 62):  # every pickle big, every pickle small
+            monkeypatch.setattr(pickle_findings, "_SMALL_PICKLE", small)
+            got[small] = pickle_findings.torch_unreadable_opcodes(data)
+        assert got[0] == got[1 << 62] == expected, (name, protocol)
