@@ -10,11 +10,23 @@ Side by side in one run, each in a fresh process with a warm page cache:
 Prints seconds, GB/s (bytes of both files / wall time), peak RSS and ratios; checks issue 4's target
 (>= 70% of cat's throughput, <= 256 MB peak RSS). Run by hand: needs 2x the size on disk and, for the
 torch side, ~2x the size in memory. Not part of the test suite.
+
+    python bench/bench_diff.py --tensors 10000,40000,160000,640000 [--previous DIR] [--dir D]
+
+Many small tensors instead (issue 26): two torch.save zips per size (bench/scale_sims.torch_zip: a model
+and AdamW moments of 4x4 tensors; A and B saved apart, so the weights differ and the moments agree), and
+per size, each a fresh process: `ckinspect diff --quick A B --report` against torch.load(mmap=True) of
+both + names, dtypes, shapes, strides and the other values compared, and `ckinspect diff A B --report`
+against torch.load of both + torch.equal per tensor and == on the rest. Printed: CPU seconds (user+sys),
+peak RSS, bytes read (rchar), the growth exponents of CPU and RSS between consecutive sizes (1.0 =
+linear), ours/torch. `--dir D` keeps the zips in D and re-uses them. `--previous DIR`: a checkout of an
+earlier ckinspect (DIR/ckinspect) measured beside this one, interleaved, with the ratio this/previous.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import subprocess
@@ -162,16 +174,110 @@ def table(rows: list[Run], nbytes: int, reference: Run) -> str:
     return "\n".join(lines)
 
 
+# What a user would otherwise run: load both, then compare what the diff compares.
+TORCH_STATE_DICTS = r"""
+def leaves(node, prefix=""):
+    if isinstance(node, torch.Tensor):
+        yield prefix, node
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            yield from leaves(v, f"{prefix}.{k}")
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            yield from leaves(v, f"{prefix}.{i}")
+    else:
+        yield prefix, node
+"""
+TORCH_QUICK = (
+    "import torch" + TORCH_STATE_DICTS,
+    "a, b = (dict(leaves(torch.load(p, mmap=True, weights_only=True))) for p in sys.argv[1:3])\n"
+    "def form(v):\n"
+    "    return (v.dtype, v.shape, v.stride()) if isinstance(v, torch.Tensor) else v\n"
+    "same = a.keys() == b.keys() and all(form(a[k]) == form(b[k]) for k in a)",
+)
+TORCH_FULL = (
+    "import torch" + TORCH_STATE_DICTS,
+    "a, b = (dict(leaves(torch.load(p, weights_only=True))) for p in sys.argv[1:3])\n"
+    "def same(x, y):\n"
+    "    if isinstance(x, torch.Tensor):\n"
+    "        return isinstance(y, torch.Tensor) and x.dtype == y.dtype and torch.equal(x, y)\n"
+    "    return x == y\n"
+    "changed = [k for k in a if k not in b or not same(a[k], b[k])] + [k for k in b if k not in a]",
+)
+DIFF_REPORT = "try:\n    main(['diff', *sys.argv[1:3], '--report'{}])\nexcept SystemExit:\n    pass"
+CKINSPECT_QUICK = ("from ckinspect.cli import main", DIFF_REPORT.format(", '--quick'"))
+CKINSPECT_FULL = ("from ckinspect.cli import main", DIFF_REPORT.format(""))
+
+
+def _exponent(now: float, before: float, n: int, m: int) -> str:
+    return f"{math.log(now / before) / math.log(n / m):.2f}" if before > 0 and now > 0 else "-"
+
+
+def many_tensors(sizes: list[int], folder: Path, previous: Path | None) -> None:
+    """The --tensors table: diff --quick and the full diff against torch, per size (see the docstring)."""
+    sys.path.insert(0, str(REPO))
+    from bench import scale_sims
+    from bench.bench_scale import measure
+
+    kinds = [("diff --quick", CKINSPECT_QUICK, TORCH_QUICK), ("diff", CKINSPECT_FULL, TORCH_FULL)]
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}", flush=True)
+    head = "| command | tensors | CPU s | peak RSS | bytes read | CPU exp. | RSS exp. | torch CPU s | torch RSS |"
+    head += " torch bytes read | ours / torch CPU | ours / torch RSS |"
+    if previous:
+        head += " previous CPU s | previous RSS | this / previous CPU |"
+    print(f"\n{head}\n|{'---|' * (head.count('|') - 1)}", flush=True)
+    last: dict[str, tuple[int, dict[str, float]]] = {}
+    for n in sizes:
+        pair = folder / f"a{n}.pt", folder / f"b{n}.pt"
+        for path in pair:
+            if not path.exists():
+                scale_sims.torch_zip(path, n)
+        size = pair[0].stat().st_size
+        for label, ours_kind, torch_kind in kinds:
+            ours = measure(ours_kind, pair)
+            before = measure(ours_kind, pair, previous) if previous else None
+            theirs = measure(torch_kind, pair)
+            m, prev = last.get(label, (0, {}))
+            cpu_exp = _exponent(ours["cpu"], prev.get("cpu", 0), n, m) if prev else "-"
+            rss_exp = _exponent(ours["rss_kb"], prev.get("rss_kb", 0), n, m) if prev else "-"
+            last[label] = (n, ours)
+            line = (
+                f"| `{label}` | {n:,} ({size / 1e6:,.0f} MB each) | {ours['cpu']:.2f} | "
+                f"{ours['rss_kb'] / 1024:,.0f} MiB | "
+                f"{ours['rchar'] / 1e6:,.1f} MB | {cpu_exp} | {rss_exp} | {theirs['cpu']:.2f} | "
+                f"{theirs['rss_kb'] / 1024:,.0f} MiB | {theirs['rchar'] / 1e6:,.1f} MB | "
+                f"{ours['cpu'] / theirs['cpu']:.2f}x | {ours['rss_kb'] / theirs['rss_kb']:.2f}x |"
+            )
+            if before:
+                line += (
+                    f" {before['cpu']:.2f} | {before['rss_kb'] / 1024:,.0f} MiB | {ours['cpu'] / before['cpu']:.2f}x |"
+                )
+            print(line, flush=True)
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gib", type=float, default=2.0, help="size of each checkpoint (default 2)")
+    ap.add_argument("--tensors", default="", help="instead: zips of this many small tensors (comma-separated)")
+    ap.add_argument("--previous", type=Path, help="with --tensors: an earlier checkout measured beside this one")
     ap.add_argument("--dir", type=Path, help="where to write (default: a fresh folder in /tmp)")
     ap.add_argument("--repeat", type=int, default=3, help="best of N for cat and ckinspect (torch runs once)")
     ap.add_argument("--keep", action="store_true", help="keep the files")
     args = ap.parse_args()
 
+    if args.tensors and args.dir:  # the zips are kept in DIR and re-used by the next run (640k take minutes)
+        args.dir.mkdir(parents=True, exist_ok=True)
+        many_tensors([int(n) for n in args.tensors.split(",")], args.dir, args.previous)
+        return 0
     folder = Path(tempfile.mkdtemp(prefix="ckinspect-bench-diff-", dir=args.dir))
     a, b = folder / "a.pth", folder / "b.pth"
+    if args.tensors:
+        try:
+            many_tensors([int(n) for n in args.tensors.split(",")], folder, args.previous)
+            return 0
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     try:
         t = time.perf_counter()
         size = write_in_child(a, int(args.gib * GIB))

@@ -90,12 +90,14 @@ HF_KEYS = ("import json, pathlib\nfrom safetensors import safe_open",
            "    with safe_open(idx.parent / shard, 'np') as f:\n        list(f.keys())")  # fmt: skip
 
 
-def measure(kind: tuple[str, str], target: Path | tuple[Path, ...]) -> dict[str, float]:
+def measure(kind: tuple[str, str], target: Path | tuple[Path, ...], tree: Path = REPO) -> dict[str, float]:
+    """One fresh process running `kind` on `target`; `tree`: the ckinspect checkout it imports."""
     code = _WRAP.replace("PREP", kind[0]).replace("CALL", kind[1])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # bytecode cached, as installed
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = str(tree)
     targets = [str(t) for t in (target if isinstance(target, tuple) else (target,))]
-    done = subprocess.run([PY, "-c", code, *targets], capture_output=True, text=True, env=env, check=False)
+    # cwd: `python -c` puts the working folder first on sys.path, which would shadow `tree`
+    done = subprocess.run([PY, "-c", code, *targets], capture_output=True, text=True, env=env, check=False, cwd=tree)
     last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     try:
         return json.loads(last)

@@ -22,6 +22,7 @@ from typing import Any
 
 from ckinspect.analysis.scan import worker_count
 from ckinspect.dtypes import dtype_info
+from ckinspect.formats.tree import no_gc
 from ckinspect.io import folders
 from ckinspect.io.blobs import Blobs, UnreadableStorage, files_differ
 from ckinspect.io.values import decode, raw_blocks, swap_unit
@@ -275,7 +276,7 @@ def _unwrap(name: str) -> str:
 
 def _namings(tensors: list[TensorInfo], role: dict[str, str]) -> list[_Naming]:
     out = [_Naming("", lambda n: n)]
-    if any(p in WRAPPERS for t in tensors for p in t.name.split(".")):
+    if any(any(w in t.name for w in WRAPPERS) and any(p in WRAPPERS for p in t.name.split(".")) for t in tensors):
         out.append(_Naming("'_orig_mod.'/'module.' wrappers removed", _unwrap))
     model = [t.name for t in tensors if role.get(t.name) == "model"]
     heads = {n.split(".", 1)[0] for n in model if "." in n}
@@ -299,18 +300,29 @@ def match_names(a: Checkpoint, b: Checkpoint) -> list[tuple[str | None, str | No
 
 
 def _match(ta: list[TensorInfo], ra: dict[str, str], tb: list[TensorInfo], rb: dict[str, str]):
+    """The reading of each side's names (as stored, unwrapped, a container's prefix dropped) that pairs the
+    most tensors; the first to pair all it can is kept, so two files named alike cost one dict per side."""
     best = None
+    most = min(len(ta), len(tb))  # no reading pairs more
+    namings_b = _namings(tb, rb)
+    readings_b: dict[int, dict[str, TensorInfo] | None] = {}  # each of B's readings built once, when first needed
     for na in _namings(ta, ra):
-        ka = {na.key(t.name): t for t in ta}
-        if len(ka) != len(ta):
+        ka = _keyed(ta, na)
+        if ka is None:
             continue  # this renaming would merge two tensors: not a valid reading
-        for nb in _namings(tb, rb):
-            kb = {nb.key(t.name): t for t in tb}
-            if len(kb) != len(tb):
+        for i, nb in enumerate(namings_b):
+            if i not in readings_b:
+                readings_b[i] = _keyed(tb, nb)
+            kb = readings_b[i]
+            if kb is None:
                 continue
             hits = len(ka.keys() & kb.keys())
             if best is None or hits > best[0]:
                 best = (hits, na, nb, ka, kb)
+            if hits == most:
+                break
+        if best is not None and best[0] == most:
+            break
     if best is None:  # no valid renaming at all (duplicate names): fall back to names as stored
         plain = _Naming("", lambda n: n)
         best = (0, plain, plain, {t.name: t for t in ta}, {t.name: t for t in tb})
@@ -322,6 +334,12 @@ def _match(ta: list[TensorInfo], ra: dict[str, str], tb: list[TensorInfo], rb: d
             f"{side}: {n.describe or 'names as stored'}" for side, n in (("A", na), ("B", nb))
         )
     return ka, kb, statement
+
+
+def _keyed(tensors: list[TensorInfo], naming: _Naming) -> dict[str, TensorInfo] | None:
+    """The tensors by their names under `naming`; None when it would merge two of them."""
+    keyed = {t.name: t for t in tensors} if not naming.describe else {naming.key(t.name): t for t in tensors}
+    return keyed if len(keyed) == len(tensors) else None
 
 
 # ---------------------------------------------------------------- raw byte comparison
@@ -491,6 +509,7 @@ def _unravel(flat: int | None, shape: tuple[int, ...]) -> list[int] | None:
 # ---------------------------------------------------------------- the diff
 
 
+@no_gc()  # a record per tensor, no cycles: the collector's passes over them grew faster than the tensors
 def diff_checkpoints(
     a: Checkpoint,
     b: Checkpoint,
@@ -535,16 +554,14 @@ def structure_diff(
     result.quick = True
     for p in pairs:
         x, y = p.ta, p.tb
-        common: dict[str, Any] = dict(a_name=x.name, b_name=y.name, a_dtype=x.dtype, b_dtype=y.dtype,
-                                      a_shape=x.shape, b_shape=y.shape, numel=x.numel)  # fmt: skip
-        if x.shape != y.shape:
-            result.changed.append(TensorChange(p.name, "shape", **common))
-        elif x.dtype != y.dtype:
-            result.changed.append(TensorChange(p.name, "dtype", **common))
-        elif _layout(x) != _layout(y):
-            result.changed.append(TensorChange(p.name, "layout", **common))
-        else:
+        alike = _kind(x) == _kind(y) if x.stride == y.stride else _layout(x) == _layout(y)
+        if alike and x.shape == y.shape and x.dtype == y.dtype:
             result.same_structure.append(p.name)
+            continue
+        reason = "shape" if x.shape != y.shape else "dtype" if x.dtype != y.dtype else "layout"
+        change = TensorChange(p.name, reason, a_name=x.name, b_name=y.name, a_dtype=x.dtype, b_dtype=y.dtype)
+        change.a_shape, change.b_shape, change.numel = x.shape, y.shape, x.numel
+        result.changed.append(change)
     if not only:
         _record_counter_changes(result, a, b)
         _record_value_changes(result, a, b)
@@ -554,7 +571,12 @@ def structure_diff(
 def _layout(t: TensorInfo) -> tuple[Any, ...]:
     """What --quick compares beyond dtype and shape: the strides (contiguous ones are all alike) and the
     layout a reader records (sparse, nested ...)."""
-    return ("contiguous" if t.is_contiguous else t.stride, getattr(t, "layout", "strided"))
+    return ("contiguous" if t.is_contiguous else t.stride, _kind(t))
+
+
+def _kind(t: TensorInfo) -> str:
+    """The storage's kind where a reader records one (sparse, nested ...)."""
+    return getattr(t, "layout", "strided")
 
 
 class _Run(Record):
@@ -817,10 +839,10 @@ _SCALAR_TYPES = (str, int, float, bool, bytes, bytearray, type(None))
 def non_tensor_values(ckpt: Checkpoint) -> dict[str, Any]:
     """Every scalar the checkpoint holds beside its tensors, by dotted path (`optimizer.param_groups.0.lr`,
     `loss`, `config.dim`): the decoded tree's leaves, or the reader's metadata when there is no tree."""
-    from ckinspect.formats.tree import walk
+    from ckinspect.formats.tree import scalar_leaves
 
     source = ckpt.tree if ckpt.tree is not None else ckpt.metadata
-    return {path: value for path, value in walk(source) if path and isinstance(value, _SCALAR_TYPES)}
+    return {path: value for path, value in scalar_leaves(source, _SCALAR_TYPES) if path}
 
 
 def same_value(x: Any, y: Any) -> bool:

@@ -7,6 +7,7 @@ import argparse
 from ckinspect.analysis.diff import why_not_comparable
 from ckinspect.api import compare, open_checked
 from ckinspect.commands.emit import emit, render_ci, text_layout
+from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint
 from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SAME_STRUCTURE
 
@@ -19,6 +20,7 @@ def _unreadable(ckpt: Checkpoint) -> str | None:
     return None
 
 
+@no_gc()  # a record per tensor (descriptors, changes, report rows), no cycles: collector passes only add time
 def run(args: argparse.Namespace) -> int:
     from ckinspect.report import diff_report
 

@@ -87,6 +87,26 @@ def walk(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
             stack.append((_join(path, key), child, depth + 1))
 
 
+def scalar_leaves(tree: Any, kinds: tuple[type, ...], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """The (dotted path, value) pairs of walk() whose value is an instance of `kinds`, in walk()'s order,
+    with no path built for a tensor: a diff of 640,000 tensors wants the few hundred scalars beside them."""
+    entered: set[int] = set()
+    stack: list[tuple[str, Any, int]] = [(prefix, tree, 0)]
+    while stack:
+        path, node, depth = stack.pop()
+        if isinstance(node, kinds):
+            yield path, node
+        if depth >= MAX_TREE_DEPTH or type(node) is TensorInfo:
+            continue
+        children = _children(node)
+        if children is None or id(node) in entered:
+            continue
+        entered.add(id(node))
+        for key, child in reversed(children):
+            if type(child) is not TensorInfo:
+                stack.append((_join(path, key), child, depth + 1))
+
+
 _SCALARS = (str, int, float, bool, type(None), bytes)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import mmap
+import os
 import warnings
 import zipfile
 
@@ -89,3 +91,40 @@ def test_quick_on_dcp_folders_trusts_their_metadata(tmp_path):
     assert quick.returncode == 0 and "same structure: 1 tensors match" in quick.stdout, quick.stdout + quick.stderr
     full = run_cli("diff", str(saved[0]), str(saved[1]), "--report")
     assert full.returncode != 0 and "same structure" not in full.stdout
+
+
+def _bytes_read() -> int:
+    """This process's bytes through read system calls so far (every read, pread and buffered file read)."""
+    with open("/proc/self/io") as f:
+        return int(next(line.split()[1] for line in f if line.startswith("rchar:")))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="counts reads through Linux's /proc/self/io")
+def test_quick_reads_almost_nothing_of_large_storages(tmp_path, monkeypatch):
+    """Counting the reads themselves: two files of 2 x 8 MiB of storage each, garbled in B; `diff --quick`
+    reads their directories and pickles (a few KiB) and maps nothing, where the full diff maps the storages."""
+    torch.manual_seed(0)
+    state = {"model": {"w": torch.randn(2048, 1024), "b": torch.zeros(4)}, "exp_avg": torch.randn(2048, 1024)}
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    torch.save(state, a)
+    torch.save(state, b)
+    _garbled(b)
+    storage_bytes = 2 * 2 * 2048 * 1024 * 4
+    mapped: list[int] = []
+    real_mmap = mmap.mmap
+
+    class Recording(real_mmap):  # type: ignore[misc,valid-type]
+        def __new__(cls, fileno: int, length: int, *args: object, **kwargs: object):
+            if os.path.realpath(f"/proc/self/fd/{fileno}") in (str(a.resolve()), str(b.resolve())):
+                mapped.append(length or os.fstat(fileno).st_size)
+            return real_mmap.__new__(cls, fileno, length, *args, **kwargs)
+
+    monkeypatch.setattr(mmap, "mmap", Recording)
+    assert run_cli("diff", a, b, "--report", "--quick").returncode == 0  # imports done: only the files remain
+    before = _bytes_read()
+    quick = run_cli("diff", a, b, "--report", "--quick")
+    read = _bytes_read() - before
+    assert quick.returncode == 0 and "same structure: 3 tensors match" in quick.stdout, quick.stdout + quick.stderr
+    assert read < 256 << 10 and not mapped, (read, mapped)  # storage: 32 MiB; a block read near a header at most
+    full = run_cli("diff", a, b, "--report")
+    assert full.returncode == 1 and sum(mapped) + _bytes_read() - before - read >= storage_bytes

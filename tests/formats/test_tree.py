@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ckinspect.formats.tree import flatten, walk
+from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten, scalar_leaves, walk
 from ckinspect.model import TensorInfo
 
 
@@ -41,3 +41,18 @@ def test_walk_survives_cycles_and_shared_subtrees():
     for _ in range(60):
         node = [node, node]
     assert len(flatten(node)) == 1
+
+
+def test_scalar_leaves_are_walks_scalars_in_walks_order():
+    """The diff's non-tensor values come from scalar_leaves: the same (path, value) pairs as walk() filtered,
+    through shared and cyclic containers, records' fields and a nest past MAX_TREE_DEPTH."""
+    shared = {"lr": 0.1, "w": _ti(), "betas": (0.9, 0.95)}
+    cyclic: list = [1, "x"]
+    cyclic.append(cyclic)
+    deep: dict = {"leaf": 7}
+    for _ in range(MAX_TREE_DEPTH + 2):
+        deep = {"d": deep, "n": None}
+    tree = {"a": shared, "b": shared, "c": cyclic, "t": _ti(), "deep": deep, "step": 3, "flag": True, b"k": b"v"}
+    kinds = (str, int, float, bool, bytes, type(None))
+    assert list(scalar_leaves(tree, kinds)) == [(p, v) for p, v in walk(tree) if isinstance(v, kinds)]
+    assert ("a.lr", 0.1) in list(scalar_leaves(tree, kinds)) and ("step", 3) in list(scalar_leaves(tree, kinds))
