@@ -40,23 +40,31 @@ REPO = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
 MIB = 1 << 20
 
-TORCH_EQUAL = r"""
-import sys, torch
-a = torch.load(sys.argv[1], weights_only=True, map_location="cpu")
-b = torch.load(sys.argv[2], weights_only=True, map_location="cpu")
-def tensors(node, prefix=""):
+# What a user would otherwise run: load both, then compare what the diff compares.
+TORCH_STATE_DICTS = r"""
+def leaves(node, prefix=""):
     if isinstance(node, torch.Tensor):
         yield prefix, node
     elif isinstance(node, dict):
         for k, v in node.items():
-            yield from tensors(v, f"{prefix}.{k}")
+            yield from leaves(v, f"{prefix}.{k}")
     elif isinstance(node, (list, tuple)):
         for i, v in enumerate(node):
-            yield from tensors(v, f"{prefix}.{i}")
-ta, tb = dict(tensors(a)), dict(tensors(b))
+            yield from leaves(v, f"{prefix}.{i}")
+    else:
+        yield prefix, node
+"""
+TORCH_EQUAL = (
+    "import sys, torch"
+    + TORCH_STATE_DICTS
+    + r"""
+a = torch.load(sys.argv[1], weights_only=True, map_location="cpu")
+b = torch.load(sys.argv[2], weights_only=True, map_location="cpu")
+ta, tb = ({k: v for k, v in leaves(x) if isinstance(v, torch.Tensor)} for x in (a, b))
 same = ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
 sys.exit(0 if same else 1)
 """
+)
 
 
 @dataclass
@@ -174,20 +182,6 @@ def table(rows: list[Run], nbytes: int, reference: Run) -> str:
     return "\n".join(lines)
 
 
-# What a user would otherwise run: load both, then compare what the diff compares.
-TORCH_STATE_DICTS = r"""
-def leaves(node, prefix=""):
-    if isinstance(node, torch.Tensor):
-        yield prefix, node
-    elif isinstance(node, dict):
-        for k, v in node.items():
-            yield from leaves(v, f"{prefix}.{k}")
-    elif isinstance(node, (list, tuple)):
-        for i, v in enumerate(node):
-            yield from leaves(v, f"{prefix}.{i}")
-    else:
-        yield prefix, node
-"""
 TORCH_QUICK = (
     "import torch" + TORCH_STATE_DICTS,
     "a, b = (dict(leaves(torch.load(p, mmap=True, weights_only=True))) for p in sys.argv[1:3])\n"

@@ -250,25 +250,14 @@ def _shared_storage(views: list[TensorInfo], storage: StorageInfo | None, bits_o
     to `group_bytes`) and its largest view's name; views reaching past its bytes are added to `missing`."""
     extents = []
     for t in views:
-        bits = bits_of[t.dtype]
-        extents.append(_extent(t, bits))
-        reach = _reach(t, bits)
-        if reach is not None and (storage is None or storage.nbytes < reach):
-            missing.append(t)
+        extent = _extent(t, bits_of[t.dtype])
+        extents.append(extent)
+        if 0 not in t.shape and (storage is None or storage.nbytes < extent[1]):
+            missing.append(t)  # it reaches bytes the storage lacks
     # a reader that lists no storage for it: the views tell its extent
     size = storage.nbytes if storage is not None else max((end for _, end in extents), default=0)
     used = _attribute(views, extents, size, group_bytes)
     return size, used, max(views, key=lambda t: t.nbytes).name if views else None
-
-
-def _reach(tensor: TensorInfo, bits: int) -> int | None:
-    """The byte past the last one the view reaches in its storage (byte_offset + span_bytes); None without elements."""
-    if 0 in tensor.shape:
-        return None
-    last = tensor.storage_offset
-    for size, step in zip(tensor.shape, tensor.stride, strict=True):
-        last += (size - 1) * step
-    return (last + 1) * bits + 7 >> 3
 
 
 def bits_by_dtype(tensors: Iterable[TensorInfo]) -> dict[str, int]:
@@ -294,7 +283,7 @@ def _count(ckpt: Checkpoint) -> Anatomy:
         view = only_view.get(key)
         if view is not None and key not in shared:  # the common case: one tensor, one storage
             bits = bits_of[view.dtype]
-            offset = view.storage_offset  # _extent(view, bits) and _reach(view, bits), inlined
+            offset = view.storage_offset  # _extent(view, bits), inlined
             start = end = offset * bits >> 3
             if 0 not in view.shape:  # else no elements: it reaches nothing, misses nothing
                 last = 0
