@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import pickletools
 import re
@@ -16,7 +17,13 @@ from ckinspect.formats.pickle_scan import (
     PickleScan,
 )
 from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten
-from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
+from ckinspect.formats.unpickler import (
+    NATIVE_STORAGE,
+    StorageRef,
+    _StorageType,
+    restricted_load,
+    storage_persistent_load,
+)
 from ckinspect.model import Checkpoint, TensorInfo
 
 TYPE_CHECKING = False
@@ -323,6 +330,12 @@ class StorageCollector:
                     steps.step("storages named by the pickle", len(storages))
                 return ref
         return self._general(pid)
+
+    def native_storages(self) -> tuple:
+        """__call__'s first branch as the compiled pass takes it itself (pickle_walk.c's fast_storage)."""
+        ref_fields, storage_type, type_fields = NATIVE_STORAGE
+        return (self.storages, self.key_prefix, ref_fields, storage_type, type_fields, steps.EVERY,
+                functools.partial(steps.step, "storages named by the pickle"))  # fmt: skip
 
     def _general(self, pid: Any) -> Any:
         ref = storage_persistent_load(pid)
