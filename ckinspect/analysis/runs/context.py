@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 Order = tuple[int, float, str]  # (step as listed, or -1; time; path): oldest first
 Shapes = tuple[tuple[str, tuple[int, ...]], ...]  # a model's (tensor name, shape), sorted: hashable, interned
-RUN_CODES = ("MISSING_PARTS", "PARTS_DISAGREE", "MIXED_RUN")
 
 
 class SaveFacts(Record):
