@@ -228,12 +228,18 @@ class Follower:
                 continue
             read, kept = next(readings)
             assert read is ckpt  # read in the plan's order
-            event = self._settled(ckpt, files, self._judge(ckpt, files, kind, kept), quiet, kept)
-            if event is not None:
-                yield self._event(event)
-                yield from (self._event(e) for e in self._rejudged(ckpt.path))
-            elif once:
+            yield from self._judged(ckpt, files, kind, quiet, kept, once)
+
+    def _judged(self, ckpt: RunCheckpoint, files: Signature, kind: str, quiet: bool, kept: dict[Path, Kept],
+                once: bool) -> Iterator[Event]:  # fmt: skip
+        """A save the judge has read: its event, then the earlier saves it makes the run judge otherwise."""
+        event = self._settled(ckpt, files, self._judge(ckpt, files, kind, kept), quiet, kept)
+        if event is None:
+            if once:
                 yield self._event(Event(IN_PROGRESS, ckpt))
+            return
+        yield self._event(event)
+        yield from (self._event(e) for e in self._rejudged(ckpt.path))
 
     def _plan(self, once: bool) -> tuple[list[tuple[RunCheckpoint, Signature, str, bool]], list[Path]]:
         """What this poll judges, oldest first: (checkpoint, files, kind, quiet), and the judged saves that
@@ -376,23 +382,26 @@ class Follower:
         quietly)."""
         events = []
         for path, held in self.saves.items():
-            if path == newest:
-                continue
-            run_level = self.context.findings(path)
-            if run_level == held.run_level:
-                continue
-            ckpt = held.checkpoint
-            before = (ckpt.verdict, sorted(f.code for f in held.run_level))
-            own = [f for f in ckpt.findings if f not in held.run_level]
-            peers = [f for f in run_level if f.code == "MISSING_PARTS"]
-            ckpt.findings = peers + own + [f for f in run_level if f not in peers]
-            give_verdict(ckpt, held.resumable.__bool__)
-            held.run_level = run_level
-            if (ckpt.verdict, sorted(f.code for f in run_level)) != before:
-                event = Event(REJUDGED, _kept_of(ckpt), findings=_own_findings(ckpt))
-                event.seconds_after_save = max(0.0, self.clock() - ckpt.time)
+            run_level = self.context.findings(path) if path != newest else held.run_level
+            if run_level != held.run_level and (event := self._judged_again(held, run_level)) is not None:
                 events.append(event)
         return events
+
+    def _judged_again(self, held: _Judged, run_level: list[Finding]) -> Event | None:
+        """An earlier save's verdict given again with the run-level findings it has now; its event, where
+        its verdict or their codes changed."""
+        ckpt = held.checkpoint
+        before = (ckpt.verdict, sorted(f.code for f in held.run_level))
+        own = [f for f in ckpt.findings if f not in held.run_level]
+        peers = [f for f in run_level if f.code == "MISSING_PARTS"]
+        ckpt.findings = peers + own + [f for f in run_level if f not in peers]
+        give_verdict(ckpt, held.resumable.__bool__)
+        held.run_level = run_level
+        if (ckpt.verdict, sorted(f.code for f in run_level)) == before:
+            return None
+        event = Event(REJUDGED, _kept_of(ckpt), findings=_own_findings(ckpt))
+        event.seconds_after_save = max(0.0, self.clock() - ckpt.time)
+        return event
 
     def _forget(self, gone: list[Path]) -> list[Event]:
         """Saves judged before and removed since (a run's rotation, `save_total_limit`): their facts leave the
