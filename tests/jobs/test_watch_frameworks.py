@@ -54,15 +54,22 @@ def seen(events) -> list[tuple[str, str, str, list[str]]]:
 
 
 def live(source: Path, target: Path, names: list[str]) -> list:
-    """The run's saves appearing one at a time in `target`, watch polling after each."""
+    """The run's saves appearing one at a time in `target`, watch polling after each. Deciding what the
+    run tells of each save reads no stored byte twice, and keeps no listing of an earlier save."""
+    from ckinspect.io.blobs import logging_reads
+
     target.mkdir(parents=True)
     watch = Follower(target.parent if target.name == "checkpoints" else target, settle=30.0, clock=later)
     events = []
     try:
-        for name in names:
-            copy = shutil.copytree if (source / name).is_dir() else shutil.copy2
-            copy(source / name, target / name)
-            events += watch.poll()
+        with logging_reads() as log:
+            for name in names:
+                copy = shutil.copytree if (source / name).is_dir() else shutil.copy2
+                copy(source / name, target / name)
+                events += watch.poll()
+        assert log.ranges and log.read_again() == dict.fromkeys(log.ranges, 0)
+        assert all(part.checkpoint is None for held in watch.saves.values() for part in held.checkpoint.parts)
+        assert len(watch.context.saves) == len(names) and len(watch.context._models) == 1  # one model's shapes
     finally:
         watch.close()
     return events
@@ -191,6 +198,20 @@ def test_a_restart_with_another_model_makes_the_older_saves_mixed_run_in_watch(t
     assert watched(events) == expected
     assert watched(backlog(folder)) == expected
     assert set(answers(folder, capsys).values()) == {None}
+    # the other run's save removed: the older saves are the run's newest model again, good as last-good says
+    watch = Follower(folder, settle=30.0, clock=later)
+    try:
+        before = watch.poll()
+        (folder / names[-1]).unlink()
+        after = watch.poll()
+    finally:
+        watch.close()
+    assert seen(after) == [
+        (REJUDGED, names[0], "good", ["BOOKKEEPING_SENTINEL"]),
+        (REJUDGED, names[1], "good", ["BOOKKEEPING_SENTINEL"]),
+    ]
+    assert watched(before + after) == last_good_all(folder, capsys) | {names[-1]: expected[names[-1]]}
+    assert set(answers(folder, capsys).values()) == {str(folder / names[1])}
 
 
 def test_watch_reports_the_earlier_save_again_in_its_lines_and_fails_on_it(tmp_path, capsys):
