@@ -712,6 +712,8 @@ static PyObject *decode(PyObject *module, PyObject *args)
             goto decline;
     }
 decline:
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception))
+        goto done; /* KeyboardInterrupt and the like: the user's, not the pickle's */
     PyErr_Clear(); /* whatever went wrong, the pure path meets it again and says what it is */
     Py_INCREF(Py_None);
     result = Py_None;
