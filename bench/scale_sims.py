@@ -19,6 +19,7 @@ regions are holes (`seek` past them), which read back as zeros, the values the C
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -77,6 +78,41 @@ def template_length(parts: list[bytes | int]) -> int:
     return sum(p if isinstance(p, int) else len(p) for p in parts)
 
 
+class SparseWriter:
+    """write_template's bytes through os.pwrite: the bytes between two holes in one call (an item's last bytes
+    and the next item's first), no seek (a buffered file's seek is a flush and a syscall per part)."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.pos = self.start = 0
+        self.pending = bytearray()
+
+    def write(self, parts: list[bytes | int]) -> None:
+        for part in parts:
+            if isinstance(part, int):
+                self.flush()
+                self.pos += part
+            else:
+                if not self.pending:
+                    self.start = self.pos
+                self.pending += part
+                self.pos += len(part)
+        if len(self.pending) > 1 << 20:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            os.pwrite(self.fd, self.pending, self.start)
+            self.pending.clear()
+
+    def close(self) -> int:
+        """Flush, cut the file at the end of what was written (holes included) and close; returns its length."""
+        self.flush()
+        os.ftruncate(self.fd, self.pos)
+        os.close(self.fd)
+        return self.pos
+
+
 def write_template(f, parts: list[bytes | int]) -> None:
     for part in parts:
         if isinstance(part, int):
@@ -121,13 +157,16 @@ PARAM_GROUP = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.
                "fused": None, "decoupled_weight_decay": True, "initial_lr": 1e-4}  # fmt: skip
 
 
-def _rank_items(rank: int, ranks: int, params, zero_size):
+def _rank_items(rank: int, ranks: int, params, zero_size, shard_size=None):
     """One rank's save plan as FSDP2 makes it: Shard(0) chunks (torch.chunk sizes) of every weight and both
     moments, a replicated 0-d `step` per parameter, the flattened param group; and planner_data as
     flatten_state_dict makes it. Items are (kind, fqn, offsets, sizes, global size); every object is made
-    where _dcp_plans' WriteItems would make it, so that the pickle's memo sees the same sharing either way."""
+    where _dcp_plans' WriteItems would make it, so that the pickle's memo sees the same sharing either way.
+    `shard_size`: what makes a shard's offsets and sizes (torch.Size; dcp_save_stream passes tuple where only
+    their integers are written)."""
     import torch
 
+    size_of = shard_size or torch.Size
     items, mappings = [], {}
     for fqn, shape in params:
         per = math.ceil(shape[0] / ranks)
@@ -139,9 +178,9 @@ def _rank_items(rank: int, ranks: int, params, zero_size):
             mappings[key] = path
             if rows <= 0:
                 continue
-            offsets = torch.Size((start,) + (0,) * (len(shape) - 1))
-            sizes = torch.Size((rows,) + shape[1:])
-            items.append(("shard", key, offsets, sizes, torch.Size(shape)))
+            offsets = size_of((start,) + (0,) * (len(shape) - 1))
+            sizes = size_of((rows,) + shape[1:])
+            items.append(("shard", key, offsets, sizes, size_of(shape)))
         key = f"optim.state.{fqn}.step"
         mappings[key] = ("optim", "state", fqn, "step")
         zero = zero_size()
@@ -426,6 +465,7 @@ _MEMO = pickle.MEMOIZE
 _TUPLE_CODES = {1: pickle.TUPLE1, 2: pickle.TUPLE2, 3: pickle.TUPLE3}
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _int_code(value: int) -> bytes:
     """What pickle (protocol 4, C and Python alike) writes for an int."""
     if 0 <= value <= 0xFF:
@@ -565,7 +605,9 @@ class _MetadataStream:
         self.index_keys = tuple(MetadataIndex("x", size, 0).__dict__)
         self.info_keys = tuple(_StorageInfo("x", 0, 0).__getstate__())
         self.entry_keys = tuple(TensorStorageMetadata(None, size, []).__dict__)  # type: ignore[arg-type]
-        self.cached: dict[int, bytes] = {}
+        self.chunk_known: list[bytes] | None = None
+        self.record_known: list[bytes] | None = None
+        self.size_codes: dict[tuple[int, ...], list[bytes]] = {}
 
     def _known(self, objs) -> list[bytes] | None:
         """The BINGETs of `objs`, or None while one of them has not been written yet."""
@@ -580,10 +622,14 @@ class _MetadataStream:
     def _size(self, get_size: bytes, dims) -> list[bytes]:
         """save(torch.Size(dims)) for a Size nothing refers to again: REDUCE of (Size, (tuple,)), each save() a
         segment (a possible frame boundary before it)."""
-        p = self.p
-        segs = [b"", get_size, b"", b""]  # save(Size), save(Size class), save(args), save(tuple)
-        segs += [_int_code(d) for d in dims]
-        segs[-1] += _TUPLE_CODES[len(dims)] + p.forget() + pickle.TUPLE1 + p.forget() + pickle.REDUCE + p.forget()
+        self.p.count += 3  # the tuple, the args tuple and the Size are memoized
+        segs = self.size_codes.get(dims)
+        if segs is None:
+            segs = [b"", get_size, b"", b""]  # save(Size), save(Size class), save(args), save(tuple)
+            segs += [_int_code(d) for d in dims]
+            segs[-1] += _TUPLE_CODES[len(dims)] + _MEMO + pickle.TUPLE1 + _MEMO + pickle.REDUCE + _MEMO
+            if len(self.size_codes) < 1 << 16:
+                self.size_codes[dims] = segs
         return segs
 
     def _emit(self, segs: list[bytes]) -> None:
@@ -598,7 +644,8 @@ class _MetadataStream:
     def chunk(self, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> None:
         """save(ChunkStorageMetadata(Size(offsets), Size(sizes))) for a chunk nothing refers to again."""
         chunk_cls, size_cls = self.classes[0], self.classes[4]
-        known = self._known((chunk_cls, self.chunk_keys[0], self.chunk_keys[1], size_cls))
+        known = self.chunk_known or self._known((chunk_cls, self.chunk_keys[0], self.chunk_keys[1], size_cls))
+        self.chunk_known = known
         if known is None:  # the first chunk: its class and field names are written here, and kept
             torch = self.torch
             self.p.save(chunk_cls(torch.Size(offsets), torch.Size(sizes)))
@@ -641,15 +688,18 @@ class _MetadataStream:
         _, index_cls, info_cls, _, size_cls = self.classes
         f_fqn, f_index, f_offset = self.index_keys
         f_path, f_at, f_length = self.info_keys
-        known = self._known((index_cls, info_cls, size_cls, f_fqn, f_index, f_offset, f_path, f_at, f_length, path))
-        if known is None:  # the first record of a file: its name is written here (and its classes, the first time)
+        known = self.record_known or self._known((index_cls, info_cls, size_cls, f_fqn, f_index, f_offset, f_path,
+                                                   f_at, f_length))  # fmt: skip
+        self.record_known = known
+        get_path = self.p.ref(path)
+        if known is None or get_path is None:  # a file's first record: its name is written here (and the classes)
             from torch.distributed.checkpoint.filesystem import _StorageInfo
             from torch.distributed.checkpoint.metadata import MetadataIndex
 
             self.p.save(MetadataIndex(fqn, offsets, index))
             self.p.save(_StorageInfo(path, offset, length))
             return
-        get_index, get_info, get_size, g_fqn, g_index, g_offset, g_path, g_at, g_length, get_path = known
+        get_index, get_info, get_size, g_fqn, g_index, g_offset, g_path, g_at, g_length = known
         p = self.p
         get_fqn = p.ref(fqn)
         if get_fqn is None:
@@ -723,10 +773,12 @@ def dcp_save_stream(folder: Path, ranks: int, size: str = "405b", progress=None,
     def zero_size():
         return torch.Size(())
 
-    def items_of(rank: int):
-        return _rank_items(rank, ranks, params, zero_size)
+    def items_of(rank: int):  # a shard's offsets and sizes as tuples: only their integers are written
+        return _rank_items(rank, ranks, params, zero_size, tuple)
 
-    made = {0: items_of(0)}  # the ranks whose keys the pickle refers to again: rank 0's and the last rank's
+    # the ranks whose objects the pickle refers to again: rank 0's (md's keys and sizes, planner_data's values)
+    # and the last rank's (planner_data's keys)
+    made = {0: _rank_items(0, ranks, params, zero_size)}
     made.setdefault(ranks - 1, items_of(ranks - 1))
     kept = {(rank, item[1]): item for rank, (items, _) in made.items() for item in items}
     owners = _dedup_owners(made[0][0], ranks)
@@ -768,26 +820,25 @@ def dcp_save_stream(folder: Path, ranks: int, size: str = "405b", progress=None,
             templates: dict[tuple, list[bytes | int]] = {}
             for rank in range(ranks):
                 name = f"__{rank}_0.distcp"
-                with open(folder / name, "wb") as f:
-                    for item in (made[rank] if rank in made else items_of(rank))[0]:
-                        kind, key = item[0], item[1]
-                        if kind != "shard" and owners[key] != rank:
-                            continue  # dedup: another rank writes it
-                        kind, key, offsets, sizes, _whole = kept.get((rank, key), item)
-                        if kind == "bytes":
-                            buf = io.BytesIO()
-                            torch.save(_bytes_value(key, params), buf)
-                            parts: list[bytes | int] = [buf.getvalue()]
-                        else:
-                            if tuple(sizes) not in templates:
-                                templates[tuple(sizes)] = saved_template(torch.zeros(sizes, dtype=torch.float32))
-                            parts = templates[tuple(sizes)]
-                            counts["chunks"] += 1
-                        offset = f.tell()
-                        write_template(f, parts)
-                        yield kind, key, rank, offsets, name, offset, f.tell() - offset
-                    f.truncate()
-                    counts["apparent_bytes"] += f.tell()
+                f = SparseWriter(folder / name)
+                for item in (made[rank] if rank in made else items_of(rank))[0]:
+                    kind, key = item[0], item[1]
+                    if kind != "shard" and owners[key] != rank:
+                        continue  # dedup: another rank writes it
+                    kind, key, offsets, sizes, _whole = kept.get((rank, key), item)
+                    if kind == "bytes":
+                        buf = io.BytesIO()
+                        torch.save(_bytes_value(key, params), buf)
+                        parts: list[bytes | int] = [buf.getvalue()]
+                    else:
+                        if tuple(sizes) not in templates:
+                            templates[tuple(sizes)] = saved_template(torch.zeros(sizes, dtype=torch.float32))
+                        parts = templates[tuple(sizes)]
+                        counts["chunks"] += 1
+                    offset = f.pos
+                    f.write(parts)
+                    yield kind, key, rank, offsets, name, offset, f.pos - offset
+                counts["apparent_bytes"] += f.close()
                 if (rank + 1) % 64 == 0:
                     say(f"{rank + 1} rank files written")
 
