@@ -165,10 +165,10 @@ def row(family: str, size: str, ours: dict, theirs: dict, exponent: float | None
     mark = "~" if theirs.get("extrapolated") else ""
     call = f"{mark}{theirs['in_call']:.2f} in call" + (f", extrapolated by exponent {theirs['extrapolated']:.2f}"
                                                        if mark else "")  # fmt: skip
+    share = "-" if math.isnan(ratio) else f"{mark}{ratio:.2f}x ({mark}{in_call:.2f}x of the call)"
     return (f"| {family} | {size} | {cpu} | {_mib(ours['rss_kb'])} | {ours['rchar'] / 1e6:,.1f} MB | "
             f"{mark}{theirs['cpu']:.2f} ({call}) | {mark}{_mib(theirs['rss_kb'])} | "
-            f"{mark}{theirs['rchar'] / 1e6:,.1f} MB | {growth} | "
-            f"{mark}{ratio:.2f}x ({mark}{in_call:.2f}x of the call) |")  # fmt: skip
+            f"{mark}{theirs['rchar'] / 1e6:,.1f} MB | {growth} | {share} |")  # fmt: skip
 
 
 def extrapolated(measured: list[tuple[int, dict]], size: int) -> dict:
