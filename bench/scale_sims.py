@@ -486,6 +486,14 @@ def _str_code(text: str) -> bytes:
     return pickle.BINUNICODE + struct.pack("<I", len(encoded)) + encoded
 
 
+_NEWOBJ_STATE = pickle.EMPTY_TUPLE + pickle.NEWOBJ + _MEMO + pickle.EMPTY_DICT + _MEMO + pickle.MARK
+
+
+def _size_end(dims: int) -> bytes:
+    """After a Size's integers: its tuple, the reduce's args tuple, the REDUCE, each memoized."""
+    return _TUPLE_CODES[dims] + _MEMO + pickle.TUPLE1 + _MEMO + pickle.REDUCE + _MEMO
+
+
 class _CPickler(pickle._Pickler):  # type: ignore[name-defined]
     """pickle's own pure-Python Pickler at protocol 4, made to write what CPython's C pickler (the `pickle.dump` of
     FileSystemWriter.finish) writes: the same frames (a frame is committed when a save() starts at 64 KiB or more, in
@@ -608,6 +616,8 @@ class _MetadataStream:
         self.chunk_known: list[bytes] | None = None
         self.record_known: list[bytes] | None = None
         self.size_codes: dict[tuple[int, ...], list[bytes]] = {}
+        self.chunk_tails: dict[tuple, bytes] = {}
+        self.record_tails: dict[tuple, bytes] = {}
 
     def _known(self, objs) -> list[bytes] | None:
         """The BINGETs of `objs`, or None while one of them has not been written yet."""
@@ -652,6 +662,17 @@ class _MetadataStream:
             return
         get_cls, get_offsets, get_sizes, get_size = known
         p = self.p
+        # the same bytes in one piece when no frame can end inside them (a chunk's 8 objects are memoized)
+        tail = self.chunk_tails.get((offsets[1:], sizes))
+        if tail is None:
+            tail = self.chunk_tails[(offsets[1:], sizes)] = (
+                b"".join(map(_int_code, offsets[1:])) + _size_end(len(offsets)) + get_sizes + get_size
+                + b"".join(map(_int_code, sizes)) + _size_end(len(sizes)) + pickle.SETITEMS + pickle.BUILD)  # fmt: skip
+        blob = get_cls + _NEWOBJ_STATE + get_offsets + get_size + _int_code(offsets[0]) + tail
+        if p.room(len(blob)):
+            p.count += 8
+            p.framer.current_frame.write(blob)
+            return
         segs = [b"", get_cls, pickle.EMPTY_TUPLE + pickle.NEWOBJ + p.forget()]
         segs.append(pickle.EMPTY_DICT + p.forget() + pickle.MARK)
         segs.append(get_offsets)
@@ -702,8 +723,24 @@ class _MetadataStream:
         get_index, get_info, get_size, g_fqn, g_index, g_offset, g_path, g_at, g_length = known
         p = self.p
         get_fqn = p.ref(fqn)
-        if get_fqn is None:
-            get_fqn = _str_code(fqn) + p.forget()
+        fresh = get_fqn is None
+        if fresh:
+            get_fqn = _str_code(fqn) + _MEMO
+        # the same bytes in one piece when no frame can end inside them (7 objects memoized, 8 with a new fqn)
+        tail = self.record_tails.get(offsets[1:])
+        if tail is None:
+            ints = b"".join(map(_int_code, offsets[1:]))
+            tail = ints + _size_end(len(offsets)) + pickle.SETITEMS + pickle.BUILD + get_info + _NEWOBJ_STATE + g_path
+            self.record_tails[offsets[1:]] = tail
+        blob = b"".join((get_index, _NEWOBJ_STATE, g_fqn, get_fqn, g_index, _int_code(index), g_offset, get_size,
+                         _int_code(offsets[0]), tail, get_path, g_at, _int_code(offset), g_length, _int_code(length),
+                         pickle.SETITEMS + pickle.BUILD))  # fmt: skip
+        if p.room(len(blob)):
+            p.count += 7 + fresh
+            p.framer.current_frame.write(blob)
+            return
+        if fresh:
+            p.count += 1
         segs = [b"", get_index, pickle.EMPTY_TUPLE + pickle.NEWOBJ + p.forget()]
         segs.append(pickle.EMPTY_DICT + p.forget() + pickle.MARK)
         segs += [g_fqn, get_fqn, g_index, _int_code(index), g_offset]
