@@ -147,6 +147,7 @@ def _stepped_batches_findings(fit_loop: Mapping[str, Any], automatic: int) -> li
     every batch. A save made inside a batch (a step or validation callback) is one behind, and a resume
     from one counts that batch again: within one of the count it agrees."""
     stepped = _counter(fit_loop, STEPPED_BATCHES)
+    path: tuple[str, ...]
     if _maybe_manual(fit_loop):
         counted, path, what = _counter(fit_loop, BATCHES), BATCHES, "training batches processed"
     else:
