@@ -641,8 +641,8 @@ def _extents_of(fqn: str, dtype: str, size: tuple[int, ...], read: list[Any]) ->
 
 def _whole_storage(storage: StorageInfo, tensor: TensorInfo) -> bool:
     """The tensor is all of its storage, contiguous, its bytes addressable in place."""
-    return (storage.offset is not None and storage.deflated is None and tensor.is_contiguous
-            and not tensor.storage_offset and storage.nbytes == tensor.nbytes and storage.dtype == tensor.dtype)  # fmt: skip
+    in_place = storage.offset is not None and storage.deflated is None and storage.dtype == tensor.dtype
+    return in_place and tensor.is_contiguous and not tensor.storage_offset and storage.nbytes == tensor.nbytes
 
 
 def _tiles(size: tuple[int, ...], chunks: list[Any]) -> bool:
