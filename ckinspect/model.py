@@ -123,6 +123,13 @@ class Extents:
         at = 2 * self.ndim * i + self.ndim
         return tuple(self.box[at : at + self.ndim])
 
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's shape, as far as its chunks reach."""
+        n = self.ndim
+        box = self.box
+        return tuple(max((box[at + d] + box[at + n + d] for at in range(0, len(box), 2 * n)), default=0)
+                     for d in range(n))  # fmt: skip
+
     def box_of(self, i: int) -> str:
         """A chunk's box as the per-chunk listing named it: `[0:4,0:8]`."""
         return "[" + ",".join(f"{o}:{o + s}" for o, s in zip(self.offsets(i), self.sizes(i), strict=True)) + "]"
