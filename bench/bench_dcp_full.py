@@ -63,8 +63,9 @@ def real_save(folder: Path, mib: int, ranks: int = 8) -> None:
 def line(label: str, ours: dict, before: dict | None, theirs: dict) -> str:
     b = f"{before['cpu']:7.2f} s {before['rss_kb'] / 1024:6.0f} MiB" if before else " " * 19
     ratio = f"{ours['cpu'] / before['cpu']:5.2f}x cpu {ours['rss_kb'] / before['rss_kb']:5.2f}x rss" if before else ""
-    return (f"{label:<22} {ours['cpu']:7.2f} s {ours['rss_kb'] / 1024:6.0f} MiB | {b} | {theirs['cpu']:7.2f} s "
-            f"{theirs['rss_kb'] / 1024:6.0f} MiB | {ratio} | ours/torch {ours['cpu'] / theirs['cpu']:5.2f}x cpu")  # fmt: skip
+    torch = f"{theirs['cpu']:7.2f} s {theirs['rss_kb'] / 1024:6.0f} MiB"
+    mine = f"{ours['cpu']:7.2f} s {ours['rss_kb'] / 1024:6.0f} MiB"
+    return f"{label:<22} {mine} | {b} | {torch} | {ratio} | ours/torch {ours['cpu'] / theirs['cpu']:5.2f}x cpu"
 
 
 def main() -> None:
