@@ -430,19 +430,18 @@ class _Lister:
             if found is None:
                 continue
             reader, offset, length, relative = found
-            blob = Checkpoint(path=self.folder / relative, format="torch-zip", file_bytes=length)
-            tensor = _chunk_tensor(blob, reader, self.folder / relative, offset, length, f"{relative}@{offset}", name,
-                                   dtype, sizes)  # fmt: skip
-            read.append((offsets, sizes, name, blob, tensor))
-        extents = _extents_of(fqn, dtype, size, read)
-        ckpt = self.ckpt
-        for _offsets, _sizes, _name, blob, tensor in read:  # as _read_tensor would have filled ckpt itself
-            ckpt.findings.extend(blob.findings)
-            ckpt.globals.extend(g for g in blob.globals if g not in ckpt.globals)
-            if extents is None:  # else its bytes are one extent of the tensor's storage
-                ckpt.storages.update(blob.storages)
-                if tensor is not None:
-                    ckpt.tensors.append(tensor)
+            tensor = _chunk_tensor(self.ckpt, reader, self.paths[relative], offset, length, f"{relative}@{offset}",
+                                   name, dtype, sizes)  # fmt: skip
+            read.append((offsets, sizes, tensor))
+        storages = self.ckpt.storages
+        extents = _extents_of(size, read, storages)
+        for _offsets, _sizes, tensor in read:
+            if tensor is None:
+                continue
+            if extents is None:
+                self.ckpt.tensors.append(tensor)  # each chunk an entry of its own, as before
+            else:
+                storages.pop(tensor.storage_key, None)  # its bytes are one extent of the tensor's storage
         if extents is None:
             return None
         extents.whole = _tiles(size, chunks)
@@ -623,15 +622,15 @@ def _extent_name(name: str, chunk: Any) -> str:
 _PLACE_IN_FILE = operator.itemgetter(0, 1)  # an extent's (offset, length): what names it is never compared
 
 
-def _extents_of(fqn: str, dtype: str, size: tuple[int, ...], read: list[Any]) -> Extents | None:
-    """The chunks read (offsets, sizes, name, the item's Checkpoint, its tensor or None) as Extents; None when
-    one of them is held other than as the whole of a contiguous, addressable storage of its own."""
+def _extents_of(size: tuple[int, ...], read: list[Any], storages: dict[str, StorageInfo]) -> Extents | None:
+    """The chunks read (offsets, sizes, its tensor or None) as Extents; None when one of them is held other than
+    as the whole of a contiguous, addressable storage of its own."""
     extents = Extents(len(size))
     known: dict[Path, int] = {}
-    for offsets, sizes, _name, blob, tensor in read:
+    for offsets, sizes, tensor in read:
         if tensor is None:
             continue  # unreadable: its finding says so, and the tensor's bytes are short of it
-        storage = blob.storages.get(tensor.storage_key) if len(offsets) == len(size) == len(sizes) else None
+        storage = storages.get(tensor.storage_key) if len(offsets) == len(size) == len(sizes) else None
         if storage is None or not _whole_storage(storage, tensor):
             return None
         extents.add(extents.file_index(storage.file, known), storage.offset, storage.nbytes, storage.crc32,

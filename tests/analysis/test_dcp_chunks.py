@@ -237,3 +237,22 @@ def test_convert_writes_the_full_tensors(saves, tmp_path):
     walk(written, "")
     for fqn, t in state.items():
         assert torch.equal(flat[fqn].nan_to_num(0.0), t.nan_to_num(0.0)) and flat[fqn].dtype == t.dtype, fqn
+
+
+def test_the_tuis_details_pane_shows_the_whole_tensors_numbers(saves):
+    """tensor_value_stats (the details pane's numbers and histogram) over a tensor cut on two dimensions."""
+    from ckinspect.analysis.value_stats import tensor_value_stats
+
+    ckpt = read_dcp(saves["grid4"])
+    whole = loaded(saves["grid4"], _state())
+    for name in ("model.wq", "model.emb", "optim.state.model.wq.exp_avg"):
+        t = ckpt.tensor(name)
+        assert t is not None
+        got, want = tensor_value_stats(ckpt, t), _torch_stats(whole[name])
+        assert (got.count, got.nonfinite, got.fp16_overflow) == (want["count"], want["nonfinite"],
+                                                                 want["fp16_overflow"])  # fmt: skip
+        assert (got.minimum, got.maximum) == (want["min"], want["max"])
+        assert got.mean == pytest.approx(want["mean"], rel=1e-12)
+        finite = whole[name].double()[whole[name].double().isfinite()]
+        counts = torch.histogram(finite, bins=24, range=(want["min"], want["max"])).hist
+        assert got.histogram == [int(c) for c in counts]
