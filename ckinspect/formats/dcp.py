@@ -631,7 +631,7 @@ def _extents_of(size: tuple[int, ...], read: list[Any], storages: dict[str, Stor
         if tensor is None:
             continue  # unreadable: its finding says so, and the tensor's bytes are short of it
         storage = storages.get(tensor.storage_key) if len(offsets) == len(size) == len(sizes) else None
-        if storage is None or not _whole_storage(storage, tensor):
+        if storage is None or storage.offset is None or not _whole_storage(storage, tensor):
             return None
         extents.add(extents.file_index(storage.file, known), storage.offset, storage.nbytes, storage.crc32,
                     storage.big_endian, offsets, sizes)  # fmt: skip
