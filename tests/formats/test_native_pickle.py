@@ -19,12 +19,13 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from ckinspect._native import PURE_ENV, load
+from ckinspect._native import load
 from ckinspect.formats import pickle_scan
 from ckinspect.formats.pickle_findings import StorageCollector
 from ckinspect.formats.pickle_scan import NOT_DECODED, native_decoding, scan_decoding
 from ckinspect.formats.torch_zip import read_torch_zip
 from ckinspect.formats.unpickler import native_scan_and_load, scan_and_load
+from ckinspect.settings import PURE as PURE_ENV
 from tests.conftest import cli_env
 
 pytestmark = pytest.mark.core
