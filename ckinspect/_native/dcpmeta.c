@@ -470,8 +470,11 @@ decline:
 /* ---- the columns */
 typedef struct { int64_t *slot; size_t mask; } Table;
 
-static uint64_t mix(uint64_t h, uint64_t x) {
-    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+static uint64_t mix(uint64_t h, uint64_t x) { /* murmur3's finalizer over the running hash */
+    h ^= x;
+    h ^= h >> 33; h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return h;
 }
 /* the key (fqn, offsets-or-None) of a storage record or a chunk */
