@@ -20,6 +20,7 @@ RANK_TIMEOUT = "CKINSPECT_RANK_TIMEOUT"
 REMOTE_TIMEOUT = "CKINSPECT_REMOTE_TIMEOUT"
 REMOTE_RETRIES = "CKINSPECT_REMOTE_RETRIES"
 CRC = "CKINSPECT_CRC"
+PURE = "CKINSPECT_PURE"  # read by ckinspect._native (a root module of its own)
 
 # name -> what it does (README's "Settings" table is checked against these)
 SETTINGS: dict[str, str] = {
@@ -30,6 +31,7 @@ SETTINGS: dict[str, str] = {
     REMOTE_TIMEOUT: "seconds one remote read may take before it is retried or fails (default 30, at least 0.1)",
     REMOTE_RETRIES: "retries of a remote read that failed for a transient reason (default 3)",
     CRC: "the CRC-32 backend to use when installed (io.crc's names); default: the fastest installed",
+    PURE: "set (not 0): the pure-Python fallbacks instead of the compiled fast paths (ckinspect._native)",
 }
 
 DEFAULT_RANK_TIMEOUT = 1800.0

@@ -195,21 +195,21 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: 
                 ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, larger than the data files it indexes and "
                                     "too large to list (scanned, not decoded)")  # fmt: skip
             return None
+        # streamed through the compiled decoder a window at a time: what torch's writer wrote is never held whole
+        cols = dcp_metadata.native_columns(reader.read_at, meta_size) if columns and meta_size else None
+        if cols is not None:  # every opcode read to STOP, only DCP's own globals named: judged as the scan judges
+            return cols if _judge_globals(ckpt, cols.global_refs(), index) is not None else None
         data = reader.read_at(0, meta_size)  # the size the file has, never more (read(n) allocates n up front)
-    return _scanned_fields(ckpt, data, index, columns)
+    return _scanned_fields(ckpt, data, index)
 
 
-def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str,
-                    columns: bool = False) -> dict[str, Any] | dcp_metadata.Columns | None:  # fmt: skip
+def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any] | None:
     """The static scan judges every global (and what CPython's unpickler would choke or balloon on: memo
     indices, sizes); the fast decoder decodes in the same pass, or for anything it declines the restricted
     unpickler decodes after the scan."""
     if not data:
         ckpt.add("CORRUPT", f"{index} is empty")
         return None
-    cols = dcp_metadata.native_columns(data) if columns else None
-    if cols is not None:  # it read every opcode to STOP and named only DCP's own globals: judged as the scan would
-        return cols if _judge_globals(ckpt, cols.global_refs(), index) is not None else None
     # judged and, when it is what torch's writer emits, decoded in the same pass of the C unpickler
     scan, fast = scan_decoding(data, dcp_metadata.FastUnpickler)
     guarded = _judge_globals(ckpt, scan.globals, index)

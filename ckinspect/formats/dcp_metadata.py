@@ -160,9 +160,11 @@ class Columns:
         return tuple(self.sizes_pool[self.sizes_index[chunk] : self.sizes_index[chunk + 1]].tolist())
 
 
-def native_columns(data: bytes) -> Columns | None:
-    """The compiled decoder's columns for a .metadata as torch's FileSystemWriter writes it; None when it is
-    not built (or CKINSPECT_PURE=1) or declines the file: the general path then judges and decodes it."""
+def native_columns(source: Any, size: int) -> Columns | None:
+    """The compiled decoder's columns for a .metadata as torch's FileSystemWriter writes it (`source`: its
+    bytes, or a reader's `read_at(offset, length)`, asked for a few MiB at a time); None when the decoder is
+    not built (or the pure path is asked for: ckinspect._native) or declines the file: the general path then
+    judges and decodes it."""
     from ckinspect._native import load
 
     native = load("dcpmeta")
@@ -170,5 +172,5 @@ def native_columns(data: bytes) -> Columns | None:
         return None
     from ckinspect.dtypes import TORCH_DTYPE_ATTRS
 
-    decoded = native.decode(data, TORCH_DTYPE_ATTRS)
+    decoded = native.decode(source, size, TORCH_DTYPE_ATTRS)
     return None if decoded is None else Columns(decoded)

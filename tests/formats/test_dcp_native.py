@@ -118,8 +118,8 @@ def _both(folder: Path, monkeypatch, metadata_name: str = ".metadata") -> tuple[
     used = []
     real = dcp_metadata.native_columns
 
-    def spy(data):
-        cols = real(data)
+    def spy(source, size):
+        cols = real(source, size)
         used.append(cols is not None)
         return cols
 
@@ -315,7 +315,7 @@ def _laughs() -> bytearray:
 @pytest.mark.parametrize("name", sorted(_hostile()))
 def test_hostile_metadata_is_declined_and_judged_the_same(name, tmp_path, monkeypatch):
     raw = _hostile()[name]
-    assert NATIVE.decode(raw, TORCH_DTYPE_ATTRS) is None
+    assert NATIVE.decode(raw, len(raw), TORCH_DTYPE_ATTRS) is None
     (tmp_path / ".metadata").write_bytes(raw)
     (tmp_path / "__0_0.distcp").write_bytes(b"")
     native, plain, used = _both(tmp_path, monkeypatch)
@@ -327,9 +327,34 @@ def test_the_decoder_names_the_globals_the_scan_names(saves):
     from ckinspect.formats.pickle_scan import scan_stream
 
     data = (saves["ranks3"] / ".metadata").read_bytes()
-    cols = dcp_metadata.native_columns(data)
+    cols = dcp_metadata.native_columns(data, len(data))
     assert cols is not None
     assert [g.qualname for g in cols.global_refs()] == [g.qualname for g in scan_stream(data)[0].globals]
     meta = pickle.loads(data)
     assert len(cols.entries) == len(meta.state_dict_metadata) and cols.storage_records == len(meta.storage_data)
     assert cols.chunks == sum(len(getattr(md, "chunks", ())) for md in meta.state_dict_metadata.values())
+
+
+@needs_native
+@pytest.mark.parametrize("window", [1, 7, 64, 4096])
+def test_a_streamed_metadata_decodes_as_the_whole_bytes_do(saves, window):
+    """read_at windows of any size, an opcode or a name cut at any byte: the same columns, read in order (a
+    window begins where the opcode the last one cut begins)."""
+    data = (saves["ranks3"] / ".metadata").read_bytes()
+    asked = []
+
+    def read_at(offset, length):
+        asked.append((offset, length))
+        return data[offset : offset + length]
+
+    whole = NATIVE.decode(data, len(data), TORCH_DTYPE_ATTRS)
+    assert whole is not None and NATIVE.decode(read_at, len(data), TORCH_DTYPE_ATTRS, window) == whole
+    assert asked[0][0] == 0 and all(a < b <= a + n for (a, n), (b, _) in zip(asked, asked[1:], strict=False))
+    assert asked[-1][0] + asked[-1][1] == len(data)
+
+
+@needs_native
+def test_a_file_that_changes_while_streamed_is_declined(saves):
+    data = (saves["ranks3"] / ".metadata").read_bytes()
+    assert NATIVE.decode(lambda offset, length: data[offset : offset + length - 1], len(data), TORCH_DTYPE_ATTRS,
+                         4096) is None  # fmt: skip
