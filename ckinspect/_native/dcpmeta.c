@@ -181,8 +181,12 @@ static int64_t intern(D *d, const char *s, Py_ssize_t n) {
     Py_DECREF(str);
     return id;
 }
+/* a str as C text; NULL for one holding a NUL (a C comparison would read only its head: "torch\0x" is not
+   "torch") or one that does not encode */
 static const char *str_utf8(D *d, V v) {
-    return PyUnicode_AsUTF8(PyList_GET_ITEM(d->strings, (Py_ssize_t)PAY(v)));
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(d->strings, (Py_ssize_t)PAY(v)), &n);
+    return s && strlen(s) == (size_t)n ? s : NULL;
 }
 
 /* ---- globals */

@@ -358,3 +358,26 @@ def test_a_file_that_changes_while_streamed_is_declined(saves):
     data = (saves["ranks3"] / ".metadata").read_bytes()
     assert NATIVE.decode(lambda offset, length: data[offset : offset + length - 1], len(data), TORCH_DTYPE_ATTRS,
                          4096) is None  # fmt: skip
+
+
+def _unframed(data: bytes) -> bytes:
+    """The same pickle without its FRAME opcodes (so that a name can change length)."""
+    import pickletools
+
+    ops = list(pickletools.genops(data))
+    return b"".join(data[pos : ops[i + 1][2] if i + 1 < len(ops) else len(data)]
+                    for i, (op, _arg, pos) in enumerate(ops) if op.name != "FRAME")  # fmt: skip
+
+
+@needs_native
+def test_a_module_name_with_a_nul_is_not_the_module_before_it(saves, tmp_path, monkeypatch):
+    """`torch\\0x` is not `torch`: a C comparison of names would stop at the NUL and take the global for a dtype."""
+    folder = tmp_path / "nul"
+    shutil.copytree(saves["ranks2"], folder)
+    data = _unframed((folder / ".metadata").read_bytes())
+    assert NATIVE.decode(data, len(data), TORCH_DTYPE_ATTRS) is not None  # unframed, it is still torch's save
+    bad = data.replace(b"\x8c\x05torch\x94\x8c\x07float32", b"\x8c\x07torch\x00x\x94\x8c\x07float32", 1)
+    assert bad != data and NATIVE.decode(bad, len(bad), TORCH_DTYPE_ATTRS) is None
+    (folder / ".metadata").write_bytes(bad)
+    native, plain, used = _both(folder, monkeypatch)
+    assert not used and native == plain and [f[0] for f in native["findings"]] == ["UNSAFE_PICKLE"]
