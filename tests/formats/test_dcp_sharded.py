@@ -53,14 +53,17 @@ def test_a_sharded_tensor_is_one_entry_with_its_global_shape(sharded):
         md = meta.state_dict_metadata[fqn]
         tensor = by_name[fqn]
         assert tensor.shape == tuple(md.size) and tensor.dtype == "float32" and tensor.is_contiguous
-        chunk_bytes = sum(t.nbytes for t in full.tensors if t.name.startswith(fqn + "["))
-        assert quick.storages[tensor.storage_key].nbytes == tensor.nbytes == chunk_bytes
+        extents = full.storages[tensor.storage_key].extents  # the full read: every chunk's bytes, one entry
+        assert extents is not None and extents.whole and len(extents) == len(md.chunks)
+        assert quick.storages[tensor.storage_key].nbytes == tensor.nbytes == sum(extents.length)
         assert quick.storages[tensor.storage_key].offset is None  # no value is read from this listing
-    # one entry per tensor, not per chunk; the unsharded ones as the full read lists them
+        assert quick.storages[tensor.storage_key].extents is None
+    # one entry per tensor, not per chunk, in the full read too (the listing does not depend on --quick)
     assert len(quick.tensors) == len(meta.state_dict_metadata) - sum(
         1 for md in meta.state_dict_metadata.values() if not hasattr(md, "chunks"))  # fmt: skip
-    unsharded = {t.name for t in full.tensors if "[" not in t.name}
-    assert {t.name for t in quick.tensors} == sharded_fqns | unsharded
+    assert [(t.name, t.shape, t.dtype) for t in full.tensors] == [(t.name, t.shape, t.dtype) for t in quick.tensors]
+    assert not any("[" in t.name for t in full.tensors)
+    assert {t.name for t in quick.tensors} >= sharded_fqns
     assert quick.metadata["dcp_sharded"] == full.metadata["dcp_sharded"]
     # placed in the tree where the state dict had it
     up = "model.layers.1.mlp.up_proj.weight"
