@@ -26,10 +26,11 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
 from bench import scale_sims
-from ckinspect._native import PURE_ENV, load
+from ckinspect._native import load
 from ckinspect.dtypes import TORCH_DTYPE_ATTRS
 from ckinspect.formats import dcp_metadata
 from ckinspect.formats.dcp import read_dcp
+from ckinspect.settings import PURE as PURE_ENV
 
 NATIVE = load("dcpmeta")
 needs_native = pytest.mark.skipif(NATIVE is None, reason="dcpmeta not built (test_the_decoder_is_built says why)")
