@@ -8,10 +8,23 @@
 A save is finished when its framework says so: the file exists under its own name (the trainer's and
 torch's atomic rename), its DCP folder has `.metadata` (written last, after every rank's data), its HF
 folder has `trainer_state.json` (written last), its DeepSpeed tag is named by `latest`, its Megatron
-iteration by the tracker file, its sharded set has its index. A save that is not finished is never judged
-while it is still being written: only when its files have not changed for `settle` seconds (its writer
-is gone) is it judged, and the run's own judge (analysis.runs.judge) names what it lacks: MISSING_PARTS,
-LEFTOVER_TMP.
+iteration by the tracker file, its sharded set has its index; Accelerate writes no such mark, so its folder
+is finished once quiet. A save that is not finished is never judged while it is still being written: only
+when its files have not changed for `settle` seconds (its writer is gone) is it judged, and the run's own
+judge (analysis.runs.judge) names what it lacks: MISSING_PARTS, LEFTOVER_TMP.
+
+Each save is judged as last-good judges it, with the run around it: what only the run's other saves can
+tell (analysis.runs.context: MISSING_PARTS where it has fewer rank files than every other save of its
+folder, PARTS_DISAGREE where an Accelerate save's optimizer.bin or scheduler.bin is another save's, MIXED_RUN
+where its model is not the shape of the run's newest) is decided by the same RunContext last-good asks,
+from a few facts kept per save judged (its file counts, four step numbers, its model's shapes shared by
+every save of that model), never by reading an earlier save again. A later save can change what the run
+tells of an earlier one: the Accelerate relation becomes decidable once three saves exist, a restart with
+another model makes the older saves MIXED_RUN, a save removed (a rotation) takes its say with it. Then
+the earlier save is judged again from what was kept of it (its findings and its parts' findings; no byte
+read) and a REJUDGED event follows the event that changed it, with its new verdict and findings, whenever
+its verdict or the codes of its run-level findings changed. So the latest event of each save is the
+verdict last-good, `--verify` and the run views give it on the same folder.
 
 Each finished checkpoint is judged once (structure, CRC and value scan: the judge with `verify`), then
 compared with the previous save of the same series (analysis.updates): the relative update per group and
@@ -25,8 +38,9 @@ current save's values from that copy and the previous save's from the copy kept 
 the copy of the previous save is released as the new one takes its place. So the follower holds, per
 series, the newest save's listing, its kept values (at most `keep_bytes`, DEFAULT_KEEP: a save with
 more is kept up to that, and the rest of its tensors are read from its files, held open, as needed) and
-the history of ratios; at its peak, while a save is compared, two saves' kept values. Memory does not
-grow over the run, and is bounded whatever the checkpoints' size.
+the history of ratios; at its peak, while a save is compared, two saves' kept values. Per save judged it
+keeps only its run facts and its findings (a few hundred bytes, no listing; one copy of each model's
+shapes): memory does not grow with the checkpoints' size, and by that little with the run's length.
 
 With `jobs` > 1, a backlog of saves (a run that saves faster than one core can judge) is read by `jobs`
 worker processes, up to `jobs` saves ahead: each part listed and scanned there (the readers and the
@@ -50,12 +64,13 @@ from pathlib import Path
 
 from ckinspect import settings
 from ckinspect.analysis.inspect import inspect_path
-from ckinspect.analysis.runs import collect
+from ckinspect.analysis.runs import collect, order
+from ckinspect.analysis.runs.context import RunContext
 from ckinspect.analysis.runs.deepspeed import LATEST
 from ckinspect.analysis.runs.hf import TRAINER_STATE
-from ckinspect.analysis.runs.judge import RECORD_ROLES, Reader, judge
+from ckinspect.analysis.runs.judge import RECORD_ROLES, Reader, give_verdict, judge, resumable
 from ckinspect.analysis.runs.megatron import TRACKER
-from ckinspect.analysis.runs.model import GOOD, RunCheckpoint, read_text, step_in_name
+from ckinspect.analysis.runs.model import GOOD, Part, RunCheckpoint, read_text, step_in_name
 from ckinspect.analysis.updates import RATIO_GROUPS, Updates, compare_saves, compared_values
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.model import Checkpoint, Finding
@@ -80,14 +95,19 @@ HISTORY_WINDOW = 8
 WORKER_PRELOAD = ("numpy", "ckinspect.formats.dcp", "ckinspect.formats.torch_zip", "ckinspect.formats.safetensors")
 # Values of one save kept for the comparison with the next (per series; two saves' worth at the peak).
 DEFAULT_KEEP = WATCH_KEEP_MIB << 20
+# Frameworks whose saves have no "done" mark (Accelerate's save_state writes its files and stops): a save is
+# finished when its folder has been quiet for the settle time.
+NO_DONE_MARK = ("accelerate",)
 # Structural verdicts that a save still being written would also get: held back until its files are quiet.
 STRUCTURE_CODES = ("CORRUPT", "MISSING_PARTS", "LEFTOVER_TMP", "PARTS_DISAGREE")
 
 # Event kinds: a finished save judged; an unfinished one judged once its writer is gone; one still being written
-# (only `--once` reports that: it does not wait).
+# (only `--once` reports that: it does not wait); a save judged before whose verdict or findings the run's
+# other saves have changed since (a save that came or went), judged again from what was kept of it.
 JUDGED = "judged"
 ABANDONED = "abandoned"
 IN_PROGRESS = "in-progress"
+REJUDGED = "rejudged"
 
 Signature = tuple[tuple[str, int, int, int], ...]  # (relative name, size, mtime_ns, inode) of every file
 Read = tuple[Checkpoint, "Kept | None"]  # one part as a worker read it: its listing, the values its scan kept
@@ -140,6 +160,17 @@ class _Series(Record):
     changing: set[str] = field(default_factory=set)  # model layers that changed at the last comparison
 
 
+class _Judged(Record):
+    """What the follower keeps of each save it judged, to judge it again when the run's other saves change
+    what they tell of it: its verdict's inputs (its findings, its parts' findings: no listing), nothing read."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    checkpoint: RunCheckpoint  # the save as judged, its parts without their listings
+    resumable: bool
+    run_level: list[Finding]  # the findings the run's other saves gave it (analysis.runs.context)
+
+
 class Follower:
     """Judges each new checkpoint of `run_dir` once; see the module docstring."""
 
@@ -161,6 +192,8 @@ class Follower:
         self.judged: dict[str, Signature] = {}  # checkpoint path -> the files it was judged on
         self.waiting: dict[str, Signature] = {}  # unfinished saves -> their files when last seen
         self.series: dict[tuple[str, str, str], _Series] = {}
+        self.context = RunContext()  # what the run's other saves decide of each (the one last-good asks)
+        self.saves: dict[Path, _Judged] = {}  # every save judged and still there
         self.nonfinite_seen: Path | None = None  # the first checkpoint holding NaN/Inf
         self.events = 0
         self.pool: ProcessPoolExecutor | None = None  # with jobs > 1, from the first poll on
@@ -184,7 +217,8 @@ class Follower:
     def poll_each(self, once: bool = False) -> Iterator[Event]:
         """`poll`, each event as soon as it is judged: the first saves of a backlog are not held back until
         the last is judged. Consume it whole before the next call."""
-        plan = self._plan(once)
+        plan, gone = self._plan(once)
+        yield from (self._event(e) for e in self._forget(gone))
         if self.jobs > 1:
             self._workers()  # started before the first backlog, so that one does not wait for them
         readings = self._read_all([ckpt for ckpt, _, kind, _ in plan if kind != IN_PROGRESS])
@@ -194,23 +228,32 @@ class Follower:
                 continue
             read, kept = next(readings)
             assert read is ckpt  # read in the plan's order
-            event = self._settled(ckpt, files, self._judge(ckpt, files, kind, kept), quiet, kept)
-            if event is not None:
-                yield self._event(event)
-            elif once:
-                yield self._event(Event(IN_PROGRESS, ckpt))
+            yield from self._judged(ckpt, files, kind, quiet, kept, once)
 
-    def _plan(self, once: bool) -> list[tuple[RunCheckpoint, Signature, str, bool]]:
-        """What this poll judges, oldest first: (checkpoint, files, kind, quiet). A save still being written
-        waits (IN_PROGRESS in the plan only `once`); what was judged and not written since is left out."""
-        run = collect(self.run_dir)
+    def _judged(self, ckpt: RunCheckpoint, files: Signature, kind: str, quiet: bool, kept: dict[Path, Kept],
+                once: bool) -> Iterator[Event]:  # fmt: skip
+        """A save the judge has read: its event, then the earlier saves it makes the run judge otherwise."""
+        event = self._settled(ckpt, files, self._judge(ckpt, files, kind, kept), quiet, kept)
+        if event is None:
+            if once:
+                yield self._event(Event(IN_PROGRESS, ckpt))
+            return
+        yield self._event(event)
+        yield from (self._event(e) for e in self._rejudged(ckpt.path))
+
+    def _plan(self, once: bool) -> tuple[list[tuple[RunCheckpoint, Signature, str, bool]], list[Path]]:
+        """What this poll judges, oldest first: (checkpoint, files, kind, quiet), and the judged saves that
+        are gone. A save still being written waits (IN_PROGRESS in the plan only `once`); what was judged
+        and not written since is left out."""
+        run = collect(self.run_dir, peers=False)  # its peers: this follower's RunContext, as judged
         now = self.clock()
         plan = [step for ckpt in sorted(run.checkpoints, key=_order) if (step := self._planned(ckpt, now, once))]
         seen = {str(ckpt.path) for ckpt in run.checkpoints}
         for key in list(self.waiting):
             if key not in seen:
                 del self.waiting[key]  # renamed into place, or removed: nothing left to wait for
-        return plan
+        gone = [path for path in self.saves if str(path) not in seen]
+        return plan, gone
 
     def _planned(
         self, ckpt: RunCheckpoint, now: float, once: bool
@@ -226,7 +269,8 @@ class Follower:
         if not finished and not quiet:
             self.waiting[key] = files
             return (ckpt, files, IN_PROGRESS, False) if once else None
-        return ckpt, files, JUDGED if finished else ABANDONED, quiet
+        # a framework that writes no "done" mark (Accelerate) is finished once quiet: judged, and compared
+        return ckpt, files, JUDGED if finished or ckpt.framework in NO_DONE_MARK else ABANDONED, quiet
 
     def _settled(self, ckpt: RunCheckpoint, files: Signature, event: Event, quiet: bool,
                  kept: dict[Path, Kept]) -> Event | None:  # fmt: skip
@@ -235,6 +279,8 @@ class Follower:
         key = str(ckpt.path)
         if event.kind == JUDGED and not quiet and _structure_broken(event):
             self.waiting[key] = files
+            self.context.drop(ckpt.path)  # being written again: judged again once quiet
+            self.saves.pop(ckpt.path, None)
             return None
         self.judged[key] = files
         self.waiting.pop(key, None)
@@ -312,8 +358,59 @@ class Follower:
             reader.cache[path] = opened
             if values is not None:
                 kept[opened.path] = values
+        listed = order(ckpt)  # its place as listed, before its records are read (as last-good keeps it)
         judge(ckpt, reader)
+        self._in_run(ckpt, reader, listed)
         return kept
+
+    def _in_run(self, ckpt: RunCheckpoint, reader: Reader, listed: tuple[int, float, str]) -> None:
+        """What the run's saves judged so far tell of this one (analysis.runs.context, as last-good asks it:
+        MISSING_PARTS against its peers' files, an Accelerate save's steps, MIXED_RUN): judged again with
+        them (its parts are in the reader), and kept to judge it again when the run changes."""
+        self.context.put(ckpt, listed, reader)
+        run_level = self.context.findings(ckpt.path)
+        peers = [f for f in run_level if f.code == "MISSING_PARTS"]  # where last-good's listing puts them: first
+        ckpt.findings = peers + ckpt.findings + [f for f in run_level if f not in peers]
+        if run_level:
+            judge(ckpt, reader)
+        self.saves[ckpt.path] = _Judged(_kept_of(ckpt), resumable(ckpt), run_level)
+
+    def _rejudged(self, newest: Path | None = None) -> list[Event]:
+        """The saves judged before (all but `newest`) that the run's other saves now judge otherwise: each
+        given its verdict again from what was kept of it (no byte read), an event where its verdict or the
+        codes of its run-level findings changed (a message that only counts the run's saves anew is kept
+        quietly)."""
+        events = []
+        for path, held in self.saves.items():
+            run_level = self.context.findings(path) if path != newest else held.run_level
+            if run_level != held.run_level and (event := self._judged_again(held, run_level)) is not None:
+                events.append(event)
+        return events
+
+    def _judged_again(self, held: _Judged, run_level: list[Finding]) -> Event | None:
+        """An earlier save's verdict given again with the run-level findings it has now; its event, where
+        its verdict or their codes changed."""
+        ckpt = held.checkpoint
+        before = (ckpt.verdict, sorted(f.code for f in held.run_level))
+        own = [f for f in ckpt.findings if f not in held.run_level]
+        peers = [f for f in run_level if f.code == "MISSING_PARTS"]
+        ckpt.findings = peers + own + [f for f in run_level if f not in peers]
+        give_verdict(ckpt, held.resumable.__bool__)
+        held.run_level = run_level
+        if (ckpt.verdict, sorted(f.code for f in run_level)) == before:
+            return None
+        event = Event(REJUDGED, _kept_of(ckpt), findings=_own_findings(ckpt))
+        event.seconds_after_save = max(0.0, self.clock() - ckpt.time)
+        return event
+
+    def _forget(self, gone: list[Path]) -> list[Event]:
+        """Saves judged before and removed since (a run's rotation, `save_total_limit`): their facts leave the
+        run's context, and what they decided of the others is decided again."""
+        for path in gone:
+            self.context.drop(path)
+            self.saves.pop(path, None)
+            self.judged.pop(str(path), None)
+        return self._rejudged() if gone else []
 
     def _keep(self, kept: dict[Path, Kept]) -> Callable[[Checkpoint], Kept] | None:
         """What each part's scan keeps (into `kept`, by the part's path): the compared values, within what
@@ -337,9 +434,7 @@ class Follower:
 
     def _judge(self, ckpt: RunCheckpoint, files: Signature, kind: str, kept: dict[Path, Kept]) -> Event:
         """The event of a checkpoint the judge has read: its findings, the comparison, the anomalies."""
-        # a tmp beside a whole part is the next save in flight: this watch reports that save on its own
-        own = ckpt.findings + [f for p in ckpt.parts for f in p.findings if f.code != "LEFTOVER_TMP"]
-        event = Event(kind, ckpt, findings=_unique(own))
+        event = Event(kind, ckpt, findings=_own_findings(ckpt))
         event.seconds_after_save = max(0.0, self.clock() - newest_change(files)) if files else 0.0
         if kind != JUDGED:
             return event
@@ -504,8 +599,8 @@ def is_finished(ckpt: RunCheckpoint) -> bool:
         return _pointer_reached(path.parent / TRACKER, path.name)
     if any(f.code == "LEFTOVER_TMP" and not path.exists() for f in ckpt.findings):
         return False  # only the tmp is there: the save died, or has not yet renamed it into place
-    if ckpt.framework == "accelerate":
-        return False  # Accelerate writes no "done" mark: its folder is judged once quiet
+    if ckpt.framework in NO_DONE_MARK:
+        return False  # its folder is judged once quiet
     return path.exists()
 
 
@@ -584,6 +679,19 @@ def _hold_open(ckpt: RunCheckpoint, parts: dict[str, Checkpoint], files: Signatu
         blobs.close()
         return None
     return blobs
+
+
+def _own_findings(ckpt: RunCheckpoint) -> list[Finding]:
+    # a tmp beside a whole part is the next save in flight: this watch reports that save on its own
+    return _unique(ckpt.findings + [f for p in ckpt.parts for f in p.findings if f.code != "LEFTOVER_TMP"])
+
+
+def _kept_of(ckpt: RunCheckpoint) -> RunCheckpoint:
+    """A judged save without its parts' listings: what its verdict is given from again (judge.give_verdict)."""
+    parts = [Part(p.path, p.role, p.loaded, findings=list(p.findings)) for p in ckpt.parts]
+    return RunCheckpoint(ckpt.path, ckpt.framework, ckpt.step, parts, list(ckpt.findings), verdict=ckpt.verdict,
+                         reasons=list(ckpt.reasons), held_against=list(ckpt.held_against), notes=list(ckpt.notes),
+                         values_checked=ckpt.values_checked, time=ckpt.time, size=ckpt.size)  # fmt: skip
 
 
 def _structure_broken(event: Event) -> bool:

@@ -4,6 +4,7 @@ Renders `Event.to_json()` (jobs.watch), so the text line and the JSON line hold 
 
     [3] step 30 tiny_step000030 dcp: good  Δstep 10  update model 2.10e-02 optimizer 8.02e-02  0.4 s after save
     [4] step 40 tiny_step000040 dcp: damaged  NONFINITE_ONSET (error): NaN/Inf first appears at step 40 ...
+    [7] step 4 checkpoint_1 accelerate: damaged  (judged again: the run's other saves ...)  | PARTS_DISAGREE ...
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 IN_PROGRESS_TEXT = "still being written"
+REJUDGED_TEXT = "judged again: the run's other saves changed what they tell of it"
 
 
 def json_line(event: Mapping[str, Any]) -> str:
@@ -33,6 +35,8 @@ def text_line(event: Mapping[str, Any], run_dir: str) -> str:
     words = [f"{head}: {event['verdict']}"]
     if event["event"] == "abandoned":
         words.append("(save never finished; its writer is gone)")
+    if event["event"] == "rejudged":
+        words.append(f"({REJUDGED_TEXT})")
     updates = event.get("updates")
     if updates:
         if updates.get("step_delta") is not None:

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ckinspect.analysis.leftovers import main_for_tmp
-from ckinspect.analysis.runs import accelerate_steps, deepspeed, hf, megatron
+from ckinspect.analysis.runs import deepspeed, hf, megatron
+from ckinspect.analysis.runs.context import Peers, RunContext
 from ckinspect.analysis.runs.judge import Reader, judge
 from ckinspect.analysis.runs.model import GOOD, Run, RunCheckpoint, step_in_name, written_after_commit
 from ckinspect.formats.discover import _is_checkpoint_file, _is_checkpoint_index, _shard_names, is_temporary
 from ckinspect.io import folders
 from ckinspect.model import Finding
-from ckinspect.record import Record
 from ckinspect.vocab import DCP_METADATA, QUARANTINE_DIR, TMP_SUFFIX, CkinspectError
 
 TYPE_CHECKING = False
@@ -89,20 +89,23 @@ def is_run(run: Run) -> bool:
     return any(c.framework in (*MULTI_PART, "dcp") for c in run.checkpoints) or bool(run.findings)
 
 
-def collect(run_dir: Path) -> Run:
+def collect(run_dir: Path, peers: bool = True) -> Run:
+    """The run's checkpoints, grouped from the folder's listing, each with what its records promise;
+    `peers`: each held against the other checkpoints of its framework and folder (MISSING_PARTS where it
+    has fewer files of a kind; watch asks its own RunContext instead, see analysis.runs.context)."""
     run = Run(run_dir, [])
     try:
         _walk(run_dir, run, depth=0, visited=set())
     except OSError as exc:
         raise CkinspectError(f"{run_dir}: cannot list folder ({exc.strerror or exc})") from None
-    _compare_with_peers(run)
+    if peers:
+        _compare_with_peers(run)
     for ckpt in run.checkpoints:
         ckpt.measure()
     run.checkpoints.sort(key=order)
     return run
 
 
-NewestModel = tuple[RunCheckpoint, dict[str, tuple[int, ...]]]  # a checkpoint and its model's tensor shapes
 Progress = Callable[[int, int], None]  # (checkpoints judged or passed over, checkpoints)
 
 
@@ -139,23 +142,21 @@ def _judge_until_the_answer(
     newest_first: list[RunCheckpoint], reader: Reader, values: bool, progress: Progress
 ) -> None:
     best: RunCheckpoint | None = None
-    current: dict[str, NewestModel] = {}  # per framework: the newest model
-    in_run = InRun(newest_first, {})
+    context = RunContext()
     for done, ckpt in enumerate(newest_first):
         progress(done, len(newest_first))
         if _before(ckpt, best):
             continue  # its records put it before a good one: it cannot be the answer
-        _judge_in_run(ckpt, reader, current, in_run)
+        _judge_in_run(ckpt, reader, newest_first, context)
         if _candidate(ckpt, best) and (not values or check_values(ckpt, reader).good):
             best = ckpt
 
 
 def _judge_every_one(newest_first: list[RunCheckpoint], reader: Reader, values: bool, progress: Progress) -> None:
-    current: dict[str, NewestModel] = {}
-    in_run = InRun(newest_first, {})
+    context = RunContext()
     for done, ckpt in enumerate(newest_first):
         progress(done, len(newest_first))
-        _judge_in_run(ckpt, reader, current, in_run)
+        _judge_in_run(ckpt, reader, newest_first, context)
     if not values:
         return
     for ckpt in newest_first:  # every one judged by its structure: the answer is the newest whose values pass
@@ -163,27 +164,20 @@ def _judge_every_one(newest_first: list[RunCheckpoint], reader: Reader, values: 
             break
 
 
-class InRun(Record):
-    """The run's other saves, for what only they can tell of one (Accelerate's steps, read once each)."""
-
-    saves: list[RunCheckpoint]
-    accelerate_steps: accelerate_steps.Memo
-
-
-def _judge_in_run(ckpt: RunCheckpoint, reader: Reader, current: dict[str, NewestModel], in_run: InRun) -> None:
-    """Judge it; then hold its model against the newest of its framework's (MIXED_RUN: judged again), and an
-    Accelerate save's steps against the run's other saves (PARTS_DISAGREE: judged again)."""
+def _judge_in_run(ckpt: RunCheckpoint, reader: Reader, saves: list[RunCheckpoint], context: RunContext) -> None:
+    """Judge it; then what the run's other saves tell of it (analysis.runs.context: an Accelerate save's steps
+    against its peers', PARTS_DISAGREE; its model against the newest's, MIXED_RUN): judged again with those."""
+    listed = order(ckpt)  # its place as listed, before its records are read (the one watch keeps too)
     judge(ckpt, reader)
-    if ckpt.framework == "accelerate":
-        disagree = accelerate_steps.steps_disagree(ckpt, in_run.saves, reader, in_run.accelerate_steps)
-        if disagree is not None and disagree not in ckpt.findings:
-            ckpt.findings.append(disagree)
-            judge(ckpt, reader)  # its parts are cached: the verdict again, with PARTS_DISAGREE
-    newest = current.get(ckpt.framework)
-    if newest is None and (shapes := _shapes_of(ckpt)) is not None:
-        current[ckpt.framework] = shapes
-    elif newest is not None and _other_run(ckpt, newest):
-        judge(ckpt, reader)  # its parts are cached: the verdict again, with MIXED_RUN
+    if ckpt.framework == "accelerate":  # its peers' steps, each read once (their listings cached for their judging)
+        for peer in saves:
+            if peer is not ckpt and peer.framework == ckpt.framework and peer.path.parent == ckpt.path.parent:
+                context.put_steps(peer, order(peer), reader)
+    context.put(ckpt, listed, reader)
+    found = [f for f in context.findings(ckpt.path, peers=False) if f not in ckpt.findings]
+    if found:
+        ckpt.findings.extend(found)
+        judge(ckpt, reader)  # its parts are cached: the verdict again, with them
 
 
 def _candidate(ckpt: RunCheckpoint, best: RunCheckpoint | None) -> bool:
@@ -197,41 +191,6 @@ def check_values(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     if not ckpt.values_checked:
         judge(ckpt, Reader(verify=True, keep=reader.keep, scan_many=reader.scan_many))
     return ckpt
-
-
-def _shapes_of(ckpt: RunCheckpoint) -> tuple[RunCheckpoint, dict[str, tuple[int, ...]]] | None:
-    """The model's tensor shapes, where its model parts read whole."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for part in ckpt.parts:
-        opened = part.checkpoint
-        if opened is None or part.role not in ("model", "checkpoint"):
-            continue
-        if any(f.code in ("CORRUPT", "MISSING_PARTS") for f in part.findings):
-            return None
-        shapes.update((t.name, t.shape) for t in opened.tensors if t.group == "model")
-    return (ckpt, shapes) if shapes else None
-
-
-def _other_run(ckpt: RunCheckpoint, current: tuple[RunCheckpoint, dict[str, tuple[int, ...]]]) -> bool:
-    """MIXED_RUN when this checkpoint's model is not the shape of the run's newest (a restart with another
-    model overwrote some saves): resuming from it would cross from one run to another."""
-    mine = _shapes_of(ckpt)
-    newest, shapes = current
-    if mine is None or any(f.code == "MIXED_RUN" for f in ckpt.findings):
-        return False
-    theirs = mine[1]
-    changed = [n for n in theirs if n in shapes and theirs[n] != shapes[n]]
-    if changed:
-        name = changed[0]
-        detail = f"{len(changed)} tensor(s) of other shapes ({name}: {theirs[name]} here, {shapes[name]} there)"
-    elif sorted(theirs.values()) != sorted(shapes.values()):  # named otherwise (a prefix): the shapes decide
-        detail = f"{len(theirs)} model tensors here, {len(shapes)} there, of other shapes"
-    else:
-        return False
-    message = (f"its model differs from {newest.path.name}'s, the run's newest: {detail}; a checkpoint of another "
-               "run (a restart with another model), which the current model cannot load")  # fmt: skip
-    ckpt.add("MIXED_RUN", message)
-    return True
 
 
 def _before(ckpt: RunCheckpoint, best: RunCheckpoint | None) -> bool:
@@ -357,19 +316,9 @@ def _compare_with_peers(run: Run) -> None:
         if ckpt.counts:
             groups.setdefault((ckpt.framework, ckpt.path.parent), []).append(ckpt)
     for members in groups.values():
-        if len(members) >= 2:
-            _fewer_than_peers(members)
-
-
-def _fewer_than_peers(members: list[RunCheckpoint]) -> None:
-    kinds = sorted({kind for member in members for kind in member.counts})
-    for ckpt in members:
-        others = [m for m in members if m is not ckpt]
-        for kind in kinds:
-            count, fewest = ckpt.counts.get(kind, 0), min(m.counts.get(kind, 0) for m in others)
-            if count < fewest:
-                message = f"{count} {kind} file(s), where the run's {len(others)} other checkpoint(s) each have "
-                ckpt.add("MISSING_PARTS", message + f"{fewest}: a part was never written")
+        peers = Peers([m.counts for m in members])
+        for ckpt in members:
+            ckpt.findings.extend(peers.findings(ckpt.counts))
 
 
 def _files(folder: Path) -> set[str]:

@@ -46,19 +46,13 @@ RELATIONS: tuple[tuple[str, Callable[[SaveSteps], float]], ...] = (
      lambda s: min(s.processes * s.optimizer, s.total_steps if s.total_steps is not None else float("inf"))),
 )  # fmt: skip
 
-Memo = dict[Path, "SaveSteps | None"]  # each save's steps, read once per run judged
-Other = tuple[RunCheckpoint, SaveSteps]
+Other = tuple[Path, SaveSteps]  # another save of the run (its path) and its steps
 
 
-def save_steps(ckpt: RunCheckpoint, reader: Reader, memo: Memo) -> SaveSteps | None:
+def read_steps(ckpt: RunCheckpoint, reader: Reader | None = None) -> SaveSteps | None:
     """s, e, n and total_steps of an Accelerate save with one optimizer and one scheduler (their listings
-    read through the reader, cached); None where a part is missing, unreadable or records no step."""
-    if ckpt.path not in memo:
-        memo[ckpt.path] = _read_steps(ckpt, reader)
-    return memo[ckpt.path]
-
-
-def _read_steps(ckpt: RunCheckpoint, reader: Reader) -> SaveSteps | None:
+    as judged, or read through the reader, which caches them); None where a part is missing, unreadable or
+    records no step."""
     optimizer, scheduler = _listing(ckpt, "optimizer", reader), _listing(ckpt, "scheduler", reader)
     if optimizer is None or scheduler is None:
         return None
@@ -68,28 +62,36 @@ def _read_steps(ckpt: RunCheckpoint, reader: Reader) -> SaveSteps | None:
     return SaveSteps(step, epoch, ckpt.counts.get("rng", 0), total if _count(total) else None)
 
 
-def _listing(ckpt: RunCheckpoint, role: str, reader: Reader) -> tuple[Checkpoint, Mapping[str, Any]] | None:
+def _listing(ckpt: RunCheckpoint, role: str, reader: Reader | None) -> tuple[Checkpoint, Mapping[str, Any]] | None:
     """The one part of this role, listed, and its top-level mapping; None with several, none, or a corrupt one."""
     parts = [p for p in ckpt.parts if p.role == role]
     if len(parts) != 1:
         return None
-    opened = parts[0].checkpoint or reader.inspect(parts[0].path)
+    opened = parts[0].checkpoint
+    if opened is None:
+        if reader is None:
+            return None
+        opened = reader.inspect(parts[0].path)
     top = top_mapping(opened)
     return None if top is None or any(f.code == "CORRUPT" for f in opened.findings) else (opened, top)
 
 
-def steps_disagree(ckpt: RunCheckpoint, saves: list[RunCheckpoint], reader: Reader, memo: Memo) -> Finding | None:
+def keeps_a_relation(steps: SaveSteps) -> bool:
+    """This save's steps fit a relation by themselves: no other save can make it disagree."""
+    return bool(_kept([steps]))
+
+
+def steps_disagree(mine: SaveSteps, others: list[Other]) -> Finding | None:
     """PARTS_DISAGREE when this save's scheduler and optimizer steps fit no relation the rest of its run
-    keeps, and one of them is another save's (see the module's docstring)."""
-    mine = save_steps(ckpt, reader, memo)
-    if mine is None or _kept([mine]):
+    keeps (`others`: the run's other saves in its folder, newest first), and one of them is another save's
+    (see the module's docstring)."""
+    if keeps_a_relation(mine):
         return None
-    others = _other_saves(ckpt, saves, reader, memo)
     kept = _kept([s for _, s in others])
-    source = next((c for c, s in others if s.scheduler == mine.scheduler or s.optimizer == mine.optimizer), None)
+    source = next(((p, s) for p, s in others if s.scheduler == mine.scheduler or s.optimizer == mine.optimizer), None)
     if len(others) < 2 or not kept or source is None:
         return None
-    return Finding("PARTS_DISAGREE", _message(mine, kept[0], len(others), source, memo))
+    return Finding("PARTS_DISAGREE", _message(mine, kept[0], len(others), source))
 
 
 def _kept(saves: list[SaveSteps]) -> list[str]:
@@ -97,19 +99,12 @@ def _kept(saves: list[SaveSteps]) -> list[str]:
     return [said for said, expected in RELATIONS if all(s.scheduler == expected(s) for s in saves)]
 
 
-def _other_saves(ckpt: RunCheckpoint, saves: list[RunCheckpoint], reader: Reader, memo: Memo) -> list[Other]:
-    """The run's other Accelerate saves in the same folder, with their steps, where they record them."""
-    peers = [c for c in saves if c is not ckpt and c.framework == ckpt.framework and c.path.parent == ckpt.path.parent]
-    return [(c, s) for c in peers if (s := save_steps(c, reader, memo)) is not None]
-
-
-def _message(mine: SaveSteps, said: str, count: int, source: RunCheckpoint, memo: Memo) -> str:
-    theirs = memo[source.path]
-    assert theirs is not None
+def _message(mine: SaveSteps, said: str, count: int, source: Other) -> str:
+    path, theirs = source
     part = "scheduler.bin" if mine.scheduler == theirs.scheduler else "optimizer.bin"
     return (f"scheduler.bin records last_epoch {mine.scheduler} but optimizer.bin's per-parameter step is "
             f"{_plain(mine.optimizer)} ({mine.processes} processes); in the run's {count} other saves {said}, and "
-            f"{source.path.name} records last_epoch {theirs.scheduler} at step {_plain(theirs.optimizer)}: "
+            f"{path.name} records last_epoch {theirs.scheduler} at step {_plain(theirs.optimizer)}: "
             f"{part} comes from another save")  # fmt: skip
 
 

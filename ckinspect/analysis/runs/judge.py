@@ -101,13 +101,20 @@ def judge(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     ckpt.measure()
     _read_parts(ckpt, reader)
     _step_and_agreement(ckpt)
+    give_verdict(ckpt, lambda: resumable(ckpt))
+    ckpt.values_checked = reader.verify
+    return ckpt
+
+
+def give_verdict(ckpt: RunCheckpoint, is_resumable: Callable[[], bool]) -> None:
+    """Verdict, reasons and notes from its findings and its parts' findings alone (no listing is read:
+    watch gives an earlier save its verdict again this way when the run's other saves add a finding);
+    `is_resumable()` is asked only when nothing is held against it."""
     against: list[tuple[Verdict, Finding]] = [(VERDICT_OF[f.code], f) for f in ckpt.findings if f.code in VERDICT_OF]
     ckpt.notes = [n for n in ckpt.notes if not n.startswith("never loaded on resume")]
     against += _held_from_parts(ckpt)
-    _set_verdict(ckpt, against)
-    ckpt.values_checked = reader.verify
+    _set_verdict(ckpt, against, is_resumable)
     ckpt.notes = list(dict.fromkeys(ckpt.notes))  # judged again with its values: each note once
-    return ckpt
 
 
 def _step_and_agreement(ckpt: RunCheckpoint) -> None:
@@ -120,10 +127,10 @@ def _step_and_agreement(ckpt: RunCheckpoint) -> None:
             ckpt.findings.append(finding)
 
 
-def _set_verdict(ckpt: RunCheckpoint, against: list[tuple[Verdict, Finding]]) -> None:
+def _set_verdict(ckpt: RunCheckpoint, against: list[tuple[Verdict, Finding]], is_resumable: Callable[[], bool]) -> None:
     """The worst verdict of what is held against it (good when nothing is), and the reasons."""
     ckpt.reasons = [f"{finding.code}: {finding.message}" for _, finding in against]
-    if not against and not _resumable(ckpt):
+    if not against and not is_resumable():
         # no finding (a weights file is not a damaged resume file), but nothing to resume from either
         against.append((NOT_RESUMABLE, Finding("RESUME_INCOMPLETE", WEIGHTS_ONLY)))
         ckpt.reasons = [WEIGHTS_ONLY]
@@ -240,7 +247,7 @@ def _single_file(ckpt: RunCheckpoint, opened: Checkpoint) -> None:
         ckpt.framework = "dcp"
 
 
-def _resumable(ckpt: RunCheckpoint) -> bool:
+def resumable(ckpt: RunCheckpoint) -> bool:
     """Resume state is there: the recogniser said what it lacks otherwise (multi-file), or the file holds it."""
     if ckpt.framework not in SINGLE_FILE and ckpt.framework not in ("dcp", "sharded"):
         return True

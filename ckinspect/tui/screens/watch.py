@@ -187,9 +187,10 @@ class WatchScreen(Screen[None]):
             table.move_cursor(row=table.row_count - 1)
 
     def _status(self) -> None:
-        judged = [e for e in self.events if e["event"] != "in-progress"]
-        bad = sum(1 for e in judged if e["verdict"] != "good")
-        text = f"{len(judged)} checkpoint(s) judged, {bad} not good"
+        judged = [e for e in self.events if e["event"] not in ("in-progress", "rejudged")]
+        latest = {e["path"]: e for e in self.events if e["event"] != "in-progress"}  # judged again: its new verdict
+        bad = sum(1 for e in latest.values() if e["verdict"] != "good")
+        text = f"{len(latest)} checkpoint(s) judged, {bad} not good"
         if judged and judged[-1]["step"] is not None:
             text += f"; newest at step {judged[-1]['step']}"
         self.query_one("#watch-status", Static).update(f"{text} — following by {self.mode or '…'}")

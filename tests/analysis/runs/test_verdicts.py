@@ -47,7 +47,8 @@ def answers(run: Path, capsys) -> dict[str, str | None]:
     if report.get("runs"):  # a folder of single files (Lightning's) is a file listing, not a run view
         out["--report"] = report["runs"][0]["last_good"]
     events = Follower(run, settle=30.0, clock=time.time).poll(once=True)
-    good = [e.checkpoint for e in events if e.checkpoint is not None and e.checkpoint.good]
+    latest = {e.checkpoint.path: e for e in events}  # a save judged again (REJUDGED): its latest verdict
+    good = [e.checkpoint for e in latest.values() if e.kind != "in-progress" and e.checkpoint.good]
     out["watch"] = str(max(good, key=lambda c: c.step or -1).path) if good else None
     return out
 
