@@ -220,27 +220,30 @@ def _spread(runs: list[dict[str, float]]) -> str:
     return f"{statistics.median(cpus):.2f} ({min(cpus):.2f}-{max(cpus):.2f})"
 
 
-def _rounds(kinds: dict[str, tuple[tuple[str, str], Path]], pair: tuple[Path, Path],
-            rounds: int) -> dict[str, list[dict[str, float]]]:  # fmt: skip
-    """Each kind measured `rounds` times, interleaved round by round (ours, torch, ... then again), so a
-    change of load moves them alike; {name: [measure(), ...]}."""
+def _rounds(kinds: dict[str, tuple[tuple[str, str], Path, int]],
+            pair: tuple[Path, Path]) -> dict[str, list[dict[str, float]]]:  # fmt: skip
+    """Each kind measured its number of times, interleaved round by round (ours, torch, ... then again), so
+    a change of load moves them alike; {name: [measure(), ...]}."""
     from bench.bench_scale import measure
 
     out: dict[str, list[dict[str, float]]] = {name: [] for name in kinds}
-    for _ in range(rounds):
-        for name, (kind, tree) in kinds.items():
-            out[name].append(measure(kind, pair, tree))
+    for i in range(max(n for _, _, n in kinds.values())):
+        for name, (kind, tree, n) in kinds.items():
+            if i < n:
+                out[name].append(measure(kind, pair, tree))
     return out
 
 
-def many_tensors(sizes: list[int], folder: Path, previous: Path | None, rounds: int) -> None:
+def many_tensors(sizes: list[int], folder: Path, previous: Path | None, rounds: int, torch_rounds: int) -> None:
     """The --tensors table: diff --quick and the full diff against torch, per size (see the docstring)."""
     sys.path.insert(0, str(REPO))
     from bench import scale_sims
 
     kinds = [("diff --quick", CKINSPECT_QUICK, TORCH_QUICK), ("diff", CKINSPECT_FULL, TORCH_FULL)]
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {rounds} rounds, CPU medians",
-          flush=True)  # fmt: skip
+    load = f"load average {os.getloadavg()[0]:.1f}"
+    print(
+        f"machine: {os.cpu_count()} cores, {load}; {rounds} rounds ({torch_rounds} of torch's), CPU medians", flush=True
+    )
     head = (
         "| command | tensors | CPU s, median (range) | peak RSS | RSS / tensor | bytes read | CPU exp. | RSS exp. |"
         " torch CPU s, median (range) | torch RSS | torch CPU exp. | ours / torch CPU | ours / torch RSS |"
@@ -256,10 +259,10 @@ def many_tensors(sizes: list[int], folder: Path, previous: Path | None, rounds: 
                 scale_sims.torch_zip(path, n)
         size = pair[0].stat().st_size
         for label, ours_kind, torch_kind in kinds:
-            trees = {"ours": (ours_kind, REPO), "torch": (torch_kind, REPO)}
+            trees = {"ours": (ours_kind, REPO, rounds), "torch": (torch_kind, REPO, torch_rounds)}
             if previous:
-                trees["previous"] = (ours_kind, previous)
-            got = _rounds(trees, pair, rounds)
+                trees["previous"] = (ours_kind, previous, rounds)
+            got = _rounds(trees, pair)
             med = {name: {k: _median(runs, k) for k in ("cpu", "rss_kb", "rchar")} for name, runs in got.items()}
             ours, theirs = med["ours"], med["torch"]
             m, before = last.get(label, (0, {}))
@@ -288,18 +291,31 @@ def main() -> int:
     ap.add_argument("--dir", type=Path, help="where to write (default: a fresh folder in /tmp)")
     ap.add_argument("--repeat", type=int, default=3, help="best of N for cat and ckinspect (torch runs once)")
     ap.add_argument("--rounds", type=int, default=3, help="with --tensors: rounds per size (CPU medians)")
+    ap.add_argument("--torch-rounds", type=int, default=0, help="with --tensors: torch's rounds (default: --rounds)")
     ap.add_argument("--keep", action="store_true", help="keep the files")
     args = ap.parse_args()
 
     if args.tensors and args.dir:  # the zips are kept in DIR and re-used by the next run (640k take minutes)
         args.dir.mkdir(parents=True, exist_ok=True)
-        many_tensors([int(n) for n in args.tensors.split(",")], args.dir, args.previous, args.rounds)
+        many_tensors(
+            [int(n) for n in args.tensors.split(",")],
+            args.dir,
+            args.previous,
+            args.rounds,
+            args.torch_rounds or args.rounds,
+        )
         return 0
     folder = Path(tempfile.mkdtemp(prefix="ckinspect-bench-diff-", dir=args.dir))
     a, b = folder / "a.pth", folder / "b.pth"
     if args.tensors:
         try:
-            many_tensors([int(n) for n in args.tensors.split(",")], folder, args.previous, args.rounds)
+            many_tensors(
+                [int(n) for n in args.tensors.split(",")],
+                folder,
+                args.previous,
+                args.rounds,
+                args.torch_rounds or args.rounds,
+            )
             return 0
         finally:
             shutil.rmtree(folder, ignore_errors=True)
