@@ -20,6 +20,7 @@ RANK_TIMEOUT = "CKINSPECT_RANK_TIMEOUT"
 REMOTE_TIMEOUT = "CKINSPECT_REMOTE_TIMEOUT"
 REMOTE_RETRIES = "CKINSPECT_REMOTE_RETRIES"
 CRC = "CKINSPECT_CRC"
+PURE = "CKINSPECT_PURE"
 
 # name -> what it does (README's "Settings" table is checked against these)
 SETTINGS: dict[str, str] = {
@@ -30,6 +31,7 @@ SETTINGS: dict[str, str] = {
     REMOTE_TIMEOUT: "seconds one remote read may take before it is retried or fails (default 30, at least 0.1)",
     REMOTE_RETRIES: "retries of a remote read that failed for a transient reason (default 3)",
     CRC: "the CRC-32 backend to use when installed (io.crc's names); default: the fastest installed",
+    PURE: "set (not 0): take the pure-Python paths even where the compiled fast paths (ckinspect._native) are built",
 }
 
 DEFAULT_RANK_TIMEOUT = 1800.0
@@ -56,6 +58,10 @@ def set_threads(count: int) -> None:
 
 def debug() -> bool:
     return raw(DEBUG) not in ("", "0")
+
+
+def pure() -> bool:
+    return raw(PURE) not in ("", "0")
 
 
 def distributed_off() -> bool:

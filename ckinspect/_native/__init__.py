@@ -8,15 +8,14 @@ keeps and which gives the same answers. The tests run both.
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 
-PURE_ENV = "CKINSPECT_PURE"
+from ckinspect import settings
 
 
 def load(name: str) -> ModuleType | None:
     """The compiled module ``ckinspect._native.<name>``, or None to take the pure-Python path."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if settings.pure():
         return None
     try:
         return importlib.import_module(f"{__name__}.{name}")

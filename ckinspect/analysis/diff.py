@@ -739,30 +739,36 @@ def _compare_bytes(run: _Run, pairs: list[_Pair], progress: Callable[[int, int],
 
 def _byte_chunks(run: _Run, pairs: list[_Pair]) -> list[_Chunk]:
     """Every chunk worth a memcmp; pairs viewing the same bytes share theirs."""
-    tasks: dict[tuple[_Range, _Range], list[_Pair]] = {}
+    tasks: dict[tuple[tuple[_Range, _Range], ...], list[_Pair]] = {}
     for p in pairs:
         ranges = _byte_task(run, p)
         if ranges is not None:
             tasks.setdefault(ranges, []).append(p)
     chunks = []
-    for (bytes_a, bytes_b), ps in tasks.items():
-        for start in range(0, bytes_a[2], COMPARE_CHUNK):
-            n = min(COMPARE_CHUNK, bytes_a[2] - start)
-            chunks.append((bytes_a[0], bytes_a[1] + start, bytes_b[0], bytes_b[1] + start, n, ps))
+    for extents, ps in tasks.items():
+        for bytes_a, bytes_b in extents:
+            for start in range(0, bytes_a[2], COMPARE_CHUNK):
+                n = min(COMPARE_CHUNK, bytes_a[2] - start)
+                chunks.append((bytes_a[0], bytes_a[1] + start, bytes_b[0], bytes_b[1] + start, n, ps))
     return chunks
 
 
-def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
-    """The byte ranges whose equality settles this pair; None when bytes cannot (p says why)."""
+def _byte_task(run: _Run, p: _Pair) -> tuple[tuple[_Range, _Range], ...] | None:
+    """The byte ranges whose equality settles this pair (one pair of ranges, or one per chunk of a tensor
+    stored in the same chunks on both sides); None when bytes cannot (p says why)."""
     if p.ta.shape != p.tb.shape or p.ta.dtype != p.tb.dtype:
         p.equal = False
         return None
     if p.ta.numel == 0:
         return None
     if _streamed(run, p):
-        p.equal, p.streamed = False, True  # inflated as values are compared (io.values streams the member)
+        # inflated as values are compared (io.values streams the member), or a tensor in chunks cut otherwise on
+        # the other side: both read in C order, bytes first, values where they differ
+        p.equal, p.streamed = False, True
         return None
     try:
+        if run.a.storages[p.ta.storage_key].extents is not None:
+            return _chunk_ranges(run, p)
         bytes_a = _byte_ranges(run.a, run.blobs_a, p.ta)
         bytes_b = _byte_ranges(run.b, run.blobs_b, p.tb)
     except UnreadableStorage as exc:
@@ -772,14 +778,31 @@ def _byte_task(run: _Run, p: _Pair) -> tuple[_Range, _Range] | None:
         p.equal = False  # different layouts (or byte orders) of the same values: decide on values
         p.relaid = True
         return None
-    return bytes_a, bytes_b
+    return ((bytes_a, bytes_b),)
+
+
+def _chunk_ranges(run: _Run, p: _Pair) -> tuple[tuple[_Range, _Range], ...]:
+    """A tensor stored in the same chunks on both sides (_streamed said so): chunk against chunk."""
+    sa, sb = run.a.storages[p.ta.storage_key], run.b.storages[p.tb.storage_key]
+    ea, eb = sa.extents, sb.extents
+    assert ea is not None and eb is not None  # noqa: S101 - _streamed checked
+    out = []
+    for i in range(len(ea)):
+        ca, cb = ea.storage(i, sa.dtype, sa.key, p.ta.name), eb.storage(i, sb.dtype, sb.key, p.tb.name)
+        out.append(((ca.file, *run.blobs_a.check_within(ca)), (cb.file, *run.blobs_b.check_within(cb))))
+    return tuple(out)
 
 
 def _streamed(run: _Run, p: _Pair) -> bool:
-    """A side's bytes are in a deflated zip member (np.savez_compressed, a re-zipped torch file): no memcmp."""
-    return (
-        run.a.storages[p.ta.storage_key].deflated is not None or run.b.storages[p.tb.storage_key].deflated is not None
-    )
+    """A side's bytes are in a deflated zip member (np.savez_compressed, a re-zipped torch file), or in chunks
+    (DCP) that the other side does not cut the same way, byte order and all: no memcmp of ranges."""
+    sa, sb = run.a.storages[p.ta.storage_key], run.b.storages[p.tb.storage_key]
+    if sa.deflated is not None or sb.deflated is not None:
+        return True
+    ea, eb = sa.extents, sb.extents
+    if ea is None and eb is None:
+        return False
+    return ea is None or eb is None or not (ea.whole and eb.whole and ea.same_boxes(eb) and ea.swapped == eb.swapped)
 
 
 def _swapped(run: _Run, p: _Pair) -> bool:

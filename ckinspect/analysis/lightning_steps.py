@@ -22,6 +22,9 @@ per-parameter `step`. What must agree, from Lightning's own code:
   in `scheduler_progress` (`_TrainingEpochLoop._update_learning_rates`); a torch scheduler's `last_epoch`
   counts its own steps from 0, so the schedulers' `last_epoch` add up to that count. Manual optimization
   steps them in the user's code, uncounted.
+- `_batches_that_stepped` (the step loggers log at) grows once per batch that ends in an optimizer step:
+  automatic optimization's step count, manual optimization's batches (it never accumulates); a save made
+  inside a batch is one behind.
 - `epoch` is `trainer.current_epoch`, the loop's `epoch_progress.current.completed`. A save at an epoch's
   end has processed the epoch but not completed it (both `epoch=0`); the counters compared are the ones
   Lightning itself reads, so mid-epoch, validation and epoch-end saves agree alike.
@@ -44,6 +47,7 @@ MANUAL_STEPS = ("epoch_loop.manual_optimization.optim_step_progress", "total", "
 BATCHES = ("epoch_loop.batch_progress", "total", "processed")
 SCHEDULER_STEPS = ("epoch_loop.scheduler_progress", "total", "completed")
 EPOCH = ("epoch_progress", "current", "completed")
+STEPPED_BATCHES = ("epoch_loop.state_dict", "_batches_that_stepped")  # the step loggers log at
 AMP_STATE = "native_amp_scaling_state"  # the precision plugin's GradScaler state
 _LOOPS = "loops.fit_loop."
 _FROM_ANOTHER_SAVE = "the loop state comes from another save"
@@ -132,8 +136,27 @@ def _loop_findings(fit_loop: Mapping[str, Any], step: int, optimizer: tuple[Any,
     if automatic is None or manual is None:
         return []  # another Lightning's loop layout: nothing is assumed of it
     if step in (automatic, manual):
-        return [] if _maybe_manual(fit_loop) else _batch_findings(fit_loop, automatic, optimizer[0])
+        found = [] if _maybe_manual(fit_loop) else _batch_findings(fit_loop, automatic, optimizer[0])
+        return found or _stepped_batches_findings(fit_loop, automatic)
     return _counter_findings(automatic, manual, step, optimizer)
+
+
+def _stepped_batches_findings(fit_loop: Mapping[str, Any], automatic: int) -> list[Finding]:
+    """`_batches_that_stepped` (what the loggers log at) grows once per batch that ends in an optimizer step
+    (_TrainingEpochLoop): automatic optimization's steps; under manual optimization, which never accumulates,
+    every batch. A save made inside a batch (a step or validation callback) is one behind, and a resume
+    from one counts that batch again: within one of the count it agrees."""
+    stepped = _counter(fit_loop, STEPPED_BATCHES)
+    path: tuple[str, ...]
+    if _maybe_manual(fit_loop):
+        counted, path, what = _counter(fit_loop, BATCHES), BATCHES, "training batches processed"
+    else:
+        counted, path, what = automatic, AUTOMATIC_STEPS, "optimizer steps"
+    if stepped is None or counted is None or abs(stepped - counted) <= 1:
+        return []
+    message = (f"the loops record {stepped} batches that stepped ({_where(STEPPED_BATCHES)}) but {counted} {what} "
+               f"({_where(path)}), one for each: {_FROM_ANOTHER_SAVE}")  # fmt: skip
+    return [Finding("PARTS_DISAGREE", message, "loops")]
 
 
 def _counter_findings(automatic: int, manual: int, step: int, optimizer: tuple[Any, str, bool]) -> list[Finding]:

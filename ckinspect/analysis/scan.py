@@ -113,6 +113,7 @@ class _Plan(Record):
     pieces: list[_Piece] = field(default_factory=list)
     strided: list[tuple[StorageInfo, TensorInfo, list[str]]] = field(default_factory=list)
     views: list[_View] = field(default_factory=list)
+    chunk_of: dict[str, tuple[str, str]] = field(default_factory=dict)  # a chunk's storage key -> (tensor, where)
 
 
 def _plan(ckpt: Checkpoint, blobs: Blobs, findings: list[Finding], skipped: list[str]):
@@ -122,9 +123,30 @@ def _plan(ckpt: Checkpoint, blobs: Blobs, findings: list[Finding], skipped: list
     plan = _Plan()
     for key, storage in ckpt.storages.items():
         users = by_storage.get(key, [])
-        if _readable(storage, users, blobs, findings, skipped):
+        if storage.extents is not None:
+            _plan_extents(plan, storage, users, blobs, findings, skipped)
+        elif _readable(storage, users, blobs, findings, skipped):
             _plan_pieces(plan, storage, _plan_views(plan, storage, users, findings))
-    return plan.storages, plan.pieces, plan.strided, plan.views
+    return plan
+
+
+def _plan_extents(plan: _Plan, storage: StorageInfo, users: list[TensorInfo], blobs: Blobs, findings: list[Finding],
+                  skipped: list[str]) -> None:  # fmt: skip
+    """A tensor stored in chunks (model.Extents): each chunk planned as a storage of its own with one view,
+    whose moments _gathered_stats folds into the tensor's."""
+    ext = storage.extents
+    assert ext is not None  # noqa: S101 - the caller checked
+    whole = next((t for t in users if t.is_contiguous and not t.storage_offset and t.numel), None)
+    if whole is None or whole.dtype not in SCANNED_DTYPES and storage.crc32 is None and all(c < 0 for c in ext.crc):
+        return
+    for i in range(len(ext)):
+        part = ext.storage(i, storage.dtype, storage.key, whole.name)
+        chunk = ext.chunk(i, whole.name, whole.dtype, storage.key)
+        if not _readable(part, [chunk], blobs, findings, skipped):
+            continue
+        views = _plan_views(plan, part, [chunk], findings)
+        plan.chunk_of[part.key] = (whole.name, ext.where(i))
+        _plan_pieces(plan, part, views)
 
 
 def _readable(storage: StorageInfo, users: list[TensorInfo], blobs: Blobs, findings: list[Finding],
@@ -296,33 +318,46 @@ def scan_values(
     skipped: list[str] = []
     with Blobs() as blobs:
         with no_gc():  # ~150k small objects without cycles for a 50,000-tensor file
-            storages, pieces, strided, views = _plan(ckpt, blobs, findings, skipped)
+            plan = _plan(ckpt, blobs, findings, skipped)
+            storages, pieces, strided, views = plan.storages, plan.pieces, plan.strided, plan.views
             if keep is not None:
                 _allocate_kept(views, keep)
         total = sum(p.length for p in pieces) + sum(t.span_bytes for _, t, _ in strided)
-        scan = _Scan(ckpt, blobs, storages, findings, progress, total, mean_std)
+        scan = _Scan(ckpt, blobs, storages, findings, progress, total, mean_std, chunk_of=plan.chunk_of)
         if progress:
             progress(0, total)
         jobs: list[_Job] = [_PiecesJob(unit) for unit in _units(pieces)]
         jobs += [_StridedJob(storage, tensor) for storage, tensor, _ in strided]
         _run_jobs(scan, jobs)
         crc_checked = _check_crcs(scan)
-    stats = _gathered_stats(views, scan.strided_moments)
+    stats = _gathered_stats(views, scan.strided_moments, plan.chunk_of, mean_std)
     if keep is not None:
         _collect_kept(views, keep)
     findings += _value_findings(ckpt, stats)
     return ScanResult(findings, stats, scan.done, time.perf_counter() - started, crc_checked, skipped)
 
 
-def _gathered_stats(views: list[_View], strided: dict[str, Moments]) -> dict[str, TensorStats]:
-    """Each tensor's statistics: tied names share their view's."""
+def _gathered_stats(views: list[_View], strided: dict[str, Moments], chunk_of: dict[str, tuple[str, str]],
+                    mean_std: bool) -> dict[str, TensorStats]:  # fmt: skip
+    """Each tensor's statistics: tied names share their view's; a tensor stored in chunks has its chunks'
+    moments merged (as if it were read whole), and the chunks holding NaN/Inf named."""
     stats: dict[str, TensorStats] = {}
+    merged: dict[str, tuple[Moments, list[str]]] = {}
     for v in views:
+        chunk = chunk_of.get(v.storage.key)
+        if chunk is not None:
+            total, where = merged.setdefault(chunk[0], (Moments(summed=mean_std), []))
+            total.merge(v.moments)
+            if v.moments.nan or v.moments.inf:
+                where.append(chunk[1])
+            continue
         s = v.moments.stats()
         for name in v.names:
             stats[name] = s
     for name, m in strided.items():
         stats[name] = m.stats()
+    for name, (total, where) in merged.items():
+        stats[name] = total.stats().replace(chunks=tuple(where))
     return stats
 
 
@@ -366,6 +401,7 @@ class _Scan(Record):
     total: int
     mean_std: bool
     done: int = 0
+    chunk_of: dict[str, tuple[str, str]] = field(default_factory=dict)  # _Plan.chunk_of
     crc_parts: dict[int, dict[int, tuple[int, int]]] = field(default_factory=dict)  # storage -> chunk -> crc, length
     strided_moments: dict[str, Moments] = field(default_factory=dict)
 
@@ -450,7 +486,8 @@ def _check_crcs(scan: _Scan) -> int:
         crc = _combined_crc(scan.crc_parts.get(index, {}))
         crc_checked += 1
         if crc != storage.crc32:
-            names = users.get(storage.key, [])
+            chunk = scan.chunk_of.get(storage.key)
+            names = [chunk[0]] if chunk is not None else users.get(storage.key, [])
             member = storage.member or storage.key
             scan.findings.append(
                 Finding(
@@ -509,7 +546,11 @@ def _nonfinite_finding(ckpt: Checkpoint, name: str, s: TensorStats) -> Finding:
         values = f"{s.nan:,} NaN and {s.nonfinite - s.nan:,} Inf among {s.count:,} values"
         return Finding("BOOKKEEPING_SENTINEL", f"{name}: {values}: {meaning}", name)
     inf = s.nonfinite - s.nan
-    return Finding("NONFINITE", f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values", name)
+    where = ""
+    if s.chunks:  # a tensor stored in chunks: which of them (the first few) hold the values
+        more = f" and {len(s.chunks) - _MAX_EXAMPLES} more" if len(s.chunks) > _MAX_EXAMPLES else ""
+        where = f", in chunk{'s' if len(s.chunks) > 1 else ''} {'; '.join(s.chunks[:_MAX_EXAMPLES])}{more}"
+    return Finding("NONFINITE", f"{name}: {s.nan:,} NaN and {inf:,} Inf among {s.count:,} values{where}", name)
 
 
 STEP_COUNTER_NAMES = ("step", "steps", "num_steps", "iteration")

@@ -66,6 +66,7 @@ class TensorStats(Record):
     max_abs: float | None
     nan: int = 0
     count: int = 0
+    chunks: tuple[str, ...] = ()  # a tensor stored in chunks (DCP): those holding NaN/Inf, as Extents.where says
 
     def to_json(self) -> dict[str, Any]:
         def num(x: float | None) -> float | None:
@@ -82,6 +83,27 @@ class TensorStats(Record):
             "fp16_overflow": self.fp16_overflow,
             "count": self.count,
         }
+
+
+def merged_stats(a: TensorStats, b: TensorStats) -> TensorStats:
+    """The statistics of one tensor from those of two disjoint parts of it (the files of a tensor stored in
+    chunks, scanned apart): counts added, bounds widened, mean and std by Chan's update when both have them."""
+
+    def bound(pick: Any, x: float | None, y: float | None) -> float | None:
+        return y if x is None else x if y is None else pick(x, y)
+
+    mean = std = None
+    na, nb = a.count - a.nonfinite, b.count - b.nonfinite
+    if a.mean is not None and b.mean is not None and a.std is not None and b.std is not None:
+        total = Moments()
+        for n, m, s in ((na, a.mean, a.std), (nb, b.mean, b.std)):
+            if n:
+                total._fold(n, m, (s * s * (n - 1)) if n > 1 else 0.0, math.inf, -math.inf)
+        mean = total.mean
+        std = math.sqrt(max(total.m2, 0.0) / (total.n - 1)) if total.n > 1 else math.nan
+    return TensorStats(bound(min, a.min, b.min), bound(max, a.max, b.max), mean, std, a.nonfinite + b.nonfinite,
+                       a.fp16_overflow + b.fp16_overflow, bound(max, a.max_abs, b.max_abs), a.nan + b.nan,
+                       a.count + b.count, a.chunks + b.chunks)  # fmt: skip
 
 
 class Moments(Record):

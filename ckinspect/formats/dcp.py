@@ -34,7 +34,7 @@ from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
 from ckinspect.io.remote import as_path
 from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, ZipError
-from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.model import Checkpoint, Extents, StorageInfo, TensorInfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -389,8 +389,10 @@ class _Lister:
         chunks = list(md.get("chunks") or [])
         if len(chunks) > 1:
             self.ckpt.metadata.setdefault("dcp_sharded", {})[fqn] = list(size)
-            if self.trust:  # one entry for the tensor, its chunks checked in bulk
-                whole = self._sharded_tensor(fqn, dtype, size, chunks, items)
+            # one entry for the tensor: --quick checks its chunks in bulk, the full read opens each
+            whole = (self._sharded_tensor(fqn, dtype, size, chunks, items) if self.trust else
+                     self._read_sharded(fqn, dtype, size, chunks, items))  # fmt: skip
+            if whole is not None:
                 self.ckpt.tensors.append(whole)
                 return whole
         out = self._chunk_entries(fqn, dtype, chunks, items)
@@ -413,6 +415,46 @@ class _Lister:
                 self.ckpt.tensors.append(tensor)
                 out[name] = tensor
         return out
+
+    def _read_sharded(self, fqn: str, dtype: str, size: tuple[int, ...], chunks: list[Any],
+                      items: _Items) -> TensorInfo | None:  # fmt: skip
+        """A tensor whose chunks lie in many items, as one entry of its global shape whose storage lists every
+        chunk's bytes (model.Extents), each item opened and judged as _read_tensor judges it. None (each chunk
+        then listed on its own, as before) when an item holds its chunk in a way one extent cannot say: a view
+        into a larger storage, a strided or unaddressable one."""
+        read = []
+        for chunk in chunks:
+            offsets, sizes = _chunk_box(chunk)
+            name = _chunk_name(fqn, offsets, sizes)
+            found = self.item(name, items.get((fqn, offsets)))
+            if found is None:
+                continue
+            reader, offset, length, relative = found
+            tensor = _chunk_tensor(self.ckpt, reader, self.paths[relative], offset, length, f"{relative}@{offset}",
+                                   name, dtype, sizes)  # fmt: skip
+            read.append((offsets, sizes, tensor))
+        storages = self.ckpt.storages
+        extents = _extents_of(size, read, storages)
+        for _offsets, _sizes, tensor in read:
+            if tensor is None:
+                continue
+            if extents is None:
+                self.ckpt.tensors.append(tensor)  # each chunk an entry of its own, as before
+            else:
+                storages.pop(tensor.storage_key, None)  # its bytes are one extent of the tensor's storage
+        if extents is None:
+            return None
+        extents.whole = _tiles(size, chunks)
+        if not extents.whole:
+            self.ckpt.add("CORRUPT", f"{self.folder.name}/.metadata: the {len(chunks)} chunks of {fqn} do not cover "
+                                     f"its shape {list(size)} exactly once", fqn)  # fmt: skip
+        extents.whole = extents.whole and len(extents) == len(chunks)  # an unreadable chunk: its finding says so
+        key = f"dcp:{fqn}"  # as the --quick listing keys it
+        nbytes = (math.prod(size) * self._bits(dtype) + 7) >> 3
+        file = extents.files[0] if extents.files else self.folder
+        self.ckpt.storages[key] = StorageInfo(key, dtype, nbytes, file, None, None, f"{len(chunks)} chunks",
+                                              extents=extents)  # fmt: skip
+        return TensorInfo(fqn, dtype, size, contiguous_strides(size), key, 0)
 
     def _read_tensor(self, name: str, where: dict[str, Any] | None, dtype: str, sizes: tuple[int, ...]):
         """A chunk as its item's own torch.save zip holds it."""
@@ -578,6 +620,71 @@ def _extent_name(name: str, chunk: Any) -> str:
 
 
 _PLACE_IN_FILE = operator.itemgetter(0, 1)  # an extent's (offset, length): what names it is never compared
+
+
+def _extents_of(size: tuple[int, ...], read: list[Any], storages: dict[str, StorageInfo]) -> Extents | None:
+    """The chunks read (offsets, sizes, its tensor or None) as Extents; None when one of them is held other than
+    as the whole of a contiguous, addressable storage of its own."""
+    extents = Extents(len(size))
+    known: dict[Path, int] = {}
+    for offsets, sizes, tensor in read:
+        if tensor is None:
+            continue  # unreadable: its finding says so, and the tensor's bytes are short of it
+        storage = storages.get(tensor.storage_key) if len(offsets) == len(size) == len(sizes) else None
+        if storage is None or storage.offset is None or not _whole_storage(storage, tensor):
+            return None
+        extents.add(extents.file_index(storage.file, known), storage.offset, storage.nbytes, storage.crc32,
+                    storage.big_endian, offsets, sizes)  # fmt: skip
+    return extents
+
+
+def _whole_storage(storage: StorageInfo, tensor: TensorInfo) -> bool:
+    """The tensor is all of its storage, contiguous, its bytes addressable in place."""
+    in_place = storage.offset is not None and storage.deflated is None and storage.dtype == tensor.dtype
+    return in_place and tensor.is_contiguous and not tensor.storage_offset and storage.nbytes == tensor.nbytes
+
+
+def _tiles(size: tuple[int, ...], chunks: list[Any]) -> bool:
+    """Whether the declared chunks cover the tensor exactly once (every element in one chunk): each within
+    bounds, and the chunks a grid (on every dimension the distinct intervals partition it, each cell one
+    chunk) or, for other layouts, of disjoint boxes whose volumes add up to the whole."""
+    boxes = {_chunk_box(c) for c in chunks}
+    if len(boxes) != len(chunks):
+        return False
+    volume = 0
+    for offsets, sizes in boxes:
+        if len(offsets) != len(size) or len(sizes) != len(size):
+            return False
+        if any(o < 0 or n < 0 or o + n > whole for o, n, whole in zip(offsets, sizes, size, strict=True)):
+            return False
+        volume += math.prod(sizes)
+    if volume != math.prod(size):
+        return False
+    full = [b for b in boxes if math.prod(b[1])]
+    if _is_grid(size, full):
+        return True
+    if len(full) > 2048:  # disjointness pair by pair would cost more than it is worth: not claimed
+        return False
+    return not any(_overlap(a, b) for i, a in enumerate(full) for b in full[i + 1 :])
+
+
+def _is_grid(size: tuple[int, ...], boxes: list[Any]) -> bool:
+    cells = 1
+    for d, whole in enumerate(size):
+        spans = sorted({(o[d], n[d]) for o, n in boxes})
+        at = 0
+        for start, length in spans:
+            if start != at:
+                return False
+            at = start + length
+        if at != whole:
+            return False
+        cells *= len(spans)
+    return cells == len(boxes)
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    return all(oa < ob + nb and ob < oa + na for oa, na, ob, nb in zip(a[0], a[1], b[0], b[1], strict=True))
 
 
 def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, name: str, dtype: str,

@@ -367,6 +367,9 @@ def raw_blocks(
     little-endian order, as torch.load swaps them. `convert(raw)`, when given, is applied while the
     bytes are still mapped, so a decoded block costs one copy, not two.
     """
+    if storage.extents is not None:
+        yield from _extent_blocks(blobs, storage, tensor, elements, logical, convert)
+        return
     if storage.deflated is not None or not tensor.is_contiguous:
         limit = elements * tensor.itemsize
         blocks = (deflated_blocks(blobs, storage, tensor, elements, logical) if storage.deflated is not None else
@@ -394,3 +397,67 @@ def _contiguous_blocks(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, e
                 block = raw.copy() if convert is None else convert(raw)
             del raw  # the window unmaps on leaving the `with` only when nothing still points into it
         yield block
+
+
+# ---------------------------------------------------------------- a tensor in many chunks (DCP, sharded over ranks)
+
+
+def _extent_blocks(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, elements: int, logical: bool,
+                   convert: Callable[[Any], Any] | None) -> Iterator[Any]:  # fmt: skip
+    """A tensor whose bytes are chunks (model.Extents): chunk after chunk for statistics (`logical=False`);
+    in the tensor's C order otherwise: chunks that split only the first dimension one after another, any other
+    cut assembled a slab of rows at a time from the part of each chunk it holds (memory: two slabs)."""
+    ext = storage.extents
+    assert ext is not None  # noqa: S101 - the caller checked
+    if tensor.numel == 0:
+        return
+    if not tensor.is_contiguous or tensor.storage_offset or tuple(tensor.shape) != _shape_of(ext, tensor):
+        raise UnreadableStorage(f"{tensor.name}: a view of a tensor stored in {len(ext)} chunks")
+    chunks = range(len(ext))
+    if logical:
+        if not ext.whole:
+            raise UnreadableStorage(f"{tensor.name}: its {len(ext)} chunks do not hold each of its elements once; "
+                                    "not read in order")  # fmt: skip
+        chunks = sorted((i for i in chunks if ext.length[i]), key=ext.offsets)  # type: ignore[assignment]
+        if any(ext.sizes(i)[1:] != tuple(tensor.shape[1:]) for i in chunks):
+            yield from _assembled_rows(blobs, storage, tensor, elements, convert, list(chunks))
+            return
+    for i in chunks:
+        chunk = ext.chunk(i, tensor.name, tensor.dtype, storage.key)
+        yield from raw_blocks(blobs, ext.storage(i, tensor.dtype, storage.key), chunk, elements, logical, convert)
+
+
+def _shape_of(ext: Any, tensor: TensorInfo) -> tuple[int, ...]:
+    return tuple(tensor.shape) if ext.ndim == len(tensor.shape) else ()
+
+
+def _assembled_rows(blobs: Blobs, storage: StorageInfo, tensor: TensorInfo, elements: int,
+                    convert: Callable[[Any], Any] | None, chunks: list[int]) -> Iterator[Any]:  # fmt: skip
+    """C order of a tensor cut on more than its first dimension: slabs of whole rows (at least one), each
+    filled from the box every chunk it crosses has in it, read as a strided view of that chunk."""
+    import numpy as np
+
+    ext = storage.extents
+    assert ext is not None  # noqa: S101 - the caller checked
+    shape = tuple(tensor.shape)
+    row = max(1, math.prod(shape[1:]))
+    rows = max(1, elements // row)
+    np_dtype = raw_numpy_dtype(tensor.dtype)
+    for r0 in range(0, shape[0], rows):
+        r1 = min(shape[0], r0 + rows)
+        slab = np.empty((r1 - r0, *shape[1:]), np_dtype)
+        for i in chunks:
+            offsets, sizes = ext.offsets(i), ext.sizes(i)
+            lo, hi = max(r0, offsets[0]), min(r1, offsets[0] + sizes[0])
+            if lo >= hi:
+                continue
+            whole = ext.chunk(i, tensor.name, tensor.dtype, storage.key)
+            inner = math.prod(sizes[1:])
+            part = whole.replace(shape=(hi - lo, *sizes[1:]), storage_offset=(lo - offsets[0]) * inner)
+            got = np.concatenate(list(raw_blocks(blobs, ext.storage(i, tensor.dtype, storage.key), part,
+                                                 max(elements, 1), True)))  # fmt: skip
+            where = (slice(lo - r0, hi - r0), *(slice(o, o + n) for o, n in zip(offsets[1:], sizes[1:], strict=True)))
+            slab[where] = got.reshape(part.shape)
+            del got
+        flat = slab.reshape(-1)
+        yield flat if convert is None else convert(flat)

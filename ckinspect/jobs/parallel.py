@@ -120,11 +120,19 @@ def _units_of(index: int, ckpt: Checkpoint) -> list[ScanUnit]:
     local = folders.on_disk(ckpt.path)
     by_file: dict[str, list[StorageInfo]] = {}
     for storage in ckpt.storages.values():
-        by_file.setdefault(str(storage.file) if local else str(ckpt.path), []).append(storage)
-    file_of = {s.key: file for file, storages in by_file.items() for s in storages}
+        if storage.extents is not None and local:
+            for file, share in _shares_by_file(storage):
+                by_file.setdefault(file, []).append(share)
+        else:
+            by_file.setdefault(str(storage.file) if local else str(ckpt.path), []).append(storage)
+    files_of: dict[str, list[str]] = {}
+    for file, storages in by_file.items():
+        for s in storages:
+            files_of.setdefault(s.key, []).append(file)
     tensors_of: dict[str, list[TensorInfo]] = {}
     for tensor in ckpt.tensors:
-        tensors_of.setdefault(file_of.get(tensor.storage_key, ""), []).append(tensor)
+        for file in files_of.get(tensor.storage_key, [""]):  # a tensor in chunks: in each file that holds one
+            tensors_of.setdefault(file, []).append(tensor)
     return [
         ScanUnit(
             index,
@@ -134,11 +142,24 @@ def _units_of(index: int, ckpt: Checkpoint) -> list[ScanUnit]:
             file,
             tensors_of.get(file, []),
             storages,
-            sum(s.nbytes for s in storages if s.offset is not None),
+            sum(s.nbytes for s in storages if s.offset is not None or s.extents is not None),
             local,
         )  # fmt: skip
         for part, (file, storages) in enumerate(by_file.items())
     ]
+
+
+def _shares_by_file(storage: StorageInfo) -> Iterator[tuple[str, StorageInfo]]:
+    """A storage in chunks (model.Extents) as one storage per file holding some of its chunks (same key)."""
+    ext = storage.extents
+    assert ext is not None  # noqa: S101 - the caller checked
+    by_file: dict[int, list[int]] = {}
+    for i, f in enumerate(ext.file):
+        by_file.setdefault(f, []).append(i)
+    for f, indices in by_file.items():
+        share = ext.subset(indices)
+        yield str(ext.files[f]), storage.replace(file=ext.files[f], extents=share,
+                                                 nbytes=sum(share.length))  # fmt: skip
 
 
 def scan_unit(unit: ScanUnit, progress: Progress | None = None) -> PartScan:
@@ -156,7 +177,9 @@ def scan_unit(unit: ScanUnit, progress: Progress | None = None) -> PartScan:
     result = scan_values(part, progress, mean_std=False)  # findings only, as the report path scans
     cpu = time.process_time() - cpu
     findings = [f for f in result.findings if f.code not in VALUE_CODES]
-    flagged = {name: s for name, s in result.stats.items() if s.nonfinite or s.fp16_overflow}
+    # a tensor in chunks spread over files: every part's share, merged in merge_scans
+    shared = {t.name for t in unit.tensors if part.storages[t.storage_key].extents is not None}
+    flagged = {name: s for name, s in result.stats.items() if s.nonfinite or s.fp16_overflow or name in shared}
     return PartScan(
         unit.checkpoint,
         unit.part,
@@ -256,6 +279,7 @@ def merge_scans(checkpoints: Sequence[Checkpoint], units: Sequence[ScanUnit], re
     """Append each checkpoint's scan findings: its parts' own, in part order, then the value findings of
     its merged stats (as one `scan_values` over the whole checkpoint makes them)."""
     from ckinspect.analysis.scan import value_findings
+    from ckinspect.analysis.stats import merged_stats
 
     by_checkpoint: dict[int, list[PartScan]] = {}
     for unit, result in zip(units, results, strict=True):
@@ -267,7 +291,8 @@ def merge_scans(checkpoints: Sequence[Checkpoint], units: Sequence[ScanUnit], re
         flagged: dict[str, TensorStats] = {}
         for result in sorted(parts, key=lambda r: r.part):
             ckpt.findings.extend(result.findings)
-            flagged.update(result.flagged)
+            for name, stats in result.flagged.items():
+                flagged[name] = merged_stats(flagged[name], stats) if name in flagged else stats
         ckpt.findings.extend(value_findings(ckpt, flagged))
 
 

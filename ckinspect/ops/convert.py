@@ -348,6 +348,8 @@ class _StorageReader:
         path = Path(storage.file)
         if storage.deflated is not None:  # a deflated member: streamed as it is written (io.values)
             return StorageSource(storage) if _inflates_whole(storage) else None
+        if storage.extents is not None:  # a tensor in chunks (DCP, sharded): assembled in C order as it is written
+            return StorageSource(storage) if storage.extents.whole else None
         if storage.offset is not None:
             handle = self._file(path)
             whole = storage.offset + storage.nbytes <= os.fstat(handle.fileno()).st_size

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ckinspect.dtypes import dtype_info
+from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.tree import MAX_TREE_DEPTH
 from ckinspect.io.blobs import Blobs, read_chunks
 from ckinspect.io.safetensors_write import Entry, write_safetensors
@@ -167,7 +168,8 @@ class StorageSource:
     def __init__(self, storage: StorageInfo | None = None, data: bytes | bytearray | memoryview | None = None):
         if storage is None and data is None:
             raise ValueError("a storage source needs a file range or bytes")
-        if storage is not None and data is None and storage.offset is None and storage.deflated is None:
+        if (storage is not None and data is None and storage.offset is None and storage.deflated is None
+                and storage.extents is None):  # fmt: skip
             raise ValueError(f"storage {storage.key} has no raw byte offset")
         self.storage = storage
         self.data = data
@@ -190,6 +192,9 @@ class StorageSource:
     def _file_pieces(self, start: int, length: int, unit: int) -> Iterator[memoryview]:
         """The storage's bytes as the file holds them, each piece whole `unit`-byte elements."""
         assert self.storage is not None
+        if self.storage.extents is not None:  # a tensor in chunks (DCP, sharded): its bytes in C order
+            yield from _window(_chunked_bytes(self.storage), start, length)
+            return
         if self.storage.deflated is None:
             yield from read_chunks(self.storage, start, length, CHUNK)
             return
@@ -210,6 +215,29 @@ class StorageSource:
         flat = np.frombuffer(self.data, dtype=raw_numpy_dtype(info.dtype), count=len(self.data) // item)
         view = as_strided(flat[info.storage_offset :], info.shape, [s * item for s in info.stride], writeable=False)
         yield np.ascontiguousarray(view).reshape(-1)
+
+
+def _chunked_bytes(storage: StorageInfo) -> Iterator[memoryview]:
+    """A storage in chunks (model.Extents) as the bytes of its one contiguous tensor, in C order."""
+    ext = storage.extents
+    assert ext is not None  # noqa: S101 - the caller checked
+    shape = ext.shape()
+    whole = TensorInfo(storage.key, storage.dtype, shape, contiguous_strides(shape), storage.key)
+    with Blobs() as blobs:
+        for raw in raw_blocks(blobs, storage, whole, max(1, CHUNK // whole.itemsize), logical=True):
+            yield raw.data.cast("B")
+
+
+def _window(pieces: Iterator[memoryview], start: int, length: int) -> Iterator[memoryview]:
+    """Bytes [start, start+length) of a stream of pieces."""
+    at = 0
+    for piece in pieces:
+        lo, hi = max(start - at, 0), min(start + length - at, len(piece))
+        at += len(piece)
+        if lo < hi:
+            yield piece[lo:hi]
+        if at >= start + length:
+            return
 
 
 def _whole_units(pieces: Iterator[memoryview], unit: int) -> Iterator[memoryview]:
@@ -273,7 +301,8 @@ class RawTensor:
         info = self.info
         if info.nbytes == 0:
             return
-        if self.target is None and (info.bits % 8 or info.is_contiguous):  # packed sub-byte floats: contiguous
+        in_chunks = self.storage.storage is not None and self.storage.storage.extents is not None  # DCP, sharded
+        if self.target is None and (info.bits % 8 or info.is_contiguous) and not in_chunks:  # packed: contiguous
             yield from self.storage.chunks(info.byte_offset, info.nbytes)
             return
         for raw in self.storage.c_order_blocks(info, max(1, CHUNK // info.itemsize)):

@@ -53,14 +53,17 @@ def test_a_sharded_tensor_is_one_entry_with_its_global_shape(sharded):
         md = meta.state_dict_metadata[fqn]
         tensor = by_name[fqn]
         assert tensor.shape == tuple(md.size) and tensor.dtype == "float32" and tensor.is_contiguous
-        chunk_bytes = sum(t.nbytes for t in full.tensors if t.name.startswith(fqn + "["))
-        assert quick.storages[tensor.storage_key].nbytes == tensor.nbytes == chunk_bytes
+        extents = full.storages[tensor.storage_key].extents  # the full read: every chunk's bytes, one entry
+        assert extents is not None and extents.whole and len(extents) == len(md.chunks)
+        assert quick.storages[tensor.storage_key].nbytes == tensor.nbytes == sum(extents.length)
         assert quick.storages[tensor.storage_key].offset is None  # no value is read from this listing
-    # one entry per tensor, not per chunk; the unsharded ones as the full read lists them
+        assert quick.storages[tensor.storage_key].extents is None
+    # one entry per tensor, not per chunk, in the full read too (the listing does not depend on --quick)
     assert len(quick.tensors) == len(meta.state_dict_metadata) - sum(
         1 for md in meta.state_dict_metadata.values() if not hasattr(md, "chunks"))  # fmt: skip
-    unsharded = {t.name for t in full.tensors if "[" not in t.name}
-    assert {t.name for t in quick.tensors} == sharded_fqns | unsharded
+    assert [(t.name, t.shape, t.dtype) for t in full.tensors] == [(t.name, t.shape, t.dtype) for t in quick.tensors]
+    assert not any("[" in t.name for t in full.tensors)
+    assert {t.name for t in quick.tensors} >= sharded_fqns
     assert quick.metadata["dcp_sharded"] == full.metadata["dcp_sharded"]
     # placed in the tree where the state dict had it
     up = "model.layers.1.mlp.up_proj.weight"
@@ -123,6 +126,39 @@ def test_the_direct_metadata_writer_writes_what_torchs_planner_and_writer_write(
     assert (a / ".metadata").read_bytes() == (b / ".metadata").read_bytes()
     for name in names[1:]:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+@pytest.mark.parametrize(("shapes", "ranks"), [("tiny", 1), ("tiny", 2), ("tiny", 16), ("vocab233", 240)])
+def test_the_streaming_writer_writes_what_torchs_planner_and_writer_write(tmp_path, monkeypatch, shapes, ranks):
+    """bench/scale_sims.dcp_save_stream (the 405B over 2048 ranks: `.metadata` pickled as the files are written,
+    never held) against dcp_save (torch's DefaultSavePlanner and FileSystemWriter): every file byte for byte
+    identical. vocab233 over 240 ranks: 2,000 storage records, so C's pickler ends storage_data with an empty
+    MARK SETITEMS batch, which Python's pickler would not write."""
+    monkeypatch.setitem(scale_sims.LLAMA, "vocab233", {"layers": 1, "hidden": 16, "inter": 40, "kv": 8, "vocab": 233})
+    folder = tmp_path / "ckpt"
+    scale_sims.dcp_save(folder, ranks, shapes, save_id="the-save")
+    a = folder.rename(tmp_path / "planned")
+    counts = scale_sims.dcp_save_stream(folder, ranks, shapes, save_id="the-save")
+    assert scale_sims.prove_same(a, folder) == ranks + 1
+    meta = FileSystemReader(str(folder)).read_metadata()
+    tensors = [e for e in meta.state_dict_metadata.values() if hasattr(e, "chunks")]
+    assert counts["entries"] == len(meta.state_dict_metadata)
+    assert counts["chunks"] == sum(len(e.chunks) for e in tensors)
+    if shapes == "vocab233":
+        assert len(meta.storage_data) == 2000
+
+
+@pytest.mark.parametrize("count", [1, 2, 999, 1000, 1001, 2000, 2001])
+def test_the_streaming_pickler_batches_as_cpythons_c_pickler(count):
+    """scale_sims._CPickler writes what pickle.dump (C) writes for dicts and lists of any length, where Python's
+    own pickler differs at a full last batch (dicts) and a last batch of one (lists)."""
+    import io
+    import pickle
+
+    obj = {"d": {f"k{i}": [i] * (i % 3) for i in range(count)}, "l": [(i, str(i)) for i in range(count)]}
+    out = io.BytesIO()
+    scale_sims._CPickler(out).dump(obj)
+    assert out.getvalue() == pickle.dumps(obj, protocol=4)
 
 
 def test_last_good_quick_names_the_newest_whole_sharded_save(sharded, tmp_path, capsys):

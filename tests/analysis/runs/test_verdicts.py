@@ -264,6 +264,27 @@ def test_lightning_batch_progress_behind_the_optimizer_disagrees(tmp_path, capsy
     ])  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("mode", "newest", "older", "message"),
+    [
+        ("accum", "end-epoch=2-step=15.ckpt", "end-epoch=0-step=5.ckpt",
+         "the loops record 5 batches that stepped (loops.fit_loop.epoch_loop.state_dict._batches_that_stepped) but "
+         "15 optimizer steps (loops.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total."
+         "completed), one for each: the loop state comes from another save"),
+        ("manual", "end-epoch=1-step=28.ckpt", "end-epoch=0-step=14.ckpt",
+         "the loops record 9 batches that stepped (loops.fit_loop.epoch_loop.state_dict._batches_that_stepped) but "
+         "18 training batches processed (loops.fit_loop.epoch_loop.batch_progress.total.processed), one for each: "
+         "the loop state comes from another save"),
+    ],
+)  # fmt: skip
+def test_lightning_batches_that_stepped_of_another_save_disagree(tmp_path, capsys, mode, newest, older, message):
+    """Only the epoch loop's own state (`_batches_that_stepped`, the step its loggers log at) from an older
+    save: every other counter agrees, that one does not (automatic: one per optimizer step; manual: per batch)."""
+    run = framework_run("lightning-loops", tmp_path) / mode
+    _with_loops_of(run / newest, run / older, "epoch_loop.state_dict")
+    assert _report(run / newest, capsys) == (1, [("PARTS_DISAGREE", message)])
+
+
 def test_lightning_manual_optimization_loops_of_another_save_disagree(tmp_path, capsys):
     """Two optimizers under manual optimization: global_step is the loops' count of every optimizer's step."""
     run = framework_run("lightning-loops", tmp_path) / "manual"
