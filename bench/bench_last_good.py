@@ -9,7 +9,8 @@ The newest checkpoint lacks one rank file, so last-good must judge two checkpoin
 tiny` (the default): a 64 KiB weight and its moments, real data. `--model 1b`: Llama-3.2-1B's 146 tensors
 in bf16 and the fp32 master weights and AdamW moments in 8 partitions, 15.7 GB a save, as sparse files of
 torch.save's own bytes (make_sparse_run); structure is judged (`--quick`), since reading one such save's
-values reads 15.7 GB (`--values` adds that row, one round, `--jobs 1` so its CPU is this process's).
+values reads 16.1 GiB (`--values` adds the default answer, which reads them, side by side with torch.load(mmap)
++ torch.isfinite over that save and `cat` of its files: see values_of_the_answer).
 
 Timed, each as a fresh process (what a launch script pays) with its bytecode cached as an install has it,
 after one warm-up round, medians of interleaved rounds; wall and CPU time (on a shared machine the wall
@@ -190,6 +191,7 @@ def main() -> int:
     parser.add_argument("--model", choices=["tiny", "1b"], default="tiny")
     parser.add_argument("--memory", action="store_true", help="also peak RSS on runs of 10, 40 and 160 saves")
     parser.add_argument("--values", action="store_true", help="1b: also the default answer, which reads values")
+    parser.add_argument("--value-rounds", type=int, default=1, help="interleaved rounds of the --values rows")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-last-good-") as tmp:
         run = build(Path(tmp), args.model, args.checkpoints, args.ranks)
@@ -239,15 +241,79 @@ def main() -> int:
             f"goal (JSON at the cost of the plain answer): --format json costs {json_ratio:.2f}x the plain answer's CPU"
         )
         if args.values and args.model != "tiny":
-            values = [sys.executable, "-m", "ckinspect", "last-good", str(run), "--jobs", "1"]
-            elapsed, used, out = timed(values)
-            assert out.strip() == expected, out
-            save = size / args.checkpoints / 2**30
-            print(f"  {'last-good --jobs 1 (values of the answer)':<38} wall {elapsed:6.2f} s  cpu {used:6.2f} s  "
-                  f"({save:.1f} GiB a save read: {save / used:.2f} GiB per CPU-s)")  # fmt: skip
+            values_of_the_answer(run, Path(expected), args.value_rounds)
     if args.memory:
         memory_flat(args.model, args.ranks)
     return 0
+
+
+TORCH_CHECK_SAVE = """
+import sys, torch
+from pathlib import Path
+
+def leaves(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from leaves(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from leaves(v)
+
+bad = 0
+for path in sorted(Path(sys.argv[1]).glob("*.pt")):
+    for t in leaves(torch.load(path, map_location="cpu", weights_only=False, mmap=True)):
+        bad += bool(t.is_floating_point() and not torch.isfinite(t).all())
+print(bad)
+"""
+
+
+def values_of_the_answer(run: Path, answer: Path, rounds: int) -> None:
+    """The default answer (issue 27: the values of the save it names are read, CRCs checked, NaN/Inf looked
+    for), against what a user would otherwise run for it, each a fresh process, interleaved: torch.load
+    (mmap) of that save's files + torch.isfinite(t).all() over every tensor (no CRC), and `cat` of the
+    save's files to /dev/null (the read floor: every byte through the page cache once, nothing computed).
+    Under default --jobs the scan runs in worker processes whose CPU no rusage of ours sees: its wall only;
+    `--jobs 1` scans in the process (two threads), so its CPU is all there."""
+    files = sorted(str(p) for p in answer.glob("*.pt"))
+    save = sum(os.path.getsize(f) for f in files)
+    ckinspect = [sys.executable, "-m", "ckinspect", "last-good", str(run)]
+    rows = {
+        "last-good (default --jobs)": ckinspect,
+        "last-good --jobs 1": [*ckinspect, "--jobs", "1"],
+        "torch.load(mmap) + isfinite, that save": [sys.executable, "-c", TORCH_CHECK_SAVE, str(answer)],
+        "cat that save > /dev/null": ["sh", "-c", 'cat "$@" > /dev/null', "cat", *files],
+    }
+    wall: dict[str, list[float]] = {name: [] for name in rows}
+    cpu: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, command in rows.items():
+            elapsed, used, out = timed(command)
+            if name.startswith("last-good"):
+                assert out.strip() == str(answer), out
+            elif name.startswith("torch"):
+                assert out.strip() == "0", out
+            wall[name].append(elapsed)
+            cpu[name].append(used)
+    med = {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in rows}
+    torch_wall, torch_cpu = med["torch.load(mmap) + isfinite, that save"]
+    cat_wall, cat_cpu = med["cat that save > /dev/null"]
+    print(
+        f"the default answer reads the values of {answer.name}: {len(files)} files, {_size(save)} "
+        f"(medians of {rounds} interleaved round(s), fresh processes; load average {os.getloadavg()[0]:.1f})"
+    )
+    for name, (w, c) in med.items():
+        shown = "   n/a (workers)" if name == "last-good (default --jobs)" else f"{c:6.2f} s"
+        ratio = ""
+        if name.startswith("last-good"):
+            against_cpu = f", {torch_cpu / c:5.1f}x less CPU" if not shown.endswith("(workers)") else ""
+            ratio = f"  vs torch {torch_wall / w:5.1f}x faster (wall){against_cpu}; {w / cat_wall:4.1f}x cat's wall"
+        print(f"  {name:<40} wall {w:6.2f} s  cpu {shown}  {save / 2**30 / w:5.2f} GiB/s wall{ratio}")
+    jobs1_cpu = med["last-good --jobs 1"][1]
+    print(f"  floor: cat reads {_size(save)} at {save / 2**30 / cat_wall:.2f} GiB/s wall, {save / 2**30 / cat_cpu:.2f} "
+          f"GiB per CPU-s here: reading one save's bytes alone takes {cat_wall:.1f} s wall / {cat_cpu:.1f} CPU-s, "
+          f"against the 2 s goal; last-good --jobs 1 spends {jobs1_cpu / cat_cpu:.2f}x cat's CPU")  # fmt: skip
 
 
 def _size(n: int) -> str:

@@ -9,12 +9,14 @@ Each file is a torch.save zip (written by a child process) of N four-element flo
 storage (the per-tensor overhead case). Per file, in fresh processes, each run once untimed (bytecode and
 page cache warm) and then --rounds times, in turn:
 
-- `ckinspect --report F --quick --format json` (the CI listing) and `torch.load(F, weights_only=True)`
-  followed by a walk of the tensors (what a user runs without ckinspect): wall time and CPU (user + sys,
-  from wait4), best of the rounds, and the ratio of the two CPU times;
+- `ckinspect --report F --quick --format json` (the CI listing), on the compiled pickle pass
+  (ckinspect/_native/pickle_walk.c, where built) and on the pure-Python path (CKINSPECT_PURE=1), and
+  `torch.load(F, weights_only=True)` followed by a walk of the tensors (what a user runs without ckinspect):
+  wall time and CPU (user + sys, from wait4), best of the rounds, and the ratios of the CPU times;
 - inside one ckinspect process: CPU of the pickle scan (scan_stream of data.pkl), of the restricted
-  unpickler (decode with the storage collector), of reading the zip directory, and of the whole reader
-  (open_checkpoint, the listing the TUI shows), each the best of the rounds.
+  unpickler (decode with the storage collector), of the compiled pass (scan and decode in one, as the
+  reader runs it; nan where not built), of reading the zip directory, and of the whole reader
+  (open_checkpoint, the listing the TUI shows; on the compiled pass where built), each the best of the rounds.
 
 Then the growth exponent of each figure between each two consecutive sizes and between the smallest and the
 largest N (1.0 is linear). The
@@ -56,7 +58,7 @@ import json, os, sys, time
 from ckinspect.formats import open_checkpoint
 from ckinspect.formats.pickle_findings import StorageCollector
 from ckinspect.formats.pickle_scan import scan_stream
-from ckinspect.formats.unpickler import restricted_load
+from ckinspect.formats.unpickler import native_scan_and_load, restricted_load
 from ckinspect.io.reader import FileReader
 from ckinspect.io.zipdir import read_directory, read_member
 
@@ -84,8 +86,13 @@ def directory():
     read_directory(reader, 0, reader.size)
     os.close(fd)
 
+def native():
+    collector = StorageCollector()
+    return native_scan_and_load(data, collector, storages=collector.native_storages())
+
 scans = scan_stream(data)
 print(json.dumps({
+    "native": best(native) if native() is not None else float("nan"),
     "scan": best(lambda: scan_stream(data)),
     "unpickler": best(lambda: restricted_load(data, StorageCollector(), scan=scans[0])),
     "zip directory": best(directory),
@@ -127,17 +134,20 @@ def measure(path: Path, code: Path, rounds: int, torch_side: bool = True) -> dic
     env = child_env(code)
     cli = [sys.executable, "-m", "ckinspect", "--report", str(path), "--quick", "--format", "json"]
     wall, cpu, out = best_of(cli, env, rounds)
+    _p_wall, pure_cpu, pure_out = best_of(cli, {**env, "CKINSPECT_PURE": "1"}, rounds)
+    assert pure_out == out  # the compiled pass and the pure path: the same report
     listed = json.loads(out)["files"][0]["tensor_count"]
     _w, _c, parts_out = timed([sys.executable, "-c", PARTS, str(path), str(rounds)], env)
     parts = json.loads(parts_out)
     assert parts.pop("tensors") == listed
     if not torch_side:
-        return {"cli wall": wall, "cli cpu": cpu, "torch wall": math.nan, "torch cpu": math.nan, **parts}
+        return {"cli wall": wall, "cli cpu": cpu, "pure cpu": pure_cpu, "torch wall": math.nan, "torch cpu": math.nan,
+                **parts}  # fmt: skip
     # torch refuses protocol 4 with weights_only=True (WEIGHTS_ONLY_REFUSED): it is timed with False there
     safe = "1" if "_p2" in path.name else "0"
     t_wall, t_cpu, t_out = best_of([sys.executable, "-c", TORCH_LISTING, str(path), safe], env, rounds)
     assert int(t_out) == listed, (t_out, listed)
-    return {"cli wall": wall, "cli cpu": cpu, "torch wall": t_wall, "torch cpu": t_cpu, **parts}
+    return {"cli wall": wall, "cli cpu": cpu, "pure cpu": pure_cpu, "torch wall": t_wall, "torch cpu": t_cpu, **parts}
 
 
 def _bench_protocol(args: argparse.Namespace, folder: Path, protocol: int) -> None:
@@ -150,10 +160,11 @@ def _bench_protocol(args: argparse.Namespace, folder: Path, protocol: int) -> No
                            env=child_env(args.code))  # fmt: skip
         figures[n] = f = measure(path, args.code, args.rounds, not args.no_torch)
         print(f"protocol {protocol}, {n:>7,} tensors: report {f['cli wall']:.2f} s wall {f['cli cpu']:.2f} "
-              f"CPU-s | torch.load {f['torch wall']:.2f} s wall {f['torch cpu']:.2f} CPU-s | "
-              f"torch/ours CPU {f['torch cpu'] / f['cli cpu']:.2f}x | in-process CPU-s: scan {f['scan']:.3f}, "
-              f"unpickler {f['unpickler']:.3f}, zip directory {f['zip directory']:.3f}, "
-              f"reader {f['reader']:.3f}", flush=True)  # fmt: skip
+              f"CPU-s (pure path {f['pure cpu']:.2f}, pure/compiled {f['pure cpu'] / f['cli cpu']:.2f}x) | "
+              f"torch.load {f['torch wall']:.2f} s wall {f['torch cpu']:.2f} CPU-s | "
+              f"torch/ours CPU {f['torch cpu'] / f['cli cpu']:.2f}x | in-process CPU-s: compiled pass "
+              f"{f['native']:.3f}, scan {f['scan']:.3f}, unpickler {f['unpickler']:.3f}, "
+              f"zip directory {f['zip directory']:.3f}, reader {f['reader']:.3f}", flush=True)  # fmt: skip
     sizes = sorted(figures)
     pairs = list(zip(sizes, sizes[1:], strict=False))
     if len(sizes) > 2:
@@ -161,7 +172,7 @@ def _bench_protocol(args: argparse.Namespace, folder: Path, protocol: int) -> No
     for small, large in pairs:
         growth = {
             key: math.log(figures[large][key] / figures[small][key]) / math.log(large / small)
-            for key in ("cli cpu", "scan", "unpickler", "reader", "torch cpu")
+            for key in ("cli cpu", "pure cpu", "native", "scan", "unpickler", "reader", "torch cpu")
             if not math.isnan(figures[large][key])
         }
         print(f"protocol {protocol}, growth exponent {small:,} -> {large:,} tensors: "

@@ -172,13 +172,14 @@ def row(family: str, size: str, ours: dict, theirs: dict, exponent: float | None
 
 
 def extrapolated(measured: list[tuple[int, dict]], size: int) -> dict:
-    """torch's figures at `size` from the two largest measured sizes, by their growth exponent (CPU's for the CPU,
-    each figure's own for memory and bytes): an estimate, marked as one in the row."""
+    """torch's figures at `size` from the two largest measured sizes, each by its own growth exponent (the call's
+    CPU; the process's is that plus its imports as measured): an estimate, marked as one in the row."""
     (s0, a), (s1, b) = measured[-2], measured[-1]
     out: dict = {}
-    for key in ("cpu", "in_call", "rss_kb", "rchar"):
+    for key in ("in_call", "rss_kb", "rchar"):
         e = math.log(b[key] / a[key]) / math.log(s1 / s0)
         out[key] = b[key] * (size / s1) ** e
+    out["cpu"] = out["in_call"] + b["cpu"] - b["in_call"]  # the call grown, the imports as measured
     out["extrapolated"] = math.log(b["in_call"] / a["in_call"]) / math.log(s1 / s0)
     return out
 

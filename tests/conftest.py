@@ -125,6 +125,17 @@ def open_analyzed(path):
     return analyze(open_checkpoint(Path(path)))
 
 
+@pytest.fixture(params=["native", "pure"])
+def pickle_paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test once on the compiled pickle pass (ckinspect/_native/pickle_walk.c, where built) and once on
+    the pure-Python path it falls back to (CKINSPECT_PURE=1; child processes inherit it): both must hold."""
+    if request.param == "pure":
+        monkeypatch.setenv("CKINSPECT_PURE", "1")
+    else:
+        monkeypatch.delenv("CKINSPECT_PURE", raising=False)
+    return request.param
+
+
 @pytest.fixture
 def open_ckpt():
     return open_analyzed

@@ -31,6 +31,7 @@ from ckinspect.analysis.layouts import (
 from ckinspect.analysis.lightning_steps import step_findings
 from ckinspect.dtypes import dtype_info
 from ckinspect.fmt import human_bytes
+from ckinspect.io.crc import zeros_crc32
 from ckinspect.model import Checkpoint, Finding, StorageInfo, TensorInfo
 from ckinspect.record import Record, field
 from ckinspect.vocab import OPTIMIZER_KEYS, SALVAGE_KEY
@@ -303,11 +304,14 @@ def duplicate_storages(ckpt: Checkpoint) -> list[Finding]:
         candidates.setdefault((st.dtype, st.nbytes, st.crc32, views[0].shape), []).append(key)
     findings = []
     for keys in candidates.values():
-        equal = [k for k in keys[1:] if _same_bytes(ckpt.storages[keys[0]], ckpt.storages[k])]
+        first = ckpt.storages[keys[0]]
+        if len(keys) < 2 or first.crc32 == zeros_crc32(first.nbytes) and _all_zero(first):
+            continue  # all-zero storages (fresh moments, zero biases) are equal by no one's choice: not said
+        equal = [k for k in keys[1:] if _same_bytes(first, ckpt.storages[k])]
         if not equal:
             continue
         names = [users[k][0].name for k in (keys[0], *equal)]
-        saved = ckpt.storages[keys[0]].nbytes * len(equal)
+        saved = first.nbytes * len(equal)
         share = f", {saved / ckpt.file_bytes:.0%} of the file" if ckpt.file_bytes else ""
         findings.append(Finding("DUPLICATE_STORAGE", f"{' and '.join(names)} hold equal bytes in {len(names)} separate "
                                 f"storages: saving them as one (tied) would save {human_bytes(saved)}{share}",
@@ -316,17 +320,38 @@ def duplicate_storages(ckpt: Checkpoint) -> list[Finding]:
 
 
 def _same_bytes(a: StorageInfo, b: StorageInfo) -> bool:
+    """Equal bytes, not all zero; compared a chunk at a time in numpy (memoryview's == and any() walk a
+    byte at a time in Python's terms: 0.3 GB/s, which made two zero moments of a 1B model cost minutes)."""
+    import numpy as np
+
     from ckinspect.io.blobs import UnreadableStorage, read_chunks
 
     try:
-        zeros = True  # all-zero storages (fresh moments, zero biases) are equal by no one's choice: not said
+        zeros = True
         for x, y in zip(read_chunks(a), read_chunks(b), strict=True):
-            if x != y:
+            xs, ys = _words(np, x), _words(np, y)
+            if not np.array_equal(xs, ys):
                 return False
-            zeros = zeros and not any(x)
+            zeros = zeros and not xs.any()
         return not zeros
     except (UnreadableStorage, OSError, ValueError):
         return False  # an unreadable storage is reported by the scan; never "equal" without comparing
+
+
+def _all_zero(storage: StorageInfo) -> bool:
+    import numpy as np
+
+    from ckinspect.io.blobs import UnreadableStorage, read_chunks
+
+    try:
+        return not any(_words(np, x).any() for x in read_chunks(storage))
+    except (UnreadableStorage, OSError, ValueError):
+        return False  # compared (and found unreadable) pair by pair, as any other
+
+
+def _words(np: Any, chunk: memoryview) -> Any:
+    """A chunk as 64-bit words where its length allows (8x fewer elements per numpy pass), else as bytes."""
+    return np.frombuffer(chunk, np.uint64 if len(chunk) % 8 == 0 else np.uint8)
 
 
 # ---------------------------------------------------------------- optimizer vs model

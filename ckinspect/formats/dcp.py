@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ckinspect import steps
 from ckinspect.dtypes import dtype_info
-from ckinspect.formats import dcp_metadata
+from ckinspect.formats import dcp_metadata, dcp_quick
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
 from ckinspect.formats.pickle_scan import NOT_DECODED, GlobalRef, scan_decoding, scan_file
 from ckinspect.formats.safetensors import contiguous_strides
@@ -110,9 +110,11 @@ def read_dcp(
         return ckpt
     ckpt.file_bytes += folders.size(meta_path)
     ckpt.files.insert(0, meta_path)
-    fields = _metadata_fields(ckpt, meta_path, index, data_bytes)
+    fields = _metadata_fields(ckpt, meta_path, index, data_bytes, columns=trust_layout)
     if fields is None:
         return ckpt
+    if isinstance(fields, dcp_metadata.Columns):  # --quick of what torch's writer wrote: the compiled decoder's
+        return _list_columns(ckpt, folder, index, fields, data_files, folders.size(meta_path))
     _note_version_and_ranks(ckpt, fields, data_files)
     if _declares_too_many(ckpt, fields, folders.size(meta_path), index):
         return ckpt
@@ -142,10 +144,28 @@ def _note_version_and_ranks(ckpt: Checkpoint, fields: dict[str, Any], data_files
         ckpt.metadata["dcp_ranks"] = len(ranks)
 
 
+def _list_columns(ckpt: Checkpoint, folder: Path, index: str, cols: dcp_metadata.Columns, data_files: list[Path],
+                  meta_bytes: int) -> Checkpoint:  # fmt: skip
+    """read_dcp's trusted listing from dcp_metadata's columns (dcp_quick): the same checks and findings."""
+    _note_version_and_ranks(ckpt, {"version": cols.version}, data_files)
+    if _too_many(ckpt, cols.declared(), meta_bytes, index):
+        return ckpt
+    with contextlib.ExitStack() as handles:  # every data file opened stays open until the tree is read
+        listing = dcp_quick.ColumnListing(ckpt, _Lister(ckpt, folder, handles, True), cols, _chunk_name)
+        tree = listing.tree(index, _planner_keys, _place)
+    _set_tree(ckpt, tree, index)
+    check_views(ckpt)
+    return ckpt
+
+
 def _declares_too_many(ckpt: Checkpoint, fields: dict[str, Any], meta_bytes: int, index: str) -> bool:
     """CORRUPT (and True) when the metadata declares more than its size allows (declared_limit)."""
+    return _too_many(ckpt, _declared_entries(fields, declared_limit(meta_bytes)), meta_bytes, index)
+
+
+def _too_many(ckpt: Checkpoint, declared: int, meta_bytes: int, index: str) -> bool:
     limit = declared_limit(meta_bytes)
-    if _declared_entries(fields, limit) <= limit:
+    if declared <= limit:
         return False
     ckpt.add("CORRUPT", f"{index} declares more than {limit:,} entries and chunks, more than one per "
                         f"{BYTES_PER_DECLARED} bytes of it (torch writes ~90): a structure shared through the "
@@ -161,9 +181,11 @@ def _set_tree(ckpt: Checkpoint, tree: dict[str, Any], index: str) -> None:
         ckpt.add("CORRUPT", f"{index}: key paths nest too deeply to rebuild")
 
 
-def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: int) -> dict[str, Any] | None:
+def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: int,
+                     columns: bool = False) -> dict[str, Any] | dcp_metadata.Columns | None:  # fmt: skip
     """The fields of the `.metadata` pickle's Metadata, decoded without importing anything; None (with the
-    findings that say why) when it names unsafe globals, is cut short, or is not DCP Metadata."""
+    findings that say why) when it names unsafe globals, is cut short, or is not DCP Metadata. `columns`: the
+    compiled decoder's Columns instead, where it is built and takes the file."""
     with folders.opened(meta_path) as reader:
         meta_size = reader.size
         if meta_size > max(MAX_METADATA_BYTES, data_bytes):  # scanned a window at a time, never decoded
@@ -173,6 +195,10 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: 
                 ckpt.add("CORRUPT", f"{index} is {meta_size} bytes, larger than the data files it indexes and "
                                     "too large to list (scanned, not decoded)")  # fmt: skip
             return None
+        # streamed through the compiled decoder a window at a time: what torch's writer wrote is never held whole
+        cols = dcp_metadata.native_columns(reader.read_at, meta_size) if columns and meta_size else None
+        if cols is not None:  # every opcode read to STOP, only DCP's own globals named: judged as the scan judges
+            return cols if _judge_globals(ckpt, cols.global_refs(), index) is not None else None
         data = reader.read_at(0, meta_size)  # the size the file has, never more (read(n) allocates n up front)
     return _scanned_fields(ckpt, data, index)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import pickle
 
+from ckinspect.formats.pickle_scan import GlobalRef, classify_global
 from ckinspect.formats.unpickler import Opaque, _FrozenMeta, _opaque_class, standin_for
 
 TYPE_CHECKING = False
@@ -111,3 +112,65 @@ def metadata_fields(meta: Any) -> dict[str, Any] | None:
     if not isinstance(fields.get("state_dict_metadata"), dict) or not isinstance(fields.get("storage_data"), dict):
         return None
     return fields
+
+
+# ---- the compiled decoder (ckinspect/_native/dcpmeta.c): the same save as columns, for --quick listings
+
+
+class Columns:
+    """A `.metadata` as dcpmeta decodes it: one row per entry, flat int64 columns per chunk and per storage
+    record (see dcpmeta.c). `globals` are (module, name, opcode), distinct, in the order the scan lists them."""
+
+    __slots__ = ("globals", "version", "planner", "entries", "storage_records", "chunk_item", "chunk_numel",
+                 "offsets_index", "offsets_pool", "sizes_index", "sizes_pool", "item_path", "item_offset",
+                 "item_length", "paths")  # fmt: skip
+
+    def __init__(self, decoded: tuple[Any, ...]) -> None:
+        import numpy as np
+
+        (self.globals, self.version, self.planner, self.entries, self.storage_records, *arrays,
+         self.paths) = decoded  # fmt: skip
+        (self.chunk_item, self.chunk_numel, self.offsets_index, self.offsets_pool, self.sizes_index,
+         self.sizes_pool, self.item_path, self.item_offset, self.item_length) = (
+            np.frombuffer(a, dtype=np.int64) for a in arrays)  # fmt: skip
+
+    def global_refs(self) -> list[GlobalRef]:
+        """The globals as the static scan lists them."""
+        return [GlobalRef(module, name, classify_global(module, name), opcode) for module, name, opcode in self.globals]
+
+    @property
+    def chunks(self) -> int:
+        return len(self.chunk_item)
+
+    def declared(self) -> int:
+        """Entries plus chunks plus storage records, as dcp._declared_entries counts them."""
+        return len(self.entries) + self.chunks + self.storage_records
+
+    def where(self, item: int) -> dict[str, Any] | None:
+        """A storage record as the general path's _StorageInfo fields (None: no record)."""
+        if item < 0:
+            return None
+        return {"relative_path": self.paths[int(self.item_path[item])], "offset": int(self.item_offset[item]),
+                "length": int(self.item_length[item])}  # fmt: skip
+
+    def offsets(self, chunk: int) -> tuple[int, ...]:
+        return tuple(self.offsets_pool[self.offsets_index[chunk] : self.offsets_index[chunk + 1]].tolist())
+
+    def sizes(self, chunk: int) -> tuple[int, ...]:
+        return tuple(self.sizes_pool[self.sizes_index[chunk] : self.sizes_index[chunk + 1]].tolist())
+
+
+def native_columns(source: Any, size: int) -> Columns | None:
+    """The compiled decoder's columns for a .metadata as torch's FileSystemWriter writes it (`source`: its
+    bytes, or a reader's `read_at(offset, length)`, asked for a few MiB at a time); None when the decoder is
+    not built (or the pure path is asked for: ckinspect._native) or declines the file: the general path then
+    judges and decodes it."""
+    from ckinspect._native import load
+
+    native = load("dcpmeta")
+    if native is None:
+        return None
+    from ckinspect.dtypes import TORCH_DTYPE_ATTRS
+
+    decoded = native.decode(source, size, TORCH_DTYPE_ATTRS)
+    return None if decoded is None else Columns(decoded)

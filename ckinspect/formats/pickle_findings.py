@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import pickletools
 import re
@@ -16,7 +17,13 @@ from ckinspect.formats.pickle_scan import (
     PickleScan,
 )
 from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten
-from ckinspect.formats.unpickler import StorageRef, _StorageType, restricted_load, storage_persistent_load
+from ckinspect.formats.unpickler import (
+    NATIVE_STORAGE,
+    StorageRef,
+    _StorageType,
+    restricted_load,
+    storage_persistent_load,
+)
 from ckinspect.model import Checkpoint, TensorInfo
 
 TYPE_CHECKING = False
@@ -324,6 +331,12 @@ class StorageCollector:
                 return ref
         return self._general(pid)
 
+    def native_storages(self) -> tuple:
+        """__call__'s first branch as the compiled pass takes it itself (pickle_walk.c's fast_storage)."""
+        ref_fields, storage_type, type_fields = NATIVE_STORAGE
+        return (self.storages, self.key_prefix, ref_fields, storage_type, type_fields, steps.EVERY,
+                functools.partial(steps.step, "storages named by the pickle"))  # fmt: skip
+
     def _general(self, pid: Any) -> Any:
         ref = storage_persistent_load(pid)
         if isinstance(ref, StorageRef):
@@ -371,26 +384,22 @@ def set_tree(ckpt: Checkpoint, tree: Any) -> None:
     check_views(ckpt)
 
 
-def _well_formed(t: TensorInfo) -> bool:
-    """The descriptor's fields are of the types the unpickler makes (a shape and stride of one length)."""
-    shape, stride, offset = t.shape, t.stride, t.storage_offset
-    return (
-        type(shape) is tuple and type(stride) is tuple and len(shape) == len(stride)
-        and type(offset) is int and offset >= 0
-        and type(t.dtype) is str and type(t.storage_key) is str and type(t.name) is str and type(t.group) is str
-    )  # fmt: skip
-
-
 def _last_element(t: TensorInfo) -> int | None:
     """The storage index of the view's last element (-1 when it has none: a size 0; negative strides can make it
-    negative too, and a view ending before its storage starts reaches past nothing); None when a size or step
-    is no int or a size is negative."""
-    last = t.storage_offset
+    negative too, and a view ending before its storage starts reaches past nothing); None when the descriptor's
+    fields are not of the types the unpickler makes (a shape and stride of one length, ints, an offset >= 0, str
+    names) or a size is negative. Checked field by field in this one frame: it runs once per tensor."""
+    shape, stride, last = t.shape, t.stride, t.storage_offset
+    if (type(shape) is not tuple or type(stride) is not tuple or len(shape) != len(stride) or type(last) is not int
+            or last < 0 or type(t.dtype) is not str or type(t.storage_key) is not str or type(t.name) is not str
+            or type(t.group) is not str):  # fmt: skip
+        return None
     empty = False
-    for size, step in zip(t.shape, t.stride, strict=True):
+    for size, step in zip(shape, stride):  # noqa: B905 - of one length, checked above
         if type(size) is not int or type(step) is not int or size < 0:
             return None
-        empty = empty or size == 0
+        if size == 0:
+            empty = True
         last += (size - 1) * step
     return -1 if empty else last
 
@@ -407,7 +416,7 @@ def check_views(ckpt: Checkpoint) -> None:
     bad: list[TensorInfo] = []
     dropped: set[int] = set()  # ids of malformed descriptors (the verdict belongs to the object)
     for t in ckpt.tensors:
-        last = _last_element(t) if _well_formed(t) else None
+        last = _last_element(t)
         if last is None:
             dropped.add(id(t))
             continue

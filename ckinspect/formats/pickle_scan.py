@@ -27,6 +27,7 @@ import struct
 import sys
 import zlib
 
+from ckinspect._native import load as load_native
 from ckinspect.record import Record, field
 from ckinspect.vocab import GlobalKind
 
@@ -1516,6 +1517,51 @@ def scan_decoding(data, unpickler: Callable[[Any], Any], start: int = 0) -> tupl
         return scan_pickle(data, start), NOT_DECODED
     result.globals = walked[0].refs
     return result, walked[1]
+
+
+# The compiled pass (ckinspect/_native/pickle_walk.c) decodes the opcodes torch.save writes, protocols 2 to 5, as
+# CPython's C unpickler does, and declines everything else (the pure path then decides). Per opcode byte, from
+# pickletools' table: 0 not done there, 1 done and one torch's weights_only unpickler implements, 2 done and not.
+NATIVE_OPCODES = frozenset(
+    (
+        "PROTO", "FRAME", "STOP", "MARK", "EMPTY_DICT", "EMPTY_LIST", "EMPTY_TUPLE", "NONE", "NEWTRUE", "NEWFALSE",
+        "BININT", "BININT1", "BININT2", "LONG1", "BINFLOAT", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8",
+        "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BINPUT", "LONG_BINPUT", "MEMOIZE", "BINGET", "LONG_BINGET",
+        "GLOBAL", "STACK_GLOBAL", "BINPERSID", "REDUCE", "BUILD", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3",
+        "SETITEM", "SETITEMS", "APPEND", "APPENDS",
+    )
+)  # fmt: skip
+NATIVE_CODES = bytes(
+    next((1 if op.name in TORCH_UNPICKLER_OPCODES else 2 for op in pickletools.opcodes
+          if ord(op.code) == code and op.name in NATIVE_OPCODES), 0)
+    for code in range(256)
+)  # fmt: skip
+NATIVE_MIN_OBJECTS = MIN_BLOCKS  # objects the compiled pass builds whatever it read; beyond, at most one per 3 bytes
+
+
+def native_decoding(data, find_class: Callable[[str, str], Any], persistent_load: Callable[[Any], Any],
+                    fast: tuple | None = None, start: int = 0) -> tuple[PickleScan, Any] | None:  # fmt: skip
+    """One pickle held in memory judged and decoded by the compiled pass, as scan_decoding would with the same
+    find_class and persistent_load: (its scan, the value), or None where that pass is not built (CKINSPECT_PURE)
+    or declines (the pickle holds what it does not do exactly as CPython: the caller takes scan_decoding, with
+    fresh state, since find_class and persistent_load may have been called). `fast`: the tensor rebuild the pass
+    builds itself (unpickler.NATIVE_FAST)."""
+    native = load_native("pickle_walk")
+    if native is None:
+        return None
+    got = native.decode(data, start, find_class, persistent_load, NATIVE_CODES, MAX_EVENTS, MAX_LINE,
+                        NATIVE_MIN_OBJECTS, fast)  # fmt: skip
+    if got is None:
+        return None
+    value, asked, end, protocol, torch_opcodes, stack_globals = got
+    result = PickleScan(start=start)
+    result.end, result.protocol, result.stack_globals = end, protocol, stack_globals
+    result.torch_opcodes = bool(torch_opcodes)
+    names = _Names()
+    for module, name, stacked in asked:  # what CPython's walk gives: each global as find_class was asked for it
+        names.add(_ref(module, name, "STACK_GLOBAL" if stacked else "GLOBAL"))
+    result.globals = names.refs
+    return result, value
 
 
 def scan_stream(data, start: int = 0, limit: int | None = None) -> list[PickleScan]:

@@ -20,7 +20,7 @@ from ckinspect.formats.pickle_findings import (
 )
 from ckinspect.formats.pickle_scan import NOT_DECODED, PickleScan, mark_torchscript, scan_member, scan_stream
 from ckinspect.formats.tree import flatten, no_gc
-from ckinspect.formats.unpickler import StorageRef, framework_records, scan_and_load
+from ckinspect.formats.unpickler import StorageRef, framework_records, native_scan_and_load, scan_and_load
 from ckinspect.io.crc import crc32
 from ckinspect.io.reader import PositionedReader
 from ckinspect.io.remote import as_path
@@ -311,7 +311,12 @@ def _scan_decoding(data: bytes, collector: StorageCollector, torchscript: bool) 
     """Every pickle of `data` scanned, the first one decoded in the same pass of the C unpickler where it names
     nothing outside the allowlist (a protocol 4 pickle's STACK_GLOBAL names would otherwise take a pass of
     their own): (the scans, the tree or NOT_DECODED)."""
-    first, tree = scan_and_load(data, collector, torchscript)
+    native = native_scan_and_load(data, collector, torchscript, collector.native_storages())
+    if native is None:
+        collector.storages.clear()  # what a declined compiled pass named: the pure way starts afresh
+        first, tree = scan_and_load(data, collector, torchscript)
+    else:
+        first, tree = native
     scans = [first, *scan_stream(data, first.end)] if first.error is None and first.end < len(data) else [first]
     if torchscript:
         mark_torchscript(scans)

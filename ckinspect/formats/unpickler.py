@@ -21,6 +21,7 @@ from ckinspect.formats.pickle_scan import (
     PickleScan,
     classify_global,
     is_torchscript_global,
+    native_decoding,
     normalize,
     prefetched,
     scan_decoding,
@@ -790,3 +791,35 @@ def scan_and_load(data: bytes, persistent_load: Callable[[Any], Any] | None = No
     leaves the general way to the caller (restricted_load after the scan's findings); `persistent_load` may
     then hold what the refused pass met."""
     return scan_decoding(data, lambda file: _DecodingUnpickler(file, persistent_load, torchscript))
+
+
+def _slots(cls: type, *names: str) -> tuple[Any, ...]:
+    """The slot descriptors of `cls` (defined on the class itself) the compiled pass sets or reads."""
+    return tuple(vars(cls)[name] for name in names)
+
+
+# What the compiled pass builds itself, exactly as _rebuild_tensor does: (the stand-in, TensorInfo, its 7 slots in
+# __init__'s order, the default group, the empty name; StorageRef and the key and dtype slots it reads).
+NATIVE_FAST = (
+    _RebuildTensor,
+    TensorInfo,
+    (*_slots(TensorInfo, "name", "dtype", "shape", "stride", "storage_key", "storage_offset", "group"),
+     TensorInfo._specs["group"].default, ""),
+    (StorageRef, *_slots(StorageRef, "key", "dtype")),
+)  # fmt: skip
+# A StorageCollector's first branch, done by the compiled pass: (StorageRef and its slots in __init__'s order,
+# _StorageType and its dtype, untyped and itemsize slots); the caller adds the collector's dict, prefix and step.
+NATIVE_STORAGE = (
+    (StorageRef, *_slots(StorageRef, "key", "dtype", "location", "nbytes", "untyped")),
+    _StorageType,
+    _slots(_StorageType, "dtype", "untyped", "itemsize"),
+)
+
+
+def native_scan_and_load(data: bytes, persistent_load: Callable[[Any], Any] | None = None, torchscript: bool = False,
+                         storages: tuple | None = None) -> tuple[PickleScan, Any] | None:  # fmt: skip
+    """scan_and_load's answer from the compiled pass (pickle_scan.native_decoding), or None: not built, or
+    declined. After None, `persistent_load` may hold what the declined pass met: start the pure way afresh.
+    `storages`: persistent_load's first branch for the pass to take itself (StorageCollector.native_storages)."""
+    finder = _DecodingUnpickler(prefetched(b""), persistent_load, torchscript)
+    return native_decoding(data, finder.find_class, finder.persistent_load, (*NATIVE_FAST, storages))

@@ -130,3 +130,16 @@ def _x2nmodp(n: int, k: int) -> int:
 
 
 crc32_combine = getattr(_impl, "crc32_combine", python_crc32_combine)
+
+
+def zeros_crc32(length: int) -> int:
+    """The CRC-32 of `length` zero bytes, in O(log length) combines and no bytes read: a storage whose zip
+    CRC is not this one is not all zeros (the duplicate-storage check skips reading such groups twice)."""
+    crc, piece, piece_len = 0, crc32(b"\0"), 1
+    while length:
+        if length & 1:
+            crc = crc32_combine(crc, piece, piece_len)
+        piece = crc32_combine(piece, piece, piece_len)
+        piece_len *= 2
+        length >>= 1
+    return crc

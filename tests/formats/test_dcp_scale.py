@@ -20,6 +20,7 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
+from ckinspect._native import load
 from ckinspect.formats import dcp_metadata
 from ckinspect.formats.dcp import BYTES_PER_DECLARED, declared_limit, read_dcp
 from ckinspect.formats.pickle_scan import scan_stream
@@ -151,10 +152,12 @@ def test_the_limit_follows_the_file(tmp_path):
 
 
 def test_metadata_is_judged_and_decoded_in_one_pass_of_the_c_unpickler(saved, monkeypatch):
-    """torch's own .metadata: the lean walk, then the fast decoder, which names every global; neither the
-    scan's general way nor the restricted unpickler runs."""
+    """torch's own .metadata on the pure path: the lean walk, then the fast decoder, which names every global;
+    neither the scan's general way nor the restricted unpickler runs."""
     import ckinspect.formats.dcp as dcp_module
     import ckinspect.formats.pickle_scan as pickle_scan
+
+    monkeypatch.setenv("CKINSPECT_PURE", "1")  # the compiled decoder's own pass: the test below
 
     def never(*args, **kwargs):
         raise AssertionError("a second pass over .metadata")
@@ -206,6 +209,7 @@ def test_the_c_pass_reads_metadata_in_place(saved, monkeypatch):
     whole `.metadata` twice at the listing's peak, 404 MB at 1024 ranks."""
     import ckinspect.formats.dcp as dcp_module
 
+    monkeypatch.setenv("CKINSPECT_PURE", "1")  # the pure path's pass (the compiled decoder reads it in place too)
     read, files = [], []
     real = dcp_module.scan_decoding
 
@@ -222,3 +226,23 @@ def test_the_c_pass_reads_metadata_in_place(saved, monkeypatch):
     ckpt = read_dcp(saved, trust_layout=True)
     assert ckpt.findings == [] and ckpt.tensors
     assert len(read) == len(files) == 1 and files[0].getvalue() is read[0]
+
+
+@pytest.mark.skipif(load("dcpmeta") is None, reason="dcpmeta not built")
+def test_the_compiled_decoder_is_the_one_pass_over_metadata(saved, monkeypatch):
+    """With the compiled decoder (--quick): one pass of it judges and decodes .metadata; neither the scan nor
+    any unpickler runs over it, and the listing is the pure path's."""
+    import ckinspect.formats.dcp as dcp_module
+    import ckinspect.formats.pickle_scan as pickle_scan
+
+    def never(*args, **kwargs):
+        raise AssertionError("another pass over .metadata")
+
+    with monkeypatch.context() as pure:
+        pure.setenv("CKINSPECT_PURE", "1")
+        expected = read_dcp(saved, trust_layout=True)
+    monkeypatch.setattr(dcp_module, "scan_decoding", never)
+    monkeypatch.setattr(pickle_scan, "scan_pickle", never)
+    monkeypatch.setattr(dcp_module, "decode", never)
+    ckpt = read_dcp(saved, trust_layout=True)
+    assert ckpt.findings == [] and _listing(ckpt) == _listing(expected) and ckpt.globals == expected.globals

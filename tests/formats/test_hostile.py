@@ -27,6 +27,8 @@ from ckinspect.formats.torch_legacy import read_torch_legacy
 from ckinspect.formats.torch_zip import read_torch_zip
 from ckinspect.formats.unpickler import restricted_load
 
+pytestmark = pytest.mark.usefixtures("pickle_paths")  # on the compiled pickle pass and the pure path
+
 
 class SystemPayload:
     def __init__(self, marker: Path) -> None:

@@ -8,7 +8,9 @@ would have returned there, so it keeps looking): reporting too much is allowed, 
 
 Each stream goes through both ways the scan resolves STACK_GLOBAL names: CPython's own unpickler with
 inert stand-ins (a pickle held in memory) and the scan's own stack walk (a stream read a window at a
-time). Random streams are mostly broken (they test where CPython stops); well-formed pickles (every
+time); and through the compiled pass (ckinspect/_native/pickle_walk.c), which must give scan_decoding's
+exact scan wherever it does not decline (run_by_hand under CKINSPECT_PURE=1 and without covers both
+paths). Random streams are mostly broken (they test where CPython stops); well-formed pickles (every
 opcode applies to what the stack holds, names hidden behind the memo, DUP and marks) test the exact
 answer, and are the ones CPython's unpickler reads to STOP.
 
@@ -33,6 +35,7 @@ from ckinspect.formats.pickle_scan import (
     ALLOWED,
     NOT_DECODED,
     BufferSource,
+    native_decoding,
     normalize,
     scan_decoding,
     scan_pickle,
@@ -209,6 +212,26 @@ def _decoded(data: bytes, decoder: type[pickle.Unpickler]) -> list[tuple[str, st
     return [(g.module, g.name) for g in scan.globals]
 
 
+def _facts(scan) -> tuple:
+    names = [(g.module, g.name, g.kind, g.opcode) for g in scan.globals]
+    return (names, scan.start, scan.end, scan.error, scan.protocol, scan.stack_globals, scan.truncated, scan.needed,
+            scan.memo_error, scan.torch_opcodes)  # fmt: skip
+
+
+def _native(data: bytes, decoder: type[pickle.Unpickler]) -> list[tuple[str, str]]:
+    """The compiled pass (ckinspect/_native/pickle_walk.c) where it is built and does not decline: it must give
+    exactly scan_decoding's scan, and decode only what scan_decoding decodes; where it declines (or under
+    CKINSPECT_PURE=1), what its caller falls back to."""
+    finder = decoder(io.BytesIO(b""))
+    got = native_decoding(data, finder.find_class, finder.persistent_load)
+    if got is None:
+        return _decoded(data, decoder)
+    pure, value = scan_decoding(data, decoder)
+    assert value is not NOT_DECODED, data
+    assert _facts(got[0]) == _facts(pure), data
+    return [(g.module, g.name) for g in got[0].globals]
+
+
 def scans(data: bytes) -> dict[str, list[tuple[str, str]]]:
     """The globals each of the scan's ways of resolving STACK_GLOBAL names: CPython's unpickler (a pickle
     held in memory), the scan's own stack walk (a stream read a window at a time), and scan_decoding with a
@@ -220,6 +243,8 @@ def scans(data: bytes) -> dict[str, list[tuple[str, str]]]:
         "stack walk": [(g.module, g.name) for g in windowed[0].globals] if windowed else [],
         "decoding": _decoded(data, AcceptingDecoder),
         "decoding, allowlist only": _decoded(data, AllowlistDecoder),
+        "compiled pass": _native(data, AcceptingDecoder),
+        "compiled pass, allowlist only": _native(data, AllowlistDecoder),
     }
     for short in (48, 256):  # a pickle this small is walked with no string in the run: the big ones' runs too
         with run_lengths(short):

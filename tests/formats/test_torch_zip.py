@@ -17,6 +17,8 @@ from ckinspect.formats.unpickler import ArrayInfo
 from tests.conftest import REPO, cli_env
 from tests.formats.storage_bytes import raw_bytes
 
+pytestmark = pytest.mark.usefixtures("pickle_paths")  # on the compiled pickle pass and the pure path
+
 
 def codes(ckpt) -> list[str]:
     return [f.code for f in ckpt.findings]

@@ -10,6 +10,8 @@ from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import scan_globals
 from ckinspect.formats.unpickler import ArrayInfo, Opaque, restricted_load
 
+pytestmark = pytest.mark.usefixtures("pickle_paths")  # on the compiled pickle pass and the pure path
+
 
 def test_restricted_load_refuses_unsafe_names_every_one():
     data = b"\x80\x02cos\nsystem\nX\x01\x00\x00\x00x\x85Rcbuiltins\neval\nX\x01\x00\x00\x00y\x85R\x86."

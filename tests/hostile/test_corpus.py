@@ -21,7 +21,7 @@ LIMIT = 1 << 30  # the threat model's bound, for every command (salvage imports 
 COMMANDS = ("report", "diff", "salvage", "convert", "repair")  # repair last: --apply moves files
 CONTROL = ("\x1b", "\x07", "\x9b", "\u202e")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pickle_paths")]  # compiled pickle pass and pure path
 
 
 @pytest.fixture(scope="module")

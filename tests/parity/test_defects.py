@@ -20,6 +20,8 @@ from ckinspect.analysis.scan import scan_values
 from ckinspect.formats import open_checkpoint
 from tests.conftest import cli_env, run_cli
 
+pytestmark = pytest.mark.usefixtures("pickle_paths")  # on the compiled pickle pass and the pure path
+
 # ---------------------------------------------------------------- bounded formatting
 
 

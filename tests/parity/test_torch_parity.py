@@ -34,6 +34,8 @@ from ckinspect.ops.convert import convert
 from ckinspect.vocab import CkinspectError
 from tests.parity import torch_cases as tc
 
+pytestmark = pytest.mark.usefixtures("pickle_paths")  # on the compiled pickle pass and the pure path
+
 CASES = tc.full_matrix() if os.environ.get("CKINSPECT_PARITY_FULL") else tc.ci_share()
 FLOATING = (*tc.FLOATS, *tc.FLOAT8, *tc.COMPLEX)
 IN_SAFETENSORS = frozenset(SAFETENSORS_DTYPES.values())

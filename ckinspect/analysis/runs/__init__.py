@@ -189,7 +189,7 @@ def check_values(ckpt: RunCheckpoint, reader: Reader) -> RunCheckpoint:
     """Judge a structurally good candidate again with its CRCs and values read (once): NaN/Inf in what the
     framework loads makes it damaged, as `--verify` and watch would call it."""
     if not ckpt.values_checked:
-        judge(ckpt, Reader(verify=True, keep=reader.keep, scan_many=reader.scan_many))
+        judge(ckpt, reader.with_values())  # its parts as the structural pass listed them: not read again
     return ckpt
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckinspect.analysis.inspect import inspect_path
+from ckinspect.analysis.inspect import check_values, inspect_path, list_path
 from ckinspect.analysis.runs.model import DAMAGED, GOOD, INCOMPLETE, NOT_RESUMABLE, UNSAFE, VERDICT_OF, RunCheckpoint
 from ckinspect.formats.unpickler import FRAMEWORK_RECORDS
 from ckinspect.model import Checkpoint, Finding
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from ckinspect.analysis.layouts import Layout
     from ckinspect.analysis.scan import Kept
 
     ScanMany = Callable[[list[Checkpoint]], None]  # value-scans listed checkpoints, findings appended to each
@@ -54,6 +55,24 @@ class Reader:
         self.keep = keep
         self.scan_many = scan_many
         self.cache: dict[Path, Checkpoint] = {}
+        # what this reader listed without reading values (not structure_only): the listing and its layout,
+        # from which with_values() reads the values of one candidate without listing its parts again
+        self.listed: dict[Path, tuple[Checkpoint, Layout]] = {}
+
+    def with_values(self) -> Reader:
+        """A reader that verifies (CRCs and values read), starting from the listings this one made: the
+        candidate's parts are neither opened nor fetched again (each a copy: this reader's stay as listed)."""
+        verified = Reader(verify=True, keep=self.keep, scan_many=self.scan_many)
+        verified.listed = self.listed
+        return verified
+
+    def _relisted(self, path: Path) -> tuple[Checkpoint, Layout]:
+        """A fresh copy of this path's listing (its own findings list), or the path listed now."""
+        listed = self.listed.get(path)
+        if listed is None:
+            return list_path(path)
+        ckpt, layout = listed
+        return ckpt.replace(findings=list(ckpt.findings)), layout
 
     def prefetch(self, paths: list[Path]) -> None:
         """Read these parts now, their value scans side by side (one checkpoint's rank files or shards);
@@ -61,7 +80,7 @@ class Reader:
         todo = [p for p in dict.fromkeys(paths) if p not in self.cache]
         if not self.verify or self.scan_many is None or self.keep is not None or len(todo) < 2:
             return  # inspect() reads them one by one
-        listed = [inspect_path(p, quick=True) for p in todo]
+        listed = [self._relisted(p)[0] for p in todo]
         self.scan_many(listed)
         self.cache.update(zip(todo, listed, strict=True))
 
@@ -69,7 +88,7 @@ class Reader:
         ckpt = self.cache.get(path)
         if ckpt is None:
             try:
-                ckpt = inspect_path(path, quick=not self.verify, keep=self.keep, structure_only=self.structure_only)
+                ckpt = self._opened(path)
             except CkinspectError:
                 why = _open_error(path)
                 if why is None:
@@ -79,6 +98,18 @@ class Reader:
                 ckpt = Checkpoint(path, "unknown", 0)
                 ckpt.add("CORRUPT", f"cannot read ({why}): skipped, nothing in it judged")
             self.cache[path] = ckpt
+        return ckpt
+
+    def _opened(self, path: Path) -> Checkpoint:
+        """The part listed (kept in `listed` unless structure_only) and, when verifying, its values read."""
+        if self.structure_only:
+            return inspect_path(path, structure_only=True)
+        if self.verify:
+            ckpt, layout = self._relisted(path)
+            check_values(ckpt, layout, keep=self.keep)
+            return ckpt
+        ckpt, layout = list_path(path)
+        self.listed[path] = (ckpt, layout)
         return ckpt
 
 

@@ -106,13 +106,16 @@ def test_json_reads_the_parts_the_plain_answer_reads(tmp_path, capsys, monkeypat
     run = failing_run(tmp_path)
     judging = importlib.import_module("ckinspect.analysis.runs.judge")  # the package re-exports `judge`, a function
     opened: list[Path] = []
-    real = judging.inspect_path
 
-    def spy(path, *args, **kwargs):
-        opened.append(Path(path))
-        return real(path, *args, **kwargs)
+    def spy(real):
+        def opening(path, *args, **kwargs):
+            opened.append(Path(path))
+            return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(judging, "inspect_path", spy)
+        return opening
+
+    for how in ("inspect_path", "list_path"):  # the full read, and the listing a candidate's values start from
+        monkeypatch.setattr(judging, how, spy(getattr(judging, how)))
     read: dict[str, list[Path]] = {}
     for name, flags in (("plain", []), ("json", ["--format", "json"]), ("all", ["--all", "--format", "json"])):
         opened.clear()

@@ -260,3 +260,32 @@ def test_last_good_usage_errors_are_one_line(tmp_path, capsys):
     empty.mkdir()
     assert main(["last-good", str(empty)]) == 1
     assert capsys.readouterr().err == f"ckinspect: no checkpoint found in {empty}\n"
+
+
+def test_the_value_check_reads_the_candidates_listing_not_its_files_again(ds_run, monkeypatch):
+    """The default answer reads the candidate's values from the parts its structural pass listed: each
+    file is opened once, and a NaN in the newest save still sends the answer one save back."""
+    import ckinspect.analysis.inspect as inspect_module
+
+    flat = torch.full((8,), 1.0)
+    flat[3] = float("nan")
+    rank1 = ds_run / "global_step30" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    state = torch.load(rank1, weights_only=False)
+    state["optimizer_state_dict"]["base_optimizer_state"]["state"][0]["exp_avg_sq"] = flat
+    torch.save(state, rank1)
+    opened: list[str] = []
+    real = inspect_module.open_checkpoint
+
+    def counted(path, **kwargs):
+        opened.append(f"{path.parent.name}/{path.name}")
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(inspect_module, "open_checkpoint", counted)
+    result = last_good(ds_run)
+    assert result.last_good is not None and result.last_good.path.name == "global_step20"
+    newest = result.checkpoints[-1]
+    assert (newest.verdict, newest.values_checked) == ("damaged", True)
+    assert [r.split(":")[0] for r in newest.reasons] == ["NONFINITE"]
+    assert sorted(opened) == sorted(
+        f"global_step{s}/{p.name}" for s in (20, 30) for p in (ds_run / f"global_step{s}").iterdir()
+    )
