@@ -17,10 +17,12 @@ Many small tensors instead (issue 26): two torch.save zips per size (bench/scale
 and AdamW moments of 4x4 tensors; A and B saved apart, so the weights differ and the moments agree), and
 per size, each a fresh process: `ckinspect diff --quick A B --report` against torch.load(mmap=True) of
 both + names, dtypes, shapes, strides and the other values compared, and `ckinspect diff A B --report`
-against torch.load of both + torch.equal per tensor and == on the rest. Printed: CPU seconds (user+sys),
-peak RSS, bytes read (rchar), the growth exponents of CPU and RSS between consecutive sizes (1.0 =
-linear), ours/torch. `--dir D` keeps the zips in D and re-uses them. `--previous DIR`: a checkout of an
-earlier ckinspect (DIR/ckinspect) measured beside this one, interleaved, with the ratio this/previous.
+against torch.load of both + torch.equal per tensor and == on the rest. Each is run `--rounds` times (3),
+ours and torch's interleaved round by round; printed per size: the median CPU seconds (user+sys) and the
+range of the rounds, the median peak RSS (VmHWM) and RSS per tensor, bytes read (rchar), the growth
+exponents of the CPU and RSS medians between consecutive sizes (1.0 = linear), ours and torch's, and
+ours/torch. `--dir D` keeps the zips in D and re-uses them. `--previous DIR`: a checkout of an earlier
+ckinspect (DIR/ckinspect) measured beside this one, interleaved, with the ratio this/previous.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import argparse
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -207,16 +210,44 @@ def _exponent(now: float, before: float, n: int, m: int) -> str:
     return f"{math.log(now / before) / math.log(n / m):.2f}" if before > 0 and now > 0 else "-"
 
 
-def many_tensors(sizes: list[int], folder: Path, previous: Path | None) -> None:
+def _median(runs: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def _spread(runs: list[dict[str, float]]) -> str:
+    """The CPU median of the rounds and their range: `6.46 (6.1-7.0)`."""
+    cpus = [r["cpu"] for r in runs]
+    return f"{statistics.median(cpus):.2f} ({min(cpus):.2f}-{max(cpus):.2f})"
+
+
+def _rounds(kinds: dict[str, tuple[tuple[str, str], Path, int]],
+            pair: tuple[Path, Path]) -> dict[str, list[dict[str, float]]]:  # fmt: skip
+    """Each kind measured its number of times, interleaved round by round (ours, torch, ... then again), so
+    a change of load moves them alike; {name: [measure(), ...]}."""
+    from bench.bench_scale import measure
+
+    out: dict[str, list[dict[str, float]]] = {name: [] for name in kinds}
+    for i in range(max(n for _, _, n in kinds.values())):
+        for name, (kind, tree, n) in kinds.items():
+            if i < n:
+                out[name].append(measure(kind, pair, tree))
+    return out
+
+
+def many_tensors(sizes: list[int], folder: Path, previous: Path | None, rounds: int, torch_rounds: int) -> None:
     """The --tensors table: diff --quick and the full diff against torch, per size (see the docstring)."""
     sys.path.insert(0, str(REPO))
     from bench import scale_sims
-    from bench.bench_scale import measure
 
     kinds = [("diff --quick", CKINSPECT_QUICK, TORCH_QUICK), ("diff", CKINSPECT_FULL, TORCH_FULL)]
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}", flush=True)
-    head = "| command | tensors | CPU s | peak RSS | bytes read | CPU exp. | RSS exp. | torch CPU s | torch RSS |"
-    head += " torch bytes read | ours / torch CPU | ours / torch RSS |"
+    load = f"load average {os.getloadavg()[0]:.1f}"
+    print(
+        f"machine: {os.cpu_count()} cores, {load}; {rounds} rounds ({torch_rounds} of torch's), CPU medians", flush=True
+    )
+    head = (
+        "| command | tensors | CPU s, median (range) | peak RSS | RSS / tensor | bytes read | CPU exp. | RSS exp. |"
+        " torch CPU s, median (range) | torch RSS | torch CPU exp. | ours / torch CPU | ours / torch RSS |"
+    )
     if previous:
         head += " previous CPU s | previous RSS | this / previous CPU |"
     print(f"\n{head}\n|{'---|' * (head.count('|') - 1)}", flush=True)
@@ -228,24 +259,26 @@ def many_tensors(sizes: list[int], folder: Path, previous: Path | None) -> None:
                 scale_sims.torch_zip(path, n)
         size = pair[0].stat().st_size
         for label, ours_kind, torch_kind in kinds:
-            ours = measure(ours_kind, pair)
-            before = measure(ours_kind, pair, previous) if previous else None
-            theirs = measure(torch_kind, pair)
-            m, prev = last.get(label, (0, {}))
-            cpu_exp = _exponent(ours["cpu"], prev.get("cpu", 0), n, m) if prev else "-"
-            rss_exp = _exponent(ours["rss_kb"], prev.get("rss_kb", 0), n, m) if prev else "-"
-            last[label] = (n, ours)
+            trees = {"ours": (ours_kind, REPO, rounds), "torch": (torch_kind, REPO, torch_rounds)}
+            if previous:
+                trees["previous"] = (ours_kind, previous, rounds)
+            got = _rounds(trees, pair)
+            med = {name: {k: _median(runs, k) for k in ("cpu", "rss_kb", "rchar")} for name, runs in got.items()}
+            ours, theirs = med["ours"], med["torch"]
+            m, before = last.get(label, (0, {}))
+            exps = [_exponent(med[who][k], before[who][k], n, m) if before else "-"
+                    for who, k in (("ours", "cpu"), ("ours", "rss_kb"), ("torch", "cpu"))]  # fmt: skip
+            last[label] = (n, med)
             line = (
-                f"| `{label}` | {n:,} ({size / 1e6:,.0f} MB each) | {ours['cpu']:.2f} | "
-                f"{ours['rss_kb'] / 1024:,.0f} MiB | "
-                f"{ours['rchar'] / 1e6:,.1f} MB | {cpu_exp} | {rss_exp} | {theirs['cpu']:.2f} | "
-                f"{theirs['rss_kb'] / 1024:,.0f} MiB | {theirs['rchar'] / 1e6:,.1f} MB | "
+                f"| `{label}` | {n:,} ({size / 1e6:,.0f} MB each) | {_spread(got['ours'])} | "
+                f"{ours['rss_kb'] / 1024:,.0f} MiB | {ours['rss_kb'] * 1024 / n:,.0f} B | "
+                f"{ours['rchar'] / 1e6:,.1f} MB | {exps[0]} | {exps[1]} | {_spread(got['torch'])} | "
+                f"{theirs['rss_kb'] / 1024:,.0f} MiB | {exps[2]} | "
                 f"{ours['cpu'] / theirs['cpu']:.2f}x | {ours['rss_kb'] / theirs['rss_kb']:.2f}x |"
             )
-            if before:
-                line += (
-                    f" {before['cpu']:.2f} | {before['rss_kb'] / 1024:,.0f} MiB | {ours['cpu'] / before['cpu']:.2f}x |"
-                )
+            if previous:
+                old = med["previous"]
+                line += f" {old['cpu']:.2f} | {old['rss_kb'] / 1024:,.0f} MiB | {ours['cpu'] / old['cpu']:.2f}x |"
             print(line, flush=True)
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
 
@@ -257,18 +290,32 @@ def main() -> int:
     ap.add_argument("--previous", type=Path, help="with --tensors: an earlier checkout measured beside this one")
     ap.add_argument("--dir", type=Path, help="where to write (default: a fresh folder in /tmp)")
     ap.add_argument("--repeat", type=int, default=3, help="best of N for cat and ckinspect (torch runs once)")
+    ap.add_argument("--rounds", type=int, default=3, help="with --tensors: rounds per size (CPU medians)")
+    ap.add_argument("--torch-rounds", type=int, default=0, help="with --tensors: torch's rounds (default: --rounds)")
     ap.add_argument("--keep", action="store_true", help="keep the files")
     args = ap.parse_args()
 
     if args.tensors and args.dir:  # the zips are kept in DIR and re-used by the next run (640k take minutes)
         args.dir.mkdir(parents=True, exist_ok=True)
-        many_tensors([int(n) for n in args.tensors.split(",")], args.dir, args.previous)
+        many_tensors(
+            [int(n) for n in args.tensors.split(",")],
+            args.dir,
+            args.previous,
+            args.rounds,
+            args.torch_rounds or args.rounds,
+        )
         return 0
     folder = Path(tempfile.mkdtemp(prefix="ckinspect-bench-diff-", dir=args.dir))
     a, b = folder / "a.pth", folder / "b.pth"
     if args.tensors:
         try:
-            many_tensors([int(n) for n in args.tensors.split(",")], folder, args.previous)
+            many_tensors(
+                [int(n) for n in args.tensors.split(",")],
+                folder,
+                args.previous,
+                args.rounds,
+                args.torch_rounds or args.rounds,
+            )
             return 0
         finally:
             shutil.rmtree(folder, ignore_errors=True)

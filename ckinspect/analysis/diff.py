@@ -274,11 +274,14 @@ def _unwrap(name: str) -> str:
     return ".".join(kept) or name
 
 
-def _namings(tensors: list[TensorInfo], role: dict[str, str]) -> list[_Naming]:
-    out = [_Naming("", lambda n: n)]
-    if any(any(w in t.name for w in WRAPPERS) and any(p in WRAPPERS for p in t.name.split(".")) for t in tensors):
-        out.append(_Naming("'_orig_mod.'/'module.' wrappers removed", _unwrap))
-    model = [t.name for t in tensors if role.get(t.name) == "model"]
+def _namings(tensors: list[TensorInfo], role: Callable[[], dict[str, str]]) -> Iterator[_Naming]:
+    """The readings of one side's names, in the order they are tried; each is worked out only when the ones
+    before it left tensors unpaired (two files named alike never look for wrappers or a container)."""
+    yield _Naming("", lambda n: n)
+    if _wrapped(tensors):
+        yield _Naming("'_orig_mod.'/'module.' wrappers removed", _unwrap)
+    groups = role()
+    model = [t.name for t in tensors if groups.get(t.name) == "model"]
     heads = {n.split(".", 1)[0] for n in model if "." in n}
     if len(heads) == 1 and all("." in n for n in model):
         head = heads.pop() + "."
@@ -287,24 +290,64 @@ def _namings(tensors: list[TensorInfo], role: dict[str, str]) -> list[_Naming]:
             def strip(n: str, head: str = head) -> str:
                 return _unwrap(n[len(head) :]) if n.startswith(head) else n
 
-            out.append(_Naming(f"prefix '{head}' dropped from model tensors", strip))
-    return out
+            yield _Naming(f"prefix '{head}' dropped from model tensors", strip)
+
+
+def _wrapped(tensors: list[TensorInfo]) -> bool:
+    """Does any name hold a wrapper (`_orig_mod`, `module`) as one of its parts?"""
+    names = "\n".join(t.name for t in tensors)  # one C-speed search rules out the usual case of none at all
+    if not any(w in names for w in WRAPPERS):
+        return False
+    return any(any(w in t.name for w in WRAPPERS) and any(p in WRAPPERS for p in t.name.split(".")) for t in tensors)
+
+
+class _Replayed:
+    """An iterator's items, produced once on first need and replayed on every later pass."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self._items = items
+        self._seen: list[Any] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        i = 0
+        while True:
+            if i == len(self._seen):
+                item = next(self._items, None)
+                if item is None:
+                    return
+                self._seen.append(item)
+            yield self._seen[i]
+            i += 1
+
+
+def _memo(fn: Callable[[], dict[str, str]]) -> Callable[[], dict[str, str]]:
+    """fn's answer, worked out on the first call only (roles of 640,000 tensors are not free)."""
+    held: list[dict[str, str]] = []
+
+    def once() -> dict[str, str]:
+        if not held:
+            held.append(fn())
+        return held[0]
+
+    return once
 
 
 def match_names(a: Checkpoint, b: Checkpoint) -> list[tuple[str | None, str | None]]:
     """How the diff pairs A's tensors with B's (across layouts): A's order, then B's unmatched names."""
-    ka, kb, _ = _match(a.tensors, roles(a), b.tensors, roles(b))
+    ka, kb, _ = _match(a.tensors, _memo(lambda: roles(a)), b.tensors, _memo(lambda: roles(b)))
     return [(ta.name, kb[k].name if k in kb else None) for k, ta in ka.items()] + [
         (None, tb.name) for k, tb in kb.items() if k not in ka
     ]
 
 
-def _match(ta: list[TensorInfo], ra: dict[str, str], tb: list[TensorInfo], rb: dict[str, str]):
+def _match(ta: list[TensorInfo], ra: Callable[[], dict[str, str]], tb: list[TensorInfo],
+           rb: Callable[[], dict[str, str]]):  # fmt: skip
     """The reading of each side's names (as stored, unwrapped, a container's prefix dropped) that pairs the
-    most tensors; the first to pair all it can is kept, so two files named alike cost one dict per side."""
+    most tensors; the first to pair all it can is kept, so two files named alike cost one dict per side.
+    `ra`, `rb`: each side's roles, asked for only when a reading needs them."""
     best = None
     most = min(len(ta), len(tb))  # no reading pairs more
-    namings_b = _namings(tb, rb)
+    namings_b = _Replayed(_namings(tb, rb))
     readings_b: dict[int, dict[str, TensorInfo] | None] = {}  # each of B's readings built once, when first needed
     for na in _namings(ta, ra):
         ka = _keyed(ta, na)
@@ -316,7 +359,7 @@ def _match(ta: list[TensorInfo], ra: dict[str, str], tb: list[TensorInfo], rb: d
             kb = readings_b[i]
             if kb is None:
                 continue
-            hits = len(ka.keys() & kb.keys())
+            hits = _common(ka, kb)
             if best is None or hits > best[0]:
                 best = (hits, na, nb, ka, kb)
             if hits == most:
@@ -334,6 +377,13 @@ def _match(ta: list[TensorInfo], ra: dict[str, str], tb: list[TensorInfo], rb: d
             f"{side}: {n.describe or 'names as stored'}" for side, n in (("A", na), ("B", nb))
         )
     return ka, kb, statement
+
+
+def _common(ka: dict[str, TensorInfo], kb: dict[str, TensorInfo]) -> int:
+    """How many keys two readings share; the same keys on both sides are counted without building their set."""
+    if len(ka) == len(kb) and ka.keys() == kb.keys():
+        return len(ka)
+    return len(ka.keys() & kb.keys())
 
 
 def _keyed(tensors: list[TensorInfo], naming: _Naming) -> dict[str, TensorInfo] | None:
@@ -552,11 +602,15 @@ def structure_diff(
     """diff --quick: each pair by dtype, shape, size and layout (strides, and the storage's kind where a
     reader records one), the non-tensor values and counters as in the full diff; no storage byte is read."""
     result.quick = True
+    same = result.same_structure
     for p in pairs:
         x, y = p.ta, p.tb
+        if x.shape == y.shape and x.dtype == y.dtype and x.stride == y.stride and _same_kind(x, y):
+            same.append(p.name)  # the usual case, checked field by field before anything is built
+            continue
         alike = _kind(x) == _kind(y) if x.stride == y.stride else _layout(x) == _layout(y)
         if alike and x.shape == y.shape and x.dtype == y.dtype:
-            result.same_structure.append(p.name)
+            same.append(p.name)
             continue
         reason = "shape" if x.shape != y.shape else "dtype" if x.dtype != y.dtype else "layout"
         change = TensorChange(p.name, reason, a_name=x.name, b_name=y.name, a_dtype=x.dtype, b_dtype=y.dtype)
@@ -572,6 +626,11 @@ def _layout(t: TensorInfo) -> tuple[Any, ...]:
     """What --quick compares beyond dtype and shape: the strides (contiguous ones are all alike) and the
     layout a reader records (sparse, nested ...)."""
     return ("contiguous" if t.is_contiguous else t.stride, _kind(t))
+
+
+def _same_kind(x: TensorInfo, y: TensorInfo) -> bool:
+    """_kind(x) == _kind(y), without looking up an attribute plain descriptors do not have."""
+    return type(x) is TensorInfo and type(y) is TensorInfo or _kind(x) == _kind(y)
 
 
 def _kind(t: TensorInfo) -> str:
@@ -627,21 +686,26 @@ def _check_groups(only: list[str] | None) -> None:
 
 def _pair_up(a: Checkpoint, b: Checkpoint, only: list[str] | None, atol: float) -> tuple[DiffResult, list[_Pair]]:
     """Match A's tensors to B's (within the groups asked for); what only one side has goes in the result."""
-    ra, rb = roles(a), roles(b)
+    ra, rb = _memo(lambda: roles(a)), _memo(lambda: roles(b))
     ka, kb, statement = _match(_in_groups(a, ra, only), ra, _in_groups(b, rb, only), rb)
     if only:
         statement += f"; only group(s) {', '.join(only)} compared"
     result = DiffResult(a.path, b.path, match=statement, only=list(only) if only else None, atol=atol)
+    if len(ka) == len(kb) and ka.keys() == kb.keys():  # the usual case: every tensor paired, in A's order
+        return result, [_Pair(x.name, x, kb[key]) for key, x in ka.items()]
     result.only_a = [t.name for k, t in ka.items() if k not in kb]
     result.only_b = [t.name for k, t in kb.items() if k not in ka]
-    _count_unmatched(ka, kb, ra, result.only_a_groups)
-    _count_unmatched(kb, ka, rb, result.only_b_groups)
+    _count_unmatched(ka, kb, ra(), result.only_a_groups)
+    _count_unmatched(kb, ka, rb(), result.only_b_groups)
     pairs = [_Pair(x.name, x, kb[key]) for key, x in ka.items() if key in kb]  # under A's name; B's is in "b"
     return result, pairs
 
 
-def _in_groups(ckpt: Checkpoint, role: dict[str, str], only: list[str] | None) -> list[TensorInfo]:
-    return [t for t in ckpt.tensors if not only or role[t.name] in only]
+def _in_groups(ckpt: Checkpoint, role: Callable[[], dict[str, str]], only: list[str] | None) -> list[TensorInfo]:
+    if not only:
+        return ckpt.tensors
+    groups = role()
+    return [t for t in ckpt.tensors if groups[t.name] in only]
 
 
 def _count_unmatched(keys: dict[str, TensorInfo], other: dict[str, TensorInfo], role: dict[str, str],

@@ -96,15 +96,26 @@ def scalar_leaves(tree: Any, kinds: tuple[type, ...], prefix: str = "") -> Itera
         path, node, depth = stack.pop()
         if isinstance(node, kinds):
             yield path, node
-        if depth >= MAX_TREE_DEPTH or type(node) is TensorInfo:
+        if depth >= MAX_TREE_DEPTH or type(node) is TensorInfo or type(node) in _SCALARS or id(node) in entered:
             continue
-        children = _children(node)
-        if children is None or id(node) in entered:
-            continue
+        if isinstance(node, dict):  # most of a big tree: no (key, child) pair built for a tensor
+            pairs = [(_key(k), v) for k, v in node.items() if type(v) is not TensorInfo]
+        elif isinstance(node, (list, tuple)):
+            pairs = [(str(i), v) for i, v in enumerate(node) if type(v) is not TensorInfo]
+        else:
+            children = _children(node)
+            if children is None:
+                continue
+            pairs = [(k, v) for k, v in children if type(v) is not TensorInfo]
         entered.add(id(node))
-        for key, child in reversed(children):
-            if type(child) is not TensorInfo:
-                stack.append((_join(path, key), child, depth + 1))
+        dot = path + "." if path else ""
+        if all(type(v) in _SCALARS for _, v in pairs):  # leaves only (a list of ints): in order, past the stack
+            for key, value in pairs:
+                if isinstance(value, kinds):
+                    yield dot + (key if len(key) <= MAX_KEY_CHARS else _cut(key)), value
+            continue
+        for key, child in reversed(pairs):
+            stack.append((dot + (key if len(key) <= MAX_KEY_CHARS else _cut(key)), child, depth + 1))
 
 
 _SCALARS = (str, int, float, bool, type(None), bytes)
