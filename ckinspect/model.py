@@ -59,6 +59,15 @@ class StorageInfo(Record):
     extents: Extents | None = None
 
 
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides, in elements, of a C-contiguous tensor of `shape` (a size 0 counts as 1, as torch's do)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 class Extents:
     """Where a tensor's bytes lie when they are many chunks, in several files (a DCP tensor sharded over
     ranks): per chunk its file, absolute offset and length of its raw bytes (C order, contiguous), the
@@ -147,12 +156,7 @@ class Extents:
     def chunk(self, i: int, name: str, dtype: str, key: str) -> TensorInfo:
         """Chunk `i` as a contiguous tensor on storage(i)."""
         sizes = self.sizes(i)
-        stride, step = [], 1
-        for n in reversed(sizes):
-            stride.append(step)
-            step *= n
-        return TensorInfo(name + self.box_of(i), dtype, sizes, tuple(reversed(stride)),
-                          f"{key}#{i}")  # fmt: skip
+        return TensorInfo(name + self.box_of(i), dtype, sizes, contiguous_strides(sizes), f"{key}#{i}")
 
     def subset(self, indices: list[int]) -> Extents:
         """These chunks only (one file's share of a scan split by file)."""

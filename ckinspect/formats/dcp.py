@@ -26,7 +26,6 @@ from ckinspect.dtypes import dtype_info
 from ckinspect.formats import dcp_metadata, dcp_quick
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
 from ckinspect.formats.pickle_scan import NOT_DECODED, GlobalRef, scan_decoding, scan_file
-from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.torch_zip import read_zip_into
 from ckinspect.formats.tree import flatten, no_gc
 from ckinspect.formats.unpickler import Opaque, _opaque_class
@@ -34,7 +33,7 @@ from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
 from ckinspect.io.remote import as_path
 from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, ZipError
-from ckinspect.model import Checkpoint, Extents, StorageInfo, TensorInfo
+from ckinspect.model import Checkpoint, Extents, StorageInfo, TensorInfo, contiguous_strides
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

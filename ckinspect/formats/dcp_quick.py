@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 
 from ckinspect import steps
-from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG
-from ckinspect.model import StorageInfo, TensorInfo
+from ckinspect.model import StorageInfo, TensorInfo, contiguous_strides
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

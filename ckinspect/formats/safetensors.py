@@ -16,7 +16,7 @@ from ckinspect.dtypes import SAFETENSORS_DTYPES, dtype_info
 from ckinspect.fmt import human_bytes
 from ckinspect.formats.tree import no_gc
 from ckinspect.io.reader import FileReader
-from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.model import Checkpoint, StorageInfo, TensorInfo, contiguous_strides
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,14 +27,6 @@ MAX_FINDINGS = 10  # a broken 50,000-tensor header should not drown the report
 
 # Bits per element of every dtype safetensors knows; F4 and F6 are packed, without padding per element.
 _BITS: dict[str, int] = {code: dtype_info(name).bits for code, name in SAFETENSORS_DTYPES.items()}
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def read_safetensors(path: str | os.PathLike[str], member: str | None = None, reader: Any = None) -> Checkpoint:

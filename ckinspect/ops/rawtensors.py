@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ckinspect.dtypes import dtype_info
-from ckinspect.formats.safetensors import contiguous_strides
 from ckinspect.formats.tree import MAX_TREE_DEPTH
 from ckinspect.io.blobs import Blobs, read_chunks
 from ckinspect.io.safetensors_write import Entry, write_safetensors
 from ckinspect.io.values import inflated_pieces, raw_blocks, raw_numpy_dtype, swap_unit
-from ckinspect.model import CompositeTensor, StorageInfo, TensorInfo
+from ckinspect.model import CompositeTensor, StorageInfo, TensorInfo, contiguous_strides
 
 # the pieces a written file streams in: 1 MiB keeps convert and salvage to .pth under 256 MB beside
 # torch's own ~225 MB (8 MiB pieces cost 16 MiB more, two buffers alive across a storage boundary),

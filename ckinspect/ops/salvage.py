@@ -22,7 +22,7 @@ from typing import Any
 
 from ckinspect.io.zipdir import LOCAL_SIG
 from ckinspect.io.zipwalk import LocalMember, crc32_of, map_file, walk_local_headers
-from ckinspect.model import StorageInfo, TensorInfo
+from ckinspect.model import StorageInfo, TensorInfo, contiguous_strides
 from ckinspect.ops.rawtensors import StorageSource
 from ckinspect.optional import require_torch
 from ckinspect.record import Record, field
@@ -322,7 +322,6 @@ def _salvage_safetensors(broken: Path, out: Path, buf) -> SalvageResult:
         result.out_bytes = write_safetensors(out, entries, {**meta, **_provenance(result)})
     else:
         require_torch("writing a torch file")
-        from ckinspect.formats.safetensors import contiguous_strides
         from ckinspect.ops.torchio import rebuild_tree, save_torch
 
         flat = {n: TensorInfo(n, dtype, shape, contiguous_strides(shape), n) for n, dtype, shape, *_ in kept}
