@@ -3,6 +3,7 @@ what it sends, and moto's S3 API server (a separate process, moto_server)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -16,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+_PIECE = 8 << 20  # the most of a body read and sent at once
 
 
 class RangeServer(ThreadingHTTPServer):
@@ -25,7 +27,10 @@ class RangeServer(ThreadingHTTPServer):
 
     `throttle(n, status, retry_after)` answers the next n requests (None: every request) with `status`
     (429 or 503) and a Retry-After header, and an S3-style `SlowDown` error body, as S3 and CDNs do;
-    `hits` counts every request the server saw, answered or not, so a test can prove retries are bounded."""
+    `hits` counts every request the server saw, answered or not, so a test can prove retries are bounded;
+    `kinds` counts them by what they asked (HEAD, a ranged GET, a whole-object GET, an index page).
+    A body is read and sent in pieces of at most 8 MiB: a whole GET of a sparse file of terabytes (the
+    benchmarks serve bench/scale_sims' saves) costs the server one piece of memory, not the file."""
 
     daemon_threads = True
 
@@ -35,6 +40,7 @@ class RangeServer(ThreadingHTTPServer):
         self.bytes_sent = 0
         self.requests = 0
         self.hits = 0
+        self.kinds: collections.Counter[str] = collections.Counter()
         self.throttled = 0
         self._throttle_left: int | None = 0
         self._throttle_status = 503
@@ -53,10 +59,16 @@ class RangeServer(ThreadingHTTPServer):
         with self.lock:
             self._throttle_left, self._throttle_status, self._retry_after = n, status, retry_after
 
-    def arrive(self) -> tuple[int, str | None] | None:
-        """Count a request; (status, Retry-After) when it is to be throttled."""
+    def reset_counts(self) -> None:
+        with self.lock:
+            self.bytes_sent = self.requests = self.hits = 0
+            self.kinds.clear()
+
+    def arrive(self, kind: str) -> tuple[int, str | None] | None:
+        """Count a request of `kind`; (status, Retry-After) when it is to be throttled."""
         with self.lock:
             self.hits += 1
+            self.kinds[kind] += 1
             if self._throttle_left is not None and self._throttle_left <= 0:
                 return None
             if self._throttle_left is not None:
@@ -68,10 +80,11 @@ class RangeServer(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
-    def count(self, n: int) -> None:
+    def count(self, n: int, last: bool = True) -> None:
+        """`n` body bytes sent; `last`: they end a request's body (one more request answered with one)."""
         with self.lock:
             self.bytes_sent += n
-            self.requests += 1
+            self.requests += last
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -96,8 +109,15 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._serve(body=True)
 
+    def _kind(self, body: bool) -> str:
+        if not body:
+            return "HEAD"
+        if self.path.endswith("/"):
+            return "index"
+        return "GET range" if _RANGE.match(self.headers.get("Range", "")) else "GET whole"
+
     def _serve(self, body: bool) -> None:
-        throttled = self.server.arrive()
+        throttled = self.server.arrive(self._kind(body))
         if throttled is not None:
             status, retry_after = throttled
             code = "SlowDown" if status == 503 else "TooManyRequests"
@@ -144,13 +164,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not body:
             return
+        left = length // 2 if mode == "short" else length
         with open(path, "rb") as fh:
             fh.seek(start)
-            data = fh.read(length)
-        if mode == "short":
-            data = data[: len(data) // 2]
-        self.wfile.write(data)
-        self.server.count(len(data))
+            while True:
+                data = fh.read(min(left, _PIECE))
+                left -= len(data)
+                self.wfile.write(data)
+                self.server.count(len(data), last=not data or not left)
+                if not data or not left:
+                    break
         if mode == "short":
             self.close_connection = True
 
