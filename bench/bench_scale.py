@@ -188,9 +188,9 @@ class Limits:
 
     def reason(self, rss: int) -> str | None:
         if self.rss_kb and rss > self.rss_kb:
-            return f"stopped at the {self.rss_kb / GIB_KB:g} GiB cap"
+            return f"stopped at the {self.rss_kb / GIB_KB:.3g} GiB cap"
         if _mem_available_kb() < self.floor_kb:
-            return f"stopped: the machine had under {self.floor_kb / GIB_KB:g} GiB available"
+            return f"stopped: the machine had under {self.floor_kb / GIB_KB:.3g} GiB available"
         return None
 
 

@@ -331,7 +331,7 @@ def dcp_save_direct(folder: Path, ranks: int, size: str = "70b", progress=None,
     """The save dcp_save writes, with `.metadata` built directly from torch's own metadata classes instead of
     through the planner (whose WriteItems and global plan take hours and many GB at 1024 ranks): the same
     dedup, the same order of entries, chunks and storage records, the same objects shared (the pickle's memo
-    sees them), then FileSystemWriter.finish's own pickle.dump. tests/bench/test_scale_sims.py proves the
+    sees them), then FileSystemWriter.finish's own pickle.dump. tests/formats/test_dcp_sharded.py proves the
     two byte for byte identical; every item is still the torch.save zip torch writes for it."""
     import pickle
     from collections import ChainMap
