@@ -72,6 +72,7 @@ import os
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -333,9 +334,14 @@ def _ratio(ours: dict, theirs: dict, mark: str) -> str:
     return f"{mark}{ours['cpu'] / theirs['cpu']:.2f}x ({mark}{ours['cpu'] / theirs['in_call']:.2f}x of the call)"
 
 
+def _spread(figures: dict) -> str:
+    """A median's range over rounds, where there were several."""
+    return f" [{figures['range'][0]:.2f}-{figures['range'][1]:.2f}]" if "range" in figures else ""
+
+
 def row(family: str, size: str, ours: dict, theirs: dict, exponent: float | None) -> str:
     growth = f"{exponent:.2f}" if exponent is not None else "-"
-    cpu = f"{ours['cpu']:.2f}"
+    cpu = f"{ours['cpu']:.2f}{_spread(ours)}"
     if ours.get("stopped"):  # what it had cost by then
         cpu = f"{ours['stopped']} after {ours['cpu']:.2f}"
     mark = "~" if theirs.get("extrapolated") else ""
@@ -344,7 +350,7 @@ def row(family: str, size: str, ours: dict, theirs: dict, exponent: float | None
     else:
         call = f"{mark}{theirs['in_call']:.2f} in call" + (
             f", extrapolated by exponent {theirs['extrapolated']:.2f}" if mark else "")  # fmt: skip
-        their_cpu = f"{mark}{theirs['cpu']:.2f} ({call})"
+        their_cpu = f"{mark}{theirs['cpu']:.2f}{_spread(theirs)} ({call})"
     return (f"| {family} | {size} | {cpu} | {_mib(ours['rss_kb'])} | {ours['rchar'] / 1e6:,.1f} MB | "
             f"{their_cpu} | {mark}{_mib(theirs['rss_kb'])} | {mark}{theirs['rchar'] / 1e6:,.1f} MB | {growth} | "
             f"{_ratio(ours, theirs, mark)} |")  # fmt: skip
@@ -371,7 +377,8 @@ REMOTE_HEADER = ("| family | size | served by | ckinspect requests | bytes sent 
 
 OURS_LIMITS = Limits(8 * GIB_KB)  # --rss-cap, --mem-floor
 THEIRS_LIMITS = Limits(16 * GIB_KB)  # --torch-rss-cap, --mem-floor
-_BASELINES: dict[tuple, dict] = {}  # a baseline measured once per (kind, target), reused by the next rows
+_BASELINES: dict[tuple, dict] = {}  # a baseline measured once per (kind, target, round), reused by the next rows
+ROUNDS = 1  # --rounds
 
 
 def _growth(prev: tuple[int, float] | None, size: int, value: float) -> float | None:
@@ -382,9 +389,9 @@ def _growth(prev: tuple[int, float] | None, size: int, value: float) -> float | 
 
 @dataclass
 class Family:
-    """One row per size: ckinspect (`ours`) and the baseline (`theirs`) side by side. `theirs_target(target)`: what
-    the baseline is run on (default the same); `check(target, out)` and `theirs_check`: raise when ours' (theirs')
-    answer is wrong; sizes above
+    """One row per size: ckinspect (`ours`) and the baseline (`theirs`) side by side, --rounds rounds of each
+    interleaved (medians, CPU's range in brackets). `theirs_target(target)`: what the baseline is run on (default
+    the same); `check(target, out)` and `theirs_check`: raise when ours' (theirs') answer is wrong; sizes above
     `theirs_max` get the baseline extrapolated from the two largest measured (marked `~`); `label(size)`: the size
     column."""
 
@@ -404,32 +411,56 @@ class Family:
     def size_label(self, size: int) -> str:
         return self.label(size) if self.label else f"{size:,} {self.unit}"
 
-    def baseline(self, size: int, target) -> dict:
-        if self.theirs_max is not None and size > self.theirs_max and len(self.measured) >= 2:
-            return extrapolated(self.measured, size)
-        key = (self.theirs, target)
+    def theirs_round(self, target, index: int) -> dict:
+        """The baseline's `index`th round on `target`, measured once and shared by the rows that need it."""
+        key = (self.theirs, target, index)
         if key not in _BASELINES:
-            _BASELINES[key] = measure(self.theirs, target, limits=THEIRS_LIMITS)
-            if self.theirs_check and not _BASELINES[key].get("stopped"):
-                self.theirs_check(target, _BASELINES[key]["out"])
-        theirs = _BASELINES[key]
-        if not theirs.get("stopped"):
+            figures = measure(self.theirs, target, limits=THEIRS_LIMITS)
+            if self.theirs_check and not figures.get("stopped"):
+                self.theirs_check(target, figures["out"])
+            _BASELINES[key] = figures
+        return _BASELINES[key]
+
+    def ours_round(self, target) -> dict:
+        figures = measure(self.ours, target, limits=OURS_LIMITS)
+        if self.check and not figures.get("stopped"):
+            self.check(target, figures["out"])
+        return figures
+
+    def sides(self, size: int, target) -> tuple[dict, dict]:
+        """Ours and theirs, --rounds interleaved rounds of each (medians); theirs extrapolated above theirs_max."""
+        their_target = self.theirs_target(target) if self.theirs_target else target
+        extrapolate = self.theirs_max is not None and size > self.theirs_max and len(self.measured) >= 2
+        ours_runs: list[dict] = []
+        theirs_runs: list[dict] = []
+        for index in range(ROUNDS):
+            if not any(r.get("stopped") for r in ours_runs):
+                ours_runs.append(self.ours_round(target))
+            if not extrapolate and not any(r.get("stopped") for r in theirs_runs):
+                theirs_runs.append(self.theirs_round(their_target, index))
+        theirs = extrapolated(self.measured, size) if extrapolate else medians(theirs_runs)
+        if not extrapolate and not theirs.get("stopped"):
             self.measured.append((size, theirs))
-        return theirs
+        return medians(ours_runs), theirs
 
     def run(self) -> list[str]:
         lines, prev = [], None
         for size in self.sizes:
-            target = self.build(size)
-            ours = measure(self.ours, target, limits=OURS_LIMITS)
-            if self.check and not ours.get("stopped"):
-                self.check(target, ours["out"])
-            theirs = self.baseline(size, self.theirs_target(target) if self.theirs_target else target)
+            ours, theirs = self.sides(size, self.build(size))
             exponent = None if ours.get("stopped") else _growth(prev, size, ours["cpu"])
             prev = None if ours.get("stopped") else (size, ours["cpu"])
             lines.append(row(self.name, self.size_label(size), ours, theirs, exponent))
             print(lines[-1], flush=True)
         return lines
+
+
+def medians(runs: list[dict]) -> dict:
+    """The median of each figure over rounds, and the range of the CPU; a stopped round stands for them all."""
+    stopped = [r for r in runs if r.get("stopped")]
+    if stopped or len(runs) == 1:
+        return (stopped or runs)[0]
+    out = {key: statistics.median(r[key] for r in runs) for key in ("cpu", "in_call", "rss_kb", "rchar")}
+    return out | {"out": runs[0]["out"], "range": (min(r["cpu"] for r in runs), max(r["cpu"] for r in runs))}
 
 
 def _requests(counts: dict) -> str:
@@ -785,6 +816,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", default="", help="saves in the runs of 1B ZeRO-1 saves for last-good (e.g. 10,40)")
     parser.add_argument("--remote", action="store_true", help="serve the selected families by URL: requests, bytes")
     parser.add_argument("--s3-runs", default="", help="--remote: saves in tiny DeepSpeed runs in moto's S3")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of each side (medians)")
     parser.add_argument("--torch-ranks-max", type=int, default=512, help="dcp405: run torch's reader up to this")
     parser.add_argument("--rss-cap", type=float, default=8.0, help="GiB: a ckinspect child above it is stopped")
     parser.add_argument("--torch-rss-cap", type=float, default=16.0, help="GiB: a baseline above it is stopped")
@@ -798,7 +830,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     subreaper()
-    global OURS_LIMITS, THEIRS_LIMITS
+    global OURS_LIMITS, THEIRS_LIMITS, ROUNDS
+    ROUNDS = max(1, args.rounds)
     floor = int(args.mem_floor * GIB_KB)
     OURS_LIMITS = Limits(int(args.rss_cap * GIB_KB) if args.rss_cap else None, floor)
     THEIRS_LIMITS = Limits(int(args.torch_rss_cap * GIB_KB) if args.torch_rss_cap else None, floor)
