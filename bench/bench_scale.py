@@ -572,15 +572,19 @@ class Sims:
                 return base / name
         return None
 
+    def dcp_folder(self, name: str, build: Callable[[Path], dict], what: str) -> Path:
+        """A DCP save found (its .metadata, written last, says it is whole), or built in --root."""
+        found = self.find(name, ".metadata")
+        if found:
+            return found
+        folder = self.root / name
+        print(f"building {what}: {build(folder)}", flush=True)
+        return folder
+
     def dcp(self, ranks: int) -> Path:
         from bench import scale_sims
 
-        found = self.find(f"dcp{ranks}", ".metadata")
-        if found:
-            return found
-        folder = self.root / f"dcp{ranks}"
-        print(f"building the {ranks}-rank save: {scale_sims.dcp_save_direct(folder, ranks)}", flush=True)
-        return folder
+        return self.dcp_folder(f"dcp{ranks}", lambda f: scale_sims.dcp_save_direct(f, ranks), f"the {ranks}-rank save")
 
     def dcp_pair(self, ranks: int) -> tuple[Path, Path]:
         """The save and a copy of it in another folder: hard links (no blocks) of a save of --root, or the copy
@@ -647,12 +651,8 @@ class Sims:
     def dcp405(self, ranks: int) -> Path:
         from bench import scale_sims
 
-        found = self.find(f"dcp405-{ranks}", ".metadata")
-        if found:
-            return found
-        folder = self.root / f"dcp405-{ranks}"
-        print(f"building the 405B {ranks}-rank save: {scale_sims.dcp_save_stream(folder, ranks)}", flush=True)
-        return folder
+        return self.dcp_folder(f"dcp405-{ranks}", lambda f: scale_sims.dcp_save_stream(f, ranks),
+                               f"the 405B {ranks}-rank save")  # fmt: skip
 
     def run405(self, _size: int) -> Path:
         """A run of one save: the 2048-rank 405B, hard-linked (no blocks of its own)."""

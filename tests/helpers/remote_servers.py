@@ -119,35 +119,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, body: bool) -> None:
         throttled = self.server.arrive(self._kind(body))
         if throttled is not None:
-            status, retry_after = throttled
-            code = "SlowDown" if status == 503 else "TooManyRequests"
-            text = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>" \
-                   "<Message>Please reduce your request rate.</Message></Error>"  # fmt: skip
-            payload = text.encode() if body else b""
-            self.send_response(status)
-            if retry_after is not None:
-                self.send_header("Retry-After", retry_after)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(payload) if body else len(text)))
-            self.end_headers()
-            self.wfile.write(payload)
+            self._refuse(*throttled, body=body)
             return
         mode, path = self._target()
         if mode == "stall":
             self.server.release.wait(60)
             return
         if mode == "denied":
-            self.send_response(403)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self._empty(403)
             return
         if path.is_dir() and self.path.endswith("/"):
             self._index(path, body)
             return
         if not path.is_file():
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self._empty(404)
             return
         size = path.stat().st_size
         start, end = 0, size - 1
@@ -164,7 +149,31 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not body:
             return
-        left = length // 2 if mode == "short" else length
+        self._send(path, start, length // 2 if mode == "short" else length)
+        if mode == "short":
+            self.close_connection = True
+
+    def _refuse(self, status: int, retry_after: str | None, body: bool) -> None:
+        """A throttled request: `status` (429 or 503), Retry-After, and S3's error body."""
+        code = "SlowDown" if status == 503 else "TooManyRequests"
+        text = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>" \
+               "<Message>Please reduce your request rate.</Message></Error>"  # fmt: skip
+        payload = text.encode() if body else b""
+        self.send_response(status)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(payload) if body else len(text)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _empty(self, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _send(self, path: Path, start: int, left: int) -> None:
+        """`left` bytes of `path` from `start`, read and written in pieces of at most _PIECE bytes."""
         with open(path, "rb") as fh:
             fh.seek(start)
             while True:
@@ -173,9 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(data)
                 self.server.count(len(data), last=not data or not left)
                 if not data or not left:
-                    break
-        if mode == "short":
-            self.close_connection = True
+                    return
 
     def _index(self, folder: Path, body: bool) -> None:
         """A folder's index page, as static web servers give one: a link per file and per subfolder
