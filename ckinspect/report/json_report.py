@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 
+from ckinspect._native import load as load_native
 from ckinspect.analysis.anatomy import CutShort, bits_by_dtype, cut_short, missing_tensors, summarize
 from ckinspect.analysis.params import optimizer_params
 from ckinspect.fmt import bounded_repr, bounded_str
@@ -202,12 +203,23 @@ def render(report: dict[str, Any]) -> str:
             # One C-encoded dump, then a line break between entries: `{"name"` cannot occur inside
             # a JSON string (its quote would be escaped), so this split is exact.
             # (fresh flat dicts from tensor_entries cannot contain themselves: no cycle bookkeeping per entry)
-            body = json.dumps(tensors, allow_nan=False, separators=(", ", ": "), check_circular=False)[1:-1]
+            body = _dumps_rows(tensors)[1:-1]
             listing = "[\n        " + body.replace('}, {"name": ', '},\n        {"name": ') + "\n      ]"
         else:
             listing = "[]"
         text = text.replace(json.dumps(_TENSORS_MARK), listing, 1)
     return text + "\n"
+
+
+def _dumps_rows(rows: list[dict[str, Any]]) -> str:
+    """json.dumps of the tensor entries, ", " and ": " between items, in one C pass where built (_native/jsonrows.c:
+    json's encoder spends most of 50,000 entries on joining small strings); json.dumps itself otherwise, and for
+    whatever that pass does not spell (it says so with None)."""
+    native = load_native("jsonrows")
+    text = native.encode(rows) if native is not None else None
+    if text is None:
+        text = json.dumps(rows, allow_nan=False, separators=(", ", ": "), check_circular=False)
+    return text
 
 
 _TENSORS_MARK = "\0tensors\0"  # json escapes a NUL, so no real value can look like this
