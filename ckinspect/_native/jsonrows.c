@@ -2,11 +2,14 @@
  * per tensor, 50,000 of them for a big checkpoint, where json's own C encoder spends most of its time on the many small
  * strings it joins.
  *
- * encode(rows) -> str, or None
+ * encode(rows, layout=None) -> str, or None
  *     exactly json.dumps(rows, allow_nan=False, separators=(", ", ": "), check_circular=False) (ensure_ascii, as
  *     json.dumps escapes by default) for a list of dicts whose keys are str and whose values are str, int, True,
  *     False, None, or a list of those; None for anything else (a float, a nested dict, a subclass), which the caller
  *     then gives to json.dumps. Never a different answer, only the same one sooner.
+ *     layout (open, close, key, sep), ASCII strings: that text with `open` and `close` in place of its brackets and
+ *     `sep` in place of the ", " before each row whose first key is `key` (the report's one line per tensor), as
+ *     the caller would otherwise splice it, with no copy of the whole text.
  *
  * Portable C99, the CPython API every 3.10-3.13 has.
  */
@@ -178,24 +181,44 @@ static int put_row(Out *o, PyObject *row)
     return put(o, "}", 1);
 }
 
-static PyObject *encode(PyObject *module, PyObject *rows)
+/* The separator before row i: `sep` where the row's first key is `key` (the report's line per tensor), else ", " */
+static int put_between(Out *o, PyObject *row, PyObject *key, PyObject *sep)
+{
+    Py_ssize_t pos = 0;
+    PyObject *first, *value;
+    if (key != NULL && PyDict_CheckExact(row) && PyDict_Next(row, &pos, &first, &value) &&
+        PyUnicode_CheckExact(first) && PyUnicode_Compare(first, key) == 0)
+        return put(o, PyUnicode_AsUTF8(sep), PyUnicode_GET_LENGTH(sep));
+    return put(o, ", ", 2);
+}
+
+static PyObject *encode(PyObject *module, PyObject *args)
 {
     Out o = {NULL, 0, 0};
     Py_ssize_t i;
     int done = 0;
-    PyObject *text;
+    PyObject *rows, *layout = Py_None, *open = NULL, *close = NULL, *key = NULL, *sep = NULL, *text;
+    if (!PyArg_ParseTuple(args, "O|O", &rows, &layout))
+        return NULL;
+    if (layout != Py_None && !PyArg_ParseTuple(layout, "UUUU", &open, &close, &key, &sep))
+        return NULL;
+    if ((open && !PyUnicode_IS_ASCII(open)) || (close && !PyUnicode_IS_ASCII(close)) ||
+        (sep && !PyUnicode_IS_ASCII(sep))) {
+        PyErr_SetString(PyExc_ValueError, "encode: the layout's strings must be ASCII");
+        return NULL;
+    }
     if (!PyList_CheckExact(rows))
         Py_RETURN_NONE;
-    if (put(&o, "[", 1) < 0)
+    if (put(&o, open ? PyUnicode_AsUTF8(open) : "[", open ? PyUnicode_GET_LENGTH(open) : 1) < 0)
         return NULL;
     for (i = 0; i < PyList_GET_SIZE(rows) && done == 0; i++) {
         if (i)
-            done = put(&o, ", ", 2);
+            done = put_between(&o, PyList_GET_ITEM(rows, i), key, sep);
         if (done == 0)
             done = put_row(&o, PyList_GET_ITEM(rows, i));
     }
     if (done == 0)
-        done = put(&o, "]", 1);
+        done = put(&o, close ? PyUnicode_AsUTF8(close) : "]", close ? PyUnicode_GET_LENGTH(close) : 1);
     if (done != 0) {
         PyMem_Free(o.buf);
         if (done == FAILED)
@@ -208,8 +231,10 @@ static PyObject *encode(PyObject *module, PyObject *rows)
 }
 
 static PyMethodDef methods[] = {
-    {"encode", encode, METH_O,
-     "encode(rows) -> json.dumps(rows, separators=(', ', ': ')) for a list of flat dicts, or None (use json.dumps)"},
+    {"encode", encode, METH_VARARGS,
+     "encode(rows, layout=None) -> json.dumps(rows, separators=(', ', ': ')) for a list of flat dicts, or None (use "
+     "json.dumps); layout (open, close, key, sep): open and close instead of the brackets, sep instead of ', ' "
+     "before each row whose first key is key"},
     {NULL, NULL, 0, NULL},
 };
 

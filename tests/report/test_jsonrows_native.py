@@ -13,7 +13,7 @@ from collections import OrderedDict
 import pytest
 
 from ckinspect._native import load
-from ckinspect.report.json_report import _dumps_rows
+from ckinspect.report.json_report import _ONE_PER_LINE, _listing, render
 from ckinspect.settings import PURE as PURE_ENV
 
 pytestmark = pytest.mark.torchfree
@@ -86,9 +86,40 @@ def test_random_records_are_json_dumps_text():
 )
 def test_what_it_does_not_spell_it_leaves_to_json(rows):
     assert NATIVE.encode(rows) is None
-    assert _dumps_rows(list(rows)) == _dumps(list(rows))  # the report's encoder falls back to json.dumps
+    assert NATIVE.encode(rows, _ONE_PER_LINE) is None
 
 
-def test_the_reports_encoder_gives_json_dumps_text_on_both_paths(pickle_paths):
+def _spliced(rows):
+    """The report's tensor list as json.dumps and a split make it (json_report._listing's own fallback)."""
+    body = _dumps(rows)[1:-1]
+    return "[\n        " + body.replace('}, {"name": ', '},\n        {"name": ') + "\n      ]"
+
+
+@needs_native
+def test_one_row_per_line_is_the_spliced_text():
     rows = [{"name": name, "group": "model", "dtype": "bfloat16", "shape": [2, 3], "bytes": 12} for name in _AWKWARD]
-    assert _dumps_rows(rows) == _dumps(rows)
+    rows.insert(3, {"group": "other", "name": "not first"})  # not led by "name": stays on the line before
+    rows.append({"name": '}, {"name": ', "x": '}, {"name": '})  # what the split looks for, inside strings
+    assert NATIVE.encode(rows, _ONE_PER_LINE) == _spliced(rows)
+    assert NATIVE.encode(rows[:1], _ONE_PER_LINE) == _spliced(rows[:1])
+
+
+def test_the_reports_tensor_list_is_the_same_on_both_paths(pickle_paths):
+    rows = [{"name": name, "group": "model", "dtype": "bfloat16", "shape": [2, 3], "bytes": 12} for name in _AWKWARD]
+    assert _listing(rows) == _spliced(rows)
+    assert _listing([]) == "[]"
+    assert _listing([{"bytes": 1.5}]) == _spliced([{"bytes": 1.5}])  # declined by the C pass: json.dumps's
+
+
+def test_names_and_values_that_spell_the_reports_own_marks_stay_where_they_are(pickle_paths):
+    """render splices each file's tensor list in where a mark stands in the indented JSON: a tensor name or a
+    metadata value that spells such a mark must neither receive another file's list nor break the document."""
+    hostile = "\0tensors\0"
+
+    def entry(name):
+        return {"path": name, "metadata": {"note": hostile}, "tensors": [{"name": hostile, "bytes": 1}],
+                "findings": [], "other": None}  # fmt: skip
+
+    report = {"schema": 1, "files": [entry("a"), entry("b"), {"path": "c", "tensors": None}], "summary": {}}
+    text = render(report)
+    assert json.loads(text) == report
