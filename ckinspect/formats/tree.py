@@ -119,6 +119,7 @@ def scalar_leaves(tree: Any, kinds: tuple[type, ...], prefix: str = "") -> Itera
 
 
 _SCALARS = (str, int, float, bool, type(None), bytes)
+_SCALAR_TYPES = frozenset(_SCALARS)
 
 
 def flatten(
@@ -134,21 +135,28 @@ def flatten(
     """
     out: list[TensorInfo] = []
     entered: set[int] = set()
-    stack: list[tuple[str, Any, int]] = [(prefix, tree, 0)]
+    # (the parent's path and ".", the key, node, depth): a path is joined only where it is used (a tensor's name,
+    # a container's children), never for the thousands of shapes and number lists that hold no tensor
+    stack: list[tuple[str, str, Any, int]] = [("", prefix, tree, 0)]
     budget = NAME_BUDGET
     while stack:
-        path, node, depth = stack.pop()
+        dot, key, node, depth = stack.pop()
         kind = type(node)
         if kind is TensorInfo:
-            name = path or ROOT_TENSOR_NAME
+            name = dot + key or ROOT_TENSOR_NAME
             if node.name == "":
                 node.name = name  # never changed once named: this is where its reader names it
                 out.append(node)
             else:
                 out.append(node if node.name == name else node.replace(name=name))
             continue
-        if kind in _SCALARS:
+        if (kind is tuple or kind is list) and _SCALAR_TYPES.issuperset(map(type, node)):
+            if id(node) not in entered:  # entered as any container is (nothing in it to list)
+                entered.add(id(node))
+                if depth >= MAX_TREE_DEPTH and too_deep is not None and not too_deep:
+                    too_deep.append((dot + key)[:200])
             continue
+        path = dot + key
         if kind is CompositeTensor:
             node = _named_composite(node, path or ROOT_TENSOR_NAME, composites)
         if isinstance(node, TensorInfo):
@@ -167,10 +175,10 @@ def flatten(
         dot = path + "." if path else ""
         depth += 1
         for key, child in reversed(children):
-            if type(child) in _SCALARS:
+            if type(child) in _SCALAR_TYPES:
                 continue
             budget -= len(dot) + len(key)
-            stack.append((dot + (key if len(key) <= MAX_KEY_CHARS or budget > 0 else _cut(key)), child, depth))
+            stack.append((dot, key if len(key) <= MAX_KEY_CHARS or budget > 0 else _cut(key), child, depth))
     return out
 
 
