@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from itertools import chain, compress
 
 from ckinspect.fmt import bounded_str
 from ckinspect.model import CompositeTensor, TensorInfo
@@ -120,6 +121,16 @@ def scalar_leaves(tree: Any, kinds: tuple[type, ...], prefix: str = "") -> Itera
 
 _SCALARS = (str, int, float, bool, type(None), bytes)
 _SCALAR_TYPES = frozenset(_SCALARS)
+_SEQUENCES = frozenset((tuple, list))
+_NUMBERS_ONLY = _SCALAR_TYPES | _SEQUENCES
+
+
+def _numbers_only(values: Any) -> bool:
+    """Whether each of `values` is a scalar, or a tuple or list of scalars (no container, no tensor below it):
+    a test run in C (no Python frame per value)."""
+    return _NUMBERS_ONLY.issuperset(map(type, values)) and _SCALAR_TYPES.issuperset(
+        map(type, chain.from_iterable(compress(values, map(_SEQUENCES.__contains__, map(type, values)))))
+    )
 
 
 def flatten(
@@ -163,6 +174,21 @@ def flatten(
             out.append(node.replace(name=path or ROOT_TENSOR_NAME))
             continue
         if id(node) in entered:
+            continue
+        if kind is dict and depth < MAX_TREE_DEPTH and _numbers_only(node.values()):
+            # a dict of shapes (723 torch.Size in each ZeRO-3 model-states file): popping each child would only
+            # enter it, and nothing else comes between their pops, so that is done now, in their order
+            entered.add(id(node))
+            dot = path + "." if path else ""
+            depth += 1
+            for k, child in node.items():
+                if type(child) in _SCALAR_TYPES:
+                    continue
+                budget -= len(dot) + len(k if type(k) is str else _key(k))
+                if id(child) not in entered:
+                    entered.add(id(child))
+                    if depth >= MAX_TREE_DEPTH and too_deep is not None and not too_deep:
+                        too_deep.append((dot + _key(k))[:200])
             continue
         children = _children(node)
         if children is None:

@@ -100,6 +100,12 @@ def test_flatten_enters_shared_number_lists_in_the_same_order_as_any_container()
         {"a": _chain({"e": empty}, depth_of - 1)},  # an empty list at the limit counts as a container there
         {"a": _chain({"e": [1, "x", None, 2.0, b"", True]}, depth_of - 2), "t": [_ti(), (1, 2)], "n": [(), [()]]},
         {"w": _ti(), "shapes": {f"layer.{i}": (i, 2 * i) for i in range(50)}, "mixed": [1, (2, _ti())]},
+        # dicts of shapes (entered in one go): at the limit, sharing a shape with a deeper visit before or after
+        {"a": _chain({"s": {"x": shape, "y": 1, 2: [3.0], (4, 5): ()}}, depth_of - 2), "b": {"k": shape}},
+        {"b": {"k": shape, "n": None}, "a": _chain({"s": shape}, depth_of - 1)},
+        {"a": _chain({"s": shape}, depth_of - 1), "b": {"k": shape, "n": None}},
+        {"a": _chain({"e": {}}, depth_of - 1), "b": {"k": [[1]], "l": [shape, [shape]]}},
+        {"x" * 3000: {"y" * 1500: (1,)}, "z": [_ti()]},
     ]
     for tree in trees:
         expected_deep: list[str] = []
