@@ -58,6 +58,70 @@ def test_scalar_leaves_are_walks_scalars_in_walks_order():
     assert ("a.lr", 0.1) in list(scalar_leaves(tree, kinds)) and ("step", 3) in list(scalar_leaves(tree, kinds))
 
 
+def _flatten_as_before(tree, too_deep):
+    """flatten as it was before it left shapes and number lists unjoined: every container popped and entered
+    alike (the oracle for the order in which a shared container is first entered, and so for too_deep)."""
+    from ckinspect.formats.tree import _children
+
+    out, entered, stack = [], set(), [("", tree, 0)]
+    while stack:
+        path, node, depth = stack.pop()
+        if type(node) is TensorInfo:
+            out.append(path or "tensor")
+            continue
+        if id(node) in entered or (children := _children(node)) is None:
+            continue
+        entered.add(id(node))
+        if depth >= MAX_TREE_DEPTH:
+            if not too_deep:
+                too_deep.append(path[:200])
+            continue
+        for key, child in reversed(children):
+            if type(child) not in (str, int, float, bool, type(None), bytes):
+                stack.append((f"{path}.{key}" if path else key, child, depth + 1))
+    return out
+
+
+def _chain(inner, levels):
+    for _ in range(levels):
+        inner = {"d": inner}
+    return inner
+
+
+def test_flatten_enters_shared_number_lists_in_the_same_order_as_any_container():
+    """Shapes and number lists are not joined into paths, yet a tuple shared at a shallow place and at the
+    depth limit is judged too deep exactly when it was before: when the deep visit comes first."""
+    shape, empty = (3, 4), []
+    depth_of = MAX_TREE_DEPTH - 1  # the chain's innermost dict sits here: its child at the limit
+    trees = [
+        [_chain({"s": shape}, depth_of - 1), shape],  # the deep visit first: too deep
+        [shape, _chain({"s": shape}, depth_of - 1)],  # the shallow one first: entered, the deep one skipped
+        {"a": _chain({"s": shape, "w": _ti()}, depth_of - 1), "b": {"s": shape}},
+        {"a": _chain({"e": empty}, depth_of - 1)},  # an empty list at the limit counts as a container there
+        {"a": _chain({"e": [1, "x", None, 2.0, b"", True]}, depth_of - 2), "t": [_ti(), (1, 2)], "n": [(), [()]]},
+        {"w": _ti(), "shapes": {f"layer.{i}": (i, 2 * i) for i in range(50)}, "mixed": [1, (2, _ti())]},
+        # dicts of shapes (entered in one go): at the limit, sharing a shape with a deeper visit before or after
+        {"a": _chain({"s": {"x": shape, "y": 1, 2: [3.0], (4, 5): ()}}, depth_of - 2), "b": {"k": shape}},
+        {"b": {"k": shape, "n": None}, "a": _chain({"s": shape}, depth_of - 1)},
+        {"a": _chain({"s": shape}, depth_of - 1), "b": {"k": shape, "n": None}},
+        {"a": _chain({"e": {}}, depth_of - 1), "b": {"k": [[1]], "l": [shape, [shape]]}},
+        {"x" * 3000: {"y" * 1500: (1,)}, "z": [_ti()]},
+    ]
+    for tree in trees:
+        expected_deep: list[str] = []
+        expected = _flatten_as_before(tree, expected_deep)
+        too_deep: list[str] = []
+        assert [t.name for t in flatten(tree, too_deep=too_deep)] == expected
+        assert too_deep == expected_deep
+    assert _flatten_as_before(trees[0], []) == [] and len(_flatten_as_before(trees[2], [])) == 1
+    deep: list[str] = []
+    _flatten_as_before(trees[0], deep)
+    assert deep and deep[0].startswith("0.d.d")  # the cases do reach the limit
+    deep = []
+    _flatten_as_before(trees[1], deep)
+    assert not deep
+
+
 def _random_tree(seed: int) -> object:
     """A decoded-pickle-like tree: dicts (plain, and state-dict-like ones of tensors only), lists and tuples,
     tensors (some under two keys, some already named), scalars, a long key, the empty key, an int key."""
