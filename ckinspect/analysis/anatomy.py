@@ -28,7 +28,7 @@ from ckinspect.analysis.scalars import read_scalar
 from ckinspect.dtypes import dtype_info
 from ckinspect.formats.tree import no_gc
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
-from ckinspect.record import Record, field
+from ckinspect.record import Record, field, slot_descriptors
 from ckinspect.vocab import GROUPS
 
 TYPE_CHECKING = False
@@ -123,7 +123,7 @@ def _regroup(tensors: list[TensorInfo], groups: list[str]) -> None:
             tensors[i] = TensorInfo(t.name, t.dtype, t.shape, t.stride, t.storage_key, t.storage_offset, group)
 
 
-_TENSOR_SLOTS = tuple(vars(TensorInfo)[field] for field in TensorInfo._specs)  # every slot, as records.replaced needs
+_TENSOR_SLOTS = slot_descriptors(TensorInfo)
 _GROUP_SLOT = list(TensorInfo._specs).index("group")
 
 
