@@ -34,6 +34,7 @@ from ckinspect.io.zipdir import (
     data_offsets,
     find_end,
     local_header_at,
+    members_in_order,
     read_directory,
     read_member,
 )
@@ -102,7 +103,8 @@ def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: 
     # dcp.load swaps each item as torch.load swaps a file (.metadata records no byte order of its own)
     big = _read_byteorder(ckpt, reader, by_name.get(archive + "byteorder"), cd_start, file.name)
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
-        ckpt, collector, by_name, archive, reader, file, cd_start, big=big), key_prefix, torchscript)  # fmt: skip
+        ckpt, collector, by_name, archive, reader, file, cd_start, big=big, members=members), key_prefix,
+        torchscript)  # fmt: skip
     if not recorded:
         _forget_zero_crcs(ckpt, file)
     if base == 0:
@@ -325,9 +327,11 @@ def _scan_decoding(data: bytes, collector: StorageCollector, torchscript: bool) 
 
 def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
                            reader: PositionedReader, file: Path, cd_start: int, folder: str = "",
-                           big: bool = False) -> None:  # fmt: skip
+                           big: bool = False, members: list[ZipMember] | None = None) -> None:  # fmt: skip
+    """Each storage the pickle names, where its member's bytes are (`members`: the directory in its order, where
+    the caller has it, so that the storages' members can be found where they lie rather than looked up)."""
     folder = folder or f"{archive}data/"
-    found, missing = _storage_members(collector, by_name, folder)
+    found, missing = _storage_members(collector, by_name, folder, members)
     storages = ckpt.storages
     for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
         name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
@@ -349,9 +353,17 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")
 
 
-def _storage_members(collector: StorageCollector, by_name: dict[str, ZipMember],
-                     folder: str) -> tuple[list[tuple[StorageRef, ZipMember]], list[str]]:  # fmt: skip
-    """(storage, its member) for each storage the pickle names, and the keys of those without a member."""
+def _storage_members(collector: StorageCollector, by_name: dict[str, ZipMember], folder: str,
+                     members: list[ZipMember] | None = None) -> tuple[list[tuple[StorageRef, ZipMember]],
+                                                                       list[str]]:  # fmt: skip
+    """(storage, its member) for each storage the pickle names, and the keys of those without a member. Where
+    `members` lists them one after the other in the pickle's order, as torch.save writes them, and no later member
+    bears one of their names, each is the one by_name gives: taken where it lies (zipdir.members_in_order), not
+    looked up 50,000 times."""
+    start = members_in_order(members, folder, collector.storages) if members is not None else None
+    if start is not None:
+        refs = collector.storages.values()
+        return list(zip(refs, members[start : start + len(refs)], strict=True)), []  # type: ignore[index]
     missing = []
     found: list[tuple[StorageRef, ZipMember]] = []
     for key, ref in collector.storages.items():
