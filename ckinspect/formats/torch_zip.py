@@ -7,6 +7,8 @@ offsets) and data.pkl; storage bytes are never read.
 from __future__ import annotations
 
 import os
+from itertools import compress
+from operator import itemgetter, methodcaller
 from pathlib import Path
 
 from ckinspect.formats.opening import reading
@@ -172,7 +174,9 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: PositionedReader, members: lis
     any case and at any size (duplicates included). constants.pkl of a TorchScript archive is decoded
     later, with its tensors."""
     constants = pkl.name[: -len("data.pkl")] + "constants.pkl" if torchscript and pkl is not None else None
-    for member in members:
+    # only a name ending in "l" or "L" can end in ".pkl" once lowered (no other character lowers to one): that
+    # much is tested in C, for each of 50,000 storages, and only those names are lowered
+    for member in compress(members, map(_ENDS_IN_L, map(itemgetter(0), members))):
         if member is pkl or member.name == constants or not member.name.lower().endswith(".pkl"):
             continue
         where = f"{file.name}:{member.name}"
@@ -190,6 +194,8 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: PositionedReader, members: lis
             mark_torchscript(scans)
         record_globals(ckpt, [g for s in scans for g in s.globals], where, data)
 
+
+_ENDS_IN_L = methodcaller("endswith", ("l", "L"))
 
 # constants.pkl names TorchScript's constants; torch.jit shows them to code as CONSTANTS.c0, c1, ...
 TORCHSCRIPT_CONSTANTS = "CONSTANTS"
