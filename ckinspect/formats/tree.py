@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from itertools import chain, compress
+from operator import attrgetter
 
 from ckinspect.fmt import bounded_str
 from ckinspect.model import CompositeTensor, TensorInfo
@@ -196,6 +197,10 @@ class _Flatten:
         if kind is dict and depth < MAX_TREE_DEPTH and _numbers_only(node.values()):
             self.enter_numbers(node, path, depth + 1)
             return
+        if isinstance(node, dict) and depth < MAX_TREE_DEPTH and (spent := _name_fresh_tensors(node, path, self.out)):
+            self.entered.add(id(node))  # a state dict: its tensors named in bulk
+            self.budget -= spent
+            return
         children = _children(node)
         if children is None:
             return
@@ -243,6 +248,32 @@ class _Flatten:
     def note_too_deep(self, path: str) -> None:
         if self.too_deep is not None and not self.too_deep:
             self.too_deep.append(path[:200])
+
+
+def _name_fresh_tensors(node: dict[Any, Any], path: str, out: list[TensorInfo]) -> int:
+    """A dict of tensors only (a state dict: 50,000 of them), named and listed as flatten's stack would, in bulk:
+    every key a str of at most MAX_KEY_CHARS (so none is cut, whatever the budget), every value a TensorInfo not
+    named yet and met once. The characters its names charge to the budget; 0 (nothing done) when it is not such
+    a dict: flatten then walks it child by child."""
+    if not node or set(map(type, node.values())) != {TensorInfo} or set(map(type, node)) != {str}:
+        return 0
+    tensors = list(node.values())
+    if max(map(len, node)) > MAX_KEY_CHARS or set(map(_NAME, tensors)) != {""}:
+        return 0
+    names = list(map((path + "." if path else "").__add__, node))
+    if not all(names):  # "" (the root's own key ""): flatten names it ROOT_TENSOR_NAME
+        return 0
+    for tensor, name in zip(tensors, names, strict=True):
+        tensor.name = name  # never changed once named: this is where its reader names it
+    if list(map(_NAME, tensors)) != names:  # one tensor under two keys (the later name stuck): not this way
+        for tensor in tensors:
+            tensor.name = ""
+        return 0
+    out += tensors
+    return sum(map(len, names))
+
+
+_NAME = attrgetter("name")
 
 
 @contextlib.contextmanager

@@ -120,3 +120,57 @@ def test_flatten_enters_shared_number_lists_in_the_same_order_as_any_container()
     deep = []
     _flatten_as_before(trees[1], deep)
     assert not deep
+
+
+def _random_tree(seed: int) -> object:
+    """A decoded-pickle-like tree: dicts (plain, and state-dict-like ones of tensors only), lists and tuples,
+    tensors (some under two keys, some already named), scalars, a long key, the empty key, an int key."""
+    import random
+
+    from ckinspect.formats.tree import MAX_KEY_CHARS
+
+    rng = random.Random(seed)
+    pool = [_ti(str(i)) for i in range(6)]
+    named = TensorInfo("elsewhere", "float32", (2,), (1,), "n", 0)
+
+    def node(depth: int) -> object:
+        roll = rng.random()
+        if depth > 3 or roll < 0.3:
+            return rng.choice([_ti(str(rng.random())), _ti(), rng.choice(pool), named, 3, "s", None, 1.5])
+        if roll < 0.55:  # tensors only: the bulk path's case, sometimes with a shared or named one
+            keys = [rng.choice(["w", "bias", "x" * (MAX_KEY_CHARS + 5), "", "layer.0"]) + str(i) for i in range(4)]
+            if rng.random() < 0.2:
+                keys[0] = ""
+            return {k: (_ti() if rng.random() < 0.8 else rng.choice([*pool, named])) for k in keys}
+        if roll < 0.8:
+            return {rng.choice(["a", "b", 7, ""]) if rng.random() < 0.5 else str(i): node(depth + 1)
+                    for i in range(rng.randint(0, 4))}  # fmt: skip
+        items = [node(depth + 1) for _ in range(rng.randint(0, 3))]
+        return items if rng.random() < 0.5 else tuple(items)
+
+    return node(0)
+
+
+def test_flatten_names_dicts_of_tensors_in_bulk_exactly_as_one_by_one(monkeypatch):
+    """flatten's bulk path for a dict of fresh tensors (a state dict) gives what naming them one by one gives:
+    the same names, in the same order, the same objects named in place and the same copies."""
+    import pickle
+
+    from ckinspect.formats import tree as tree_module
+
+    budget = tree_module.NAME_BUDGET
+    for seed in range(300):
+        # every third tree with a budget that runs out: its long keys are cut from then on
+        monkeypatch.setattr(tree_module, "NAME_BUDGET", 40 + seed if seed % 3 == 0 else budget)
+        tree = _random_tree(seed)
+        one_by_one = pickle.loads(pickle.dumps(tree))  # the same tree, its own descriptors (sharing kept)
+        with monkeypatch.context() as m:
+            m.setattr(tree_module, "_name_fresh_tensors", lambda node, path, out: 0)
+            expected = flatten(one_by_one, prefix="p" if seed % 2 else "")
+        got = flatten(tree, prefix="p" if seed % 2 else "")
+        assert [t._values() for t in got] == [t._values() for t in expected]
+        assert [p for p, _ in walk(tree)] == [p for p, _ in walk(one_by_one)]
+        leaves = [v.name for _, v in walk(tree) if isinstance(v, TensorInfo)]
+        assert leaves == [v.name for _, v in walk(one_by_one) if isinstance(v, TensorInfo)]
+        named_in_place = [any(t is v for _, v in walk(tree)) for t in got]
+        assert named_in_place == [any(t is v for _, v in walk(one_by_one)) for t in expected]
