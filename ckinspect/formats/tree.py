@@ -124,6 +124,7 @@ _SCALARS = (str, int, float, bool, type(None), bytes)
 _SCALAR_TYPES = frozenset(_SCALARS)
 _SEQUENCES = frozenset((tuple, list))
 _NUMBERS_ONLY = _SCALAR_TYPES | _SEQUENCES
+_STRINGS = frozenset((str,))
 
 
 def _numbers_only(values: Any) -> bool:
@@ -229,12 +230,17 @@ class _Flatten:
     def enter_numbers(self, node: dict[Any, Any], path: str, depth: int) -> None:
         """A dict of shapes (723 torch.Size in each ZeRO-3 model-states file) and its children (at `depth`):
         popping each child would only enter it (enter_leaf), and nothing else would come between their pops,
-        so that is done now, in their order."""
+        so that is done now, in their order. Above the depth limit with string keys, in C: entering them
+        in any order is the same set, and the budget spends the same sum."""
         self.entered.add(id(node))
         dot = path + "." if path else ""
-        for k, child in node.items():
-            if type(child) in _SCALAR_TYPES:
-                continue
+        values = node.values()
+        held = list(map(_SEQUENCES.__contains__, map(type, values)))  # the children that are not scalars
+        if depth < MAX_TREE_DEPTH and _STRINGS.issuperset(map(type, node)):
+            self.entered.update(map(id, compress(values, held)))
+            self.budget -= len(dot) * sum(held) + sum(map(len, compress(node, held)))
+            return
+        for k, child in compress(node.items(), held):
             key = k if type(k) is str else _key(k)
             self.budget -= len(dot) + len(key)
             self.enter_leaf(child, dot, key, depth)

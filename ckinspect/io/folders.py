@@ -269,9 +269,10 @@ def check_readable(path: str | os.PathLike[str]) -> None:
         return
     path = Path(path)
     try:
-        if path.is_dir():
+        mode = os.stat(path).st_mode  # one stat says which (and that it is there)
+        if stat.S_ISDIR(mode):
             os.scandir(path).close()
-        elif not stat.S_ISREG(os.stat(path).st_mode):
+        elif not stat.S_ISREG(mode):
             raise CkinspectError(f"{path}: not a regular file or folder")
         else:
             with open(path, "rb"):
