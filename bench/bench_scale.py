@@ -1,8 +1,8 @@
 """ckinspect at frontier scale against what torch (or the framework) does for the same answer.
 
     python bench/bench_scale.py [--dcp 16,64,256,1024] [--diff 16,64,256,1024] [--last-good] [--zip 10000,40000]
-                                [--dcp405 128,512,2048] [--last-good405] [--zero3 128,512] [--hf] [--runs 10,40,160]
-                                [--remote] [--s3-runs 10,40,160]
+                                [--dcp405 128,512,2048] [--last-good405] [--zero3 128,512] [--zero3-engine 512,1024]
+                                [--hf] [--runs 10,40,160] [--remote] [--s3-runs 10,40,160]
                                 [--torch-ranks-max 512] [--rss-cap 8] [--torch-rss-cap 16] [--mem-floor 1]
                                 [--root DIR] [--reuse DIR] [--keep]
 
@@ -32,6 +32,8 @@ process (what a user's shell pays), side by side in one run:
   hf 405B       `ckinspect --report --quick INDEX`   vs  safetensors' safe_open(shard).keys() for every shard
   zero3 N ranks `ckinspect --report --quick TAG`     vs  torch.load(mmap=True, weights_only=False) of every rank
                                                          file in the DeepSpeed tag folder
+  zero3-engine N the same on the tag as DeepSpeed's engine writes it (scale_sims.zero3_engine_save: each
+                model-states file also holds the module's 723 empty parameter placeholders, a storage each)
 
 Printed per family and size: CPU seconds (user+sys of the child and of the workers it waited for), peak RSS (its
 largest process), bytes read (the child's rchar), the growth exponent of ckinspect's CPU between consecutive sizes
@@ -624,6 +626,16 @@ class Sims:
             print(f"building the {ranks}-rank ZeRO-3 save: {scale_sims.zero3_save(found, ranks)}", flush=True)
         return found / "global_step1000"
 
+    def zero3_engine(self, ranks: int) -> Path:
+        from bench import scale_sims
+
+        found = self.find(f"engine-{ranks}", "latest")
+        if not found:
+            found = self.root / f"engine-{ranks}"
+            print(f"building the {ranks}-rank engine ZeRO-3 save: {scale_sims.zero3_engine_save(found, ranks)}",
+                  flush=True)  # fmt: skip
+        return found / "global_step1000"
+
     def zip_(self, tensors: int) -> Path:
         for base in (self.reuse, self.root):
             if base is not None and (base / f"zip{tensors}.pt").exists():
@@ -706,6 +718,7 @@ def local_families(args: argparse.Namespace, sims: Sims) -> list[Family]:
                CKINSPECT_LAST_GOOD, label=lambda _n: "2 saves (256 + 1024 ranks)", check=newest),
         Family("torch zip", _sizes(args.zip), sims.zip_, TORCH_ZIP, "tensors"),
         Family("zero3 70B+AdamW", _sizes(args.zero3), sims.zero3, TORCH_ZERO3, "ranks"),
+        Family("zero3 engine 70B+AdamW", _sizes(args.zero3_engine), sims.zero3_engine, TORCH_ZERO3, "ranks"),
         Family("hf 405B bf16", [43, 191] if args.hf else [], sims.hf, HF_KEYS, "shards"),
         Family("dcp 405B+AdamW", _sizes(args.dcp405), sims.dcp405, TORCH_DCP, "ranks",
                theirs_max=args.torch_ranks_max),
@@ -781,6 +794,8 @@ def remote_families(args: argparse.Namespace, sims: Sims, http, s3, scratch: Pat
                      _measured(http, DOWNLOAD_TORCH_LOAD, "download (one GET) + torch.load",
                                lambda _t, url: (url, scratch)), "tensors"),
         RemoteFamily("zero3 70B+AdamW", _sizes(args.zero3), sims.zero3, CKINSPECT, _download(zero3_files), "ranks"),
+        RemoteFamily("zero3 engine 70B+AdamW", _sizes(args.zero3_engine), sims.zero3_engine, CKINSPECT,
+                     _download(zero3_files), "ranks"),
         RemoteFamily("hf 405B bf16", [43, 191] if args.hf else [], sims.hf, CKINSPECT, _download(index_and_shards),
                      "shards"),
         RemoteFamily("dcp 405B+AdamW", _sizes(args.dcp405), sims.dcp405, CKINSPECT,
@@ -810,6 +825,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--last-good", action="store_true", help="also last-good --quick on the run of DCP saves")
     parser.add_argument("--zip", default="10000,40000", help="tensors in the torch.save zips (up to 640000)")
     parser.add_argument("--zero3", default="", help="ranks of the DeepSpeed ZeRO-3 70B saves (comma-separated)")
+    parser.add_argument("--zero3-engine", default="", help="ranks of the ZeRO-3 saves as DeepSpeed writes them")
     parser.add_argument("--hf", action="store_true", help="also the 405B HF folders of 43 and 191 safetensors shards")
     parser.add_argument("--dcp405", default="", help="ranks of the 405B + AdamW DCP saves (comma-separated)")
     parser.add_argument("--last-good405", action="store_true", help="last-good --quick on a run of the 2048-rank 405B")
