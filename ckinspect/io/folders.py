@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from ckinspect.io.reader import FileReader
-from ckinspect.io.remote import RemoteFile, RemotePath, as_path, filesystem, is_url, shown, with_retries
+from ckinspect.io.remote import Kept, RemoteFile, RemotePath, as_path, filesystem, is_url, shown, with_retries
 from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
@@ -166,6 +166,8 @@ class Listings:
     def __init__(self, keep: int = _KEEP) -> None:
         self.keep = keep
         self._taken: list[RemoteListing] = []
+        self.sized: dict[str, int] = {}  # URL -> size, of objects no listing holds, asked once (open_remote)
+        self.kept = Kept()  # small objects and tails read, for the command's later readers of them
 
     def add(self, listing: RemoteListing) -> None:
         self._taken = [x for x in self._taken if x.url != listing.url][-(self.keep - 1) :] + [listing]
@@ -189,6 +191,8 @@ class Listings:
             with contextlib.suppress(Exception):  # a client without a cache has nothing to forget
                 listing.fs.invalidate_cache(listing.key)
         self._taken = []
+        self.sized = {}
+        self.kept = Kept()
 
     @contextlib.contextmanager
     def in_use(self) -> Iterator[Listings]:
@@ -512,8 +516,8 @@ def size(path: Path) -> int:
     if remote is None:
         return path.stat().st_size
     found = _listed_file(remote)
-    if found is None:  # a URL outside any listing: ask for it
-        return RemoteFile(remote).size
+    if found is None:  # a URL outside any listing: ask for it (once)
+        return open_remote(remote).size
     return found[0].size(found[1], remote)
 
 
@@ -549,7 +553,8 @@ def read_bytes(path: Path, limit: int | None = None) -> bytes:
             return handle.read() if limit is None else handle.read(limit)
     # a failed request is the network's, not the file's: CkinspectError (one line, exit 2), never "unreadable"
     found = _listed_file(remote)  # outside any listing: its size from one request
-    opened = RemoteFile(remote) if found is None else RemoteFile(remote, found[0].size(found[1], remote))
+    opened = open_remote(remote) if found is None else RemoteFile(remote, found[0].size(found[1], remote),
+                                                                   current().kept)  # fmt: skip
     return opened.read_at(0, opened.size if limit is None else min(limit, opened.size))
 
 
@@ -564,6 +569,13 @@ def listed_size(path: RemotePath) -> int | None:
 
 def open_remote(path: str | os.PathLike[str]) -> RemoteFile:
     """The object at `path`, ready for positioned reads; CkinspectError (one line) when it cannot be read.
-    Its size comes from the listing of its folder when one was taken (io.folders), else from one request."""
+    Its size comes from the listing of its folder when one was taken (io.folders), else from one request, once
+    in the Listings in use (the value scan and the scalars open an object the listing opened)."""
     remote = path if isinstance(path, RemotePath) else RemotePath(os.fspath(path))
-    return RemoteFile(remote, listed_size(remote))
+    size = listed_size(remote)
+    listings = current()
+    if size is not None:
+        return RemoteFile(remote, size, listings.kept)
+    file = RemoteFile(remote, listings.sized.get(str(remote)), listings.kept)
+    listings.sized[str(remote)] = file.size
+    return file

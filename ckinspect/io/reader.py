@@ -2,8 +2,11 @@
 
 A local file (`FileReader`, over an open file descriptor) and a remote object (`io.remote.RemoteFile`, by
 range requests) both answer `size`, `read_at`, `small_read` (through a small block cache: local headers and
-pickles lie close together) and `read_ranges` (many small pieces at once: one-element step counters), so a
-reader never asks where its bytes come from. What such a
+pickles lie close together), `read_ranges` (many small pieces at once: one-element step counters) and
+`planned(ranges)` (a `with` block in which the ranges a caller is about to read, in about that order, are
+fetched ahead: a remote object's in a few large requests, a local file's as asked), and `read_across` reads
+pieces of many files at once (a remote object's side by side), so a reader never asks where its bytes come
+from. What such a
 read refuses (a negative position, a structure that does not add up) is a `ReadError`, the one error root;
 the zip layer calls it `ZipError`. A read that could not be fetched at all (the network, the store) is a
 `FetchError`: the caller's trouble, never judged as the file's content. `fd` is the one capability a reader
@@ -15,6 +18,7 @@ Imports nothing from io/ (every other io module may import it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from ckinspect.vocab import CkinspectError
@@ -31,7 +35,8 @@ class FetchError(CkinspectError):
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Protocol
+    from collections.abc import Iterator
+    from typing import Any, Protocol
 
     class PositionedReader(Protocol):
         """Random-access reads of one file or object of `size` bytes."""
@@ -47,6 +52,8 @@ if TYPE_CHECKING:
         def small_read(self, offset: int, length: int) -> bytes: ...
 
         def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]: ...
+
+        def planned(self, ranges: list[tuple[int, int]]) -> contextlib.AbstractContextManager[None]: ...
 
 else:  # `typing` costs the listing path ~10 ms; at run time the interface is only named in annotations
     PositionedReader = object
@@ -90,6 +97,30 @@ class FileReader:
     def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The bytes of each (offset, length), in order; each is cut short where the file ends."""
         return [self.read_at(offset, length) for offset, length in ranges]
+
+    @contextlib.contextmanager
+    def planned(self, ranges: list[tuple[int, int]]) -> Iterator[None]:
+        """Reads of `ranges` ahead: a local read costs no request, so each is read as it is asked."""
+        yield
+
+    @staticmethod
+    def read_together(pieces: list[tuple[FileReader, int, int]]) -> list[bytes]:
+        """read_across for local files: each piece read in place."""
+        return [reader.read_at(offset, length) for reader, offset, length in pieces]
+
+
+def read_across(pieces: list[tuple[PositionedReader, int, int]]) -> list[bytes]:
+    """The bytes of each (reader, offset, length), in order, cut short where its file ends: of many files at
+    once, each kind of reader reading its own together (a remote object's pieces side by side, those close
+    together in one request; see io.remote.RemoteFile.read_together)."""
+    by_kind: dict[Any, list[int]] = {}  # the reader's class -> its pieces
+    for index, (reader, _, _) in enumerate(pieces):
+        by_kind.setdefault(type(reader), []).append(index)
+    out: list[bytes] = [b""] * len(pieces)
+    for kind, indexes in by_kind.items():
+        for index, data in zip(indexes, kind.read_together([pieces[i] for i in indexes]), strict=True):
+            out[index] = data
+    return out
 
 
 class ReaderFile:

@@ -5,8 +5,13 @@
     reader = open_remote(path)             # .size, .read_at(offset, length), .small_read(...): what the zip layer uses
 
 Listing a torch zip reads its end record, its central directory, the pickle and a few local headers;
-a safetensors file its header; nothing else crosses the network until values are scanned. Small reads
-go through a block cache (local headers lie close together), large ones are one ranged GET each.
+a safetensors file its header; nothing else crosses the network until values are scanned. What a request
+costs decides how (the cost model, GAP below): an object of at most WHOLE bytes is fetched whole by its first
+read, and the last TAIL bytes of a larger one (a zip's end records, often its directory) by the first read
+there; small reads go through a block cache (local headers lie close together); ranges a caller plans to read
+(`planned`: local headers, many small storages) are fetched in few large requests, side by side, gaps of less
+than GAP read through; pieces of many objects at once (`read_together`) go out side by side; anything else is
+one ranged GET.
 
 Credentials come from where each backend looks for them (AWS_* variables and ~/.aws for s3, the
 gcloud config for gs, HF_TOKEN for hf ...). Every failure becomes one CkinspectError line: a missing
@@ -19,8 +24,10 @@ fsspec and its backends (s3fs, aiohttp, ...) are the `remote` extra; a local pat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import threading
 import time
 from pathlib import Path, PurePosixPath
 
@@ -30,7 +37,7 @@ from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # `typing` stays out of the report path's imports (tests/test_import_hygiene.py)
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any
 
     Applies = Callable[[list[BaseException], int | None, str], bool]  # the error chain, its HTTP status, first line
@@ -41,6 +48,21 @@ _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 # are large, dozens where they are tiny, and a listing of a 2 GiB file stays well under a megabyte
 BLOCK = 1 << 12
 _CACHE_BLOCKS = 256  # 1 MiB of blocks at most
+
+# The cost model of a request. An object store answers a ranged GET after ~10-30 ms to the first byte whatever
+# its length, then sends ~50-100 MB/s a connection: in time a request costs what ~1 MB costs to transfer; in
+# money (S3: $0.0004 per 1,000 GETs against $0.09 per GB sent out of its region) what ~4.4 KB costs. Between
+# the two: a gap of less than GAP bytes between two ranges to read is read through rather than skipped, an
+# object of at most WHOLE bytes is fetched whole by its first read (two requests would cost more than the
+# rest of it), and so is the last TAIL bytes of a larger one by the first read there (a zip's end record,
+# its zip64 records and often its directory: three to five requests otherwise).
+GAP = 64 << 10
+WHOLE = TAIL = 128 << 10
+WINDOW = 8 << 20  # the most one request of planned ranges fetches
+AHEAD = 4 * WINDOW  # planned ranges fetched side by side: at most this many bytes held per plan
+_AHEAD_REQUESTS = 64  # and at most this many requests at once (windows of one small range each)
+PLANNED_MOST = 1 << 20  # a longer range is read as asked: its own request costs it at most GAP / 1 MiB more
+KEPT = 32 << 20  # small objects and tails kept for a command's later readers (the value scan, the scalars)
 
 
 def is_url(path: object) -> bool:
@@ -313,30 +335,136 @@ def filesystem(url: str) -> tuple[Any, str]:
     return _filesystem(url)
 
 
-def _spans(ranges: list[tuple[int, int]], size: int) -> tuple[list[int], list[int]]:
-    """The starts and ends of the requests that fetch `ranges` of an object of `size` bytes: sorted, pieces
-    less than a BLOCK apart merged, nothing past the end."""
+def coalesce(ranges: list[tuple[int, int]], size: int, most: int = 1 << 62) -> tuple[list[int], list[int]]:
+    """The starts and ends of the requests that fetch `ranges` of an object of `size` bytes: sorted, nothing past
+    the end, pieces less than GAP apart in one request; a request that reaches `most` bytes ends there and the
+    next one starts where it ended (so that a piece across the cut is read from both)."""
     starts: list[int] = []
     ends: list[int] = []
     for offset, length in sorted(ranges):
         end = min(size, offset + length)
-        if starts and offset <= ends[-1] + BLOCK:
-            ends[-1] = max(ends[-1], end)
-        elif end > offset:
-            starts.append(offset)
-            ends.append(end)
+        if end <= offset:
+            continue
+        if starts and offset <= ends[-1] + GAP:
+            if end <= ends[-1]:
+                continue
+            if end - starts[-1] <= most:
+                ends[-1] = end
+                continue
+            offset = ends[-1]  # the window is full: the next one follows it, the gap read through
+        starts.append(offset)
+        ends.append(end)
     return starts, ends
+
+
+class _Plan:
+    """Ranges about to be read (RemoteFile.planned), as windows: coalesced, at most WINDOW bytes each, those of
+    one run of close ranges following each other. A read inside a window is served from its bytes, fetched on
+    the first such read together with the windows after it (AHEAD bytes, side by side); at most AHEAD bytes
+    are held, the least recently read dropped first."""
+
+    def __init__(self, file: RemoteFile, ranges: list[tuple[int, int]]) -> None:
+        self.file = file
+        small = [(offset, length) for offset, length in ranges if 0 < length <= PLANNED_MOST]
+        self.starts, self.ends = coalesce(small, file.size, WINDOW)
+        self.loaded: dict[int, bytes] = {}  # window index -> its bytes, least recently read first
+        self.held = 0
+
+    def window_at(self, pos: int) -> int:
+        """The index of the window holding byte `pos`, -1 when none does."""
+        from bisect import bisect_right  # remote reads only: not an import of every local listing
+
+        index = bisect_right(self.starts, pos) - 1
+        return index if index >= 0 and pos < self.ends[index] else -1
+
+    def read_at(self, pos: int, end: int) -> list[bytes]:
+        """The bytes from `pos` to `end` that the windows hold, from `pos` on (stopping at the first byte none
+        holds, or where an object turned out shorter than its size)."""
+        pieces = []
+        while pos < end:
+            index = self.window_at(pos)
+            if index < 0:
+                break
+            data = self._window(index)
+            piece = data[pos - self.starts[index] : min(end, self.ends[index]) - self.starts[index]]
+            if not piece:
+                break
+            pieces.append(piece)
+            pos += len(piece)
+        return pieces
+
+    def _window(self, index: int) -> bytes:
+        with self.file.lock:  # the value scan's threads share the plan: one fetch at a time
+            data = self.loaded.pop(index, None)
+            if data is None:
+                self._fetch(index)
+                data = self.loaded.pop(index)
+            self.loaded[index] = data  # the most recently read last
+            return data
+
+    def _fetch(self, first: int) -> None:
+        """Window `first` and those after it not yet held, side by side, at most AHEAD bytes in all."""
+        batch: list[int] = []
+        total = 0
+        for index in range(first, len(self.starts)):
+            length = self.ends[index] - self.starts[index]
+            if batch and (total + length > AHEAD or len(batch) >= _AHEAD_REQUESTS):
+                break
+            if index not in self.loaded:
+                batch.append(index)
+                total += length
+        pieces = self.file.fetch([self.starts[i] for i in batch], [self.ends[i] for i in batch])
+        for index, data in zip(batch, pieces, strict=True):
+            self.loaded[index] = data
+            self.held += len(data)
+        for index in list(self.loaded):
+            if self.held <= AHEAD or index in batch:
+                break
+            self.held -= len(self.loaded.pop(index))
+
+
+class Kept:
+    """The small objects and tails fetched in one command, for its later readers of the same object (the value
+    scan, the scalars, a second look): URL -> (where the bytes start, the bytes), at most KEPT bytes, the least
+    recently used dropped first. io.folders.Listings owns one: what a command lists and reads is trusted until
+    it ends (or until the TUI looks afresh)."""
+
+    def __init__(self, budget: int = KEPT) -> None:
+        self.budget = budget
+        self.held = 0
+        self._items: dict[str, tuple[int, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, url: str, start: int) -> bytes | None:
+        with self._lock:
+            found = self._items.pop(url, None)
+            if found is None:
+                return None
+            self._items[url] = found  # the most recently used last
+            return found[1] if found[0] == start else None
+
+    def put(self, url: str, start: int, data: bytes) -> None:
+        if len(data) > self.budget:
+            return
+        with self._lock:
+            old = self._items.pop(url, None)
+            self.held += len(data) - (len(old[1]) if old else 0)
+            self._items[url] = (start, data)
+            while self.held > self.budget:
+                self.held -= len(self._items.pop(next(iter(self._items)))[1])
 
 
 class RemoteFile:
     """Positioned reads of one remote object, the interface of `zipdir.FileReader` (size, read_at,
-    small_read, BLOCK), with bounded retries and a small cache of BLOCK-sized pieces."""
+    small_read, read_ranges, planned, BLOCK), with bounded retries, a small cache of BLOCK-sized pieces, the
+    object whole when it is small or its tail, and the windows of the plans in force (see the cost model)."""
 
     BLOCK = BLOCK
     fd = None  # each read is a request: nothing to map
 
-    def __init__(self, path: RemotePath, size: int | None = None) -> None:
+    def __init__(self, path: RemotePath, size: int | None = None, kept: Kept | None = None) -> None:
         self.path = path
+        self.kept = kept
         self.url = str(path)
         self.fs, self._key = _filesystem(self.url)
         if size is None:  # else known from the folder's listing (io.folders): no request for it
@@ -347,11 +475,42 @@ class RemoteFile:
             size = info.get("size")
         self.size = int(size or 0)
         self._blocks: dict[int, bytes] = {}
+        self._tail_start = max(0, self.size - TAIL) if self.size > WHOLE else 0
+        self._tail: bytes | None = None  # the object from _tail_start on, once read
+        self._plans: list[_Plan] = []  # innermost last
+        self.lock = threading.Lock()
         self.bytes_read = 0
         self.requests = 0
 
     def _call(self, fn: Any) -> Any:
         return with_retries(self.url, fn)
+
+    def _get(self, offset: int, end: int) -> bytes:
+        """One ranged GET."""
+        self.requests += 1
+        data: bytes = self._call(lambda: self.fs.cat_file(self._key, start=offset, end=end))
+        self.bytes_read += len(data)
+        return data
+
+    def fetch(self, starts: list[int], ends: list[int]) -> list[bytes]:
+        """The bytes of each [start, end), one request each, side by side."""
+        if len(starts) == 1:
+            return [self._get(starts[0], ends[0])]
+        self.requests += len(starts)
+        keys = [self._key] * len(starts)
+        pieces: list[bytes] = self._call(lambda: self.fs.cat_ranges(keys, starts, ends, on_error="raise"))
+        self.bytes_read += sum(len(p) for p in pieces)
+        return pieces
+
+    def _tail_bytes(self) -> bytes:
+        with self.lock:
+            if self._tail is None:
+                self._tail = self.kept.get(self.url, self._tail_start) if self.kept is not None else None
+            if self._tail is None:
+                self._tail = self._get(self._tail_start, self.size)
+                if self.kept is not None:
+                    self.kept.put(self.url, self._tail_start, self._tail)
+            return self._tail
 
     def read_at(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
@@ -359,15 +518,25 @@ class RemoteFile:
         end = min(self.size, offset + length)
         if end <= offset:
             return b""
-        self.requests += 1
-        data: bytes = self._call(lambda: self.fs.cat_file(self._key, start=offset, end=end))
-        self.bytes_read += len(data)
-        return data
+        if end > self._tail_start:  # the object whole when it is small, else its tail: fetched once, kept
+            tail = self._tail_bytes()
+            if offset >= self._tail_start:
+                return tail[offset - self._tail_start : end - self._tail_start]
+            return self.read_at(offset, self._tail_start - offset) + tail[: end - self._tail_start]
+        for plan in reversed(self._plans):
+            pieces = plan.read_at(offset, end)
+            if pieces:
+                got = sum(len(p) for p in pieces)
+                if got < end - offset:  # past what the plan holds: the rest as asked
+                    pieces.append(self.read_at(offset + got, end - offset - got))
+                return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return self._get(offset, end)
 
     def small_read(self, offset: int, length: int) -> bytes:
-        """A few bytes, through the block cache (local headers and pickles lie close together)."""
+        """A few bytes, through the block cache (local headers and pickles lie close together), or from the
+        tail or a plan where they hold them."""
         first, last = offset // BLOCK, (offset + max(length, 1) - 1) // BLOCK
-        if last - first > 1:
+        if last - first > 1 or offset + length > self._tail_start or self._planned(offset, length):
             return self.read_at(offset, length)
         pieces = []
         for index in range(first, last + 1):
@@ -381,29 +550,97 @@ class RemoteFile:
         rel = offset - first * BLOCK
         return joined[rel : rel + length]
 
+    def _planned(self, offset: int, length: int) -> bool:
+        """Whether a plan in force holds the first byte of this read."""
+        return any(plan.window_at(offset) >= 0 for plan in self._plans)
+
     def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        """The bytes of each (offset, length), in order, cut short where the object ends: pieces less than a
-        BLOCK apart share one request, and the requests go out side by side (an optimizer's per-parameter
-        step counters lie between its moments: one round trip, not one per parameter)."""
+        """The bytes of each (offset, length), in order, cut short where the object ends: pieces less than GAP
+        apart share one request, and the requests go out side by side (an optimizer's per-parameter step
+        counters lie between its moments: one round trip, not one per parameter)."""
         if any(offset < 0 or length < 0 for offset, length in ranges):
             raise ReadError(f"negative read in {ranges[:3]}")
-        starts, ends = _spans(ranges, self.size)
+        if self.size <= WHOLE:  # one request for the object, kept
+            return [self.read_at(offset, length) for offset, length in ranges]
+        starts, ends = coalesce(ranges, self.size)
         if not starts:
             return [b"" for _ in ranges]
-        self.requests += len(starts)
-        keys = [self._key] * len(starts)
-        pieces: list[bytes] = self._call(lambda: self.fs.cat_ranges(keys, starts, ends, on_error="raise"))
-        self.bytes_read += sum(len(p) for p in pieces)
-        from bisect import bisect_right  # remote range reads only: not an import of every local listing
+        return _cut(ranges, starts, self.fetch(starts, ends))
 
-        out = []
-        for offset, length in ranges:
-            index = max(0, bisect_right(starts, offset) - 1)
-            rel = offset - starts[index]
-            out.append(pieces[index][rel : rel + length] if rel >= 0 else b"")
+    @contextlib.contextmanager
+    def planned(self, ranges: list[tuple[int, int]]) -> Iterator[None]:
+        """While the block runs, reads inside `ranges` (those of at most PLANNED_MOST bytes) come from few large
+        requests: coalesced (gaps of less than GAP read through), at most WINDOW bytes each, fetched AHEAD bytes
+        at a time side by side as the reads reach them. Reads elsewhere are as without it."""
+        plan = _Plan(self, ranges)
+        self._plans.append(plan)
+        try:
+            yield
+        finally:
+            self._plans.remove(plan)
+
+    @staticmethod
+    def read_together(pieces: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
+        """io.reader.read_across for remote objects: the pieces of every object at once, those of one object
+        less than GAP apart in one request (an object of at most WHOLE bytes whole), all side by side, one batch
+        of requests per storage client."""
+        out: list[bytes] = [b""] * len(pieces)
+        by_client: dict[int, list[tuple[RemoteFile, list[int]]]] = {}
+        by_file: dict[int, tuple[RemoteFile, list[int]]] = {}
+        for index, (file, _, _) in enumerate(pieces):
+            by_file.setdefault(id(file), (file, []))[1].append(index)
+        for file, indexes in by_file.values():
+            by_client.setdefault(id(file.fs), []).append((file, indexes))
+        for files in by_client.values():
+            _read_side_by_side(files, pieces, out)
         return out
 
     def read_into(self, offset: int, buffer: memoryview) -> int:
         data = self.read_at(offset, len(buffer))
         buffer[: len(data)] = data
         return len(data)
+
+
+def _cut(ranges: list[tuple[int, int]], starts: list[int], fetched: list[bytes]) -> list[bytes]:
+    """Each range's bytes out of the requests (`starts`, sorted) that fetched them."""
+    from bisect import bisect_right  # remote range reads only: not an import of every local listing
+
+    out = []
+    for offset, length in ranges:
+        index = max(0, bisect_right(starts, offset) - 1)
+        rel = offset - starts[index]
+        out.append(fetched[index][rel : rel + length] if rel >= 0 else b"")
+    return out
+
+
+def _read_side_by_side(files: list[tuple[RemoteFile, list[int]]], pieces: list[tuple[RemoteFile, int, int]],
+                       out: list[bytes]) -> None:  # fmt: skip
+    """read_together for the objects of one storage client: one batch of ranged GETs for all of them."""
+    keys: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    plans: list[tuple[RemoteFile, list[int], list[tuple[int, int]], list[int] | None, int]] = []
+    for file, indexes in files:
+        ranges = [(pieces[i][1], pieces[i][2]) for i in indexes]
+        if file.size <= WHOLE or not ranges:  # whole (or nothing to read): as read_ranges reads it
+            plans.append((file, indexes, ranges, None, 0))
+            continue
+        spans = coalesce(ranges, file.size)
+        plans.append((file, indexes, ranges, spans[0], len(starts)))
+        keys += [file._key] * len(spans[0])
+        starts += spans[0]
+        ends += spans[1]
+    fetched: list[bytes] = []
+    if starts:
+        head = files[0][0]
+        fetched = head._call(lambda: head.fs.cat_ranges(keys, starts, ends, on_error="raise"))
+    for file, indexes, ranges, mine, at in plans:
+        if mine is None:
+            got = file.read_ranges(ranges)
+        else:
+            file.requests += len(mine)
+            theirs = fetched[at : at + len(mine)]
+            file.bytes_read += sum(len(p) for p in theirs)
+            got = _cut(ranges, mine, theirs)
+        for index, data in zip(indexes, got, strict=True):
+            out[index] = data
