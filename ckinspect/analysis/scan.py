@@ -23,12 +23,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
 from typing import Any
 
 from ckinspect import settings
 from ckinspect.analysis.layouts import bookkeeping_meaning
 from ckinspect.analysis.stats import OVERFLOW_DTYPES, SCANNED_DTYPES, Moments, TensorStats, moments_of_array
 from ckinspect.formats.tree import no_gc
+from ckinspect.io import folders
 from ckinspect.io.blobs import Blobs, UnreadableStorage
 from ckinspect.io.crc import crc32, crc32_combine
 from ckinspect.io.values import iter_view_blocks, raw_numpy_dtype, to_native
@@ -328,13 +330,29 @@ def scan_values(
             progress(0, total)
         jobs: list[_Job] = [_PiecesJob(unit) for unit in _units(pieces)]
         jobs += [_StridedJob(storage, tensor) for storage, tensor, _ in strided]
-        _run_jobs(scan, jobs)
+        with blobs.planned(_piece_ranges(storages, pieces)):  # a remote file's small storages: few requests
+            _run_jobs(scan, jobs)
         crc_checked = _check_crcs(scan)
     stats = _gathered_stats(views, scan.strided_moments, plan.chunk_of, mean_std)
     if keep is not None:
         _collect_kept(views, keep)
     findings += _value_findings(ckpt, stats)
     return ScanResult(findings, stats, scan.done, time.perf_counter() - started, crc_checked, skipped)
+
+
+def _piece_ranges(storages: list[StorageInfo], pieces: list[_Piece]) -> dict[Path, list[tuple[int, int]]]:
+    """The (offset, length) each piece reads, per file where each read is a request, in the order the jobs read
+    them (a local file is read as asked: nothing to plan)."""
+    files = {id(s.file): s.file for s in storages}  # a reader's storages share a few Path objects
+    remote = {key for key, path in files.items() if not folders.on_disk(path)}
+    out: dict[Path, list[tuple[int, int]]] = {}
+    if not remote:
+        return out
+    for p in pieces:
+        storage = storages[p.storage_index]
+        if p.length and storage.offset is not None and id(storage.file) in remote:
+            out.setdefault(storage.file, []).append((storage.offset + p.start, p.length))
+    return out
 
 
 def _gathered_stats(views: list[_View], strided: dict[str, Moments], chunk_of: dict[str, tuple[str, str]],

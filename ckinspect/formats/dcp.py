@@ -32,7 +32,7 @@ from ckinspect.formats.unpickler import Opaque, _opaque_class
 from ckinspect.io import folders
 from ckinspect.io.contain import OutsideTarget, inside
 from ckinspect.io.remote import as_path
-from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG, ZipError
+from ckinspect.io.zipdir import LOCAL_SIG, ZipError, zip_ends
 from ckinspect.model import Checkpoint, Extents, StorageInfo, TensorInfo, contiguous_strides
 
 TYPE_CHECKING = False
@@ -565,12 +565,14 @@ class _Lister:
     def check_files(self) -> None:
         """Once per data file: its items do not overlap, and they begin and end as torch.save zips (or are all
         raw bytes, as the safetensors-style serialization writes them)."""
-        for relative, extents in self.extents.items():
-            if not extents:
-                continue
+        files = [(relative, extents) for relative, extents in self.extents.items() if extents]
+        runs = []
+        for relative, extents in files:
             extents.sort(key=_PLACE_IN_FILE)  # torch writes them in order: a pass over a sorted list
             reader = self.readers[relative]
             assert reader is not None and not isinstance(reader, str)  # noqa: S101 - only read files have extents
+            runs.append((reader, extents[0][0], extents[-1][0] + extents[-1][1]))
+        for (relative, extents), ends in zip(files, zip_ends(runs), strict=True):  # every file's reads at once
             end = 0
             for offset, length, fqn, chunk in extents:
                 if offset < end:
@@ -579,11 +581,8 @@ class _Lister:
                                              "item before it", name)  # fmt: skip
                     break
                 end = offset + length
-            first, last = extents[0], extents[-1]
-            if reader.read_at(first[0], 4) != LOCAL_SIG:
-                continue  # raw bytes: nothing more to check without reading values
-            if reader.read_at(last[0] + last[1] - 22, 4) != EOCD_SIG:
-                name = _extent_name(last[2], last[3])
+            if ends is False:  # None: raw bytes, nothing more to check without reading values
+                name = _extent_name(extents[-1][2], extents[-1][3])
                 self.ckpt.add("CORRUPT", f"{self.folder.name}/{relative}: {name}, its last item, does not end as "
                                          "torch.save ends a file (no end-of-directory record)", name)  # fmt: skip
 

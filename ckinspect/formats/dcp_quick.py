@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from ckinspect import steps
-from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG
+from ckinspect.io.zipdir import zip_ends
 from ckinspect.model import StorageInfo, TensorInfo, contiguous_strides
 
 TYPE_CHECKING = False
@@ -197,21 +197,17 @@ class ColumnListing:
         overlaps = np.flatnonzero((path[1:] == path[:-1]) & (offsets[1:] < ends[:-1])) + 1
         group = {int(path[s]): (int(s), int(e)) for s, e in zip(starts, stops, strict=True)}
         pid_of = {cols.paths[pid]: pid for pid in group}
-        for relative in self.lister.extents:  # every file opened, in order
-            pid = pid_of.get(relative)
-            if pid is None:
-                continue
-            start, stop = group[pid]
+        files = [(relative, *group[pid_of[relative]]) for relative in self.lister.extents if relative in pid_of]
+        runs = [(self.lister.readers[relative], int(offsets[start]), int(ends[stop - 1])) for relative, start, stop
+                in files]  # fmt: skip
+        for (relative, start, stop), end in zip(files, zip_ends(runs), strict=True):  # every file opened, in order
             at = np.searchsorted(overlaps, start)
             if at < len(overlaps) and overlaps[at] < stop:
                 i = int(overlaps[at])
                 what = self._extent_name(int(chunks[i]))
                 ckpt.add("CORRUPT", f"{name}/{relative}: {what} at byte {int(offsets[i])} overlaps the item "
                                     "before it", what)  # fmt: skip
-            reader = self.lister.readers[relative]
-            if reader.read_at(int(offsets[start]), 4) != LOCAL_SIG:
-                continue  # raw bytes: nothing more to check without reading values
-            if reader.read_at(int(ends[stop - 1]) - 22, 4) != EOCD_SIG:
+            if end is False:  # None: raw bytes, nothing more to check without reading values
                 what = self._extent_name(int(chunks[stop - 1]))
                 ckpt.add("CORRUPT", f"{name}/{relative}: {what}, its last item, does not end as torch.save ends "
                                     "a file (no end-of-directory record)", what)  # fmt: skip

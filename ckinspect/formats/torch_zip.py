@@ -28,6 +28,7 @@ from ckinspect.io.reader import PositionedReader
 from ckinspect.io.remote import as_path
 from ckinspect.io.zipdir import (
     DEFLATED,
+    LOCAL,
     LOCAL_SIG,
     STORED,
     ZipError,
@@ -79,7 +80,6 @@ def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: 
         if base == 0 and end == reader.size:
             return _read_without_directory(ckpt, reader, file, str(exc))
         raise
-    by_name = {m.name: m for m in members}
     if base == 0:
         step("entries in the zip directory", len(members))
         _scan_second_directory(ckpt, reader, cd_start, file)
@@ -88,6 +88,31 @@ def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: 
         ckpt.add("CORRUPT", f"{file.name}: a zip, but no <archive>/data.pkl in it: not a torch.save checkpoint")
         _scan_other_pickles(ckpt, reader, members, None, cd_start, file)
         return None
+    archive = pkl.name[: -len("data.pkl")]
+    with reader.planned(_records(reader, members, archive)):  # the pickle, byteorder ...: few requests remotely
+        return _read_archive(ckpt, reader, file, members, pkl, cd_start, base, key_prefix)
+
+
+def _records(reader: PositionedReader, members: list[ZipMember], archive: str) -> list[tuple[int, int]]:
+    """Where the records read before the storages' local headers lie (local header, name, torch's padding, data):
+    the pickles and the byteorder record. Only where each read is a request (a remote object: io.remote plans
+    them into few requests)."""
+    if reader.fd is not None:
+        return []
+    byteorder = archive + "byteorder"
+    read = [m for m in compress(members, map(_ENDS_IN_L, map(itemgetter(0), members)))
+            if m.name.lower().endswith(".pkl")]  # fmt: skip
+    read += [m for m in members if m.name == byteorder]
+    return [(m.header_offset, LOCAL.size + len(m.name.encode()) + _PADDING + m.compressed_size) for m in read]
+
+
+_PADDING = 128  # torch pads a local extra field so that data starts on 64 bytes; a longer one is read as asked
+
+
+def _read_archive(ckpt: Checkpoint, reader: PositionedReader, file: Path, members: list[ZipMember], pkl: ZipMember,
+                  cd_start: int, base: int, key_prefix: str) -> Any:  # fmt: skip
+    """read_zip_into from its pickle on: judged, decoded, its storages placed."""
+    by_name = {m.name: m for m in members}
     archive = pkl.name[: -len("data.pkl")]
     where = f"{file.name}:{pkl.name}"
     # torch.load hands a zip holding <archive>/constants.pkl to torch.jit.load (_is_torchscript_zip)
