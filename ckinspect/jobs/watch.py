@@ -689,9 +689,11 @@ def _own_findings(ckpt: RunCheckpoint) -> list[Finding]:
 def _kept_of(ckpt: RunCheckpoint) -> RunCheckpoint:
     """A judged save without its parts' listings: what its verdict is given from again (judge.give_verdict)."""
     parts = [Part(p.path, p.role, p.loaded, findings=list(p.findings)) for p in ckpt.parts]
-    return RunCheckpoint(ckpt.path, ckpt.framework, ckpt.step, parts, list(ckpt.findings), verdict=ckpt.verdict,
+    kept = RunCheckpoint(ckpt.path, ckpt.framework, ckpt.step, parts, list(ckpt.findings), verdict=ckpt.verdict,
                          reasons=list(ckpt.reasons), held_against=list(ckpt.held_against), notes=list(ckpt.notes),
-                         values_checked=ckpt.values_checked, time=ckpt.time, size=ckpt.size)  # fmt: skip
+                         values_checked=ckpt.values_checked, time=ckpt.time)  # fmt: skip
+    kept.size = ckpt.size
+    return kept
 
 
 def _structure_broken(event: Event) -> bool:

@@ -105,10 +105,22 @@ class RunCheckpoint(Record):
     notes: list[str] = field(default_factory=list)  # what was seen and does not disqualify (a part never loaded ...)
     values_checked: bool = False  # its CRCs and values were read (and judged) along with its structure
     time: float = 0.0  # newest modification time of its parts (seconds since the epoch)
-    size: int = 0
     # files per kind (rank files, model files ...), to compare with the run's other checkpoints
     _counts: dict[str, int] = field(default_factory=dict, init=False)
     _deferred: list[Any] = field(default_factory=list, init=False)  # its records are read when it is judged
+    _size: int | None = field(default=None, init=False)  # all parts' bytes, once asked (see size)
+
+    @property
+    def size(self) -> int:
+        """All its parts' bytes, asked when first shown (a JSON answer, the TUI): a save the answer did not need
+        costs no request for it, where a listing gives no sizes (a web server's index pages: a HEAD each)."""
+        if self._size is None:
+            self._size = sum(part.size for part in self.parts)
+        return self._size
+
+    @size.setter
+    def size(self, value: int) -> None:
+        self._size = value
 
     @property
     def counts(self) -> dict[str, int]:
@@ -126,7 +138,7 @@ class RunCheckpoint(Record):
             self._deferred.pop(0)(reader)
 
     def measure(self) -> None:
-        """Its time (the newest part's modification) and size (all parts)."""
+        """Its time (the newest part's modification); its size is asked again when next shown."""
         times = []
         for part in self.parts:
             try:
@@ -134,7 +146,7 @@ class RunCheckpoint(Record):
             except OSError:
                 continue
         self.time = max(times, default=0.0)
-        self.size = sum(part.size for part in self.parts)
+        self._size = None  # asked again when shown
 
     def add(self, code: str, message: str) -> None:
         self.findings.append(Finding(code, message))
