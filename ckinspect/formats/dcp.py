@@ -96,7 +96,7 @@ def read_dcp(
     data_files = folders.files(folder, ".distcp")
     meta_path = folder / metadata_name
     index = f"{folder.name}/{metadata_name}"
-    data_bytes = sum(folders.size(p) for p in data_files)
+    data_bytes = sum(folders.sizes(data_files))
     ckpt = Checkpoint(path=folder, format="dcp", file_bytes=data_bytes, files=list(data_files))
     rank_local = _judged_rank_indexes(ckpt, folder)
     if not folders.is_file(meta_path) and metadata_name == METADATA and rank_local:

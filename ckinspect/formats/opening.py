@@ -41,7 +41,7 @@ def empty(path: Path, kind: str, size: int | None = None) -> Checkpoint:
     if size is None:
         try:
             if folders.is_dir(path):
-                size = sum(folders.size(e.path) for e in folders.entries(path) if not e.is_dir)
+                size = sum(folders.sizes([e.path for e in folders.entries(path) if not e.is_dir]))
             else:
                 size = folders.size(path)
         except OSError:

@@ -24,7 +24,17 @@ import time
 from pathlib import Path
 
 from ckinspect.io.reader import FileReader
-from ckinspect.io.remote import Kept, RemoteFile, RemotePath, as_path, filesystem, is_url, shown, with_retries
+from ckinspect.io.remote import (
+    Kept,
+    RemoteFile,
+    RemotePath,
+    as_path,
+    filesystem,
+    infos,
+    is_url,
+    shown,
+    with_retries,
+)
 from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
@@ -151,9 +161,18 @@ class RemoteListing:
     def size(self, rel: str, path: RemotePath) -> int:
         obj = self.objects[rel]
         if obj.size is None:  # a listing without sizes (an HTTP index page): one request, then kept
-            info = with_retries(str(path), lambda: self.fs.info(self.fs._strip_protocol(str(path))))
-            obj.size = int(info.get("size") or 0)
-        return obj.size
+            self.ask_sizes([(rel, path)])
+        return obj.size or 0
+
+    def ask_sizes(self, wanted: list[tuple[str, RemotePath]]) -> None:
+        """The sizes this listing lacks (an HTTP index page gives none) of these objects: asked side by side."""
+        missing = [(rel, path) for rel, path in wanted if self.objects[rel].size is None]
+        if not missing:
+            return
+        keys = [self.fs._strip_protocol(str(path)) for _, path in missing]
+        found = with_retries(str(missing[0][1]), lambda: infos(self.fs, keys))
+        for (rel, _), info in zip(missing, found, strict=True):
+            self.objects[rel].size = int(info.get("size") or 0)
 
 
 class Listings:
@@ -519,6 +538,20 @@ def size(path: Path) -> int:
     if found is None:  # a URL outside any listing: ask for it (once)
         return open_remote(remote).size
     return found[0].size(found[1], remote)
+
+
+def sizes(paths: list[Path]) -> list[int]:
+    """Bytes of each file; OSError when one is not there. Under a listed URL prefix whose listing lacks sizes (a
+    web server's index pages), those not yet known are asked side by side, not one request after the other."""
+    listed: dict[int, tuple[RemoteListing, list[tuple[str, RemotePath]]]] = {}
+    for path in paths:
+        remote = _remote(path)
+        found = _listed_file(remote) if remote is not None else None
+        if found is not None and remote is not None:
+            listed.setdefault(id(found[0]), (found[0], []))[1].append((found[1], remote))
+    for listing, wanted in listed.values():
+        listing.ask_sizes(wanted)
+    return [size(path) for path in paths]
 
 
 def mtime(path: Path) -> float:

@@ -1,10 +1,13 @@
 """Real servers on 127.0.0.1 for the remote-path tests: an HTTP server that serves byte ranges and counts
-what it sends, and moto's S3 API server (a separate process, moto_server)."""
+what it sends, moto's S3 API server and the GCS emulator (separate processes), and a proxy that counts the
+requests a client sends either of them, by kind."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import http.client
+import json
 import os
 import re
 import socket
@@ -12,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -47,6 +50,9 @@ class RangeServer(ThreadingHTTPServer):
         self._retry_after: str | None = None
         self.lock = threading.Lock()
         self.release = threading.Event()
+        self.delay = 0.0  # seconds each answer waits: requests sent side by side are then seen in flight together
+        self.in_flight = 0
+        self.most_in_flight = 0  # the most requests answered at once since the counts were reset
 
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that hangs up on a kept-alive connection is no error of the server's: socketserver would
@@ -61,8 +67,22 @@ class RangeServer(ThreadingHTTPServer):
 
     def reset_counts(self) -> None:
         with self.lock:
-            self.bytes_sent = self.requests = self.hits = 0
+            self.bytes_sent = self.requests = self.hits = self.most_in_flight = 0
             self.kinds.clear()
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """One request being answered (after `delay`): counted in flight."""
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.delay:
+                time.sleep(self.delay)
+            yield
+        finally:
+            with self.lock:
+                self.in_flight -= 1
 
     def arrive(self, kind: str) -> tuple[int, str | None] | None:
         """Count a request of `kind`; (status, Retry-After) when it is to be throttled."""
@@ -104,10 +124,12 @@ class _Handler(BaseHTTPRequestHandler):
         return mode, self.server.root / name
 
     def do_HEAD(self) -> None:
-        self._serve(body=False)
+        with self.server.answering():
+            self._serve(body=False)
 
     def do_GET(self) -> None:
-        self._serve(body=True)
+        with self.server.answering():
+            self._serve(body=True)
 
     def _kind(self, body: bool) -> str:
         if not body:
@@ -210,6 +232,104 @@ def range_server(root: Path) -> Iterator[RangeServer]:
         server.release.set()
         server.shutdown()
         server.server_close()
+
+
+class CountingProxy(ThreadingHTTPServer):
+    """A reverse proxy on 127.0.0.1 in front of a server (moto's S3, the GCS emulator) that counts every request
+    a client sends through it by kind (`kind(method, path with query)`) and forwards it unchanged (its Host
+    header too: S3's path-style addressing and signatures rest on it); answers come back whole."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str, kind: Callable[[str, str], str]) -> None:
+        super().__init__(("127.0.0.1", 0), _Forward)
+        self.upstream = upstream.split("://", 1)[-1].rstrip("/")
+        self.kind = kind
+        self.kinds: collections.Counter[str] = collections.Counter()
+        self.seen: list[tuple[str, str]] = []  # (kind, path) of each request, in order: what a failing test shows
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def reset_counts(self) -> None:
+        with self.lock:
+            self.kinds.clear()
+            self.seen.clear()
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.kinds)
+
+
+class _Forward(BaseHTTPRequestHandler):
+    server: CountingProxy
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def _forward(self) -> None:
+        kind = self.server.kind(self.command, self.path)
+        with self.server.lock:
+            self.server.kinds[kind] += 1
+            self.server.seen.append((kind, self.path))
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        upstream = http.client.HTTPConnection(self.server.upstream, timeout=60)
+        try:
+            upstream.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
+            answer = upstream.getresponse()
+            data = answer.read()
+        finally:
+            upstream.close()
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                self.send_header(name, value)
+        # a HEAD's length is the object's, as the server said it; any other answer's is the body sent here
+        self.send_header("Content-Length", answer.getheader("Content-Length", "0") if self.command == "HEAD"
+                         else str(len(data)))  # fmt: skip
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+
+def s3_kind(method: str, path: str) -> str:
+    """An S3 API request by what it asks: LIST (a bucket's keys), GET or HEAD of an object, or its method."""
+    key = path.split("?", 1)[0].strip("/").partition("/")[2]
+    if method == "GET" and (not key or "list-type" in path):
+        return "LIST"
+    return method
+
+
+def gcs_kind(method: str, path: str) -> str:
+    """A GCS JSON API request by what it asks: LIST (a bucket's objects), GET (an object's bytes, alt=media),
+    INFO (an object's record: its size), or its method."""
+    route = path.split("?", 1)[0].rstrip("/")
+    if method == "GET" and "alt=media" in path:
+        return "GET"
+    if method == "GET" and route.endswith("/o"):
+        return "LIST"
+    if method == "GET" and "/o/" in route:
+        return "INFO"
+    return method
+
+
+@contextlib.contextmanager
+def counting_proxy(upstream: str, kind: Callable[[str, str], str]) -> Iterator[CountingProxy]:
+    proxy = CountingProxy(upstream, kind)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield proxy
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
 
 
 def free_port() -> int:
@@ -318,3 +438,18 @@ def put_gcs_objects(env: dict[str, str], bucket: str, files: dict[str, Path]) ->
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def timeless(text: str, root: str, name: str = "ROOT") -> object:
+    """A JSON report with `root` (a URL or a folder) written as `name` and the times left out (an object's time is
+    its upload's): what a remote answer and the local one must both give."""
+    data = json.loads(text.replace(root, name))
+
+    def drop(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: drop(v) for k, v in node.items() if k != "time"}
+        if isinstance(node, list):
+            return [drop(v) for v in node]
+        return node
+
+    return drop(data)

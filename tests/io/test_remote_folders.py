@@ -15,7 +15,7 @@ import pytest
 
 from tests.analysis.runs.test_runs import ds_tag
 from tests.conftest import REPO, run_cli
-from tests.helpers.remote_servers import moto_s3, put_objects, range_server
+from tests.helpers.remote_servers import moto_s3, put_objects, range_server, timeless
 
 pytestmark = pytest.mark.remote
 
@@ -71,17 +71,7 @@ def s3(run_dir):
 
 
 def _same(text: str, root: str) -> object:
-    """The JSON with the run's root written as RUN and the times left out (an object's is its upload time)."""
-    data = json.loads(text.replace(root, "RUN"))
-
-    def drop(node: object) -> object:
-        if isinstance(node, dict):
-            return {k: drop(v) for k, v in node.items() if k != "time"}
-        if isinstance(node, list):
-            return [drop(v) for v in node]
-        return node
-
-    return drop(data)
+    return timeless(text, root, "RUN")
 
 
 def _one_line(stderr: str) -> str:
