@@ -499,6 +499,8 @@ def _kind_of(remote: RemotePath, ask: bool) -> str | None:
     except FileNotFoundError:
         if not ask or remote.is_folder_url():
             return None  # a prefix is only known by listing it (open_folder)
+        if str(remote) in current().sized:
+            return "file"  # sized by a request already
         fs, key = filesystem(str(remote))
         try:
             info = with_retries(str(remote), lambda: fs.info(key))
@@ -506,7 +508,10 @@ def _kind_of(remote: RemotePath, ask: bool) -> str | None:
             if str(exc).endswith("not found (no such object)"):
                 return None
             raise
-        return "dir" if info.get("type") == "directory" else "file"
+        if info.get("type") == "directory":
+            return "dir"
+        current().sized[str(remote)] = int(info.get("size") or 0)  # its opening asks no more
+        return "file"
     obj = listing.get(rel)
     return None if obj is None else "dir" if obj.is_dir else "file"
 

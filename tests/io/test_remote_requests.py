@@ -32,7 +32,8 @@ KIB = 1 << 10
 @pytest.fixture(scope="module")
 def root(tmp_path_factory, ckpts) -> Path:
     """What is served: DCP saves over 4 ranks whose rank files are larger and smaller than io.remote.WHOLE, a run of
-    two DCP saves, a torch zip of 3,000 tiny tensors (dense) and one of 8 large ones (sparse), a DeepSpeed run."""
+    two DCP saves, a torch zip of 3,000 tiny tensors (dense) and one of 8 large ones (sparse), a sharded safetensors
+    set (an index and two shards), a DeepSpeed run."""
     from tests.analysis.runs.test_runs import ds_tag
 
     top = tmp_path_factory.mktemp("requests") / "served"
@@ -45,6 +46,9 @@ def root(tmp_path_factory, ckpts) -> Path:
     shutil.copytree(ckpts["dcp"], top / "dcp-newest" / "step-4")
     torch.save({f"t{i}": torch.randn(4, 4, generator=g) for i in range(3000)}, top / "dense.pt")
     torch.save({f"t{i}": torch.randn(256, 256, generator=g) for i in range(8)}, top / "sparse.pt")
+    from tests.io.test_remote_folders import _sharded
+
+    _sharded(top / "sharded")
     ds_tag(top / "ds", 10)
     ds_tag(top / "ds", 20)
     (top / "ds" / "latest").write_text("global_step20")
@@ -227,3 +231,11 @@ def test_planned_reads_give_the_bytes_a_local_read_gives(root, http, monkeypatch
     # read before the run, the rest of the read past the lone range's 4 bytes, the read outside any plan, the tail
     # (the read past the end asks nothing)
     assert counts == {"GET range": 8 + 1 + 1 + 1 + 1 + 1}
+
+
+def test_a_lone_sharded_index_sizes_each_shard_once(root, http, s3):
+    """A sharded set's index by its URL (no listing): the index and each shard it names are sized by one request
+    each (the one that finds the shard there also sizes it) and read in one GET each (all smaller than WHOLE)."""
+    got = answers(root, http, s3, None, "sharded/model.safetensors.index.json", "--report", "--quick", "--format",
+                  "json")  # fmt: skip
+    assert got == {"http": {"HEAD": 1 + 2, "GET range": 1 + 2}, "s3": {"HEAD": 1 + 2, "GET": 1 + 2}}
