@@ -654,7 +654,10 @@ def _read_side_by_side(files: list[tuple[RemoteFile, list[int]]], pieces: list[t
     fetched: list[bytes] = []
     if starts:
         head = files[0][0]
-        fetched = head._call(lambda: head.fs.cat_ranges(keys, starts, ends, on_error="raise"))
+        try:
+            fetched = head._call(lambda: head.fs.cat_ranges(keys, starts, ends, on_error="raise"))
+        except FetchError:  # which object failed: each asked on its own, so that the error line names it
+            plans = [(file, indexes, ranges, None, 0) for file, indexes, ranges, _, _ in plans]
     for file, indexes, ranges, mine, at in plans:
         if mine is None:
             got = file.read_ranges(ranges)

@@ -51,6 +51,7 @@ class RangeServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.release = threading.Event()
         self.delay = 0.0  # seconds each answer waits: requests sent side by side are then seen in flight together
+        self.gone: set[str] = set()  # paths whose GET answers 404 (listed and sized, then removed)
         self.in_flight = 0
         self.most_in_flight = 0  # the most requests answered at once since the counts were reset
 
@@ -153,7 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path.is_dir() and self.path.endswith("/"):
             self._index(path, body)
             return
-        if not path.is_file():
+        if not path.is_file() or (body and self.path.lstrip("/") in self.server.gone):
             self._empty(404)
             return
         size = path.stat().st_size

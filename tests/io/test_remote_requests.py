@@ -239,3 +239,15 @@ def test_a_lone_sharded_index_sizes_each_shard_once(root, http, s3):
     got = answers(root, http, s3, None, "sharded/model.safetensors.index.json", "--report", "--quick", "--format",
                   "json")  # fmt: skip
     assert got == {"http": {"HEAD": 1 + 2, "GET range": 1 + 2}, "s3": {"HEAD": 1 + 2, "GET": 1 + 2}}
+
+
+def test_a_failed_read_among_many_side_by_side_names_its_own_object(http):
+    """The rank files' reads go out in one batch; when one fails (a file removed after it was listed and sized),
+    the one-line error names that file, not the batch's first."""
+    http.gone.add("dcp-large/__2_0.distcp")
+    try:
+        proc = run_cli_process("--report", "--quick", f"{http.url}/dcp-large/")
+    finally:
+        http.gone.clear()
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"ckinspect: {http.url}/dcp-large/__2_0.distcp: not found (no such object)\n"
