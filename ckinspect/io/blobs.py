@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckinspect.io.remote import RemoteFile, RemotePath
+from ckinspect.io.remote import Planning, RemoteFile, RemotePath
 from ckinspect.model import StorageInfo
 from ckinspect.vocab import CkinspectError
 
@@ -152,16 +152,13 @@ class Blobs:
                 handle = self._remote[key] = open_remote(path)
             return handle
 
-    @contextlib.contextmanager
-    def planned(self, ranges: dict[Path, list[tuple[int, int]]]) -> Iterator[None]:
-        """While the block runs, the (offset, length) ranges of each file about to be read (in about that order)
+    def planned(self, ranges: dict[Path, list[tuple[int, int]]]) -> Planning:
+        """A `with` block in which the (offset, length) ranges of each file about to be read (in about that order)
         are fetched ahead where each read is a request (a remote object: few large requests, io.remote's cost
         model); a local file is read as asked."""
-        with contextlib.ExitStack() as plans:
-            for path, wanted in ranges.items():
-                if isinstance(path, RemotePath) and wanted:
-                    plans.enter_context(self.remote(path).planned(wanted))
-            yield
+        plans = [self.remote(path).planned(wanted) for path, wanted in ranges.items()
+                 if isinstance(path, RemotePath) and wanted]  # fmt: skip
+        return Planning([plan for planning in plans for plan in planning.plans])
 
     def check_within(self, storage: StorageInfo, start: int = 0, length: int | None = None) -> tuple[int, int]:
         """Absolute (offset, length) of the range, raising UnreadableStorage if the file ends before it does."""

@@ -24,7 +24,6 @@ fsspec and its backends (s3fs, aiohttp, ...) are the `remote` extra; a local pat
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -37,7 +36,7 @@ from ckinspect.vocab import CkinspectError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # `typing` stays out of the report path's imports (tests/test_import_hygiene.py)
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from typing import Any
 
     Applies = Callable[[list[BaseException], int | None, str], bool]  # the error chain, its HTTP status, first line
@@ -472,6 +471,23 @@ class Kept:
                 self.held -= len(self._items.pop(next(iter(self._items)))[1])
 
 
+class Planning:
+    """The `with` block of RemoteFile.planned (and of io.blobs.Blobs.planned, over several objects): each plan in
+    force on its object while the block runs. Only the plans' windows are held, never the ranges they were made
+    from (a 640,000-tensor zip's local headers)."""
+
+    def __init__(self, plans: list[_Plan]) -> None:
+        self.plans = plans
+
+    def __enter__(self) -> None:
+        for plan in self.plans:
+            plan.file._plans.append(plan)
+
+    def __exit__(self, *exc: object) -> None:
+        for plan in self.plans:
+            plan.file._plans.remove(plan)
+
+
 class RemoteFile:
     """Positioned reads of one remote object, the interface of `zipdir.FileReader` (size, read_at,
     small_read, read_ranges, planned, BLOCK), with bounded retries, a small cache of BLOCK-sized pieces, the
@@ -588,17 +604,11 @@ class RemoteFile:
             return [b"" for _ in ranges]
         return _cut(ranges, starts, self.fetch(starts, ends))
 
-    @contextlib.contextmanager
-    def planned(self, ranges: list[tuple[int, int]]) -> Iterator[None]:
+    def planned(self, ranges: list[tuple[int, int]]) -> Planning:
         """While the block runs, reads inside `ranges` (those of at most PLANNED_MOST bytes) come from few large
         requests: coalesced (gaps of less than GAP read through), at most WINDOW bytes each, fetched AHEAD bytes
         at a time side by side as the reads reach them. Reads elsewhere are as without it."""
-        plan = _Plan(self, ranges)
-        self._plans.append(plan)
-        try:
-            yield
-        finally:
-            self._plans.remove(plan)
+        return Planning([_Plan(self, ranges)])
 
     @staticmethod
     def read_together(pieces: list[tuple[RemoteFile, int, int]]) -> list[bytes]:
