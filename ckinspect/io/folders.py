@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ckinspect.io.reader import FileReader
 from ckinspect.io.remote import (
+    KEPT,
     Kept,
     RemoteFile,
     RemotePath,
@@ -182,11 +183,14 @@ class Listings:
     that its next look lists afresh. Every question about a path under a listed prefix is answered from the
     innermost Listings in use."""
 
-    def __init__(self, keep: int = _KEEP) -> None:
+    def __init__(self, keep: int = _KEEP, remember: bool = True) -> None:
         self.keep = keep
         self._taken: list[RemoteListing] = []
-        self.sized: dict[str, int] = {}  # URL -> size, of objects no listing holds, asked once (open_remote)
-        self.kept = Kept()  # small objects and tails read, for the command's later readers of them
+        # what this owner's reads learnt, for its later readers: URL -> size of objects no listing holds (asked
+        # once), and the small objects and tails fetched. Not `remember`: the unscoped one, which no owner clears
+        self.remember = remember
+        self.sized: dict[str, int] = {}
+        self.kept = Kept(KEPT if remember else 0)
 
     def add(self, listing: RemoteListing) -> None:
         self._taken = [x for x in self._taken if x.url != listing.url][-(self.keep - 1) :] + [listing]
@@ -211,7 +215,11 @@ class Listings:
                 listing.fs.invalidate_cache(listing.key)
         self._taken = []
         self.sized = {}
-        self.kept = Kept()
+        self.kept = Kept(KEPT if self.remember else 0)
+
+    def note_size(self, url: str, size: int) -> None:
+        if self.remember:
+            self.sized[url] = size
 
     @contextlib.contextmanager
     def in_use(self) -> Iterator[Listings]:
@@ -224,7 +232,8 @@ class Listings:
 
 
 _in_use: list[Listings] = []  # innermost last; each is owned by the `with` that put it here
-_UNSCOPED = Listings()  # what a call outside any `in_use` block lists into (a library call of formats or analysis)
+_UNSCOPED = Listings(remember=False)  # what a call outside any `in_use` block lists into (a library call of formats
+# or analysis): nothing read is kept there for later calls, which may come after the objects changed
 
 
 def current() -> Listings:
@@ -510,7 +519,7 @@ def _kind_of(remote: RemotePath, ask: bool) -> str | None:
             raise
         if info.get("type") == "directory":
             return "dir"
-        current().sized[str(remote)] = int(info.get("size") or 0)  # its opening asks no more
+        current().note_size(str(remote), int(info.get("size") or 0))  # its opening asks no more
         return "file"
     obj = listing.get(rel)
     return None if obj is None else "dir" if obj.is_dir else "file"
@@ -615,5 +624,5 @@ def open_remote(path: str | os.PathLike[str]) -> RemoteFile:
     if size is not None:
         return RemoteFile(remote, size, listings.kept)
     file = RemoteFile(remote, listings.sized.get(str(remote)), listings.kept)
-    listings.sized[str(remote)] = file.size
+    listings.note_size(str(remote), file.size)
     return file
