@@ -548,20 +548,21 @@ static uint64_t mix(uint64_t h, uint64_t x) { /* murmur3's finalizer over the ru
     h ^= h >> 33;
     return h;
 }
-/* the key (fqn, offsets or None) of a storage record or a chunk, as the pure path's dict holds it */
-static uint64_t key_hash(D *d, V fqn, V offsets) {
+/* a key's offsets as the table keeps them: the tuple of a torch.Size, or None. Tuples are canonical where they are
+   packed (new_tuple packs every tuple of at most two small ints), so two packed keys are equal when their bits are */
+static V key_dims(V offsets) { return TAG(offsets) == T_SIZE ? DIMS(offsets) : MK(T_NONE, 0); }
+/* the hash of a key (fqn, offsets or None), as the pure path's dict tells them apart */
+static uint64_t key_hash(D *d, V fqn, V dims) {
     uint64_t h = mix(0x51ed27, PAY(fqn));
-    if (TAG(offsets) != T_SIZE) return mix(h, 0xdead);
-    V t = DIMS(offsets);
-    size_t k = tlen(d, t);
+    if (TAG(dims) == T_NONE) return mix(h, 0xdead);
+    size_t k = tlen(d, dims);
     h = mix(h, k);
-    for (size_t i = 0; i < k; i++) h = mix(h, titem(d, t, i));
+    for (size_t i = 0; i < k; i++) h = mix(h, titem(d, dims, i));
     return h;
 }
-static int key_equal(D *d, V fa, V oa, V fb, V ob) {
-    if (PAY(fa) != PAY(fb) || (TAG(oa) == T_SIZE) != (TAG(ob) == T_SIZE)) return 0;
-    if (TAG(oa) != T_SIZE) return 1;
-    V a = DIMS(oa), b = DIMS(ob);
+static int same_dims(D *d, V a, V b) {
+    if (a == b) return 1;
+    if (TAG(a) != T_TUPLE || TAG(b) != T_TUPLE) return 0; /* a packed tuple or None equals only itself */
     size_t k = tlen(d, a);
     if (tlen(d, b) != k) return 0;
     for (size_t i = 0; i < k; i++)
@@ -569,24 +570,27 @@ static int key_equal(D *d, V fa, V oa, V fb, V ob) {
     return 1;
 }
 
-/* storage records by key: open addressing over (hash, record) slots; the last record of a key wins */
-typedef struct { uint64_t *slot; size_t mask; const V *keys; } Table; /* keys: the MetadataIndex records */
-#define KEY_FQN(d, tab, s) RFIELD(d, PAY((tab)->keys[2 * (s)]), 0)
-#define KEY_OFF(d, tab, s) RFIELD(d, PAY((tab)->keys[2 * (s)]), 1)
-static uint64_t *find_slot(D *d, Table *tab, V fqn, V off, uint64_t h) {
+/* storage records by key: open addressing over slots that hold the key itself (the fqn's string id and the
+   offsets' value), so that finding a chunk's record reads one slot, which the loops prefetch, and not the
+   records (2.2 million of them at 1024 ranks, spread over far more memory than the caches hold); the last record
+   of a key wins */
+#define EMPTY_SLOT UINT32_MAX
+typedef struct { V dims; uint32_t fqn, rec; } Slot;
+typedef struct { Slot *slot; size_t mask; } Table;
+static Slot *find_slot(D *d, Table *tab, uint32_t fqn, V dims, uint64_t h) {
     for (size_t at = h & tab->mask;; at = (at + 1) & tab->mask) {
-        uint64_t *slot = tab->slot + 2 * at;
-        if (slot[1] == UINT64_MAX) return slot;
-        if (slot[0] == h && key_equal(d, KEY_FQN(d, tab, slot[1]), KEY_OFF(d, tab, slot[1]), fqn, off)) return slot;
+        Slot *slot = tab->slot + at;
+        if (slot->rec == EMPTY_SLOT || (slot->fqn == fqn && same_dims(d, slot->dims, dims))) return slot;
     }
 }
 /* the table is far larger than the caches: each loop asks for the slot it will need AHEAD keys on */
 #define AHEAD 16
-static void prefetch(Table *tab, uint64_t h) { __builtin_prefetch(tab->slot + 2 * (h & tab->mask)); }
+static void prefetch(Table *tab, uint64_t h) { __builtin_prefetch(tab->slot + (h & tab->mask)); }
 static int64_t lookup(D *d, Table *tab, V fqn, V off) {
-    uint64_t h = key_hash(d, fqn, off);
-    uint64_t *slot = find_slot(d, tab, fqn, off, h);
-    return slot[1] == UINT64_MAX ? -1 : (int64_t)slot[1];
+    V dims = key_dims(off);
+    if (PAY(fqn) >= EMPTY_SLOT) return -1; /* no record has such a key: the table refused them */
+    Slot *slot = find_slot(d, tab, (uint32_t)PAY(fqn), dims, key_hash(d, fqn, dims));
+    return slot->rec == EMPTY_SLOT ? -1 : (int64_t)slot->rec;
 }
 
 static PyObject *int_tuple(D *d, V t) {
@@ -600,10 +604,35 @@ static PyObject *int_tuple(D *d, V t) {
     }
     return out;
 }
-static PyObject *ivec_bytes(IVec *v) {
-    PyObject *out = PyBytes_FromStringAndSize((const char *)v->v, (Py_ssize_t)(v->n * sizeof(int64_t)));
-    free(v->v);
-    v->v = NULL;
+/* a column handed to Python without a copy (at 1024 ranks the columns are 170 MB): the IVec's memory, owned by
+   a Column and seen through a memoryview (read-only bytes, compared by content, as bytes were) */
+typedef struct { PyObject_HEAD int64_t *v; size_t n; } Column;
+static int column_buffer(PyObject *self, Py_buffer *view, int flags) {
+    Column *c = (Column *)self;
+    return PyBuffer_FillInfo(view, self, c->v, (Py_ssize_t)(c->n * sizeof(int64_t)), 1, flags);
+}
+static void column_dealloc(PyObject *self) {
+    free(((Column *)self)->v);
+    Py_TYPE(self)->tp_free(self);
+}
+static PyBufferProcs COLUMN_BUFFER = {column_buffer, NULL};
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ckinspect._native.dcpmeta.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_dealloc = column_dealloc,
+    .tp_as_buffer = &COLUMN_BUFFER,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+static PyObject *ivec_column(IVec *v) {
+    if (!v->v && !(v->v = malloc(sizeof(int64_t)))) return PyErr_NoMemory(); /* an empty column has an address */
+    Column *c = PyObject_New(Column, &ColumnType);
+    if (!c) return NULL;
+    c->v = v->v;
+    c->n = v->n;
+    v->v = NULL; /* the Column owns it now */
+    PyObject *out = PyMemoryView_FromObject((PyObject *)c);
+    Py_DECREF(c);
     return out;
 }
 
@@ -664,7 +693,7 @@ static int tensor_chunks(D *d, Cols *c, Table *tab, V fqn, int64_t r) {
         if (!built(d, ch, G_CHUNK)) return -1;
         V ahead = j + AHEAD < cl->n ? cl->v[j + AHEAD] : 0;
         if (built(d, ahead, G_CHUNK) && TAG(RFIELD(d, PAY(ahead), 0)) == T_SIZE)
-            prefetch(tab, key_hash(d, fqn, RFIELD(d, PAY(ahead), 0)));
+            prefetch(tab, key_hash(d, fqn, key_dims(RFIELD(d, PAY(ahead), 0))));
         V off = RFIELD(d, PAY(ch), 0), sz = RFIELD(d, PAY(ch), 1);
         if (TAG(off) != T_SIZE || TAG(sz) != T_SIZE) return -1;
         V dims = DIMS(sz);
@@ -701,19 +730,19 @@ static PyObject *entry_row(D *d, Cols *c, Table *tab, PyObject *fqn_obj, V fqn, 
 /* the storage records: their columns and the table of their keys; -1: declined */
 static int storage_records(D *d, Cols *c, Table *tab, Vec *items) {
     size_t nitems = items->n / 2, cap = 16;
-    while (cap < 2 * nitems + 2) cap *= 2;
-    tab->slot = malloc(2 * cap * sizeof(uint64_t));
+    if (nitems >= EMPTY_SLOT) return -1; /* a record's index fits a slot */
+    while (cap < nitems + nitems / 2 + 2) cap *= 2; /* at most two thirds full */
+    tab->slot = malloc(cap * sizeof(Slot));
     if (!tab->slot) return -1;
     tab->mask = cap - 1;
-    tab->keys = items->v;
-    memset(tab->slot, 0xff, 2 * cap * sizeof(uint64_t));
+    for (size_t i = 0; i < cap; i++) tab->slot[i].rec = EMPTY_SLOT;
     for (size_t i = 0; i < nitems; i++) {
         V k = items->v[2 * i], w = items->v[2 * i + 1];
         if (!built(d, k, G_MINDEX) || !built(d, w, G_SINFO)) return -1;
         V fqn = RFIELD(d, PAY(k), 0), off = RFIELD(d, PAY(k), 1);
         V rel = RFIELD(d, PAY(w), 0), wo = RFIELD(d, PAY(w), 1), wl = RFIELD(d, PAY(w), 2), tr = RFIELD(d, PAY(w), 3);
         /* an absent offset is the class default, None */
-        if (TAG(fqn) != T_STR || !(TAG(off) == T_SIZE || TAG(off) == T_NONE)) return -1;
+        if (TAG(fqn) != T_STR || !(TAG(off) == T_SIZE || TAG(off) == T_NONE) || PAY(fqn) >= EMPTY_SLOT) return -1;
         if (TAG(rel) != T_STR || TAG(wo) != T_INT || TAG(wl) != T_INT || TAG(tr) != T_NONE) return -1;
         if (ipush(&c->i_path, (int64_t)PAY(rel)) || ipush(&c->i_offset, INTVAL(wo)) ||
             ipush(&c->i_length, INTVAL(wl)))
@@ -721,12 +750,13 @@ static int storage_records(D *d, Cols *c, Table *tab, Vec *items) {
         if (i + AHEAD < nitems && built(d, items->v[2 * (i + AHEAD)], G_MINDEX)) {
             V later = items->v[2 * (i + AHEAD)];
             V lf = RFIELD(d, PAY(later), 0), lo = RFIELD(d, PAY(later), 1);
-            if (TAG(lf) == T_STR) prefetch(tab, key_hash(d, lf, lo));
+            if (TAG(lf) == T_STR) prefetch(tab, key_hash(d, lf, key_dims(lo)));
         }
-        uint64_t h = key_hash(d, fqn, off);
-        uint64_t *slot = find_slot(d, tab, fqn, off, h);
-        slot[0] = h;
-        slot[1] = i;
+        V dims = key_dims(off);
+        Slot *slot = find_slot(d, tab, (uint32_t)PAY(fqn), dims, key_hash(d, fqn, dims));
+        slot->dims = dims;
+        slot->fqn = (uint32_t)PAY(fqn);
+        slot->rec = (uint32_t)i;
     }
     return 0;
 }
@@ -766,9 +796,9 @@ static PyObject *columns(D *d) {
     free(tab.slot);
     tab.slot = NULL;
     result = Py_BuildValue("(OOOOnNNNNNNNNNO)", d->globals, version, plan, entries, (Py_ssize_t)(items->n / 2),
-                           ivec_bytes(&c.c_item), ivec_bytes(&c.c_numel), ivec_bytes(&c.o_index),
-                           ivec_bytes(&c.o_pool), ivec_bytes(&c.s_index), ivec_bytes(&c.s_pool),
-                           ivec_bytes(&c.i_path), ivec_bytes(&c.i_offset), ivec_bytes(&c.i_length), d->strings);
+                           ivec_column(&c.c_item), ivec_column(&c.c_numel), ivec_column(&c.o_index),
+                           ivec_column(&c.o_pool), ivec_column(&c.s_index), ivec_column(&c.s_pool),
+                           ivec_column(&c.i_path), ivec_column(&c.i_offset), ivec_column(&c.i_length), d->strings);
 decline:
     Py_XDECREF(row); Py_XDECREF(entries); Py_XDECREF(order); Py_XDECREF(plan); Py_XDECREF(version);
     free(c.c_item.v); free(c.c_numel.v); free(c.o_index.v); free(c.o_pool.v); free(c.s_index.v); free(c.s_pool.v);
@@ -840,4 +870,7 @@ static PyMethodDef METHODS[] = {
     {NULL, NULL, 0, NULL},
 };
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "dcpmeta", NULL, -1, METHODS};
-PyMODINIT_FUNC PyInit_dcpmeta(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit_dcpmeta(void) {
+    if (PyType_Ready(&ColumnType) < 0) return NULL;
+    return PyModule_Create(&MODULE);
+}
