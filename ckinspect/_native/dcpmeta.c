@@ -570,28 +570,54 @@ static int same_dims(D *d, V a, V b) {
     return 1;
 }
 
-/* storage records by key: open addressing over slots that hold the key itself (the fqn's string id and the
-   offsets' value), so that finding a chunk's record reads one slot, which the loops prefetch, and not the
-   records (2.2 million of them at 1024 ranks, spread over far more memory than the caches hold); the last record
-   of a key wins */
+/* storage records by key, grouped by fqn: the records of one fqn (about one a rank) sit together in `keys`, in the
+   file's order, so that a tensor's chunks are matched against its own records through a small table that stays in
+   the cache. One table of every record (2.2 million at 1024 ranks) is far larger than the caches: there each
+   lookup was a miss, and the cost of one grew with the save. The last record of a key wins. */
 #define EMPTY_SLOT UINT32_MAX
-typedef struct { V dims; uint32_t fqn, rec; } Slot;
-typedef struct { Slot *slot; size_t mask; } Table;
-static Slot *find_slot(D *d, Table *tab, uint32_t fqn, V dims, uint64_t h) {
+typedef struct { V dims; uint32_t rec; } Key;
+typedef struct {
+    size_t *start; /* per string id f: its records are keys[start[f] .. start[f + 1]) */
+    Key *keys;
+    size_t nstr;
+    Key *slot; /* the table of one fqn's records, open addressing; rec EMPTY_SLOT: empty */
+    size_t mask, cap;
+    size_t fqn; /* whose records the table holds (nstr: none yet) */
+} Table;
+static Key *find_slot(D *d, Table *tab, V dims, uint64_t h) {
     for (size_t at = h & tab->mask;; at = (at + 1) & tab->mask) {
-        Slot *slot = tab->slot + at;
-        if (slot->rec == EMPTY_SLOT || (slot->fqn == fqn && same_dims(d, slot->dims, dims))) return slot;
+        Key *slot = tab->slot + at;
+        if (slot->rec == EMPTY_SLOT || same_dims(d, slot->dims, dims)) return slot;
     }
 }
-/* the table is far larger than the caches: each loop asks for the slot it will need AHEAD keys on */
-#define AHEAD 16
-static void prefetch(Table *tab, uint64_t h) { __builtin_prefetch(tab->slot + (h & tab->mask)); }
+static uint64_t dims_hash(D *d, V dims) { return key_hash(d, MK(T_STR, 0), dims); }
+/* the table of fqn f's records; -1: out of memory */
+static int table_of(D *d, Table *tab, size_t f) {
+    if (tab->fqn == f) return 0;
+    size_t n = tab->start[f + 1] - tab->start[f], cap = 8;
+    while (cap < 2 * n + 2) cap *= 2;
+    if (cap > tab->cap) {
+        Key *grown = realloc(tab->slot, cap * sizeof(Key));
+        if (!grown) return -1;
+        tab->slot = grown;
+        tab->cap = cap;
+    }
+    tab->mask = cap - 1;
+    for (size_t i = 0; i < cap; i++) tab->slot[i].rec = EMPTY_SLOT;
+    for (const Key *k = tab->keys + tab->start[f], *end = k + n; k < end; k++)
+        *find_slot(d, tab, k->dims, dims_hash(d, k->dims)) = *k;
+    tab->fqn = f;
+    return 0;
+}
+/* the index of the storage record of (fqn, offsets), -1: none; -2: out of memory */
 static int64_t lookup(D *d, Table *tab, V fqn, V off) {
+    if (PAY(fqn) >= tab->nstr) return -1;
+    if (table_of(d, tab, PAY(fqn))) return -2;
     V dims = key_dims(off);
-    if (PAY(fqn) >= EMPTY_SLOT) return -1; /* no record has such a key: the table refused them */
-    Slot *slot = find_slot(d, tab, (uint32_t)PAY(fqn), dims, key_hash(d, fqn, dims));
+    Key *slot = find_slot(d, tab, dims, dims_hash(d, dims));
     return slot->rec == EMPTY_SLOT ? -1 : (int64_t)slot->rec;
 }
+static void free_table(Table *tab) { free(tab->start); free(tab->keys); free(tab->slot); }
 
 static PyObject *int_tuple(D *d, V t) {
     size_t k = tlen(d, t);
@@ -691,18 +717,16 @@ static int tensor_chunks(D *d, Cols *c, Table *tab, V fqn, int64_t r) {
     for (size_t j = 0; j < cl->n; j++) {
         V ch = cl->v[j];
         if (!built(d, ch, G_CHUNK)) return -1;
-        V ahead = j + AHEAD < cl->n ? cl->v[j + AHEAD] : 0;
-        if (built(d, ahead, G_CHUNK) && TAG(RFIELD(d, PAY(ahead), 0)) == T_SIZE)
-            prefetch(tab, key_hash(d, fqn, key_dims(RFIELD(d, PAY(ahead), 0))));
         V off = RFIELD(d, PAY(ch), 0), sz = RFIELD(d, PAY(ch), 1);
         if (TAG(off) != T_SIZE || TAG(sz) != T_SIZE) return -1;
         V dims = DIMS(sz);
         int64_t numel = 1;
         for (size_t q = 0; q < tlen(d, dims); q++)
             if (__builtin_mul_overflow(numel, INTVAL(titem(d, dims, q)), &numel)) return -1;
-        if (push_dims(&c->o_pool, d, DIMS(off)) || push_dims(&c->s_pool, d, dims) ||
+        int64_t item = lookup(d, tab, fqn, off);
+        if (item == -2 || push_dims(&c->o_pool, d, DIMS(off)) || push_dims(&c->s_pool, d, dims) ||
             ipush(&c->o_index, (int64_t)c->o_pool.n) || ipush(&c->s_index, (int64_t)c->s_pool.n) ||
-            ipush(&c->c_item, lookup(d, tab, fqn, off)) || ipush(&c->c_numel, numel))
+            ipush(&c->c_item, item) || ipush(&c->c_numel, numel))
             return -1;
     }
     return 0;
@@ -712,9 +736,11 @@ static int tensor_chunks(D *d, Cols *c, Table *tab, V fqn, int64_t r) {
 static PyObject *entry_row(D *d, Cols *c, Table *tab, PyObject *fqn_obj, V fqn, V e) {
     if (TAG(e) != T_OBJ || !RBUILT(d, PAY(e))) return NULL;
     int64_t r = (int64_t)PAY(e);
-    if (RKIND(d, r) == G_BSM)
-        return Py_BuildValue("(OiOOnnL)", fqn_obj, 1, Py_None, Py_None, (Py_ssize_t)c->c_item.n, (Py_ssize_t)0,
-                             (long long)lookup(d, tab, fqn, MK(T_NONE, 0)));
+    if (RKIND(d, r) == G_BSM) {
+        int64_t item = lookup(d, tab, fqn, MK(T_NONE, 0));
+        return item == -2 ? NULL : Py_BuildValue("(OiOOnnL)", fqn_obj, 1, Py_None, Py_None, (Py_ssize_t)c->c_item.n,
+                                                 (Py_ssize_t)0, (long long)item);
+    }
     if (RKIND(d, r) != G_TSM) return NULL;
     V props = RFIELD(d, r, 0), size = RFIELD(d, r, 1);
     if (!built(d, props, G_TPROPS) || TAG(size) != T_SIZE) return NULL;
@@ -727,36 +753,32 @@ static PyObject *entry_row(D *d, Cols *c, Table *tab, PyObject *fqn_obj, V fqn, 
                          (long long)-1);
 }
 
-/* the storage records: their columns and the table of their keys; -1: declined */
+/* the storage records: their columns, and their keys grouped by fqn (a count, then each key in its place); -1:
+   declined */
 static int storage_records(D *d, Cols *c, Table *tab, Vec *items) {
-    size_t nitems = items->n / 2, cap = 16;
-    if (nitems >= EMPTY_SLOT) return -1; /* a record's index fits a slot */
-    while (cap < nitems + nitems / 2 + 2) cap *= 2; /* at most two thirds full */
-    tab->slot = malloc(cap * sizeof(Slot));
-    if (!tab->slot) return -1;
-    tab->mask = cap - 1;
-    for (size_t i = 0; i < cap; i++) tab->slot[i].rec = EMPTY_SLOT;
+    size_t nitems = items->n / 2;
+    tab->nstr = (size_t)PyList_GET_SIZE(d->strings);
+    tab->fqn = tab->nstr;
+    if (nitems >= EMPTY_SLOT || !(tab->start = calloc(tab->nstr + 2, sizeof(size_t))) ||
+        !(tab->keys = malloc((nitems ? nitems : 1) * sizeof(Key))))
+        return -1;
     for (size_t i = 0; i < nitems; i++) {
         V k = items->v[2 * i], w = items->v[2 * i + 1];
         if (!built(d, k, G_MINDEX) || !built(d, w, G_SINFO)) return -1;
         V fqn = RFIELD(d, PAY(k), 0), off = RFIELD(d, PAY(k), 1);
         V rel = RFIELD(d, PAY(w), 0), wo = RFIELD(d, PAY(w), 1), wl = RFIELD(d, PAY(w), 2), tr = RFIELD(d, PAY(w), 3);
         /* an absent offset is the class default, None */
-        if (TAG(fqn) != T_STR || !(TAG(off) == T_SIZE || TAG(off) == T_NONE) || PAY(fqn) >= EMPTY_SLOT) return -1;
+        if (TAG(fqn) != T_STR || !(TAG(off) == T_SIZE || TAG(off) == T_NONE)) return -1;
         if (TAG(rel) != T_STR || TAG(wo) != T_INT || TAG(wl) != T_INT || TAG(tr) != T_NONE) return -1;
         if (ipush(&c->i_path, (int64_t)PAY(rel)) || ipush(&c->i_offset, INTVAL(wo)) ||
             ipush(&c->i_length, INTVAL(wl)))
             return -1;
-        if (i + AHEAD < nitems && built(d, items->v[2 * (i + AHEAD)], G_MINDEX)) {
-            V later = items->v[2 * (i + AHEAD)];
-            V lf = RFIELD(d, PAY(later), 0), lo = RFIELD(d, PAY(later), 1);
-            if (TAG(lf) == T_STR) prefetch(tab, key_hash(d, lf, key_dims(lo)));
-        }
-        V dims = key_dims(off);
-        Slot *slot = find_slot(d, tab, (uint32_t)PAY(fqn), dims, key_hash(d, fqn, dims));
-        slot->dims = dims;
-        slot->fqn = (uint32_t)PAY(fqn);
-        slot->rec = (uint32_t)i;
+        tab->start[PAY(fqn) + 2]++;
+    }
+    for (size_t f = 2; f < tab->nstr + 2; f++) tab->start[f] += tab->start[f - 1];
+    for (size_t i = 0; i < nitems; i++) { /* start[f + 1] is where fqn f's next key goes, then where f's keys end */
+        V k = items->v[2 * i];
+        tab->keys[tab->start[PAY(RFIELD(d, PAY(k), 0)) + 1]++] = (Key){key_dims(RFIELD(d, PAY(k), 1)), (uint32_t)i};
     }
     return 0;
 }
@@ -793,8 +815,8 @@ static PyObject *columns(D *d) {
         if (!(row = entry_row(d, &c, &tab, fqn_obj, md->v[i], md->v[i + 1])) || PyList_Append(entries, row)) DECLINE;
         Py_CLEAR(row);
     }
-    free(tab.slot);
-    tab.slot = NULL;
+    free_table(&tab);
+    memset(&tab, 0, sizeof tab);
     result = Py_BuildValue("(OOOOnNNNNNNNNNO)", d->globals, version, plan, entries, (Py_ssize_t)(items->n / 2),
                            ivec_column(&c.c_item), ivec_column(&c.c_numel), ivec_column(&c.o_index),
                            ivec_column(&c.o_pool), ivec_column(&c.s_index), ivec_column(&c.s_pool),
@@ -802,7 +824,7 @@ static PyObject *columns(D *d) {
 decline:
     Py_XDECREF(row); Py_XDECREF(entries); Py_XDECREF(order); Py_XDECREF(plan); Py_XDECREF(version);
     free(c.c_item.v); free(c.c_numel.v); free(c.o_index.v); free(c.o_pool.v); free(c.s_index.v); free(c.s_pool.v);
-    free(c.i_path.v); free(c.i_offset.v); free(c.i_length.v); free(tab.slot);
+    free(c.i_path.v); free(c.i_offset.v); free(c.i_length.v); free_table(&tab);
     return result;
 }
 
