@@ -417,9 +417,9 @@ class _Lister:
             # one entry for the tensor: --quick checks its chunks in bulk, the full read opens each
             whole = (self._sharded_tensor(fqn, dtype, size, chunks, items) if self.trust else
                      self._read_sharded(fqn, dtype, size, chunks, items))  # fmt: skip
-            if whole is not None:
+            if isinstance(whole, TensorInfo):
                 self.ckpt.tensors.append(whole)
-                return whole
+            return whole
         out = self._chunk_entries(fqn, dtype, chunks, items)
         if len(chunks) <= 1:
             boxes = [_chunk_box(c) for c in chunks]
@@ -452,11 +452,11 @@ class _Lister:
         return out
 
     def _read_sharded(self, fqn: str, dtype: str, size: tuple[int, ...], chunks: list[Any],
-                      items: _Items) -> TensorInfo | None:  # fmt: skip
+                      items: _Items) -> TensorInfo | dict[str, TensorInfo]:  # fmt: skip
         """A tensor whose chunks lie in many items, as one entry of its global shape whose storage lists every
-        chunk's bytes (model.Extents), each item opened and judged as _read_tensor judges it. None (each chunk
-        then listed on its own, as before) when an item holds its chunk in a way one extent cannot say: a view
-        into a larger storage, a strided or unaddressable one."""
+        chunk's bytes (model.Extents), each item opened and judged as _read_tensor judges it. Each chunk listed
+        on its own instead (as _chunk_entries lists them: name -> tensor) when an item holds its chunk in a way
+        one extent cannot say: a view into a larger storage, a strided or unaddressable one."""
         read = []
         boxes = []
         for chunk in chunks:
@@ -481,7 +481,7 @@ class _Lister:
                 storages.pop(tensor.storage_key, None)  # its bytes are one extent of the tensor's storage
         covered = self.covered(fqn, size, [b[0] for b in boxes], [b[1] for b in boxes])
         if extents is None:
-            return None
+            return {tensor.name: tensor for _offsets, _sizes, tensor in read if tensor is not None}
         extents.whole = covered and len(extents) == len(chunks)  # an unreadable chunk: its finding says so
         key = f"dcp:{fqn}"  # as the --quick listing keys it
         nbytes = (math.prod(size) * self._bits(dtype) + 7) >> 3

@@ -40,12 +40,13 @@ def cuts(shape: tuple[int, ...], ranks: int, grid: bool) -> list[tuple[tuple[int
 
 def sharded_save(folder: Path, state: dict[str, Any], ranks: int, grid: bool = False,
                  whole: tuple[str, ...] = (), layout: Callable[[str, tuple[int, ...]], list[Any]] | None = None,
-                 empty_shards: bool = False) -> None:  # fmt: skip
+                 empty_shards: bool = False, views: bool = False) -> None:  # fmt: skip
     """Save `state` (fqn -> plain tensor) as `ranks` ranks would: every tensor of 1+ dimensions sharded (see
     cuts), those named in `whole` (and 0-d ones) held by rank 0 alone. `layout(fqn, shape)`, where given, says
     each rank's boxes instead (a list per rank of (offsets, sizes)). `empty_shards`: a rank whose share is
     empty writes it anyway, as a DTensor's does (offset the dimension's size, size 0: torch's planner keeps
-    one of those, as it keeps one of any item several ranks write)."""
+    one of those, as it keeps one of any item several ranks write). `views`: each item holds its chunk as a
+    view into the whole tensor's storage (torch.save of the narrowed tensor, which FileSystemWriter clones)."""
     import torch
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
     from torch.distributed.checkpoint.filesystem import FileSystemWriter, _split_by_size_and_type, _StorageInfo
@@ -96,7 +97,7 @@ def sharded_save(folder: Path, state: dict[str, Any], ranks: int, grid: bool = F
                 for d, (o, n) in enumerate(zip(chunk.offsets, chunk.sizes, strict=True)):
                     piece = piece.narrow(d, o, n)
                 buf = io.BytesIO()
-                torch.save(piece.clone(), buf)  # as FileSystemWriter: the chunk's own storage
+                torch.save(piece if views else piece.clone(), buf)  # as FileSystemWriter: the chunk's own storage
                 offset = f.tell()
                 f.write(buf.getvalue())
                 out.append(
