@@ -52,6 +52,7 @@ MAX_VALUE_BYTES = 16 << 20  # non-tensor values above this are listed, not decod
 BYTES_PER_DECLARED = 16
 MAX_METADATA_BYTES = 1 << 30  # larger ones are decoded only when the data files they index are larger still
 MIN_DECLARED = 1024  # whatever its size, a .metadata may declare this many
+KEPT_PREFIX_BYTES = 64 << 20  # of a remote .metadata the compiled decoder reads, kept for the general path
 
 
 def _expected_dcp_global(g: GlobalRef) -> bool:
@@ -195,11 +196,35 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: 
                                     "too large to list (scanned, not decoded)")  # fmt: skip
             return None
         # streamed through the compiled decoder a window at a time: what torch's writer wrote is never held whole
-        cols = dcp_metadata.native_columns(reader.read_at, meta_size) if columns and meta_size else None
+        kept = _KeptPrefix(reader.read_at, KEPT_PREFIX_BYTES if reader.fd is None else 0)
+        cols = dcp_metadata.native_columns(kept.read_at, meta_size) if columns and meta_size else None
         if cols is not None:  # every opcode read to STOP, only DCP's own globals named: judged as the scan judges
             return cols if _judge_globals(ckpt, cols.global_refs(), index) is not None else None
-        data = reader.read_at(0, meta_size)  # the size the file has, never more (read(n) allocates n up front)
+        data = kept.rest(meta_size)  # the size the file has, never more (read(n) allocates n up front)
     return _scanned_fields(ckpt, data, index)
+
+
+class _KeptPrefix:
+    """`read_at` that keeps the file's first `keep` bytes as they are read, so that when the compiled decoder
+    declines a `.metadata` where each read is a request (a URL), the general path fetches only what it has
+    not read already: a file of up to `keep` bytes is fetched once, whatever is decided about it."""
+
+    def __init__(self, read_at: Any, keep: int) -> None:
+        self._read_at, self.keep = read_at, keep
+        self.parts: list[bytes] = []
+        self.held = 0
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        data = self._read_at(offset, length)
+        if offset <= self.held < min(offset + len(data), self.keep):  # windows come in order, and may overlap
+            self.parts.append(data[self.held - offset : self.keep - offset])
+            self.held += len(self.parts[-1])
+        return data
+
+    def rest(self, size: int) -> bytes:
+        """The whole file: what was kept, then the rest of it read."""
+        held, self.parts = b"".join(self.parts), []
+        return held + self._read_at(len(held), size - len(held)) if len(held) < size else held[:size]
 
 
 def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any] | None:

@@ -411,3 +411,46 @@ def test_a_module_name_with_a_nul_is_not_the_module_before_it(saves, tmp_path, m
     (folder / ".metadata").write_bytes(bad)
     native, plain, used = _both(folder, monkeypatch)
     assert not used and native == plain and [f[0] for f in native["findings"]] == ["UNSAFE_PICKLE"]
+
+
+@needs_native
+@pytest.mark.remote
+@pytest.mark.parametrize("mutation", ["as_saved", "transformed"])
+def test_a_remote_metadata_is_fetched_once_whether_the_decoder_takes_it_or_not(saves, tmp_path, mutation):
+    """Over a URL the compiled decoder reads `.metadata` in ranged GETs; when it declines it (here: a transform
+    it does not carry), the general path lists it from the bytes already fetched, not from a second GET."""
+    from ckinspect.io.folders import Listings, open_folder
+    from tests.helpers.remote_servers import range_server
+
+    folder = _rewritten(saves["ranks2"], tmp_path, MUTATIONS.get(mutation, lambda meta: None))
+    local = read_dcp(folder, trust_layout=True)
+    with range_server(tmp_path) as server, Listings().in_use():
+        remote = read_dcp(open_folder(f"{server.url}/{folder.name}/"), trust_layout=True)  # listed, then read
+        sent, requests = server.by_name[".metadata"]
+    assert (sent, requests) == ((folder / ".metadata").stat().st_size, 1)
+    assert [(f.code, f.message, f.tensor) for f in remote.findings] == [
+        (f.code, f.message, f.tensor) for f in local.findings]  # fmt: skip
+    assert [t.name for t in remote.tensors] == [t.name for t in local.tensors]
+    assert ("dcp_transforms" in remote.metadata) == (mutation == "transformed")
+
+
+@pytest.mark.parametrize("keep", [0, 5, 16, 1000])
+def test_a_kept_prefix_spares_the_general_path_what_the_decoder_read(keep):
+    """Windows in order, overlapping where an opcode was cut: the first `keep` bytes are kept, and the rest of
+    the file is all that is read again."""
+    from ckinspect.formats.dcp import _KeptPrefix
+
+    data = bytes(range(40))
+    asked = []
+
+    def read_at(offset, length):
+        asked.append((offset, length))
+        return data[offset : offset + length]
+
+    kept = _KeptPrefix(read_at, keep)
+    for offset, length in [(0, 8), (6, 8), (14, 8), (20, 8)]:  # a decoder that declines at byte 28
+        assert kept.read_at(offset, length) == data[offset : offset + length]
+    asked.clear()
+    assert kept.rest(len(data)) == data
+    held = min(keep, 28)
+    assert asked == ([(held, len(data) - held)] if held < len(data) else [])

@@ -23,6 +23,8 @@ class RangeServer(ThreadingHTTPServer):
     `/denied/...` answers 403, `/stall/...` accepts and never answers, `/short/NAME` announces NAME's
     size but sends only half of any range (a truncated transfer).
 
+    `by_name` counts the body bytes and requests of each file by its name.
+
     `throttle(n, status, retry_after)` answers the next n requests (None: every request) with `status`
     (429 or 503) and a Retry-After header, and an S3-style `SlowDown` error body, as S3 and CDNs do;
     `hits` counts every request the server saw, answered or not, so a test can prove retries are bounded."""
@@ -34,6 +36,7 @@ class RangeServer(ThreadingHTTPServer):
         self.root = root
         self.bytes_sent = 0
         self.requests = 0
+        self.by_name: dict[str, tuple[int, int]] = {}  # a file's name -> (bytes sent, requests) of its bodies
         self.hits = 0
         self.throttled = 0
         self._throttle_left: int | None = 0
@@ -68,10 +71,12 @@ class RangeServer(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
-    def count(self, n: int) -> None:
+    def count(self, n: int, name: str = "") -> None:
         with self.lock:
             self.bytes_sent += n
             self.requests += 1
+            sent, requests = self.by_name.get(name, (0, 0))
+            self.by_name[name] = (sent + n, requests + 1)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -150,7 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "short":
             data = data[: len(data) // 2]
         self.wfile.write(data)
-        self.server.count(len(data))
+        self.server.count(len(data), path.name)
         if mode == "short":
             self.close_connection = True
 
