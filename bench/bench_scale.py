@@ -3,6 +3,8 @@
     python bench/bench_scale.py [--dcp 16,64,256,1024] [--diff 16,64,256,1024] [--last-good] [--zip 10000,40000]
                                 [--dcp405 128,512,2048] [--last-good405] [--zero3 128,512] [--hf] [--runs 10,40,160]
                                 [--torch-ranks-max 512] [--rss-cap 8] [--root DIR] [--keep]
+    python bench/bench_scale.py --dcp 256,1024 --old-root OLD [--rounds 3] --root DIR --keep
+                                (this tree against another checkout OLD and torch, interleaved: did a change cost?)
 
 Builds the sparse-file simulations of bench/scale_sims.py (DCP saves as torch's DefaultSavePlanner and
 FileSystemWriter write them: dcp_save_direct, proven byte for byte identical to them; huggingface_hub's sharder
@@ -216,6 +218,36 @@ def family(name: str, sizes: list[int], build, baseline: tuple[str, str], unit: 
     return lines
 
 
+HEADER_AB = ("| family | size | this tree CPU s | its peak RSS | old tree CPU s | its peak RSS | this / old CPU | "
+             "theirs CPU s | this / theirs CPU |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+
+
+def family_ab(name: str, sizes: list[int], build, baseline: tuple[str, str], unit: str, old_root: Path,
+              rounds: int, ours_kind: tuple[str, str] = CKINSPECT) -> list[str]:  # fmt: skip
+    """This tree against another (`old_root`: a checkout with its compiled parts built in place) and the
+    baseline, `rounds` fresh processes each, interleaved (the order turns each round, so the machine's drift
+    hits all three alike); medians of CPU and of peak RSS."""
+    import statistics
+
+    lines = []
+    for size in sizes:
+        target = build(size)
+        runs: dict[str, list[dict]] = {"new": [], "old": [], "theirs": []}
+        turns = [("new", ours_kind, REPO), ("old", ours_kind, old_root), ("theirs", baseline, REPO)]
+        for round_ in range(rounds):
+            for key, kind, tree in turns[round_ % 3 :] + turns[: round_ % 3]:
+                runs[key].append(measure(kind, target, tree, rss_cap_kb=RSS_CAP_KB))
+        med = {k: {m: statistics.median(r[m] for r in v) for m in ("cpu", "rss_kb")} for k, v in runs.items()}
+        new, old, theirs = med["new"], med["old"], med["theirs"]
+        lines.append(f"| {name} | {size:,} {unit} | {new['cpu']:.2f} | {_mib(new['rss_kb'])} | {old['cpu']:.2f} | "
+                     f"{_mib(old['rss_kb'])} | {new['cpu'] / old['cpu']:.3f} | {theirs['cpu']:.2f} | "
+                     f"{new['cpu'] / theirs['cpu']:.3f}x |")  # fmt: skip
+        print(lines[-1], "  each round's CPU, new/old/theirs:",
+              [f"{a['cpu']:.2f}/{b['cpu']:.2f}/{c['cpu']:.2f}" for a, b, c in zip(*runs.values(), strict=True)],
+              flush=True)  # fmt: skip
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dcp", default="16,64", help="ranks of the 70B + AdamW DCP saves (comma-separated)")
@@ -231,6 +263,13 @@ def main() -> None:
     parser.add_argument("--rss-cap", type=float, default=8.0, help="GiB: a ckinspect child above it is stopped")
     parser.add_argument("--root", type=Path, default=None, help="where the simulations go (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the simulations (re-used by the next run)")
+    parser.add_argument(
+        "--old-root",
+        type=Path,
+        default=None,
+        help="--dcp only: also this other checkout (compiled parts built in place), side by side",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--old-root: fresh processes per tree and baseline")
     args = parser.parse_args()
     from bench import scale_sims
 
@@ -304,7 +343,14 @@ def main() -> None:
             make_sparse_run(folder, saves, 8)
         return folder / "run"
 
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}\n\n{HEADER}", flush=True)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}\n", flush=True)
+    if args.old_root is not None:
+        print(f"{HEADER_AB}", flush=True)
+        family_ab("dcp 70B+AdamW", [int(s) for s in args.dcp.split(",")], dcp, TORCH_DCP, "ranks",
+                  args.old_root.resolve(), args.rounds)  # fmt: skip
+        print(f"load average at the end {os.getloadavg()[0]:.1f}", flush=True)
+        return
+    print(HEADER, flush=True)
     try:
         if args.dcp:
             family("dcp 70B+AdamW", [int(s) for s in args.dcp.split(",")], dcp, TORCH_DCP, "ranks")
