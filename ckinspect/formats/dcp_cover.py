@@ -27,9 +27,6 @@ per rank for a replicated one, all the same box, which dcp.load reads as it read
 from __future__ import annotations
 
 import math
-import secrets
-
-import numpy as np
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,6 +60,8 @@ def covers(size: Sequence[Any], offsets: list[Any], sizes: list[Any]) -> bool:
         return len(offsets) >= 1 and all(_is_box(o, s, size) for o, s in zip(offsets, sizes, strict=True))
     if len(offsets) << n <= _SMALL_CORNERS:
         return _few_corners_cancel(size, offsets, sizes)
+    import numpy as np  # here, not at the top: opening a DCP folder's module costs no numpy until a check runs
+
     pools = [_int_rows(offsets, n), _int_rows(sizes, n)]
     if pools[0] is None or pools[1] is None:
         return False
@@ -77,6 +76,8 @@ def _is_shape(shape: Any) -> bool:
 
 def _int_rows(rows: list[Any], n: int) -> Any:
     """`rows` as an (len(rows), n) int64 array; None when they are not all n ints (within int64)."""
+    import numpy as np
+
     try:
         array = np.array(rows) if rows else np.zeros((0, n), dtype=np.int64)
     except (ValueError, TypeError, OverflowError):  # ragged, or not numbers
@@ -120,6 +121,8 @@ def exact_covers(shapes: Sequence[Any], firsts: Sequence[int] | Any, counts: Seq
 
     Tensors cut alike are tested once: an optimizer's moments are cut as their parameter is, and every layer
     as the one before (a 70B save over 1024 ranks: 2,892 tensors, 2.2 million chunks, a few dozen layouts)."""
+    import numpy as np
+
     firsts = np.asarray(firsts, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
     pools = (np.asarray(offsets_index), np.asarray(offsets_pool), np.asarray(sizes_index), np.asarray(sizes_pool))
@@ -154,6 +157,8 @@ class _Layouts:
 
     def first_alike(self, t: int, shape: Any, first: int, count: int) -> int:
         """The first tensor seen cut as tensor `t` is (`t` itself when none)."""
+        import numpy as np
+
         offsets_index, offsets_pool, sizes_index, sizes_pool = self.pools
         at = offsets_index[first : first + count + 1]
         sat = sizes_index[first : first + count + 1]
@@ -180,6 +185,8 @@ def _batches(tensors: list[int], counts: Any) -> list[list[int]]:
 
 def _covers_batch(n: int, whole: Any, firsts: Any, counts: Any, pools: tuple[Any, ...]) -> Any:
     """exact_covers for tensors of `n` dimensions (`whole`: their shapes, one row each)."""
+    import numpy as np
+
     tid, origin, size, ok = _boxes(n, firsts, counts, pools)
     within = ((size >= 0) & (origin >= 0) & (origin <= whole[tid] - size)).all(axis=1)
     ok &= np.bincount(tid[~within], minlength=len(whole)) == 0
@@ -202,6 +209,8 @@ def _covers_batch(n: int, whole: Any, firsts: Any, counts: Any, pools: tuple[Any
 def _boxes(n: int, firsts: Any, counts: Any, pools: tuple[Any, ...]) -> tuple[Any, Any, Any, Any]:
     """Every chunk of these tensors that has n offsets and n sizes: its tensor's row, offsets and sizes; and
     which tensors have no other chunk."""
+    import numpy as np
+
     offsets_index, offsets_pool, sizes_index, sizes_pool = pools
     total = int(counts.sum())
     starts = np.cumsum(counts) - counts
@@ -220,6 +229,8 @@ def _boxes(n: int, firsts: Any, counts: Any, pools: tuple[Any, ...]) -> tuple[An
 def _corners_cancel(group: Any, whole: Any, sharded: Any, tid: Any, origin: Any, size: Any) -> Any:
     """For the tensors in `group` (each cut along the same number d of dimensions; `tid`, `origin`, `size`:
     their non-empty chunks), whether every corner's weights sum to zero: a bool per tensor of the group."""
+    import numpy as np
+
     members = np.flatnonzero(group)
     d = int(sharded[members[0]].sum())
     mask = sharded[tid]  # each row holds d Trues: the chunk's sharded dimensions, in order
@@ -247,6 +258,8 @@ def _corners_cancel(group: Any, whole: Any, sharded: Any, tid: Any, origin: Any,
 
 def _sorted_points(owner: Any, coords: Any, ends: Any) -> Any:
     """The order that sorts the points by (tensor, coordinates): one int64 key where it fits, else lexsort."""
+    import numpy as np
+
     d = coords.shape[1]
     reach = [int(ends[:, k].max(initial=0)) + 1 for k in range(d)]
     if not len(owner) or (int(owner.max()) + 1) * math.prod(reach) >= 1 << 63:
@@ -261,6 +274,10 @@ def _identity(group: Any, whole: Any, sharded: Any, tid: Any, origin: Any, size:
     """For tensors cut along more than MAX_CORNER_DIMS dimensions: whether sum over chunks of
     prod_k (r_k^o_k - r_k^(o_k + s_k)) equals prod_k (1 - r_k^W_k) modulo _PRIME at a random point r (see the
     module's docstring): a bool per tensor of the group."""
+    import secrets
+
+    import numpy as np
+
     members = np.flatnonzero(group)
     out = np.ones(len(members), dtype=bool)
     order = np.argsort(tid, kind="stable")
