@@ -385,6 +385,7 @@ class _Lister:
         self.shapes: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}  # chunk sizes -> (strides, numel)
         self.numels: dict[tuple[int, ...], int] = {}  # chunk sizes -> numel
         self.bits: dict[str, int] = {}
+        self.layouts = dcp_cover.Remembered()  # whether each distinct layout of chunks covers its tensor
 
     def _reader(self, relative: str) -> PositionedReader | str | None:
         if relative not in self.readers:
@@ -453,7 +454,7 @@ class _Lister:
 
     def covered(self, fqn: str, size: tuple[int, ...], offsets: list[Any], sizes: list[Any]) -> bool:
         """Whether the chunks (their offsets and sizes) cover the tensor exactly once; CORRUPT if not."""
-        if dcp_cover.covers(size, offsets, sizes):
+        if self.layouts.covers(size, offsets, sizes):
             return True
         dcp_cover.add_finding(self.ckpt, self.folder.name, fqn, size, len(offsets))
         return False

@@ -70,6 +70,25 @@ def covers(size: Sequence[Any], offsets: list[Any], sizes: list[Any]) -> bool:
                              pools[1].reshape(-1))[0])  # fmt: skip
 
 
+class Remembered:
+    """covers(), once per distinct layout: a listing asks it for every tensor, and an optimizer's moments are
+    cut as their parameter is, every layer as the one before (the pure --quick listing of a 70B save over 64
+    ranks: 2,892 tensors, a few dozen layouts)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[Any, bool] = {}
+
+    def covers(self, size: Sequence[Any], offsets: list[Any], sizes: list[Any]) -> bool:
+        try:
+            key = (tuple(size), tuple(offsets), tuple(sizes))
+            found = self.seen.get(key)
+        except TypeError:  # something unhashable where ints belong: no box of ints, and nothing to remember
+            return covers(size, offsets, sizes)
+        if found is None:
+            found = self.seen[key] = covers(size, offsets, sizes)
+        return found
+
+
 def _is_shape(shape: Any) -> bool:
     return isinstance(shape, (tuple, list)) and all(type(k) is int and 0 <= k < MAX_DIM for k in shape)
 

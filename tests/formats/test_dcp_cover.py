@@ -130,6 +130,19 @@ def test_tensors_cut_alike_are_checked_once_and_a_difference_anywhere_is_seen():
     assert dcp_cover.exact_covers(*_columns(cases)).tolist() == [True, True, False, True, False]
 
 
+def test_a_listing_checks_each_distinct_layout_once():
+    """The pure listers ask Remembered for every tensor: a layout seen before is not checked again, one that
+    differs anywhere is, and what cannot be remembered (a list where an int belongs) is checked as it is."""
+    remembered = dcp_cover.Remembered()
+    rows = [(2 * i,) for i in range(40)], [(2,)] * 40
+    gap = [(2 * i,) for i in range(40) if i != 20], [(2,)] * 39
+    with mock.patch.object(dcp_cover, "covers", wraps=dcp_cover.covers) as checked:
+        answers = [remembered.covers((80,), *layout) for layout in (rows, rows, gap, rows, gap)]
+        assert remembered.covers((80,), [(0,), ([1],)], [(1,), (79,)]) is False  # a list for an int: no cover
+    assert answers == [True, True, False, True, False]
+    assert checked.call_count == 3
+
+
 @pytest.mark.parametrize(
     ("shape", "offsets", "sizes", "covered"),
     [
