@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 MAX_DIM = 1 << 62  # a torch.Size holds int64: a dimension this large is no tensor torch could save
 MAX_CORNER_DIMS = 4  # sharded dimensions tested by their corners (2^d per chunk); more: _identity
-_SMALL_CORNERS = 64  # a tensor of at most this many corners is summed in a dict (no numpy call per tensor)
+_SMALL_CORNERS = 4096  # a tensor of at most this many corners is summed in a dict: no numpy (nor its import)
 _BATCH_CHUNKS = 1 << 18  # chunks per batch of tensors: the arrays of their corners stay within tens of MB
 _SAME_LAYOUT_MIN = 32  # tensors of this many chunks or more are compared with those checked before
 _PRIME = (1 << 127) - 1
