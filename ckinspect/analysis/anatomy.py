@@ -18,8 +18,9 @@ Counting rules (the JSON report's numbers mean exactly this):
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from itertools import chain
+from operator import attrgetter
 
 from ckinspect.analysis.layouts import Layout, recognise
 from ckinspect.analysis.scalars import read_scalar
@@ -224,16 +225,24 @@ def _summarize(ckpt: Checkpoint) -> Anatomy:
         return _count(ckpt)
 
 
-def _views_by_storage(ckpt: Checkpoint) -> tuple[dict[str, int], dict[str, TensorInfo], dict[str, list[TensorInfo]]]:
-    """One pass over the tensors: per group counts, and the views of each storage. Most storages have
-    exactly one view, kept alone; a list is made only for storages viewed more than once."""
+def _group_counts(tensors: list[TensorInfo]) -> dict[str, int]:
+    """Tensors per group (one not in GROUPS counts as "other"), counted in C."""
     counts: dict[str, int] = dict.fromkeys(GROUPS, 0)
-    only_view: dict[str, TensorInfo] = {}
+    for group, count in Counter(map(_GROUP, tensors)).items():
+        counts[group if group in counts else "other"] += count
+    return counts
+
+
+def _views_by_storage(tensors: list[TensorInfo], keys: list[str]) -> tuple[dict[str, TensorInfo],
+                                                                          dict[str, list[TensorInfo]]]:  # fmt: skip
+    """The views of each storage (`keys`: the tensors' storage keys). Most storages have exactly one view, kept
+    alone; a list is made only for storages viewed more than once."""
+    only_view: dict[str, TensorInfo] = dict(zip(keys, tensors, strict=True))  # built in C
     shared: dict[str, list[TensorInfo]] = {}
-    for tensor in ckpt.tensors:
-        group = tensor.group
-        counts[group if group in counts else "other"] += 1
-        key = tensor.storage_key
+    if len(only_view) == len(tensors):  # every view its own storage (the first view is then the only one)
+        return only_view, shared
+    only_view = {}
+    for key, tensor in zip(keys, tensors, strict=True):
         first = only_view.get(key)
         if first is None:
             only_view[key] = tensor
@@ -241,7 +250,7 @@ def _views_by_storage(ckpt: Checkpoint) -> tuple[dict[str, int], dict[str, Tenso
             shared[key].append(tensor)
         else:
             shared[key] = [first, tensor]
-    return counts, only_view, shared
+    return only_view, shared
 
 
 def _shared_storage(views: list[TensorInfo], storage: StorageInfo | None, bits_of: dict[str, int],
@@ -262,7 +271,10 @@ def _shared_storage(views: list[TensorInfo], storage: StorageInfo | None, bits_o
 
 def bits_by_dtype(tensors: Iterable[TensorInfo]) -> dict[str, int]:
     """Bits per element of each dtype the tensors have (8 x itemsize but for the packed fp4/fp6)."""
-    return {dtype: dtype_info(dtype).bits for dtype in {t.dtype for t in tensors}}
+    return {dtype: dtype_info(dtype).bits for dtype in set(map(_DTYPE, tensors))}
+
+
+_GROUP, _STORAGE_KEY, _DTYPE = attrgetter("group"), attrgetter("storage_key"), attrgetter("dtype")
 
 
 def _unlisted(storages: dict[str, StorageInfo], only_view: dict[str, TensorInfo]) -> list[tuple[str, None]]:
@@ -270,25 +282,46 @@ def _unlisted(storages: dict[str, StorageInfo], only_view: dict[str, TensorInfo]
     return [(k, None) for k in only_view if k not in storages]
 
 
+def _storages_and_views(tensors: list[TensorInfo], storages: dict[str, StorageInfo]) -> tuple[
+        Iterable[tuple[str, StorageInfo | None, TensorInfo | None]], dict[str, list[TensorInfo]]]:  # fmt: skip
+    """(key, storage, its only view or None) for every storage, then for every key the tensors view that the
+    reader lists no storage for; and the views of each storage viewed more than once."""
+    keys = list(map(_STORAGE_KEY, tensors))
+    if keys == list(storages):  # storage i viewed by tensor i alone (torch.save's order): paired in place, no lookup
+        return zip(storages, storages.values(), tensors, strict=True), {}
+    only_view, shared = _views_by_storage(tensors, keys)
+    rows = [(key, storage, None if key in shared else only_view.get(key))
+            for key, storage in chain(storages.items(), _unlisted(storages, only_view))]  # fmt: skip
+    return rows, shared
+
+
 def _count(ckpt: Checkpoint) -> Anatomy:
-    counts, only_view, shared = _views_by_storage(ckpt)
-    bits_of = bits_by_dtype(ckpt.tensors)
-    storages = ckpt.storages
+    tensors, storages = ckpt.tensors, ckpt.storages
+    counts = _group_counts(tensors)
+    bits_of = bits_by_dtype(tensors)
+    rows, shared = _storages_and_views(tensors, storages)
     group_bytes: dict[str, int] = dict.fromkeys(GROUPS, 0)
     uses: list[StorageUse] = []
     missing: list[TensorInfo] = []
     storage_bytes = 0
     tensor_bytes = 0
-    for key, storage in chain(storages.items(), _unlisted(storages, only_view)):
-        view = only_view.get(key)
-        if view is not None and key not in shared:  # the common case: one tensor, one storage
+    for key, storage, view in rows:
+        if view is None:  # viewed by several tensors, or by none
+            size, used, largest = _shared_storage(shared.get(key, []), storage, bits_of, group_bytes, missing)
+        else:  # the common case: one tensor, one storage (_extent(view, bits) inlined; one dimension without zip)
             bits = bits_of[view.dtype]
-            offset = view.storage_offset  # _extent(view, bits), inlined
+            offset = view.storage_offset
             start = end = offset * bits >> 3
-            if 0 not in view.shape:  # else no elements: it reaches nothing, misses nothing
+            shape, stride = view.shape, view.stride
+            if len(shape) == 1 == len(stride):
+                last = (shape[0] - 1) * stride[0] if shape[0] else None
+            elif 0 in shape:
+                last = None  # no elements: it reaches nothing, misses nothing
+            else:
                 last = 0
-                for dim, step in zip(view.shape, view.stride, strict=True):
+                for dim, step in zip(shape, stride, strict=True):
                     last += (dim - 1) * step
+            if last is not None:
                 reach = (offset + last + 1) * bits + 7 >> 3
                 if last >= 0:
                     end = reach
@@ -298,11 +331,9 @@ def _count(ckpt: Checkpoint) -> Anatomy:
             if end > size:
                 end = size
             used = end - start if end > start else 0
-            group = view.group if view.group in group_bytes else "other"
-            group_bytes[group] += used
-            largest: str | None = view.name
-        else:
-            size, used, largest = _shared_storage(shared.get(key, []), storage, bits_of, group_bytes, missing)
+            group = view.group
+            group_bytes[group if group in group_bytes else "other"] += used
+            largest = view.name
         storage_bytes += size
         tensor_bytes += used
         if used < size:  # only storages with bytes to spare are kept, for bloat messages

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from itertools import chain, compress
+from operator import attrgetter
 
 from ckinspect.fmt import bounded_str
 from ckinspect.model import CompositeTensor, TensorInfo
@@ -119,6 +121,18 @@ def scalar_leaves(tree: Any, kinds: tuple[type, ...], prefix: str = "") -> Itera
 
 
 _SCALARS = (str, int, float, bool, type(None), bytes)
+_SCALAR_TYPES = frozenset(_SCALARS)
+_SEQUENCES = frozenset((tuple, list))
+_NUMBERS_ONLY = _SCALAR_TYPES | _SEQUENCES
+_STRINGS = frozenset((str,))
+
+
+def _numbers_only(values: Any) -> bool:
+    """Whether each of `values` is a scalar, or a tuple or list of scalars (no container, no tensor below it):
+    a test run in C (no Python frame per value)."""
+    return _NUMBERS_ONLY.issuperset(map(type, values)) and _SCALAR_TYPES.issuperset(
+        map(type, chain.from_iterable(compress(values, map(_SEQUENCES.__contains__, map(type, values)))))
+    )
 
 
 def flatten(
@@ -132,46 +146,134 @@ def flatten(
     Same traversal as walk() (containers entered once, pre-order), written out because a
     50,000-tensor checkpoint makes the generator's per-node overhead the slowest part of listing.
     """
-    out: list[TensorInfo] = []
-    entered: set[int] = set()
-    stack: list[tuple[str, Any, int]] = [(prefix, tree, 0)]
-    budget = NAME_BUDGET
-    while stack:
-        path, node, depth = stack.pop()
-        kind = type(node)
-        if kind is TensorInfo:
-            name = path or ROOT_TENSOR_NAME
-            if node.name == "":
-                node.name = name  # never changed once named: this is where its reader names it
-                out.append(node)
+    walk = _Flatten(too_deep, composites)
+    walk.run(tree, prefix)
+    return walk.out
+
+
+class _Flatten:
+    """flatten's walk: the tensors found (`out`), the containers entered, and the stack of (the parent's path
+    and ".", the key, node, depth), whose paths are joined only where they are used (a tensor's name, a
+    container's children), never for the thousands of shapes and number lists that hold no tensor."""
+
+    __slots__ = ("budget", "composites", "entered", "out", "stack", "too_deep")
+
+    def __init__(self, too_deep: list[str] | None, composites: list[CompositeTensor] | None) -> None:
+        self.out: list[TensorInfo] = []
+        self.entered: set[int] = set()
+        self.stack: list[tuple[str, str, Any, int]] = []
+        self.budget = NAME_BUDGET
+        self.too_deep, self.composites = too_deep, composites
+
+    def run(self, tree: Any, prefix: str) -> None:
+        stack, out = self.stack, self.out
+        stack.append(("", prefix, tree, 0))
+        while stack:
+            dot, key, node, depth = stack.pop()
+            kind = type(node)
+            if kind is TensorInfo:  # most nodes of a big checkpoint: named here, no call
+                name = dot + key or ROOT_TENSOR_NAME
+                if node.name == "":
+                    node.name = name  # never changed once named: this is where its reader names it
+                    out.append(node)
+                else:
+                    out.append(node if node.name == name else node.replace(name=name))
+            elif (kind is tuple or kind is list) and _SCALAR_TYPES.issuperset(map(type, node)):
+                self.enter_leaf(node, dot, key, depth)  # a shape, a list of numbers: nothing in it to list
             else:
-                out.append(node if node.name == name else node.replace(name=name))
-            continue
-        if kind in _SCALARS:
-            continue
+                self.visit(node, kind, dot + key, depth)
+
+    def visit(self, node: Any, kind: type, path: str, depth: int) -> None:
         if kind is CompositeTensor:
-            node = _named_composite(node, path or ROOT_TENSOR_NAME, composites)
+            node = _named_composite(node, path or ROOT_TENSOR_NAME, self.composites)
         if isinstance(node, TensorInfo):
-            out.append(node.replace(name=path or ROOT_TENSOR_NAME))
-            continue
-        if id(node) in entered:
-            continue
+            self.out.append(node.replace(name=path or ROOT_TENSOR_NAME))
+            return
+        if id(node) not in self.entered:
+            self.expand(node, kind, path, depth)
+
+    def expand(self, node: Any, kind: type, path: str, depth: int) -> None:
+        """A container met for the first time: entered, and its children pushed (or too deep)."""
+        if kind is dict and depth < MAX_TREE_DEPTH and _numbers_only(node.values()):
+            self.enter_numbers(node, path, depth + 1)
+            return
+        if isinstance(node, dict) and depth < MAX_TREE_DEPTH and (spent := _name_fresh_tensors(node, path, self.out)):
+            self.entered.add(id(node))  # a state dict: its tensors named in bulk
+            self.budget -= spent
+            return
         children = _children(node)
         if children is None:
-            continue
-        entered.add(id(node))
+            return
+        self.entered.add(id(node))
         if depth >= MAX_TREE_DEPTH:
-            if too_deep is not None and not too_deep:
-                too_deep.append(path[:200])
-            continue
-        dot = path + "." if path else ""
-        depth += 1
+            self.note_too_deep(path)
+            return
+        self.push(children, path + "." if path else "", depth + 1)
+
+    def push(self, children: list[tuple[str, Any]], dot: str, depth: int) -> None:
+        """The children to visit, popped in their order; keys cut once NAME_BUDGET is spent."""
+        budget, append = self.budget, self.stack.append
         for key, child in reversed(children):
-            if type(child) in _SCALARS:
+            if type(child) in _SCALAR_TYPES:
                 continue
             budget -= len(dot) + len(key)
-            stack.append((dot + (key if len(key) <= MAX_KEY_CHARS or budget > 0 else _cut(key)), child, depth))
-    return out
+            append((dot, key if len(key) <= MAX_KEY_CHARS or budget > 0 else _cut(key), child, depth))
+        self.budget = budget
+
+    def enter_leaf(self, node: Any, dot: str, key: str, depth: int) -> None:
+        """A container of scalars, entered as any container is: once, and too deep at the limit."""
+        if id(node) not in self.entered:
+            self.entered.add(id(node))
+            if depth >= MAX_TREE_DEPTH:
+                self.note_too_deep(dot + key)
+
+    def enter_numbers(self, node: dict[Any, Any], path: str, depth: int) -> None:
+        """A dict of shapes (723 torch.Size in each ZeRO-3 model-states file) and its children (at `depth`):
+        popping each child would only enter it (enter_leaf), and nothing else would come between their pops,
+        so that is done now, in their order. Above the depth limit with string keys, in C: entering them
+        in any order is the same set, and the budget spends the same sum."""
+        self.entered.add(id(node))
+        dot = path + "." if path else ""
+        values = node.values()
+        held = list(map(_SEQUENCES.__contains__, map(type, values)))  # the children that are not scalars
+        if depth < MAX_TREE_DEPTH and _STRINGS.issuperset(map(type, node)):
+            self.entered.update(map(id, compress(values, held)))
+            self.budget -= len(dot) * sum(held) + sum(map(len, compress(node, held)))
+            return
+        for k, child in compress(node.items(), held):
+            key = k if type(k) is str else _key(k)
+            self.budget -= len(dot) + len(key)
+            self.enter_leaf(child, dot, key, depth)
+
+    def note_too_deep(self, path: str) -> None:
+        if self.too_deep is not None and not self.too_deep:
+            self.too_deep.append(path[:200])
+
+
+def _name_fresh_tensors(node: dict[Any, Any], path: str, out: list[TensorInfo]) -> int:
+    """A dict of tensors only (a state dict: 50,000 of them), named and listed as flatten's stack would, in bulk:
+    every key a str of at most MAX_KEY_CHARS (so none is cut, whatever the budget), every value a TensorInfo not
+    named yet and met once. The characters its names charge to the budget; 0 (nothing done) when it is not such
+    a dict: flatten then walks it child by child."""
+    if not node or set(map(type, node.values())) != {TensorInfo} or set(map(type, node)) != {str}:
+        return 0
+    tensors = list(node.values())
+    if max(map(len, node)) > MAX_KEY_CHARS or set(map(_NAME, tensors)) != {""}:
+        return 0
+    names = list(map((path + "." if path else "").__add__, node))
+    if not all(names):  # "" (the root's own key ""): flatten names it ROOT_TENSOR_NAME
+        return 0
+    for tensor, name in zip(tensors, names, strict=True):
+        tensor.name = name  # never changed once named: this is where its reader names it
+    if list(map(_NAME, tensors)) != names:  # one tensor under two keys (the later name stuck): not this way
+        for tensor in tensors:
+            tensor.name = ""
+        return 0
+    out += tensors
+    return sum(map(len, names))
+
+
+_NAME = attrgetter("name")
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import time
 from pathlib import Path
 
 from ckinspect.io.reader import FileReader
@@ -268,9 +269,10 @@ def check_readable(path: str | os.PathLike[str]) -> None:
         return
     path = Path(path)
     try:
-        if path.is_dir():
+        mode = os.stat(path).st_mode  # one stat says which (and that it is there)
+        if stat.S_ISDIR(mode):
             os.scandir(path).close()
-        elif not stat.S_ISREG(os.stat(path).st_mode):
+        elif not stat.S_ISREG(mode):
             raise CkinspectError(f"{path}: not a regular file or folder")
         else:
             with open(path, "rb"):
@@ -391,9 +393,47 @@ def files_ending(folder: Path, suffix: str) -> list[Path]:
     temporaries beside it listed a million paths). OSError when it cannot be listed."""
     if _remote(folder) is not None:
         return [e.path for e in entries(folder) if not e.is_dir and e.name.endswith(suffix)]
+    names = _names_ending(folder, suffix)
+    if names is None:  # listed now (the folder changed lately, or was not listed before)
+        with os.scandir(folder) as scan:
+            found = sorted((e for e in scan if e.name.endswith(suffix)), key=lambda e: e.name)
+        return [Path(e.path) for e in found if _kind(e) == "file"]
+    return [path for path in (folder / name for name in names) if os.path.isfile(path)]
+
+
+# Folders whose names ending in a suffix were listed, while the folder stays as it was: (folder, suffix) ->
+# (its stat stamp, those names). Judging each of a 2,048-file DeepSpeed tag's files for the temporaries beside
+# it listed the folder 2,048 times (4 million names: the one cost that grew with the square of the files).
+# A folder's mtime and ctime change with every name added, removed or renamed in it, so an equal stamp says the
+# names are the same; only a folder settled for _SETTLED_NS is kept, since within a coarse clock tick a second
+# change may leave its times as they were (what git calls racy). Each kept entry holds the matching names only.
+_ENDINGS: dict[tuple[str, str], tuple[tuple[int, int, int, int], list[str]]] = {}
+_ENDINGS_KEEP = 8
+_SETTLED_NS = 5_000_000_000
+
+
+def _names_ending(folder: Path, suffix: str) -> list[str] | None:
+    """The names in local `folder` ending with `suffix` (sorted) when it was listed before and has not changed
+    since; None when it must be listed now (then it is stamped, and kept if settled, for the next call)."""
+    key = (os.fspath(folder), suffix)
+    try:
+        st = os.stat(folder)
+    except OSError:
+        _ENDINGS.pop(key, None)
+        return None  # scandir says why
+    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    kept = _ENDINGS.get(key)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    _ENDINGS.pop(key, None)
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _SETTLED_NS:
+        return None
     with os.scandir(folder) as scan:
-        found = sorted((e for e in scan if e.name.endswith(suffix)), key=lambda e: e.name)
-    return [Path(e.path) for e in found if _kind(e) == "file"]
+        names = sorted(e.name for e in scan if e.name.endswith(suffix))
+    while len(_ENDINGS) >= _ENDINGS_KEEP:
+        del _ENDINGS[next(iter(_ENDINGS))]
+    _ENDINGS[key] = (stamp, names)
+    return names
 
 
 def _kind(entry: os.DirEntry[str]) -> str | None:

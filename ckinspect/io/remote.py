@@ -106,7 +106,12 @@ class RemotePath(PurePosixPath):
 
 def as_path(path: str | os.PathLike[str]) -> Path:
     """A RemotePath for a URL, else a Path: what a screen or command keeps as its target."""
+    if type(path) is _LOCAL_PATH:
+        return path  # already one (a Path never holds a URL: it folds `//`)
     return RemotePath(os.fspath(path)) if is_url(path) else Path(path)  # type: ignore[return-value]  # a URL as a Path
+
+
+_LOCAL_PATH = type(Path())
 
 
 WATCH_LOCAL_ONLY = "watch follows the saves of a local folder; a remote path cannot be watched"

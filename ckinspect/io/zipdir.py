@@ -17,6 +17,7 @@ import zlib
 from collections import namedtuple
 from collections.abc import Iterator
 
+from ckinspect._native import load as load_native
 from ckinspect.io.crc import crc32
 from ckinspect.io.reader import PositionedReader, ReadError
 
@@ -132,6 +133,18 @@ def read_directory(reader: PositionedReader, base: int = 0, end: int | None = No
     directory = reader.read_at(cd_start, cd_size)
     if len(directory) < cd_size:
         raise ZipError(f"zip directory cut short: {len(directory)} of {cd_size} bytes")
+    native = load_native("zipdir")
+    if native is not None and len(directory) == cd_size:
+        # the loop below in C (ckinspect/_native/zipdir.c); None where an entry is not whole and well-formed: the
+        # loop then says what is wrong. More entries than the directory can hold fail there too.
+        found = native.central(directory, min(count, cd_size // _CENTRAL.size + 1), base, ZipMember)
+        if found is not None:
+            return found, cd_start
+    return _entries(directory, cd_start, cd_size, count, base), cd_start
+
+
+def _entries(directory: bytes, cd_start: int, cd_size: int, count: int, base: int) -> list[ZipMember]:
+    """The directory's entries, one at a time (the compiled loop's oracle, and the one that names damage)."""
     members = []
     pos = 0
     unpack = _CENTRAL_USED.unpack_from
@@ -149,7 +162,7 @@ def read_directory(reader: PositionedReader, base: int = 0, end: int | None = No
             usize, csize, hoff = zip64_extra(directory[name_end : name_end + xlen], usize, csize, hoff)
         members.append(new_member(ZipMember, (name, base + hoff, method, csize, usize, crc, flags)))
         pos = name_end + xlen + clen
-    return members, cd_start
+    return members
 
 
 def zip64_extra(extra: bytes, usize: int, csize: int, hoff: int = 0, local: bool = False) -> tuple[int, int, int]:
@@ -201,6 +214,19 @@ def data_offset(reader: PositionedReader, member: ZipMember) -> int:
 def data_offsets(reader: PositionedReader, members: list[ZipMember]) -> list[int | ZipError]:
     """data_offset() of each member, or the ZipError it would raise, in one loop over blocks of local
     headers: for 50,000 tiny storages the per-member calls cost more than the reading."""
+    native = load_native("zipdir")
+    if native is None:
+        return _local_offsets(reader, members)
+    found = native.local_offsets(reader.read_at, reader.BLOCK, members)  # this loop in C: None, no header there
+    for i, at in enumerate(found):
+        if at is None:
+            member = members[i]
+            found[i] = ZipError(f"local header of {member.name} missing at byte {member.header_offset}")
+    return found
+
+
+def _local_offsets(reader: PositionedReader, members: list[ZipMember]) -> list[int | ZipError]:
+    """data_offsets, one member at a time in Python (the compiled loop's oracle)."""
     out: list[int | ZipError] = []
     block = b""
     block_start = -1

@@ -88,6 +88,9 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+_PLAIN = frozenset({int, float, bool, type(None)})  # what terminal_copy returns as it is
+
+
 def terminal_copy(value: Any) -> Any:
     """A copy of a report's data with every string made terminal-safe (fmt.terminal_safe), keys included.
 
@@ -96,9 +99,14 @@ def terminal_copy(value: Any) -> Any:
     copies: dict[int, Any] = {}
 
     def copy(node: Any, depth: int) -> Any:
+        kind = type(node)
+        if kind is str:  # most of a report: a plain name or word, already safe (terminal_safe's own test)
+            return node if node.isascii() and node.isprintable() else terminal_safe(node)
+        if kind in _PLAIN:
+            return node
         if isinstance(node, str):
             return terminal_safe(node)
-        if not isinstance(node, (Mapping, list, tuple)):
+        if not (kind is dict or kind is list or isinstance(node, (Mapping, list, tuple))):
             return node
         done = copies.get(id(node))
         if done is not None:
@@ -113,7 +121,7 @@ def terminal_copy(value: Any) -> Any:
             return out
         items: list[Any] = []
         copies[id(node)] = items
-        items.extend(copy(item, depth + 1) for item in node)
+        items.extend([copy(item, depth + 1) for item in node])
         return items
 
     return copy(value, 0)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 
+from ckinspect._native import load as load_native
 from ckinspect.analysis.anatomy import CutShort, bits_by_dtype, cut_short, missing_tensors, summarize
 from ckinspect.analysis.params import optimizer_params
 from ckinspect.fmt import bounded_repr, bounded_str
@@ -189,25 +191,38 @@ def _json_scalar(value: None | bool | int | str | float) -> Any:
 def render(report: dict[str, Any]) -> str:
     """Indented JSON, except that each tensor is one line: readable, and fast for 50,000 tensors
     (json's indenting encoder is pure Python; the compact one is C)."""
+    mark = _TENSORS_MARK + os.urandom(16).hex()  # a name or value from the file cannot spell it (billions of tries)
     tensor_lists = []
     files = []
     for entry in report["files"]:
-        tensor_lists.append(entry.get("tensors"))
-        files.append({k: (_TENSORS_MARK if k == "tensors" else v) for k, v in entry.items()})
+        tensors = entry.get("tensors")
+        if tensors is not None:
+            tensor_lists.append(tensors)
+        files.append({k: (mark if k == "tensors" and v is not None else v) for k, v in entry.items()})
     text = json.dumps({**report, "files": files}, indent=2, allow_nan=False)
-    for tensors in tensor_lists:
-        if tensors is None:
-            continue
-        if tensors:
-            # One C-encoded dump, then a line break between entries: `{"name"` cannot occur inside
-            # a JSON string (its quote would be escaped), so this split is exact.
-            # (fresh flat dicts from tensor_entries cannot contain themselves: no cycle bookkeeping per entry)
-            body = json.dumps(tensors, allow_nan=False, separators=(", ", ": "), check_circular=False)[1:-1]
-            listing = "[\n        " + body.replace('}, {"name": ', '},\n        {"name": ') + "\n      ]"
-        else:
-            listing = "[]"
-        text = text.replace(json.dumps(_TENSORS_MARK), listing, 1)
-    return text + "\n"
+    chunks: list[str] = []
+    spelled = json.dumps(mark)
+    for tensors in tensor_lists:  # each list where its mark is, in order; nothing already spliced in is searched
+        head, _, text = text.partition(spelled)
+        chunks += (head, _listing(tensors))
+    chunks += (text, "\n")
+    return "".join(chunks)
 
 
+def _listing(tensors: list[dict[str, Any]]) -> str:
+    """The tensor entries as JSON, one per line. In one C pass where built (_native/jsonrows.c: json's encoder
+    spends most of 50,000 entries on joining small strings); else json.dumps, then a line break between entries:
+    `{"name"` cannot occur inside a JSON string (its quote would be escaped), so that split is exact."""
+    if not tensors:
+        return "[]"
+    native = load_native("jsonrows")
+    listing = native.encode(tensors, _ONE_PER_LINE) if native is not None else None
+    if listing is None:
+        # (fresh flat dicts from tensor_entries cannot contain themselves: no cycle bookkeeping per entry)
+        body = json.dumps(tensors, allow_nan=False, separators=(", ", ": "), check_circular=False)[1:-1]
+        listing = "[\n        " + body.replace('}, {"name": ', '},\n        {"name": ') + "\n      ]"
+    return listing
+
+
+_ONE_PER_LINE = ("[\n        ", "\n      ]", "name", ",\n        ")  # jsonrows.encode's layout of _listing
 _TENSORS_MARK = "\0tensors\0"  # json escapes a NUL, so no real value can look like this

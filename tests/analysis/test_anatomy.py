@@ -162,3 +162,62 @@ def test_a_step_counter_saved_on_a_big_endian_host_is_read_as_torch_reads_it(tmp
     ckpt = analyze(open_checkpoint(tmp_path / "be.pt"))
     assert read_scalar(ckpt, ckpt.tensor("step")) == 1234
     assert ckpt.metadata["step"] == 1234
+
+
+class _KeysReversed(dict):
+    """A storages dict whose keys, listed, never read as the tensors' keys in order: the paths that pair tensor i
+    with storage i in place (summarize, check_views) must then look each storage up, and say the same."""
+
+    def __iter__(self):
+        return iter(list(super().__iter__())[::-1])
+
+
+def _paired_checkpoint(seed: int):
+    """Tensors viewing storages one to one in the storages' order (torch.save's), of every shape the pairing
+    meets: 1-D, n-D, 0-d, size 0, negative strides, offsets, sub-byte dtypes, views past their storage, a storage
+    missing or holding nothing, groups outside GROUPS."""
+    import random
+
+    from ckinspect.model import Checkpoint
+
+    rng = random.Random(seed)
+    ckpt = Checkpoint(path="x.pt", format="torch-zip", file_bytes=1 << 20)
+    tensors, storages = [], {}
+    for i in range(40):
+        dtype = rng.choice(["float32", "bfloat16", "int8", "float4_e2m1fn", "bool"])
+        ndim = rng.choice([0, 1, 1, 1, 2, 3])
+        shape = tuple(rng.choice([0, 1, 3, 5]) for _ in range(ndim))
+        stride = tuple(rng.choice([1, 3, 15, -1]) for _ in range(ndim))
+        offset = rng.choice([0, 0, 2, 7])
+        key = str(i)
+        group = rng.choice(["model", "optimizer", "rng", "other", "custom"])
+        tensors.append(TensorInfo(f"t{i}", dtype, shape, stride, key, offset, group))
+        if seed % 4 or rng.random() < 0.9:  # every fourth checkpoint lacks some storages
+            size = rng.choice([0, 1, 4, 16, 64, 200])
+            storages[key] = StorageInfo(key, dtype, size, "x.pt", None if size == 0 and rng.random() < 0.5 else 64)
+    ckpt.tensors, ckpt.storages = tensors, storages
+    return ckpt
+
+
+def test_tensors_paired_with_storages_in_place_count_as_when_looked_up():
+    from ckinspect.analysis.anatomy import _summarize
+
+    for seed in range(200):
+        ckpt = _paired_checkpoint(seed)
+        in_place = _summarize(ckpt)
+        ckpt.storages = _KeysReversed(ckpt.storages)
+        looked_up = _summarize(ckpt)
+        assert in_place.to_json() == looked_up.to_json()
+        assert in_place.missing == looked_up.missing
+
+
+def test_views_paired_with_storages_in_place_are_checked_as_when_looked_up():
+    from ckinspect.formats.pickle_findings import check_views
+
+    for seed in range(200):
+        in_place, looked_up = _paired_checkpoint(seed), _paired_checkpoint(seed)
+        looked_up.storages = _KeysReversed(looked_up.storages)
+        check_views(in_place)
+        check_views(looked_up)
+        assert [(f.code, f.message) for f in in_place.findings] == [(f.code, f.message) for f in looked_up.findings]
+        assert in_place.tensors == looked_up.tensors

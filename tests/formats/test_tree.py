@@ -56,3 +56,121 @@ def test_scalar_leaves_are_walks_scalars_in_walks_order():
     kinds = (str, int, float, bool, bytes, type(None))
     assert list(scalar_leaves(tree, kinds)) == [(p, v) for p, v in walk(tree) if isinstance(v, kinds)]
     assert ("a.lr", 0.1) in list(scalar_leaves(tree, kinds)) and ("step", 3) in list(scalar_leaves(tree, kinds))
+
+
+def _flatten_as_before(tree, too_deep):
+    """flatten as it was before it left shapes and number lists unjoined: every container popped and entered
+    alike (the oracle for the order in which a shared container is first entered, and so for too_deep)."""
+    from ckinspect.formats.tree import _children
+
+    out, entered, stack = [], set(), [("", tree, 0)]
+    while stack:
+        path, node, depth = stack.pop()
+        if type(node) is TensorInfo:
+            out.append(path or "tensor")
+            continue
+        if id(node) in entered or (children := _children(node)) is None:
+            continue
+        entered.add(id(node))
+        if depth >= MAX_TREE_DEPTH:
+            if not too_deep:
+                too_deep.append(path[:200])
+            continue
+        for key, child in reversed(children):
+            if type(child) not in (str, int, float, bool, type(None), bytes):
+                stack.append((f"{path}.{key}" if path else key, child, depth + 1))
+    return out
+
+
+def _chain(inner, levels):
+    for _ in range(levels):
+        inner = {"d": inner}
+    return inner
+
+
+def test_flatten_enters_shared_number_lists_in_the_same_order_as_any_container():
+    """Shapes and number lists are not joined into paths, yet a tuple shared at a shallow place and at the
+    depth limit is judged too deep exactly when it was before: when the deep visit comes first."""
+    shape, empty = (3, 4), []
+    depth_of = MAX_TREE_DEPTH - 1  # the chain's innermost dict sits here: its child at the limit
+    trees = [
+        [_chain({"s": shape}, depth_of - 1), shape],  # the deep visit first: too deep
+        [shape, _chain({"s": shape}, depth_of - 1)],  # the shallow one first: entered, the deep one skipped
+        {"a": _chain({"s": shape, "w": _ti()}, depth_of - 1), "b": {"s": shape}},
+        {"a": _chain({"e": empty}, depth_of - 1)},  # an empty list at the limit counts as a container there
+        {"a": _chain({"e": [1, "x", None, 2.0, b"", True]}, depth_of - 2), "t": [_ti(), (1, 2)], "n": [(), [()]]},
+        {"w": _ti(), "shapes": {f"layer.{i}": (i, 2 * i) for i in range(50)}, "mixed": [1, (2, _ti())]},
+        # dicts of shapes (entered in one go): at the limit, sharing a shape with a deeper visit before or after
+        {"a": _chain({"s": {"x": shape, "y": 1, 2: [3.0], (4, 5): ()}}, depth_of - 2), "b": {"k": shape}},
+        {"b": {"k": shape, "n": None}, "a": _chain({"s": shape}, depth_of - 1)},
+        {"a": _chain({"s": shape}, depth_of - 1), "b": {"k": shape, "n": None}},
+        {"a": _chain({"e": {}}, depth_of - 1), "b": {"k": [[1]], "l": [shape, [shape]]}},
+        {"x" * 3000: {"y" * 1500: (1,)}, "z": [_ti()]},
+    ]
+    for tree in trees:
+        expected_deep: list[str] = []
+        expected = _flatten_as_before(tree, expected_deep)
+        too_deep: list[str] = []
+        assert [t.name for t in flatten(tree, too_deep=too_deep)] == expected
+        assert too_deep == expected_deep
+    assert _flatten_as_before(trees[0], []) == [] and len(_flatten_as_before(trees[2], [])) == 1
+    deep: list[str] = []
+    _flatten_as_before(trees[0], deep)
+    assert deep and deep[0].startswith("0.d.d")  # the cases do reach the limit
+    deep = []
+    _flatten_as_before(trees[1], deep)
+    assert not deep
+
+
+def _random_tree(seed: int) -> object:
+    """A decoded-pickle-like tree: dicts (plain, and state-dict-like ones of tensors only), lists and tuples,
+    tensors (some under two keys, some already named), scalars, a long key, the empty key, an int key."""
+    import random
+
+    from ckinspect.formats.tree import MAX_KEY_CHARS
+
+    rng = random.Random(seed)
+    pool = [_ti(str(i)) for i in range(6)]
+    named = TensorInfo("elsewhere", "float32", (2,), (1,), "n", 0)
+
+    def node(depth: int) -> object:
+        roll = rng.random()
+        if depth > 3 or roll < 0.3:
+            return rng.choice([_ti(str(rng.random())), _ti(), rng.choice(pool), named, 3, "s", None, 1.5])
+        if roll < 0.55:  # tensors only: the bulk path's case, sometimes with a shared or named one
+            keys = [rng.choice(["w", "bias", "x" * (MAX_KEY_CHARS + 5), "", "layer.0"]) + str(i) for i in range(4)]
+            if rng.random() < 0.2:
+                keys[0] = ""
+            return {k: (_ti() if rng.random() < 0.8 else rng.choice([*pool, named])) for k in keys}
+        if roll < 0.8:
+            return {rng.choice(["a", "b", 7, ""]) if rng.random() < 0.5 else str(i): node(depth + 1)
+                    for i in range(rng.randint(0, 4))}  # fmt: skip
+        items = [node(depth + 1) for _ in range(rng.randint(0, 3))]
+        return items if rng.random() < 0.5 else tuple(items)
+
+    return node(0)
+
+
+def test_flatten_names_dicts_of_tensors_in_bulk_exactly_as_one_by_one(monkeypatch):
+    """flatten's bulk path for a dict of fresh tensors (a state dict) gives what naming them one by one gives:
+    the same names, in the same order, the same objects named in place and the same copies."""
+    import pickle
+
+    from ckinspect.formats import tree as tree_module
+
+    budget = tree_module.NAME_BUDGET
+    for seed in range(300):
+        # every third tree with a budget that runs out: its long keys are cut from then on
+        monkeypatch.setattr(tree_module, "NAME_BUDGET", 40 + seed if seed % 3 == 0 else budget)
+        tree = _random_tree(seed)
+        one_by_one = pickle.loads(pickle.dumps(tree))  # the same tree, its own descriptors (sharing kept)
+        with monkeypatch.context() as m:
+            m.setattr(tree_module, "_name_fresh_tensors", lambda node, path, out: 0)
+            expected = flatten(one_by_one, prefix="p" if seed % 2 else "")
+        got = flatten(tree, prefix="p" if seed % 2 else "")
+        assert [t._values() for t in got] == [t._values() for t in expected]
+        assert [p for p, _ in walk(tree)] == [p for p, _ in walk(one_by_one)]
+        leaves = [v.name for _, v in walk(tree) if isinstance(v, TensorInfo)]
+        assert leaves == [v.name for _, v in walk(one_by_one) if isinstance(v, TensorInfo)]
+        named_in_place = [any(t is v for _, v in walk(tree)) for t in got]
+        assert named_in_place == [any(t is v for _, v in walk(one_by_one)) for t in expected]

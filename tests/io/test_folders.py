@@ -41,3 +41,57 @@ def test_a_local_folder_is_listed_as_os_scandir_sees_it(tmp_path):
 def test_a_url_under_no_listing_is_no_folder_and_costs_no_request():
     url = RemotePath("s3://bucket-never-listed/run/x.pt")
     assert not folders.is_dir(url) and not folders.is_file(url) and folders.listed_size(url) is None
+
+
+def _listed(folder, suffix=".tmp"):
+    return [p.name for p in folders.files_ending(folder, suffix)]
+
+
+def test_a_settled_folder_listed_again_sees_every_name_added_removed_or_renamed(tmp_path, monkeypatch):
+    """files_ending keeps a settled folder's matching names while the folder's stamp holds (a 2,048-file tag
+    judged file by file lists it once): every change to the folder is still seen at the next call."""
+    monkeypatch.setattr(folders, "_SETTLED_NS", 0)  # every folder counts as settled here (no test waits 5 s)
+    monkeypatch.setattr(folders, "_ENDINGS", {})
+    ticks = iter(range(10**18, 10**18 + 100))
+
+    def tick():  # two changes within one tick of the kernel's clock leave equal times: why only settled folders
+        now = next(ticks)  # are kept; here each change gets a tick of its own, as changes seconds apart do
+        os.utime(tmp_path, ns=(now, now))
+
+    (tmp_path / "a.pt").write_bytes(b"")
+    (tmp_path / "a.pt.tmp").write_bytes(b"")
+    tick()
+    assert _listed(tmp_path) == ["a.pt.tmp"] and _listed(tmp_path, ".pt") == ["a.pt"]
+    assert (str(tmp_path), ".tmp") in folders._ENDINGS  # kept
+    assert _listed(tmp_path) == ["a.pt.tmp"]
+    (tmp_path / "b.pt.tmp").write_bytes(b"")
+    tick()
+    assert _listed(tmp_path) == ["a.pt.tmp", "b.pt.tmp"]
+    os.rename(tmp_path / "a.pt.tmp", tmp_path / "c.pt.tmp")
+    tick()
+    assert _listed(tmp_path) == ["b.pt.tmp", "c.pt.tmp"]
+    os.unlink(tmp_path / "b.pt.tmp")
+    tick()
+    assert _listed(tmp_path) == ["c.pt.tmp"]
+    # a kept name that stops being a file (its link's target, elsewhere, gone: the folder unchanged) is left out
+    os.unlink(tmp_path / "c.pt.tmp")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "target").write_bytes(b"")
+    os.symlink(elsewhere / "target", tmp_path / "d.pt.tmp")
+    tick()
+    assert _listed(tmp_path) == ["d.pt.tmp"]
+    os.unlink(elsewhere / "target")
+    assert _listed(tmp_path) == []
+
+
+def test_a_folder_changed_lately_is_listed_afresh_and_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(folders, "_ENDINGS", {})
+    (tmp_path / "a.pt.tmp").write_bytes(b"")
+    assert _listed(tmp_path) == ["a.pt.tmp"]
+    assert not folders._ENDINGS  # changed within the last seconds: its times may not show the next change
+    monkeypatch.setattr(folders, "_SETTLED_NS", 0)
+    for i in range(folders._ENDINGS_KEEP + 3):  # the kept listings stay few
+        (tmp_path / f"f{i}").mkdir()
+        assert _listed(tmp_path / f"f{i}") == []
+    assert len(folders._ENDINGS) == folders._ENDINGS_KEEP
