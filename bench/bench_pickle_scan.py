@@ -197,7 +197,7 @@ def main() -> int:
         for protocol in args.protocols:
             _bench_protocol(args, folder, protocol)
     finally:
-        if not args.keep:
+        if not (args.keep or args.reuse):  # files a --keep run left for --reuse stay for the next one
             shutil.rmtree(folder, ignore_errors=True)
     return 0
 

@@ -1,7 +1,8 @@
 """ckinspect at frontier scale against what torch (or the framework) does for the same answer.
 
     python bench/bench_scale.py [--dcp 16,64,256,1024] [--diff 16,64,256,1024] [--last-good] [--zip 10000,40000]
-                                [--dcp405 128,512,2048] [--last-good405] [--zero3 128,512] [--hf] [--runs 10,40,160]
+                                [--dcp405 128,512,2048] [--last-good405] [--zero3 128,512] [--zero3-engine 512,1024]
+                                [--hf] [--runs 10,40,160]
                                 [--torch-ranks-max 512] [--rss-cap 8] [--root DIR] [--keep]
     python bench/bench_scale.py --dcp 256,1024 --old-root OLD [--rounds 3] --root DIR --keep
                                 (this tree against another checkout OLD and torch, interleaved: did a change cost?)
@@ -29,6 +30,8 @@ process (what a user's shell pays), side by side in one run:
   hf 405B       `ckinspect --report --quick INDEX`   vs  safetensors' safe_open(shard).keys() for every shard
   zero3 N ranks `ckinspect --report --quick TAG`     vs  torch.load(mmap=True, weights_only=False) of every rank
                                                          file in the DeepSpeed tag folder
+  zero3-engine N the same on the tag as DeepSpeed's engine writes it (scale_sims.zero3_engine_save: each
+                model-states file also holds the module's 723 empty parameter placeholders, a storage each)
 
 Printed per family and size: CPU seconds (user+sys of the child), peak RSS, bytes read (the child's rchar),
 the growth exponent of ckinspect's CPU between consecutive sizes (1.0 = linear), and ours/theirs CPU.
@@ -255,6 +258,7 @@ def main() -> None:
     parser.add_argument("--last-good", action="store_true", help="also last-good --quick on the run of DCP saves")
     parser.add_argument("--zip", default="10000,40000", help="tensors in the torch.save zips")
     parser.add_argument("--zero3", default="", help="ranks of the DeepSpeed ZeRO-3 70B saves (comma-separated)")
+    parser.add_argument("--zero3-engine", default="", help="ranks of the ZeRO-3 saves as DeepSpeed writes them")
     parser.add_argument("--hf", action="store_true", help="also the 405B HF folders of 43 and 191 safetensors shards")
     parser.add_argument("--dcp405", default="", help="ranks of the 405B + AdamW DCP saves (comma-separated)")
     parser.add_argument("--last-good405", action="store_true", help="last-good --quick on a run of the 2048-rank 405B")
@@ -298,6 +302,13 @@ def main() -> None:
         folder = root / f"zero3-{ranks}"
         if not (folder / "latest").exists():
             print(f"building the {ranks}-rank ZeRO-3 save: {scale_sims.zero3_save(folder, ranks)}", flush=True)
+        return folder / "global_step1000"
+
+    def zero3_engine(ranks: int) -> Path:
+        folder = root / f"engine-{ranks}"
+        if not (folder / "latest").exists():
+            print(f"building the {ranks}-rank engine ZeRO-3 save: {scale_sims.zero3_engine_save(folder, ranks)}",
+                  flush=True)  # fmt: skip
         return folder / "global_step1000"
 
     def run(_size: int) -> Path:
@@ -363,6 +374,9 @@ def main() -> None:
             family("torch zip", [int(s) for s in args.zip.split(",")], zip_, TORCH_ZIP, "tensors")
         if args.zero3:
             family("zero3 70B+AdamW", [int(s) for s in args.zero3.split(",")], zero3, TORCH_ZERO3, "ranks")
+        if args.zero3_engine:
+            family("zero3 engine 70B+AdamW", [int(s) for s in args.zero3_engine.split(",")], zero3_engine, TORCH_ZERO3,
+                   "ranks")  # fmt: skip
         if args.hf:
             family("hf 405B bf16", [43, 191], hf, HF_KEYS, "shards")
         if args.dcp405:

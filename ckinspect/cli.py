@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ckinspect import settings
+from ckinspect import lifetime, settings
 from ckinspect.vocab import (
     EXIT_ERROR,
     EXIT_OK,
@@ -428,11 +428,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     _HELP_ASKED = "-h" in argv or "--help" in argv
     parser = build_parser(command)
     args = parser.parse_args(argv[1:] if command != "main" else argv)
+    if entry:
+        lifetime.ends_with_the_command()  # a command's results are then kept, never freed one by one
     status = _guarded(command, args)
     if entry:
         # The interpreter's last full collection walks every object the process made (a tenth of a small
-        # listing's CPU), to free what exit frees anyway. Frozen objects are left to it; nothing here
-        # relies on a finalizer at exit (every output is written, flushed and closed by now).
+        # listing's CPU), to free what exit frees anyway. Frozen objects are left to it (and what commands
+        # kept to the end is never freed); nothing here relies on a finalizer at exit (every output is
+        # written, flushed and closed by now).
         gc.freeze()
     return status
 

@@ -203,6 +203,16 @@ class Record(metaclass=RecordType):
         return clone
 
 
+def slot_descriptors(cls: RecordType) -> tuple[Any, ...]:
+    """The slot descriptors of every field of a record class, in `__init__`'s order: what the compiled record
+    copier (ckinspect/_native/records.c) sets, with no `__init__` frame. A class whose fields live in several
+    classes or that has a `__post_init__` (which they would skip) is refused."""
+    own = vars(cls)
+    if hasattr(cls, "__post_init__") or not all(name in own for name in cls._specs):
+        raise TypeError(f"{cls.__name__}: its records cannot be built slot by slot")
+    return tuple(own[name] for name in cls._specs)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None

@@ -1,7 +1,7 @@
 """The house's one-way flow, read from the source: a lower layer never imports a higher one.
 
 bytes -> io -> formats -> analysis -> jobs -> ops -> report -> api -> integrations -> commands -> tui -> cli,
-with the root base modules (record, vocab, settings, dtypes, model, fmt, optional, steps, and _native, the
+with the root base modules (record, vocab, settings, dtypes, model, fmt, optional, steps, lifetime, and _native, the
 optional compiled fast paths) under everything. Every
 module under ckinspect/ is parsed with `ast` (nothing is imported, so the test is fast and cannot be fooled
 by lazy imports); every import counts wherever it stands: at module level, inside a function (the lazy imports that keep
@@ -22,7 +22,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ckinspect"
 
-ROOT_BASE = ("record", "vocab", "settings", "dtypes", "model", "fmt", "optional", "steps", "_native")
+ROOT_BASE = ("record", "vocab", "settings", "dtypes", "model", "fmt", "optional", "steps", "lifetime", "_native")
 ORDER = ("io", "formats", "analysis", "jobs", "ops", "report", "api", "integrations", "commands", "tui")
 TOP = ("cli", "__main__", "__init__")
 

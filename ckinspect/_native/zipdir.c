@@ -15,6 +15,12 @@
  *     first byte (header + 30 + name length + extra length, read from the local header), or None where the local
  *     header is missing (the caller makes the ZipError); headers are read a block at a time through read_at.
  *
+ * in_order(members, folder, keys) -> int or None
+ *     Where the members named folder + key, for each key of `keys` (a dict) in its order, lie one after the other
+ *     (torch.save's storages: `archive/data/0`, `archive/data/1` ...) with no member after them bearing one of
+ *     those names: the index of the first; the member a dict of the members by name (the last of each name) gives
+ *     for folder + key is then the one in its place. None otherwise (the caller looks them up one by one).
+ *
  * Portable C99, the CPython API every 3.10-3.13 has.
  */
 #define PY_SSIZE_T_CLEAN
@@ -209,7 +215,88 @@ static PyObject *local_offsets(PyObject *module, PyObject *args)
     return out;
 }
 
+static PyObject *name_of(PyObject *members, Py_ssize_t i) /* borrowed; NULL (no exception) if not a member */
+{
+    PyObject *m = PyList_GET_ITEM(members, i);
+    if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(m, 0)))
+        return NULL;
+    return PyTuple_GET_ITEM(m, 0);
+}
+
+/* 1 when name == folder + key, 0 when not, -1 on error */
+static int named(PyObject *name, PyObject *folder, PyObject *key)
+{
+    Py_ssize_t split = PyUnicode_GET_LENGTH(folder), length = PyUnicode_GET_LENGTH(name);
+    Py_ssize_t head, tail;
+    if (length != split + PyUnicode_GET_LENGTH(key))
+        return 0;
+    head = PyUnicode_Tailmatch(name, folder, 0, split, -1);
+    if (head != 1)
+        return (int)head;
+    tail = PyUnicode_Tailmatch(name, key, split, length, 1);
+    return (int)tail;
+}
+
+static PyObject *in_order(PyObject *module, PyObject *args)
+{
+    PyObject *members, *folder, *keys, *key, *value, *name;
+    Py_ssize_t n, count, start, i, pos = 0, split;
+    int match;
+    if (!PyArg_ParseTuple(args, "O!UO!", &PyList_Type, &members, &folder, &PyDict_Type, &keys))
+        return NULL;
+    n = PyList_GET_SIZE(members);
+    count = PyDict_GET_SIZE(keys);
+    if (count == 0 || !PyDict_Next(keys, &pos, &key, &value) || !PyUnicode_Check(key))
+        Py_RETURN_NONE;
+    for (start = 0; start < n; start++) { /* the first member named for the first key */
+        name = name_of(members, start);
+        match = name == NULL ? 0 : named(name, folder, key);
+        if (match < 0)
+            return NULL;
+        if (match)
+            break;
+    }
+    if (start + count > n)
+        Py_RETURN_NONE;
+    for (i = 1; PyDict_Next(keys, &pos, &key, &value); i++) { /* the others, one after the other */
+        name = name_of(members, start + i);
+        if (name == NULL || !PyUnicode_Check(key))
+            Py_RETURN_NONE;
+        match = named(name, folder, key);
+        if (match <= 0) {
+            if (match < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    split = PyUnicode_GET_LENGTH(folder);
+    for (i = start + count; i < n; i++) { /* none after them bears one of their names */
+        PyObject *rest;
+        Py_ssize_t head;
+        name = name_of(members, i);
+        if (name == NULL)
+            Py_RETURN_NONE;
+        head = PyUnicode_GET_LENGTH(name) >= split ? PyUnicode_Tailmatch(name, folder, 0, split, -1) : 0;
+        if (head < 0)
+            return NULL;
+        if (!head)
+            continue;
+        rest = PyUnicode_Substring(name, split, PyUnicode_GET_LENGTH(name));
+        match = rest == NULL ? -1 : PyDict_Contains(keys, rest);
+        Py_XDECREF(rest);
+        if (match) {
+            if (match < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    return PyLong_FromSsize_t(start);
+}
+
 static PyMethodDef methods[] = {
+    {"in_order", in_order, METH_VARARGS,
+     "in_order(members, folder, keys) -> the index of the members named folder + each key, one after the other "
+     "and named by no later member; None otherwise"},
     {"central", central, METH_VARARGS,
      "central(directory, count, base, member_type) -> list of member_type, or None (the Python loop decides)"},
     {"local_offsets", local_offsets, METH_VARARGS,

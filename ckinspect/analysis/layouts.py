@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import attrgetter
 from pathlib import Path
 
 from ckinspect.dtypes import dtype_info
@@ -505,11 +507,11 @@ def _state_dict(ckpt: Checkpoint, top: Mapping[str, Any] | None) -> Layout | Non
     A flat mapping of names to tensors (a state dict, a safetensors header) counts as one unless its
     names say otherwise (`optimizer.state.0.exp_avg` flattened into a safetensors file).
     """
-    if top is not None and not (top and all(isinstance(v, TensorInfo) for v in top.values())):
+    if top is not None and not (top and all(map(isinstance, top.values(), repeat(TensorInfo)))):  # tested in C
         return None
     if top is None and ckpt.format not in ("safetensors", "sharded"):
         return None
-    if not ckpt.tensors or _names_a_role("\n".join(t.name for t in ckpt.tensors)):
+    if not ckpt.tensors or _names_a_role("\n".join(map(attrgetter("name"), ckpt.tensors))):
         return None
     # Weights only: a step in its metadata (safetensors `__metadata__`) records provenance, not resume state.
     return Layout("state_dict", default_group="model", model_prefix="", metadata={}, is_resume=False)

@@ -8,6 +8,7 @@ from ckinspect.analysis.diff import why_not_comparable
 from ckinspect.api import compare, open_checked
 from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.tree import no_gc
+from ckinspect.lifetime import keep_to_the_end
 from ckinspect.model import Checkpoint
 from ckinspect.vocab import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SAME_STRUCTURE
 
@@ -27,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     quick = bool(getattr(args, "quick", False))  # structure only: no storage byte read
     a = open_checked(args.a, structure_only=quick)
     b = open_checked(args.b, structure_only=quick)
+    keep_to_the_end(a, b)  # the console script then never frees them one by one (lifetime)
     only, atol = getattr(args, "only", None), getattr(args, "atol", 0.0) or 0.0
     if why_not_comparable(a, b) is not None:
         result = compare(a, b, only=only, atol=atol, quick=quick)

@@ -14,6 +14,7 @@ from ckinspect.analysis.inspect import inspect_path
 from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
 from ckinspect.io import folders
+from ckinspect.lifetime import keep_to_the_end
 from ckinspect.model import Checkpoint, fails
 from ckinspect.vocab import EXIT_ERROR, EXIT_OK, NAMED_SUFFIXES, CkinspectError
 
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     targets, orphans = found
     checkpoints = _list(targets, structure_only=args.quick)
+    keep_to_the_end(checkpoints)  # the console script then never frees them one by one (lifetime)
     if not args.quick:
         from ckinspect.jobs.parallel import merge_scans, plan_units, scan_units
 
@@ -235,6 +237,7 @@ def render(checkpoints: list[Checkpoint], args: argparse.Namespace, runs: list[A
         found = subjects.merge(subjects.from_checkpoints(checkpoints), subjects.from_runs(runs or []))
         return render_ci(fmt, found, args, "ckinspect report")
     report = json_report.build(checkpoints)
+    keep_to_the_end(report)
     if runs:
         report["runs"] = [run.to_json() for run in runs]
     if fmt == "json":

@@ -7,6 +7,8 @@ offsets) and data.pkl; storage bytes are never read.
 from __future__ import annotations
 
 import os
+from itertools import compress
+from operator import itemgetter, methodcaller
 from pathlib import Path
 
 from ckinspect.formats.opening import reading
@@ -34,6 +36,7 @@ from ckinspect.io.zipdir import (
     data_offsets,
     find_end,
     local_header_at,
+    members_in_order,
     read_directory,
     read_member,
 )
@@ -102,7 +105,8 @@ def read_zip_into(ckpt: Checkpoint, reader: PositionedReader, file: Path, base: 
     # dcp.load swaps each item as torch.load swaps a file (.metadata records no byte order of its own)
     big = _read_byteorder(ckpt, reader, by_name.get(archive + "byteorder"), cd_start, file.name)
     tree = _decode_pickle(ckpt, data, where, lambda collector: _storages_from_members(
-        ckpt, collector, by_name, archive, reader, file, cd_start, big=big), key_prefix, torchscript)  # fmt: skip
+        ckpt, collector, by_name, archive, reader, file, cd_start, big=big, members=members), key_prefix,
+        torchscript)  # fmt: skip
     if not recorded:
         _forget_zero_crcs(ckpt, file)
     if base == 0:
@@ -170,7 +174,9 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: PositionedReader, members: lis
     any case and at any size (duplicates included). constants.pkl of a TorchScript archive is decoded
     later, with its tensors."""
     constants = pkl.name[: -len("data.pkl")] + "constants.pkl" if torchscript and pkl is not None else None
-    for member in members:
+    # only a name ending in "l" or "L" can end in ".pkl" once lowered (no other character lowers to one): that
+    # much is tested in C, for each of 50,000 storages, and only those names are lowered
+    for member in compress(members, map(_ENDS_IN_L, map(itemgetter(0), members))):
         if member is pkl or member.name == constants or not member.name.lower().endswith(".pkl"):
             continue
         where = f"{file.name}:{member.name}"
@@ -188,6 +194,8 @@ def _scan_other_pickles(ckpt: Checkpoint, reader: PositionedReader, members: lis
             mark_torchscript(scans)
         record_globals(ckpt, [g for s in scans for g in s.globals], where, data)
 
+
+_ENDS_IN_L = methodcaller("endswith", ("l", "L"))
 
 # constants.pkl names TorchScript's constants; torch.jit shows them to code as CONSTANTS.c0, c1, ...
 TORCHSCRIPT_CONSTANTS = "CONSTANTS"
@@ -325,9 +333,11 @@ def _scan_decoding(data: bytes, collector: StorageCollector, torchscript: bool) 
 
 def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_name: dict[str, ZipMember], archive: str,
                            reader: PositionedReader, file: Path, cd_start: int, folder: str = "",
-                           big: bool = False) -> None:  # fmt: skip
+                           big: bool = False, members: list[ZipMember] | None = None) -> None:  # fmt: skip
+    """Each storage the pickle names, where its member's bytes are (`members`: the directory in its order, where
+    the caller has it, so that the storages' members can be found where they lie rather than looked up)."""
     folder = folder or f"{archive}data/"
-    found, missing = _storage_members(collector, by_name, folder)
+    found, missing = _storage_members(collector, by_name, folder, members)
     storages = ckpt.storages
     for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
         name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
@@ -349,9 +359,17 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
         ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")
 
 
-def _storage_members(collector: StorageCollector, by_name: dict[str, ZipMember],
-                     folder: str) -> tuple[list[tuple[StorageRef, ZipMember]], list[str]]:  # fmt: skip
-    """(storage, its member) for each storage the pickle names, and the keys of those without a member."""
+def _storage_members(collector: StorageCollector, by_name: dict[str, ZipMember], folder: str,
+                     members: list[ZipMember] | None = None) -> tuple[list[tuple[StorageRef, ZipMember]],
+                                                                       list[str]]:  # fmt: skip
+    """(storage, its member) for each storage the pickle names, and the keys of those without a member. Where
+    `members` lists them one after the other in the pickle's order, as torch.save writes them, and no later member
+    bears one of their names, each is the one by_name gives: taken where it lies (zipdir.members_in_order), not
+    looked up 50,000 times."""
+    start = members_in_order(members, folder, collector.storages) if members is not None else None
+    if start is not None:
+        refs = collector.storages.values()
+        return list(zip(refs, members[start : start + len(refs)], strict=True)), []  # type: ignore[index]
     missing = []
     found: list[tuple[StorageRef, ZipMember]] = []
     for key, ref in collector.storages.items():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections import namedtuple
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from ckinspect._native import load as load_native
 from ckinspect.io.crc import crc32
@@ -223,6 +223,15 @@ def data_offsets(reader: PositionedReader, members: list[ZipMember]) -> list[int
             member = members[i]
             found[i] = ZipError(f"local header of {member.name} missing at byte {member.header_offset}")
     return found
+
+
+def members_in_order(members: list[ZipMember], folder: str, keys: Mapping[str, object]) -> int | None:
+    """Where the members named `folder` + key, for each of `keys` in order, lie one after the other with no later
+    member bearing one of those names (torch.save's `archive/data/0`, `archive/data/1` ...): the index of the
+    first, so that member i of the run is the one a dict of the members by name (the last of each name) gives for
+    key i. None otherwise, or where the compiled loop is not built: the caller looks each one up."""
+    native = load_native("zipdir")
+    return native.in_order(members, folder, keys) if native is not None else None
 
 
 def _local_offsets(reader: PositionedReader, members: list[ZipMember]) -> list[int | ZipError]:

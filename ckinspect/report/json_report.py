@@ -131,12 +131,13 @@ def tensor_entries(
     part_of = {t.name: c.name for c in composites for t in c.parts.values()}
     bits_of = bits_by_dtype(tensors)
     out = []
+    marked = params or missing or part_of  # a state dict has none of them: no lookups per tensor
     for t in tensors:
         nbytes = math.prod(t.shape) * bits_of[t.dtype] + 7 >> 3
         entry = {"name": t.name, "group": t.group, "dtype": t.dtype, "shape": list(t.shape), "bytes": nbytes}
-        if t.name in params:
+        if marked and t.name in params:
             entry["param"] = params[t.name]
-        if t.name in missing or t.name in part_of:
+        if marked and (t.name in missing or t.name in part_of):
             _mark_missing_or_part(entry, t.name, missing, part_of)
         out.append(entry)
     return out

@@ -221,3 +221,35 @@ def test_views_paired_with_storages_in_place_are_checked_as_when_looked_up():
         check_views(looked_up)
         assert [(f.code, f.message) for f in in_place.findings] == [(f.code, f.message) for f in looked_up.findings]
         assert in_place.tensors == looked_up.tensors
+
+
+def test_regrouping_copies_only_the_tensors_whose_group_changes_on_both_paths(pickle_paths):
+    """apply_layout gives each tensor its group by a copy (a TensorInfo is never changed once built), in C where
+    built (_native/records.c): the same copies as TensorInfo(...) makes, the same objects kept where the group
+    holds, and a subclass (which the C pass does not copy) still copied as TensorInfo."""
+    from ckinspect.analysis.anatomy import _regroup
+
+    class Tagged(TensorInfo):
+        pass
+
+    tensors = [TensorInfo(f"t{i}", "float32", (i, 2), (2, 1), str(i), i, ["other", "model"][i % 2]) for i in range(6)]
+    groups = ["model", "model", "rng", "optimizer", "other", "model"]
+    before = list(tensors)
+    _regroup(tensors, groups)
+    assert [t.group for t in tensors] == groups
+    assert [t is b for t, b in zip(tensors, before, strict=True)] == [False, True, False, False, True, True]
+    assert all(type(t) is TensorInfo for t in tensors)
+    assert [t.replace(group="x") for t in tensors] == [b.replace(group="x") for b in before]
+    mixed = [Tagged("a", "int8", (1,), (1,), "k", 0), TensorInfo("b", "int8", (1,), (1,), "k", 0)]
+    _regroup(mixed, ["model", "other"])
+    assert [type(t) for t in mixed] == [TensorInfo, TensorInfo] and mixed[0].group == "model"
+
+
+def test_the_compiled_record_copier_is_built_where_ci_builds_it():
+    import os
+
+    from ckinspect._native import load
+    from ckinspect.settings import PURE
+
+    if os.environ.get("CKINSPECT_EXPECT_NATIVE") and not os.environ.get(PURE):
+        assert load("records") is not None, "ckinspect._native.records was not built: `pip install -e .` needs gcc"

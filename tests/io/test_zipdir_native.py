@@ -137,3 +137,58 @@ def test_a_damaged_directory_says_the_same_on_both_paths(tmp_path, pickle_paths)
     path.write_bytes(bytes(raw))
     with open(path, "rb") as f, pytest.raises(ZipError, match=r"zip directory entry \d+ is damaged \(bad signature"):
         zipdir.read_directory(FileReader(f.fileno(), os.fstat(f.fileno()).st_size))
+
+
+def _by_name(members, folder, keys):
+    """What torch_zip looks up one by one: the last member of each name."""
+    by_name = {m.name: m for m in members}
+    return [by_name.get(folder + key) for key in keys]
+
+
+@needs_native
+def test_members_in_order_are_the_ones_looked_up_by_name():
+    rng = random.Random(3)
+    for case in range(400):
+        keys = {str(k): None for k in rng.sample(range(40), rng.randint(1, 12))}
+        run = [ZipMember(f"a/data/{k}", 1000 + i, 0, 4, 4, 0, 0) for i, k in enumerate(keys)]
+        before = [ZipMember(n, i, 0, 1, 1, 0, 0) for i, n in enumerate(["a/data.pkl", "a/byteorder", "a/data/"])]
+        after = [ZipMember(n, 5000 + i, 0, 1, 1, 0, 0) for i, n in enumerate(["a/version", "a/.data/serialization_id"])]
+        roll = rng.random()
+        if roll < 0.15:  # a later member of one of their names: by_name gives that one
+            after.append(ZipMember(rng.choice(run).name, 9000, 0, 8, 8, 1, 0))
+        elif roll < 0.3:  # an earlier one: the run's wins (the first's makes the run be looked up: declined)
+            before.append(ZipMember(rng.choice(run).name, 9000, 0, 8, 8, 1, 0))
+        elif roll < 0.45 and len(run) > 1:  # out of order
+            i = rng.randrange(len(run) - 1)
+            run[i], run[i + 1] = run[i + 1], run[i]
+        elif roll < 0.55:  # one missing
+            run.pop(rng.randrange(len(run)))
+        elif roll < 0.6:  # another folder
+            run = [m._replace(name=m.name.replace("a/data/", "b/data/")) for m in run]
+        members = before + run + after
+        start = NATIVE.in_order(members, "a/data/", keys)
+        if start is not None:
+            assert members[start : start + len(keys)] == _by_name(members, "a/data/", keys), case
+        elif roll >= 0.6 or 0.15 <= roll < 0.3 and before[-1].name != run[0].name:
+            raise AssertionError(f"case {case}: a plain run was not taken")
+    assert NATIVE.in_order([], "a/data/", {"0": 1}) is None and NATIVE.in_order(members, "a/data/", {}) is None
+
+
+def test_a_storage_member_named_twice_is_the_later_one_on_both_paths(tmp_path, pickle_paths):
+    """A zip that carries `archive/data/0` again after the rest (a re-zipping tool, a hostile edit): torch_zip
+    takes the last member of each name, whether its members are found in order or looked up one by one."""
+    import zipfile
+
+    from ckinspect.formats.torch_zip import read_torch_zip
+
+    path = tmp_path / "twice.pt"
+    torch.save({"a": torch.ones(4), "b": torch.zeros(2)}, path)
+    with zipfile.ZipFile(path) as z:
+        storage = next(n for n in z.namelist() if n.endswith("/data/0"))
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr(storage, b"\x00" * 64)
+    ckpt = read_torch_zip(path)
+    info = next(s for s in ckpt.storages.values() if s.member == storage)
+    with zipfile.ZipFile(path) as z:
+        last = [i for i in z.infolist() if i.filename == storage][-1]
+    assert (info.nbytes, info.crc32) == (last.file_size, last.CRC)
