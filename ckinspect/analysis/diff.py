@@ -947,8 +947,11 @@ def non_tensor_values(ckpt: Checkpoint) -> dict[str, Any]:
     `loss`, `config.dim`): the decoded tree's leaves, or the reader's metadata when there is no tree."""
     from ckinspect.formats.tree import scalar_leaves
 
-    source = ckpt.tree if ckpt.tree is not None else ckpt.metadata
-    return {path: value for path, value in scalar_leaves(source, _SCALAR_TYPES) if path}
+    return {path: value for path, value in scalar_leaves(_values_tree(ckpt), _SCALAR_TYPES) if path}
+
+
+def _values_tree(ckpt: Checkpoint) -> Any:
+    return ckpt.tree if ckpt.tree is not None else ckpt.metadata
 
 
 def same_value(x: Any, y: Any) -> bool:
@@ -962,7 +965,20 @@ def same_value(x: Any, y: Any) -> bool:
 
 def _record_value_changes(result: DiffResult, a: Checkpoint, b: Checkpoint) -> None:
     """Non-tensor values: those on both sides that differ make A and B different; those on one side only
-    are listed (a weights file or a converted copy legitimately drops them) but decide nothing."""
+    are listed (a weights file or a converted copy legitimately drops them) but decide nothing. Two trees alike in
+    shape and keys (two saves of one run) are compared in one walk (tree.scalar_changes), other pairs by path."""
+    from ckinspect.formats.tree import scalar_changes
+
+    changes = scalar_changes(_values_tree(a), _values_tree(b), _SCALAR_TYPES, same_value)
+    if changes is None:
+        _record_value_changes_by_path(result, a, b)
+        return
+    for path, x, y in changes:  # the root itself has no path (non_tensor_values leaves it out)
+        if path and path not in result.metadata_changed:
+            result.values_changed.append(ValueChange(path, x, y))
+
+
+def _record_value_changes_by_path(result: DiffResult, a: Checkpoint, b: Checkpoint) -> None:
     va, vb = non_tensor_values(a), non_tensor_values(b)
     for path, x in va.items():
         if path not in vb:
