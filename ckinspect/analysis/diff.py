@@ -702,12 +702,18 @@ def _pair_up(a: Checkpoint, b: Checkpoint, only: list[str] | None,
     if alike:
         return result, ta, tb
     if len(ka) != len(kb) or ka.keys() != kb.keys():
-        result.only_a = [t.name for k, t in ka.items() if k not in kb]
-        result.only_b = [t.name for k, t in kb.items() if k not in ka]
-        _count_unmatched(ka, kb, ra(), result.only_a_groups)
-        _count_unmatched(kb, ka, rb(), result.only_b_groups)
+        _record_unmatched(result, ka, kb, ra, rb)
     paired = [key for key in ka if key in kb]
     return result, [ka[key] for key in paired], [kb[key] for key in paired]  # under A's name; B's is in "b"
+
+
+def _record_unmatched(result: DiffResult, ka: dict[str, TensorInfo], kb: dict[str, TensorInfo],
+                      ra: Callable[[], dict[str, str]], rb: Callable[[], dict[str, str]]) -> None:  # fmt: skip
+    """The tensors only one side has, by name and counted by group."""
+    result.only_a = [t.name for k, t in ka.items() if k not in kb]
+    result.only_b = [t.name for k, t in kb.items() if k not in ka]
+    _count_unmatched(ka, kb, ra(), result.only_a_groups)
+    _count_unmatched(kb, ka, rb(), result.only_b_groups)
 
 
 def _named_alike(ta: list[TensorInfo], tb: list[TensorInfo]) -> bool:

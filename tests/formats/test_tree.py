@@ -246,6 +246,8 @@ ALIKE = {  # pairs the one walk answers: (a, b)
 }  # fmt: skip
 UNLIKE = {  # pairs it leaves to the pairing by path
     "a key more": ({"a": 1}, {"a": 1, "b": 2}),
+    "a longer list": ({"p": [1, 2]}, {"p": [1, 2, 3]}),
+    "tensors at other places": ({"p": [_ti(), 1]}, {"p": [1, _ti()]}),
     "a tensor for a scalar": ({"w": _ti()}, {"w": 1}),
     "a dict for a scalar": ({"w": {"x": 1}}, {"w": 1}),
     "keys of two kinds": ({1: 1, "1": 2}, {1: 1, "1": 2}),
