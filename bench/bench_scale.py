@@ -37,9 +37,11 @@ The torch baselines' CPU counts the whole process (the import of torch included)
 `in-call` column is torch's call alone (the process minus its imports), the figure issue 26's goal quotes.
 Sizes are selectable so a quick run fits in minutes; sparse files only (check `df -h` first: a 256-rank
 save takes 2.6 GB of real blocks for its zip headers, 1024 ranks ~10 GB; the 405B over 2048 ranks ~30 GB).
-A ckinspect child whose resident set passes --rss-cap GiB (default 8: the machine is shared) is stopped, and its
-row says at what CPU and memory. Bytes read are local (no family here is remote): bench_s3_last_good.py counts
-the S3 requests of last-good on runs of 10-160 saves.
+`--before DIR` measures another checkout of ckinspect (an older commit) beside this one, each in fresh
+processes in turn with the baseline, its rows marked "(before)". A ckinspect child whose resident set passes
+--rss-cap GiB (default 8: the machine is shared) is stopped, and its row says at what CPU and memory. Bytes
+read are local (no family here is remote): bench_s3_last_good.py counts the S3 requests of last-good on runs of
+10-160 saves.
 """
 
 from __future__ import annotations
@@ -192,6 +194,7 @@ HEADER = ("| family | size | ckinspect CPU s | peak RSS | bytes read | theirs CP
 
 
 RSS_CAP_KB: int | None = None  # --rss-cap
+BEFORE: Path | None = None  # --before: another checkout of ckinspect, measured beside this one
 
 
 def family(name: str, sizes: list[int], build, baseline: tuple[str, str], unit: str,
@@ -204,6 +207,11 @@ def family(name: str, sizes: list[int], build, baseline: tuple[str, str], unit: 
     measured: list[tuple[int, dict]] = []
     for size in sizes:
         target = build(size)
+        if BEFORE is not None:  # the other checkout first, then this one and the baseline: fresh processes in turn
+            before = measure(ours_kind, target, BEFORE, rss_cap_kb=RSS_CAP_KB)
+            lines.append(row(f"{name} (before)", label(size) if label else f"{size:,} {unit}", before,
+                             measure(baseline, target), None))  # fmt: skip
+            print(lines[-1], flush=True)
         ours = measure(ours_kind, target, rss_cap_kb=RSS_CAP_KB)
         if theirs_max is not None and size > theirs_max and len(measured) >= 2:
             theirs = extrapolated(measured, size)
@@ -232,14 +240,18 @@ def main() -> None:
     parser.add_argument("--last-good405", action="store_true", help="last-good --quick on a run of the 2048-rank 405B")
     parser.add_argument("--runs", default="", help="saves in the runs of 1B ZeRO-1 saves for last-good (e.g. 10,40)")
     parser.add_argument("--torch-ranks-max", type=int, default=512, help="dcp405: run torch's reader up to this")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="another ckinspect checkout (an older commit, its C built): each size's row is "
+                             "preceded by one of it, measured in turn with the same baseline")  # fmt: skip
     parser.add_argument("--rss-cap", type=float, default=8.0, help="GiB: a ckinspect child above it is stopped")
     parser.add_argument("--root", type=Path, default=None, help="where the simulations go (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the simulations (re-used by the next run)")
     args = parser.parse_args()
     from bench import scale_sims
 
-    global RSS_CAP_KB
+    global RSS_CAP_KB, BEFORE
     RSS_CAP_KB = int(args.rss_cap * 2**20) if args.rss_cap else None
+    BEFORE = args.before
     root = args.root or Path(tempfile.mkdtemp(prefix="bench_scale-", dir="/work" if Path("/work").is_dir() else None))
     root.mkdir(parents=True, exist_ok=True)
 
