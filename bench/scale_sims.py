@@ -75,6 +75,31 @@ def saved_template(obj) -> list[bytes | int]:
     return merged
 
 
+def zero_tensors(shapes: list[tuple[int, ...]], dtype) -> list:
+    """Tensors of zeros for saved_template, each its own storage (torch.save writes one storage a tensor, as for
+    real weights) but all over ONE anonymous mapping of the largest one's size, which the kernel fills with zeros.
+
+    Not torch.empty: it hands back whatever the allocator has free, and in a process that already built something
+    (bench_scale builds every family in one process) that is a freed heap region holding old bytes, which the _Sink
+    rightly keeps as data: make_sparse_run's 1B saves took 34 MB and then 269 MB of real blocks a save instead of
+    0.8 MB (bench/README.md, bench_scale, the runs family). One mapping, because reading a page of it (the _Sink's
+    zero check) makes it resident on this machine: the largest tensor's size, not the sum of all."""
+    import mmap
+
+    import torch
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    largest = max((math.prod(shape) for shape in shapes), default=0) * itemsize
+    pages = mmap.mmap(-1, max(largest, 1))
+    return [torch.frombuffer(pages, dtype=dtype, count=math.prod(shape)).view(shape) if math.prod(shape)
+            else torch.zeros(shape, dtype=dtype) for shape in shapes]  # fmt: skip
+
+
+def real_bytes(parts: list[bytes | int]) -> int:
+    """How many bytes of a saved_template are written as data (the rest are holes)."""
+    return sum(len(p) for p in parts if isinstance(p, bytes))
+
+
 def template_length(parts: list[bytes | int]) -> int:
     return sum(p if isinstance(p, int) else len(p) for p in parts)
 
@@ -307,7 +332,7 @@ def dcp_save_direct(folder: Path, ranks: int, size: str = "70b", progress=None,
     """The save dcp_save writes, with `.metadata` built directly from torch's own metadata classes instead of
     through the planner (whose WriteItems and global plan take hours and many GB at 1024 ranks): the same
     dedup, the same order of entries, chunks and storage records, the same objects shared (the pickle's memo
-    sees them), then FileSystemWriter.finish's own pickle.dump. tests/bench/test_scale_sims.py proves the
+    sees them), then FileSystemWriter.finish's own pickle.dump. tests/formats/test_dcp_sharded.py proves the
     two byte for byte identical; every item is still the torch.save zip torch writes for it."""
     import pickle
     from collections import ChainMap
