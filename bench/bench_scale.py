@@ -5,7 +5,7 @@
                                 [--hf] [--runs 10,40,160] [--remote] [--s3-runs 10,40,160]
                                 [--torch-ranks-max 512] [--rss-cap 8] [--torch-rss-cap 16] [--mem-floor 1]
                                 [--root DIR] [--reuse DIR] [--keep]
-    python bench/bench_scale.py --dcp 256,1024 --old-root OLD [--rounds 5] --reuse DIR
+    python bench/bench_scale.py --dcp 256,1024 [--zero3 512,1024] --old-root OLD [--rounds 5] --reuse DIR
                                 (this tree against another checkout OLD and torch, interleaved: did a change cost?)
 
 Builds the sparse-file simulations of bench/scale_sims.py (DCP saves as torch's DefaultSavePlanner and
@@ -61,9 +61,6 @@ FsspecReader(URL).read_metadata() over the same URL (measured); for a zip, one G
 one GET each (computed from their sizes, marked so). --s3-runs N,...: last-good (plain, --format json, --quick) on
 bench_last_good.make_run's tiny DeepSpeed runs of N saves uploaded to moto's S3, against DeepSpeed's resume as a
 user runs it over S3 (s3fs: `latest`, the newest save's files, then the answer's, each downloaded and torch.load'ed).
-
---before DIR: another checkout of ckinspect (an older commit, its C built) measured in each round too, in turn with
-this one and the baseline (fresh processes), its rows marked "(before)": a change's figures side by side.
 
 --reuse DIR: simulations found in DIR (another run's --root) are used read-only: nothing is built, linked or
 written there; what is missing is built in --root.
@@ -386,7 +383,6 @@ OURS_LIMITS = Limits(8 * GIB_KB)  # --rss-cap, --mem-floor
 THEIRS_LIMITS = Limits(16 * GIB_KB)  # --torch-rss-cap, --mem-floor
 _BASELINES: dict[tuple, dict] = {}  # a baseline measured once per (kind, target, round), reused by the next rows
 ROUNDS = 1  # --rounds
-BEFORE: Path | None = None  # --before: another checkout of ckinspect, measured beside this one
 
 
 def _growth(prev: tuple[int, float] | None, size: int, value: float) -> float | None:
@@ -415,7 +411,6 @@ class Family:
     check: Callable | None = None
     theirs_check: Callable | None = None
     measured: list[tuple[int, dict]] = field(default_factory=list)
-    before: dict | None = None  # --before: the other checkout's figures at the size last measured
 
     def size_label(self, size: int) -> str:
         return self.label(size) if self.label else f"{size:,} {self.unit}"
@@ -442,10 +437,7 @@ class Family:
         extrapolate = self.theirs_max is not None and size > self.theirs_max and len(self.measured) >= 2
         ours_runs: list[dict] = []
         theirs_runs: list[dict] = []
-        before_runs: list[dict] = []
         for index in range(ROUNDS):
-            if BEFORE is not None and not any(r.get("stopped") for r in before_runs):
-                before_runs.append(measure(self.ours, target, BEFORE, limits=OURS_LIMITS))
             if not any(r.get("stopped") for r in ours_runs):
                 ours_runs.append(self.ours_round(target))
             if not extrapolate and not any(r.get("stopped") for r in theirs_runs):
@@ -453,7 +445,6 @@ class Family:
         theirs = extrapolated(self.measured, size) if extrapolate else medians(theirs_runs)
         if not extrapolate and not theirs.get("stopped"):
             self.measured.append((size, theirs))
-        self.before = medians(before_runs) if before_runs else None
         return medians(ours_runs), theirs
 
     def run(self) -> list[str]:
@@ -462,9 +453,6 @@ class Family:
             ours, theirs = self.sides(size, self.build(size))
             exponent = None if ours.get("stopped") else _growth(prev, size, ours["cpu"])
             prev = None if ours.get("stopped") else (size, ours["cpu"])
-            if self.before is not None:
-                lines.append(row(f"{self.name} (before)", self.size_label(size), self.before, theirs, None))
-                print(lines[-1], flush=True)
             lines.append(row(self.name, self.size_label(size), ours, theirs, exponent))
             print(lines[-1], flush=True)
         return lines
@@ -875,9 +863,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--remote", action="store_true", help="serve the selected families by URL: requests, bytes")
     parser.add_argument("--s3-runs", default="", help="--remote: saves in tiny DeepSpeed runs in moto's S3")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of each side (medians)")
-    parser.add_argument("--before", type=Path, default=None,
-                        help="another ckinspect checkout (an older commit, its C built): measured in turn with this "
-                             "one and the baseline, its rows marked (before)")  # fmt: skip
     parser.add_argument("--torch-ranks-max", type=int, default=512, help="dcp405: run torch's reader up to this")
     parser.add_argument("--rss-cap", type=float, default=8.0, help="GiB: a ckinspect child above it is stopped")
     parser.add_argument("--torch-rss-cap", type=float, default=16.0, help="GiB: a baseline above it is stopped")
@@ -885,17 +870,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--root", type=Path, default=None, help="where the simulations go (default: a temp dir)")
     parser.add_argument("--reuse", type=Path, default=None, help="simulations used read-only where found")
     parser.add_argument("--keep", action="store_true", help="keep the simulations (re-used by the next run)")
-    parser.add_argument("--old-root", type=Path, default=None,
-                        help="--dcp only: this other checkout beside (compiled parts built in place)")  # fmt: skip
+    parser.add_argument(
+        "--old-root",
+        type=Path,
+        default=None,
+        help="--dcp, --zero3, --zero3-engine: this other checkout beside (its C built in place)",
+    )
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
     subreaper()
-    global OURS_LIMITS, THEIRS_LIMITS, ROUNDS, BEFORE
+    global OURS_LIMITS, THEIRS_LIMITS, ROUNDS
     ROUNDS = max(1, args.rounds)
-    BEFORE = args.before
     floor = int(args.mem_floor * GIB_KB)
     OURS_LIMITS = Limits(int(args.rss_cap * GIB_KB) if args.rss_cap else None, floor)
     THEIRS_LIMITS = Limits(int(args.torch_rss_cap * GIB_KB) if args.torch_rss_cap else None, floor)
@@ -907,7 +895,10 @@ def main() -> None:
     try:
         if args.old_root is not None:
             print(f"\n{HEADER_AB}", flush=True)
-            family_ab("dcp 70B+AdamW", _sizes(args.dcp), sims.dcp, TORCH_DCP, "ranks", args.old_root.resolve())
+            old = args.old_root.resolve()
+            family_ab("dcp 70B+AdamW", _sizes(args.dcp), sims.dcp, TORCH_DCP, "ranks", old)
+            family_ab("zero3 70B+AdamW", _sizes(args.zero3), sims.zero3, TORCH_ZERO3, "ranks", old)
+            family_ab("zero3 engine 70B+AdamW", _sizes(args.zero3_engine), sims.zero3_engine, TORCH_ZERO3, "ranks", old)
             return
         if not args.remote:
             print(f"\n{HEADER}", flush=True)
