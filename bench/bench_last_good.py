@@ -90,21 +90,19 @@ def make_sparse_run(root: Path, checkpoints: int, ranks: int, size: str = "1b") 
     import math
 
     import torch
-    from scale_sims import llama_params, saved_template, write_template
+    from scale_sims import llama_params, real_bytes, saved_template, write_template, zero_tensors
 
     run = root / "run"
     params = llama_params(size)
     part = math.ceil(sum(math.prod(shape) for _, shape in params) / ranks)
-
-    def big(*shape: int, dtype=torch.float32) -> torch.Tensor:  # untouched pages read as zeros: no RSS
-        return torch.empty(shape, dtype=dtype) if math.prod(shape) >= 1 << 24 else torch.zeros(shape, dtype=dtype)
-
-    module = {name: big(*shape, dtype=torch.bfloat16) for name, shape in params}
+    # zeros the kernel guarantees (not torch.empty: see scale_sims.zero_tensors)
+    zeros = zero_tensors([shape for _, shape in params], torch.bfloat16)
+    module = dict(zip([name for name, _ in params], zeros, strict=True))
     model = saved_template({"module": module, "optimizer": None, "global_steps": FIRST_STEP, "dp_world_size": ranks,
                             "mp_world_size": 1, "ds_version": "0.19.8",
                             "ds_config": {"zero_optimization": {"stage": 1}}})  # fmt: skip
-    del module
-    flats = [big(part) for _ in range(3)]
+    del module, zeros
+    flats = zero_tensors([(part,)] * 3, torch.float32)
     optim = saved_template(
         {"optimizer_state_dict": {"zero_stage": 1, "partition_count": [ranks], "ds_version": "0.19.8",
                                   "base_optimizer_state": {"state": {0: {"exp_avg": flats[0], "exp_avg_sq": flats[1]}},
@@ -112,6 +110,9 @@ def make_sparse_run(root: Path, checkpoints: int, ranks: int, size: str = "1b") 
                                   "single_partition_of_fp32_groups": [flats[2]]},
          "ds_version": "0.19.8"})  # fmt: skip
     del flats
+    for parts in (model, optim):  # only structure is data: pickles, zip records, tensors under 4 KiB (46 KB, 2 KB)
+        if real_bytes(parts) > 1 << 20:
+            raise SystemExit(f"make_sparse_run: a template writes {real_bytes(parts):,} bytes of data, not holes")
     for index in range(checkpoints):
         step = FIRST_STEP + index * 100
         tag = run / f"global_step{step}"

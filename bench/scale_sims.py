@@ -13,7 +13,8 @@ regions are holes (`seek` past them), which read back as zeros, the values the C
   split_torch_state_dict_into_shards (5 GB shards -> 191 files) with safetensors headers laid out as the
   safetensors serializer lays them out, and the index.json transformers writes.
 - `zero3_save(folder, ranks)`: a DeepSpeed ZeRO-3 checkpoint tag with `ranks` optimizer and model rank
-  files, each torch.save'd with the dict layout DeepSpeed 0.19 writes.
+  files, each torch.save'd with the dict layout DeepSpeed 0.19 writes; `zero3_engine_save` adds what the
+  engine's files also hold (the module's empty parameter placeholders, DeepSpeed's own records).
 - `torch_zip(path, tensors)`: torch.save of a state dict of `tensors` small tensors (real data).
 """
 
@@ -72,6 +73,31 @@ def saved_template(obj) -> list[bytes | int]:
         else:
             merged.append(part)
     return merged
+
+
+def zero_tensors(shapes: list[tuple[int, ...]], dtype) -> list:
+    """Tensors of zeros for saved_template, each its own storage (torch.save writes one storage a tensor, as for
+    real weights) but all over ONE anonymous mapping of the largest one's size, which the kernel fills with zeros.
+
+    Not torch.empty: it hands back whatever the allocator has free, and in a process that already built something
+    (bench_scale builds every family in one process) that is a freed heap region holding old bytes, which the _Sink
+    rightly keeps as data: make_sparse_run's 1B saves took 34 MB and then 269 MB of real blocks a save instead of
+    0.8 MB (bench/README.md, bench_scale, the runs family). One mapping, because reading a page of it (the _Sink's
+    zero check) makes it resident on this machine: the largest tensor's size, not the sum of all."""
+    import mmap
+
+    import torch
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    largest = max((math.prod(shape) for shape in shapes), default=0) * itemsize
+    pages = mmap.mmap(-1, max(largest, 1))
+    return [torch.frombuffer(pages, dtype=dtype, count=math.prod(shape)).view(shape) if math.prod(shape)
+            else torch.zeros(shape, dtype=dtype) for shape in shapes]  # fmt: skip
+
+
+def real_bytes(parts: list[bytes | int]) -> int:
+    """How many bytes of a saved_template are written as data (the rest are holes)."""
+    return sum(len(p) for p in parts if isinstance(p, bytes))
 
 
 def template_length(parts: list[bytes | int]) -> int:
@@ -306,7 +332,7 @@ def dcp_save_direct(folder: Path, ranks: int, size: str = "70b", progress=None,
     """The save dcp_save writes, with `.metadata` built directly from torch's own metadata classes instead of
     through the planner (whose WriteItems and global plan take hours and many GB at 1024 ranks): the same
     dedup, the same order of entries, chunks and storage records, the same objects shared (the pickle's memo
-    sees them), then FileSystemWriter.finish's own pickle.dump. tests/bench/test_scale_sims.py proves the
+    sees them), then FileSystemWriter.finish's own pickle.dump. tests/formats/test_dcp_sharded.py proves the
     two byte for byte identical; every item is still the torch.save zip torch writes for it."""
     import pickle
     from collections import ChainMap
@@ -443,6 +469,57 @@ def zero3_save(folder: Path, ranks: int, size: str = "70b", step: int = 1000) ->
             apparent += f.tell()
         (tag / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt").write_bytes(model_raw.getvalue())
         apparent += len(model_raw.getvalue())
+    (folder / "latest").write_text(f"global_step{step}")
+    return {"files": 2 * ranks, "apparent_bytes": apparent}
+
+
+def zero3_engine_save(folder: Path, ranks: int, size: str = "70b", step: int = 1000) -> dict[str, int]:
+    """zero3_save as DeepSpeed 0.19.8's engine writes it under ZeRO-3 with bf16 (the keys and objects a real
+    2-rank run's files hold): each model-states file holds `module`, the rank's parameters as the empty bf16
+    placeholders ZeRO-3 leaves in the module (one storage each), beside every key the engine records, and is
+    torch.save'd to its own path (its archive named after the file, as the engine's save is); each optimizer
+    file names DeepSpeed's ZeroStageEnum and LossScaler, as real ones do (DeepSpeed must be installed)."""
+    import collections
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import torch
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    params = llama_params(size)
+    part = math.ceil(sum(math.prod(s) for _, s in params) / ranks)
+    tag = folder / f"global_step{step}"
+    tag.mkdir(parents=True, exist_ok=True)
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+              "zero_optimization": {"stage": 3}}  # fmt: skip
+    flat = torch.zeros(part, dtype=torch.float32)
+    optim = {"optimizer_state_dict": {
+        "zero_stage": ZeroStageEnum.weights, "loss_scaler": LossScaler(1.0), "dynamic_loss_scale": False,
+        "overflow": False, "partition_count": ranks,
+        "optimizer_state_dict": {"state": {0: {"step": torch.tensor(float(step)), "exp_avg": flat,
+                                               "exp_avg_sq": flat.clone()}},
+                                 "param_groups": [{**PARAM_GROUP, "params": [0]}]},
+        "fp32_flat_groups": [flat.clone()]}, "ds_config": config, "ds_version": "0.19.8"}  # fmt: skip
+    optim_parts = saved_template(optim)
+    del optim, flat
+    model = {"module": collections.OrderedDict((fqn, torch.empty(0, dtype=torch.bfloat16)) for fqn, _ in params),
+             "buffer_names": [], "optimizer": None,
+             "param_shapes": [collections.OrderedDict((fqn, torch.Size(s)) for fqn, s in params)],
+             "frozen_param_shapes": collections.OrderedDict(), "shared_params": {},
+             "frozen_param_fragments": collections.OrderedDict(), "lr_scheduler": None, "data_sampler": None,
+             "random_ltd": None, "skipped_steps": 0, "global_steps": step, "global_samples": step * 1024,
+             "dp_world_size": ranks, "mp_world_size": 1,
+             "checkpoint_parallel_dimensions": {"pp_degree": 1, "tp_degree": 1}, "ds_config": config,
+             "ds_version": "0.19.8"}  # fmt: skip
+    apparent = 0
+    for rank in range(ranks):
+        with open(tag / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt", "wb") as f:
+            write_template(f, optim_parts)
+            f.truncate()
+            apparent += f.tell()
+        path = tag / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt"
+        torch.save(model, path)
+        apparent += path.stat().st_size
     (folder / "latest").write_text(f"global_step{step}")
     return {"files": 2 * ranks, "apparent_bytes": apparent}
 

@@ -16,12 +16,13 @@
  * `codes`: 256 bytes, per opcode byte 0 (not done here: decline), 1 (done, one torch's weights_only unpickler
  * implements), 2 (done, one it lacks: the result's torch_opcodes is then False). The table is built in Python
  * from pickletools.opcodes (pickle_scan.NATIVE_CODES).
- * `fast`: None, or (rebuild, tensor_type, tensor_fields, storage_fields, storages): a REDUCE of `rebuild` (the
+ * `fast`: None, or (rebuild, tensor_type, tensor_fields, storage_fields, storages, size): a REDUCE of `rebuild` (the
  * _rebuild_tensor(_v2) stand-in) on (StorageRef, offset, size, stride, ...) of plain ints is built here as
  * rebuild itself builds it (tensor_type with the 7 fields set through their slot descriptors); anything else
  * calls `rebuild`. `storages`: None, or (dict, key prefix, (StorageRef, its 5 slots), _StorageType, its dtype,
  * untyped and itemsize slots, every, on_every): persistent_load's first branch (a StorageCollector's), done here
- * (fast_storage); every other persistent id goes to persistent_load.
+ * (fast_storage); every other persistent id goes to persistent_load. `size`: the torch.Size stand-in, whose REDUCE
+ * on one exact tuple is that tuple here (the stand-in's tuple(dims) returns it), not a call into Python.
  *
  * Portable C99 (no compiler builtins: MSVC builds it), the limited set of CPython's API every 3.10-3.13 has.
  */
@@ -94,7 +95,7 @@ typedef struct {
     const unsigned char *codes;
     Py_ssize_t events, max_events, stack_globals, max_line, made, min_objects;
     int protocol, torch_opcodes;
-    PyObject *rebuild, *tensor_type, *tensor_fields, *storage_fields;
+    PyObject *rebuild, *tensor_type, *tensor_fields, *storage_fields, *size;
     PyObject *storages, *key_prefix, *ref_fields, *stype_type, *stype_fields, *every, *on_every;
 } Walk;
 
@@ -388,6 +389,11 @@ static int reduce(Walk *w)
             return DECLINE;
         }
     }
+    else if (callable == w->size && PyTuple_CheckExact(args) && PyTuple_GET_SIZE(args) == 1 &&
+             PyTuple_CheckExact(PyTuple_GET_ITEM(args, 0))) {
+        result = PyTuple_GET_ITEM(args, 0); /* torch.Size(dims): tuple(dims), the exact tuple itself */
+        Py_INCREF(result);
+    }
     if (result == NULL)
         result = PyObject_Call(callable, args, NULL);
     Py_DECREF(args);
@@ -649,9 +655,10 @@ static PyObject *decode(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "decode: codes must be 256 bytes and start within the data");
         return NULL;
     }
-    if (fast != Py_None && (!PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 5)) {
+    if (fast != Py_None && (!PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 6)) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "decode: fast must be None or (rebuild, type, fields, storage fields)");
+        PyErr_SetString(PyExc_ValueError,
+                        "decode: fast must be None or (rebuild, type, fields, storage fields, storages, size)");
         return NULL;
     }
     if (fast != Py_None) {
@@ -659,6 +666,7 @@ static PyObject *decode(PyObject *module, PyObject *args)
         w.tensor_type = PyTuple_GET_ITEM(fast, 1);
         w.tensor_fields = PyTuple_GET_ITEM(fast, 2);
         w.storage_fields = PyTuple_GET_ITEM(fast, 3);
+        w.size = PyTuple_GET_ITEM(fast, 5);
         if (PyTuple_GET_ITEM(fast, 4) != Py_None) {
             PyObject *st = PyTuple_GET_ITEM(fast, 4);
             if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) != 7 || !PyDict_Check(PyTuple_GET_ITEM(st, 0)) ||

@@ -244,12 +244,19 @@ def states_no_optimizer(top: Mapping[str, Any], depth: int = 4) -> bool:
     for key, value in top.items():
         if not isinstance(key, str):
             continue
-        if _says_no_optimizer(key.lower(), value):
+        low = key.lower()
+        if low in _SAYS_KEYS and _says_no_optimizer(low, value):
             return True
+        if depth < 2 or type(value) in _NOTHING_BELOW:  # a state dict's 723 tensors: no getattr each
+            continue
         fields = value if isinstance(value, Mapping) else getattr(value, "fields", None)
-        if depth > 1 and isinstance(fields, Mapping) and states_no_optimizer(fields, depth - 1):
+        if isinstance(fields, Mapping) and states_no_optimizer(fields, depth - 1):
             return True
     return False
+
+
+_SAYS_KEYS = frozenset(NO_OPTIMIZER_SWITCHES) | OPTIMIZER_KEYS  # the keys _says_no_optimizer can say yes for
+_NOTHING_BELOW = frozenset((TensorInfo, str, int, float, bool, type(None), bytes, tuple, list))  # no fields
 
 
 def _says_no_optimizer(key: str, value: Any) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from ckinspect import steps
+from ckinspect.formats import dcp_cover
 from ckinspect.io.zipdir import EOCD_SIG, LOCAL_SIG
 from ckinspect.model import StorageInfo, TensorInfo, contiguous_strides
 
@@ -50,6 +51,7 @@ class ColumnListing:
         ckpt, cols = self.ckpt, self.cols
         planner = cols.planner if isinstance(cols.planner, dict) else {}
         tree: dict[str, Any] = {}
+        covered = self.covered()
         for done, (fqn, is_bytes, dtype, size, first, count, item) in enumerate(cols.entries):
             if not done % steps.EVERY:  # a folder of many ranks: the TUI shows how far the listing is
                 steps.step(f"entries of {index}", done, len(cols.entries))
@@ -59,11 +61,21 @@ class ColumnListing:
                     value = self.lister.bytes_entry(fqn, {} if where is None else {(fqn, None): where})
                 else:
                     value = self.tensor_entry(fqn, dtype, size, first, count)
+                    if not covered[done]:  # where the _Lister says it: after the entry's own chunks
+                        dcp_cover.add_finding(ckpt, self.lister.folder.name, fqn, size, count)
                 place(tree, planner_keys(planner.get(fqn)) or fqn.split("."), value)
             except MALFORMED as exc:
                 ckpt.add("CORRUPT", f"{index}: entry {fqn} is malformed ({type(exc).__name__})", fqn)
         self.check_files()
         return tree
+
+    def covered(self) -> Any:
+        """Whether each entry's chunks cover its shape exactly once (bytes entries: no), all at once."""
+        cols = self.cols
+        entries = cols.entries
+        return dcp_cover.exact_covers([None if e[1] else e[3] for e in entries], [e[4] for e in entries],
+                                      [e[5] for e in entries], cols.offsets_index, cols.offsets_pool,
+                                      cols.sizes_index, cols.sizes_pool)  # fmt: skip
 
     def tensor_entry(self, fqn: str, dtype: str, size: tuple[int, ...], first: int, count: int) -> Any:
         if count:

@@ -194,7 +194,7 @@ class _Flatten:
 
     def expand(self, node: Any, kind: type, path: str, depth: int) -> None:
         """A container met for the first time: entered, and its children pushed (or too deep)."""
-        if kind is dict and depth < MAX_TREE_DEPTH and _numbers_only(node.values()):
+        if isinstance(node, dict) and depth < MAX_TREE_DEPTH and _numbers_only(node.values()):  # OrderedDict too
             self.enter_numbers(node, path, depth + 1)
             return
         if isinstance(node, dict) and depth < MAX_TREE_DEPTH and (spent := _name_fresh_tensors(node, path, self.out)):

@@ -807,6 +807,8 @@ NATIVE_FAST = (
      TensorInfo._specs["group"].default, ""),
     (StorageRef, *_slots(StorageRef, "key", "dtype")),
 )  # fmt: skip
+# torch.Size's stand-in, whose REDUCE on a tuple the compiled pass answers itself (_size returns that very tuple)
+NATIVE_SIZE = _STANDINS["torch.Size"]
 # A StorageCollector's first branch, done by the compiled pass: (StorageRef and its slots in __init__'s order,
 # _StorageType and its dtype, untyped and itemsize slots); the caller adds the collector's dict, prefix and step.
 NATIVE_STORAGE = (
@@ -822,4 +824,4 @@ def native_scan_and_load(data: bytes, persistent_load: Callable[[Any], Any] | No
     declined. After None, `persistent_load` may hold what the declined pass met: start the pure way afresh.
     `storages`: persistent_load's first branch for the pass to take itself (StorageCollector.native_storages)."""
     finder = _DecodingUnpickler(prefetched(b""), persistent_load, torchscript)
-    return native_decoding(data, finder.find_class, finder.persistent_load, (*NATIVE_FAST, storages))
+    return native_decoding(data, finder.find_class, finder.persistent_load, (*NATIVE_FAST, storages, NATIVE_SIZE))

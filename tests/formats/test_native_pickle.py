@@ -207,3 +207,41 @@ def test_a_refused_global_declines_and_the_pure_path_reports_it(tmp_path):
     ckpt = read_torch_zip(path)
     assert [f.code for f in ckpt.findings if f.code == "UNSAFE_PICKLE"] == ["UNSAFE_PICKLE"]
     assert [t.name for t in ckpt.tensors] == []
+
+
+_SIZES = {  # torch.Size as pickles spell it: on one tuple the compiled pass answers itself, anything else calls it
+    "a tuple, and the tuple again from the memo": b"\x80\x02]q\x00(ctorch\nSize\nq\x01K\x03K\x04\x86q\x02\x85Rh\x02e.",
+    "a list": b"\x80\x02ctorch\nSize\n]q\x00(K\x01K\x02e\x85R.",
+    "no argument": b"\x80\x02ctorch\nSize\n)R.",
+    "two arguments": b"\x80\x02ctorch\nSize\nK\x01K\x02\x86R.",
+    "a tuple holding a tuple": b"\x80\x02ctorch\nSize\nK\x01\x85\x85\x85R.",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SIZES))
+def test_torch_size_decodes_as_its_stand_in_does(name):
+    data = _SIZES[name]
+    pure_scan, pure_tree = scan_and_load(data, StorageCollector())
+    got = native_scan_and_load(data, StorageCollector())
+    if not BUILT:
+        assert got is None
+        return
+    if name == "two arguments":  # the stand-in raises: the compiled pass declines and the pure path reports it
+        assert got is None and pure_tree is NOT_DECODED
+        return
+    assert got is not None
+    scan, tree = got
+    assert repr(scan) == repr(pure_scan) and repr(tree) == repr(pure_tree) and type(tree) is type(pure_tree)
+    if name.startswith("a tuple, and"):
+        assert tree == [(3, 4), (3, 4)] and tree[0] is tree[1] and pure_tree[0] is pure_tree[1]
+
+
+def test_a_model_states_file_of_shapes_lists_as_the_pure_path_does(tmp_path, monkeypatch):
+    shapes = OrderedDict((f"model.layers.{i}.w", torch.Size([i + 1, 8])) for i in range(40))
+    path = tmp_path / "zero_pp_rank_0_mp_rank_00_model_states.pt"
+    torch.save({"module": OrderedDict((k, torch.empty(0)) for k in shapes), "param_shapes": [shapes]}, path)
+    native = read_torch_zip(path)
+    monkeypatch.setenv(PURE_ENV, "1")
+    pure = read_torch_zip(path)
+    assert _listing(native) == _listing(pure) and repr(native.tree) == repr(pure.tree)
+    assert native.tree["param_shapes"][0]["model.layers.3.w"] == (4, 8)

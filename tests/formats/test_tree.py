@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ckinspect.formats.tree import MAX_TREE_DEPTH, flatten, scalar_leaves, walk
+from ckinspect.formats.unpickler import _OrderedDictStandIn
 from ckinspect.model import TensorInfo
 
 
@@ -106,6 +107,9 @@ def test_flatten_enters_shared_number_lists_in_the_same_order_as_any_container()
         {"a": _chain({"s": shape}, depth_of - 1), "b": {"k": shape, "n": None}},
         {"a": _chain({"e": {}}, depth_of - 1), "b": {"k": [[1]], "l": [shape, [shape]]}},
         {"x" * 3000: {"y" * 1500: (1,)}, "z": [_ti()]},
+        # torch.save's OrderedDict of shapes (DeepSpeed's param_shapes), as the unpickler's stand-in decodes it
+        {"a": _chain({"s": _OrderedDictStandIn(x=shape, y=(1, 2))}, depth_of - 2), "b": [shape]},
+        {"b": [shape], "a": _chain({"s": _OrderedDictStandIn(x=shape, y=(1, 2))}, depth_of - 2)},
     ]
     for tree in trees:
         expected_deep: list[str] = []

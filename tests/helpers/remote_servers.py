@@ -3,6 +3,7 @@ what it sends, and moto's S3 API server (a separate process, moto_server)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -16,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+_PIECE = 8 << 20  # the most of a body read and sent at once
 
 
 class RangeServer(ThreadingHTTPServer):
@@ -23,9 +25,14 @@ class RangeServer(ThreadingHTTPServer):
     `/denied/...` answers 403, `/stall/...` accepts and never answers, `/short/NAME` announces NAME's
     size but sends only half of any range (a truncated transfer).
 
+    `by_name` counts the body bytes and requests of each file by its name.
+
     `throttle(n, status, retry_after)` answers the next n requests (None: every request) with `status`
     (429 or 503) and a Retry-After header, and an S3-style `SlowDown` error body, as S3 and CDNs do;
-    `hits` counts every request the server saw, answered or not, so a test can prove retries are bounded."""
+    `hits` counts every request the server saw, answered or not, so a test can prove retries are bounded;
+    `kinds` counts them by what they asked (HEAD, a ranged GET, a whole-object GET, an index page).
+    A body is read and sent in pieces of at most 8 MiB: a whole GET of a sparse file of terabytes (the
+    benchmarks serve bench/scale_sims' saves) costs the server one piece of memory, not the file."""
 
     daemon_threads = True
 
@@ -34,7 +41,9 @@ class RangeServer(ThreadingHTTPServer):
         self.root = root
         self.bytes_sent = 0
         self.requests = 0
+        self.by_name: dict[str, tuple[int, int]] = {}  # a file's name -> (bytes sent, requests) of its bodies
         self.hits = 0
+        self.kinds: collections.Counter[str] = collections.Counter()
         self.throttled = 0
         self._throttle_left: int | None = 0
         self._throttle_status = 503
@@ -53,10 +62,16 @@ class RangeServer(ThreadingHTTPServer):
         with self.lock:
             self._throttle_left, self._throttle_status, self._retry_after = n, status, retry_after
 
-    def arrive(self) -> tuple[int, str | None] | None:
-        """Count a request; (status, Retry-After) when it is to be throttled."""
+    def reset_counts(self) -> None:
+        with self.lock:
+            self.bytes_sent = self.requests = self.hits = 0
+            self.kinds.clear()
+
+    def arrive(self, kind: str) -> tuple[int, str | None] | None:
+        """Count a request of `kind`; (status, Retry-After) when it is to be throttled."""
         with self.lock:
             self.hits += 1
+            self.kinds[kind] += 1
             if self._throttle_left is not None and self._throttle_left <= 0:
                 return None
             if self._throttle_left is not None:
@@ -68,10 +83,14 @@ class RangeServer(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
-    def count(self, n: int) -> None:
+    def count(self, n: int, last: bool = True, name: str = "") -> None:
+        """`n` body bytes sent (of the file `name`); `last`: they end a request's body (one more request answered
+        with one)."""
         with self.lock:
             self.bytes_sent += n
-            self.requests += 1
+            self.requests += last
+            sent, requests = self.by_name.get(name, (0, 0))
+            self.by_name[name] = (sent + n, requests + last)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -96,38 +115,30 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._serve(body=True)
 
+    def _kind(self, body: bool) -> str:
+        if not body:
+            return "HEAD"
+        if self.path.endswith("/"):
+            return "index"
+        return "GET range" if _RANGE.match(self.headers.get("Range", "")) else "GET whole"
+
     def _serve(self, body: bool) -> None:
-        throttled = self.server.arrive()
+        throttled = self.server.arrive(self._kind(body))
         if throttled is not None:
-            status, retry_after = throttled
-            code = "SlowDown" if status == 503 else "TooManyRequests"
-            text = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>" \
-                   "<Message>Please reduce your request rate.</Message></Error>"  # fmt: skip
-            payload = text.encode() if body else b""
-            self.send_response(status)
-            if retry_after is not None:
-                self.send_header("Retry-After", retry_after)
-            self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(payload) if body else len(text)))
-            self.end_headers()
-            self.wfile.write(payload)
+            self._refuse(*throttled, body=body)
             return
         mode, path = self._target()
         if mode == "stall":
             self.server.release.wait(60)
             return
         if mode == "denied":
-            self.send_response(403)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self._empty(403)
             return
         if path.is_dir() and self.path.endswith("/"):
             self._index(path, body)
             return
         if not path.is_file():
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self._empty(404)
             return
         size = path.stat().st_size
         start, end = 0, size - 1
@@ -144,15 +155,40 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if not body:
             return
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            data = fh.read(length)
-        if mode == "short":
-            data = data[: len(data) // 2]
-        self.wfile.write(data)
-        self.server.count(len(data))
+        self._send(path, start, length // 2 if mode == "short" else length)
         if mode == "short":
             self.close_connection = True
+
+    def _refuse(self, status: int, retry_after: str | None, body: bool) -> None:
+        """A throttled request: `status` (429 or 503), Retry-After, and S3's error body."""
+        code = "SlowDown" if status == 503 else "TooManyRequests"
+        text = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>" \
+               "<Message>Please reduce your request rate.</Message></Error>"  # fmt: skip
+        payload = text.encode() if body else b""
+        self.send_response(status)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(payload) if body else len(text)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _empty(self, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _send(self, path: Path, start: int, left: int) -> None:
+        """`left` bytes of `path` from `start`, read and written in pieces of at most _PIECE bytes."""
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            while True:
+                data = fh.read(min(left, _PIECE))
+                left -= len(data)
+                self.wfile.write(data)
+                self.server.count(len(data), last=not data or not left, name=path.name)
+                if not data or not left:
+                    return
 
     def _index(self, folder: Path, body: bool) -> None:
         """A folder's index page, as static web servers give one: a link per file and per subfolder
