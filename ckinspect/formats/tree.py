@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from functools import partial
 from itertools import chain, compress
-from operator import attrgetter
+from operator import attrgetter, is_
 
 from ckinspect.fmt import bounded_str
 from ckinspect.model import CompositeTensor, TensorInfo
@@ -100,8 +101,9 @@ def scalar_leaves(tree: Any, kinds: tuple[type, ...], prefix: str = "") -> Itera
             yield path, node
         if depth >= MAX_TREE_DEPTH or type(node) is TensorInfo or type(node) in _SCALARS or id(node) in entered:
             continue
-        if isinstance(node, dict):  # most of a big tree: no (key, child) pair built for a tensor
-            pairs = [(_key(k), v) for k, v in node.items() if type(v) is not TensorInfo]
+        if isinstance(node, dict):  # most of a big tree: no (key, child) pair built for a tensor, nor for a dict
+            # of tensors alone (an optimizer's state of 213,000 params): entered, it would yield nothing
+            pairs = [(_key(k), v) for k, v in node.items() if type(v) is not TensorInfo and not _tensors_only(v)]
         elif isinstance(node, (list, tuple)):
             pairs = [(str(i), v) for i, v in enumerate(node) if type(v) is not TensorInfo]
         else:
@@ -125,6 +127,12 @@ _SCALAR_TYPES = frozenset(_SCALARS)
 _SEQUENCES = frozenset((tuple, list))
 _NUMBERS_ONLY = _SCALAR_TYPES | _SEQUENCES
 _STRINGS = frozenset((str,))
+_IS_TENSOR_TYPE = partial(is_, TensorInfo)
+
+
+def _tensors_only(node: Any) -> bool:
+    """A plain dict whose values are all tensor descriptors (or none at all), tested in C."""
+    return type(node) is dict and all(map(_IS_TENSOR_TYPE, map(type, node.values())))
 
 
 def _numbers_only(values: Any) -> bool:

@@ -46,8 +46,13 @@ def test_walk_survives_cycles_and_shared_subtrees():
 
 def test_scalar_leaves_are_walks_scalars_in_walks_order():
     """The diff's non-tensor values come from scalar_leaves: the same (path, value) pairs as walk() filtered,
-    through shared and cyclic containers, records' fields and a nest past MAX_TREE_DEPTH."""
-    shared = {"lr": 0.1, "w": _ti(), "betas": (0.9, 0.95)}
+    through shared and cyclic containers, records' fields, a nest past MAX_TREE_DEPTH and dicts of tensors alone
+    (an optimizer's state: not entered), empty, shared, ordered or beside scalars."""
+    import collections
+
+    moments = {"exp_avg": _ti(), "exp_avg_sq": _ti()}
+    state = {0: moments, 1: {}, 2: {"exp_avg": _ti()}, 3: moments, 4: collections.OrderedDict(m=_ti())}
+    shared = {"lr": 0.1, "w": _ti(), "betas": (0.9, 0.95), "state": state, "only": {"s": moments, "k": 1}}
     cyclic: list = [1, "x"]
     cyclic.append(cyclic)
     deep: dict = {"leaf": 7}
