@@ -5,7 +5,7 @@
                                 [--hf] [--runs 10,40,160] [--remote] [--s3-runs 10,40,160]
                                 [--torch-ranks-max 512] [--rss-cap 8] [--torch-rss-cap 16] [--mem-floor 1]
                                 [--root DIR] [--reuse DIR] [--keep]
-    python bench/bench_scale.py --dcp 256,1024 --old-root OLD [--rounds 5] --reuse DIR
+    python bench/bench_scale.py --dcp 256,1024 [--zero3 512,1024] --old-root OLD [--rounds 5] --reuse DIR
                                 (this tree against another checkout OLD and torch, interleaved: did a change cost?)
 
 Builds the sparse-file simulations of bench/scale_sims.py (DCP saves as torch's DefaultSavePlanner and
@@ -870,8 +870,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--root", type=Path, default=None, help="where the simulations go (default: a temp dir)")
     parser.add_argument("--reuse", type=Path, default=None, help="simulations used read-only where found")
     parser.add_argument("--keep", action="store_true", help="keep the simulations (re-used by the next run)")
-    parser.add_argument("--old-root", type=Path, default=None,
-                        help="--dcp only: this other checkout beside (compiled parts built in place)")  # fmt: skip
+    parser.add_argument(
+        "--old-root",
+        type=Path,
+        default=None,
+        help="--dcp, --zero3, --zero3-engine: this other checkout beside (its C built in place)",
+    )
     return parser.parse_args()
 
 
@@ -891,7 +895,10 @@ def main() -> None:
     try:
         if args.old_root is not None:
             print(f"\n{HEADER_AB}", flush=True)
-            family_ab("dcp 70B+AdamW", _sizes(args.dcp), sims.dcp, TORCH_DCP, "ranks", args.old_root.resolve())
+            old = args.old_root.resolve()
+            family_ab("dcp 70B+AdamW", _sizes(args.dcp), sims.dcp, TORCH_DCP, "ranks", old)
+            family_ab("zero3 70B+AdamW", _sizes(args.zero3), sims.zero3, TORCH_ZERO3, "ranks", old)
+            family_ab("zero3 engine 70B+AdamW", _sizes(args.zero3_engine), sims.zero3_engine, TORCH_ZERO3, "ranks", old)
             return
         if not args.remote:
             print(f"\n{HEADER}", flush=True)
