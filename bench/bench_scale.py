@@ -5,7 +5,8 @@
                                 [--hf] [--runs 10,40,160] [--remote] [--s3-runs 10,40,160]
                                 [--torch-ranks-max 512] [--rss-cap 8] [--torch-rss-cap 16] [--mem-floor 1]
                                 [--root DIR] [--reuse DIR] [--keep]
-    python bench/bench_scale.py --dcp 256,1024 [--zero3 512,1024] --old-root OLD [--rounds 5] --reuse DIR
+    python bench/bench_scale.py --dcp 256,1024 [--diff 256,1024] [--zero3 512,1024] --old-root OLD [--rounds 5]
+                                --reuse DIR
                                 (this tree against another checkout OLD and torch, interleaved: did a change cost?)
 
 Builds the sparse-file simulations of bench/scale_sims.py (DCP saves as torch's DefaultSavePlanner and
@@ -897,6 +898,9 @@ def main() -> None:
             print(f"\n{HEADER_AB}", flush=True)
             old = args.old_root.resolve()
             family_ab("dcp 70B+AdamW", _sizes(args.dcp), sims.dcp, TORCH_DCP, "ranks", old)
+            family_ab(
+                "diff --quick dcp", _sizes(args.diff), sims.dcp_pair, TORCH_DCP_DIFF, "ranks", old, CKINSPECT_DIFF
+            )
             family_ab("zero3 70B+AdamW", _sizes(args.zero3), sims.zero3, TORCH_ZERO3, "ranks", old)
             family_ab("zero3 engine 70B+AdamW", _sizes(args.zero3_engine), sims.zero3_engine, TORCH_ZERO3, "ranks", old)
             return
