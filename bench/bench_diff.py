@@ -22,7 +22,9 @@ ours and torch's interleaved round by round; printed per size: the median CPU se
 range of the rounds, the median peak RSS (VmHWM) and RSS per tensor, bytes read (rchar), the growth
 exponents of the CPU and RSS medians between consecutive sizes (1.0 = linear), ours and torch's, and
 ours/torch. `--dir D` keeps the zips in D and re-uses them. `--previous DIR`: a checkout of an earlier
-ckinspect (DIR/ckinspect) measured beside this one, interleaved, with the ratio this/previous.
+ckinspect (DIR/ckinspect) measured beside this one, interleaved, with the ratio this/previous; then also the
+diff's own part alone, this tree and the previous one: fresh processes that list both sides (untimed) and time
+one `--quick` compare, as the command runs it.
 """
 
 from __future__ import annotations
@@ -202,6 +204,13 @@ TORCH_FULL = (
     "changed = [k for k in a if k not in b or not same(a[k], b[k])] + [k for k in b if k not in a]",
 )
 DIFF_REPORT = "try:\n    main(['diff', *sys.argv[1:3], '--report'{}])\nexcept SystemExit:\n    pass"
+# The diff's own part: both sides listed first (not timed: the wrapper's `in_call` is the compare alone), with the
+# collector paused as the command pauses it, then `--quick`'s compare once, as the command runs it
+COMPARE_QUICK = (
+    "import gc\ngc.disable()\nfrom ckinspect.api import compare, open_checked\n"
+    "a, b = (open_checked(p, structure_only=True) for p in sys.argv[1:3])",
+    "compare(a, b, quick=True)",
+)
 CKINSPECT_QUICK = ("from ckinspect.cli import main", DIFF_REPORT.format(", '--quick'"))
 CKINSPECT_FULL = ("from ckinspect.cli import main", DIFF_REPORT.format(""))
 
@@ -280,7 +289,29 @@ def many_tensors(sizes: list[int], folder: Path, previous: Path | None, rounds: 
                 old = med["previous"]
                 line += f" {old['cpu']:.2f} | {old['rss_kb'] / 1024:,.0f} MiB | {ours['cpu'] / old['cpu']:.2f}x |"
             print(line, flush=True)
+    if previous:
+        compare_only(sizes, folder, previous, rounds)
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+
+
+def compare_only(sizes: list[int], folder: Path, previous: Path, rounds: int) -> None:
+    """The diff's own part of `--quick` (the compare after both listings), this tree against --previous: each
+    round a fresh process per tree, interleaved; the CPU of the compare call alone (medians, range)."""
+    head = (
+        "| `diff --quick`'s compare alone | tensors | CPU s, median (range) | previous CPU s | this / previous "
+        "| exp. | previous exp. |"
+    )
+    print(f"\n{head}\n|{'---|' * (head.count('|') - 1)}", flush=True)
+    last: tuple[int, float, float] | None = None
+    for n in sizes:
+        pair = folder / f"a{n}.pt", folder / f"b{n}.pt"
+        got = _rounds({"ours": (COMPARE_QUICK, REPO, rounds), "previous": (COMPARE_QUICK, previous, rounds)}, pair)
+        calls = {name: [r["in_call"] for r in runs] for name, runs in got.items()}
+        ours, old = statistics.median(calls["ours"]), statistics.median(calls["previous"])
+        exps = (_exponent(ours, last[1], n, last[0]), _exponent(old, last[2], n, last[0])) if last else ("-", "-")
+        last = (n, ours, old)
+        spread = f"{ours:.2f} ({min(calls['ours']):.2f}-{max(calls['ours']):.2f})"
+        print(f"| | {n:,} | {spread} | {old:.2f} | {ours / old:.2f}x | {exps[0]} | {exps[1]} |", flush=True)
 
 
 def main() -> int:

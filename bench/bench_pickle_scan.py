@@ -4,6 +4,7 @@
     python bench/bench_pickle_scan.py --tensors 50000 --protocols 2
     python bench/bench_pickle_scan.py --code /path/to/other/checkout   # time another tree's ckinspect
     python bench/bench_pickle_scan.py --dir D --keep                    # keep the files (then --reuse)
+    python bench/bench_pickle_scan.py --versus /path/to/old/checkout    # also both trees interleaved
 
 Each file is a torch.save zip (written by a child process) of N four-element float32 tensors, each its own
 storage (the per-tensor overhead case). Per file, in fresh processes, each run once untimed (bytecode and
@@ -18,6 +19,9 @@ page cache warm) and then --rounds times, in turn:
   reader runs it; nan where not built), of reading the zip directory, and of the whole reader
   (open_checkpoint, the listing the TUI shows; on the compiled pass where built), each the best of the rounds.
 
+With --versus OLD, also `--report --quick --format json` by OLD and by --code in fresh processes interleaved (old,
+new, then new, old) for --rounds rounds: the median CPU of each tree, and new/old; both must print the same report.
+
 Then the growth exponent of each figure between each two consecutive sizes and between the smallest and the
 largest N (1.0 is linear). The
 machine's load is printed with the figures: ratios are measured side by side, absolute times are not
@@ -31,6 +35,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -110,11 +115,12 @@ def child_env(code: Path) -> dict[str, str]:
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(wall s, CPU s user + sys, stdout) of one child process."""
+    """(wall s, CPU s user + sys, stdout) of one child process. It runs in the temporary folder: `python -m` puts
+    the working folder first on sys.path, which would shadow PYTHONPATH's tree with the one the bench started from."""
     import time
 
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, env=env, cwd=tempfile.gettempdir(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     out = proc.stdout.read().decode() if proc.stdout else ""
     _pid, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -122,6 +128,21 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{argv[:4]} exited {proc.returncode}")
     return wall, usage.ru_utime + usage.ru_stime, out
+
+
+def versus(path: Path, old: Path, new: Path, rounds: int) -> dict[str, float]:
+    """`--report --quick --format json` of `path` by two trees of ckinspect, fresh processes interleaved (old, new,
+    then new, old): the median CPU of each; both must print the same report. (No peak RSS: Linux carries this
+    process's own high-water mark into a child's ru_maxrss.)"""
+    cli = [sys.executable, "-m", "ckinspect", "--report", str(path), "--quick", "--format", "json"]
+    trees = {"old": child_env(old), "new": child_env(new)}
+    cpu: dict[str, list[float]] = {"old": [], "new": []}
+    outs = {name: timed(cli, env)[2] for name, env in trees.items()}  # untimed: bytecode and page cache warm
+    assert outs["old"] == outs["new"], "the two trees print different reports"
+    for i in range(rounds):
+        for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
+            cpu[name].append(timed(cli, trees[name])[1])
+    return {f"{name} cpu": statistics.median(values) for name, values in cpu.items()}
 
 
 def best_of(argv: list[str], env: dict[str, str], rounds: int) -> tuple[float, float, str]:
@@ -150,6 +171,9 @@ def measure(path: Path, code: Path, rounds: int, torch_side: bool = True) -> dic
     return {"cli wall": wall, "cli cpu": cpu, "pure cpu": pure_cpu, "torch wall": t_wall, "torch cpu": t_cpu, **parts}
 
 
+GROWN = ("cli cpu", "pure cpu", "native", "scan", "unpickler", "reader", "torch cpu", "old cpu", "new cpu")
+
+
 def _bench_protocol(args: argparse.Namespace, folder: Path, protocol: int) -> None:
     """One row per size, then the growth exponent of each figure between the smallest and the largest."""
     figures: dict[int, dict[str, float]] = {}
@@ -159,6 +183,11 @@ def _bench_protocol(args: argparse.Namespace, folder: Path, protocol: int) -> No
             subprocess.run([sys.executable, "-c", WRITE, str(n), str(path), str(protocol)], check=True,
                            env=child_env(args.code))  # fmt: skip
         figures[n] = f = measure(path, args.code, args.rounds, not args.no_torch)
+        if args.versus:
+            f.update(versus(path, args.versus, args.code, args.rounds))
+            print(f"protocol {protocol}, {n:>7,} tensors, {args.rounds} rounds interleaved, median CPU-s: "
+                  f"{args.versus} {f['old cpu']:.3f}, {args.code} {f['new cpu']:.3f}: "
+                  f"new/old {f['new cpu'] / f['old cpu']:.2f}x", flush=True)  # fmt: skip
         print(f"protocol {protocol}, {n:>7,} tensors: report {f['cli wall']:.2f} s wall {f['cli cpu']:.2f} "
               f"CPU-s (pure path {f['pure cpu']:.2f}, pure/compiled {f['pure cpu'] / f['cli cpu']:.2f}x) | "
               f"torch.load {f['torch wall']:.2f} s wall {f['torch cpu']:.2f} CPU-s | "
@@ -172,7 +201,8 @@ def _bench_protocol(args: argparse.Namespace, folder: Path, protocol: int) -> No
     for small, large in pairs:
         growth = {
             key: math.log(figures[large][key] / figures[small][key]) / math.log(large / small)
-            for key in ("cli cpu", "pure cpu", "native", "scan", "unpickler", "reader", "torch cpu")
+            for key in GROWN
+            if key in figures[large]
             if not math.isnan(figures[large][key])
         }
         print(f"protocol {protocol}, growth exponent {small:,} -> {large:,} tensors: "
@@ -189,6 +219,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--reuse", action="store_true", help="time files a --keep run left in --dir")
     parser.add_argument("--no-torch", action="store_true", help="time ckinspect only (e.g. two checkouts' code)")
+    parser.add_argument("--versus", type=Path, help="another checkout (its C built) timed beside --code, interleaved")
     args = parser.parse_args()
     folder = args.dir or Path(tempfile.mkdtemp(prefix="ckinspect-bench-pickle-"))
     folder.mkdir(parents=True, exist_ok=True)

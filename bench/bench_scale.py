@@ -5,6 +5,9 @@
                                 [--hf] [--runs 10,40,160] [--remote] [--s3-runs 10,40,160]
                                 [--torch-ranks-max 512] [--rss-cap 8] [--torch-rss-cap 16] [--mem-floor 1]
                                 [--root DIR] [--reuse DIR] [--keep]
+    python bench/bench_scale.py --dcp 256,1024 [--diff 256,1024] [--zero3 512,1024] --old-root OLD [--rounds 5]
+                                --reuse DIR
+                                (this tree against another checkout OLD and torch, interleaved: did a change cost?)
 
 Builds the sparse-file simulations of bench/scale_sims.py (DCP saves as torch's DefaultSavePlanner and
 FileSystemWriter write them: dcp_save_direct, proven byte for byte identical to them; huggingface_hub's sharder
@@ -705,6 +708,34 @@ def _sizes(text: str) -> list[int]:
     return [int(s) for s in text.split(",") if s]
 
 
+HEADER_AB = ("| family | size | this tree CPU s | its peak RSS | old tree CPU s | its peak RSS | this / old CPU | "
+             "theirs CPU s | this / theirs CPU |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+
+
+def family_ab(name: str, sizes: list[int], build: Callable, baseline: tuple[str, str], unit: str, old_root: Path,
+              ours_kind: tuple[str, str] = CKINSPECT) -> list[str]:  # fmt: skip
+    """This tree against another (`old_root`: a checkout with its compiled parts built in place) and the
+    baseline, --rounds fresh processes each, interleaved (the order turns each round, so the machine's drift
+    hits all three alike); medians of CPU and of peak RSS, and each round's this/old."""
+    lines = []
+    for size in sizes:
+        target = build(size)
+        runs: dict[str, list[dict]] = {"new": [], "old": [], "theirs": []}
+        turns = [("new", ours_kind, REPO, OURS_LIMITS), ("old", ours_kind, old_root, OURS_LIMITS),
+                 ("theirs", baseline, REPO, THEIRS_LIMITS)]  # fmt: skip
+        for index in range(ROUNDS):
+            for key, kind, tree, limits in turns[index % 3 :] + turns[: index % 3]:
+                runs[key].append(measure(kind, target, tree, limits=limits))
+        med = {k: {m: statistics.median(r[m] for r in v) for m in ("cpu", "rss_kb")} for k, v in runs.items()}
+        new, old, theirs = med["new"], med["old"], med["theirs"]
+        each = " ".join(f"{a['cpu'] / b['cpu']:.2f}" for a, b in zip(runs["new"], runs["old"], strict=True))
+        lines.append(f"| {name} | {size:,} {unit} | {new['cpu']:.2f} | {_mib(new['rss_kb'])} | {old['cpu']:.2f} | "
+                     f"{_mib(old['rss_kb'])} | {new['cpu'] / old['cpu']:.3f} (rounds: {each}) | {theirs['cpu']:.2f} | "
+                     f"{new['cpu'] / theirs['cpu']:.3f}x |")  # fmt: skip
+        print(lines[-1], flush=True)
+    return lines
+
+
 def local_families(args: argparse.Namespace, sims: Sims) -> list[Family]:
     """The families the arguments select, in the order they run."""
     answer = check_answer(lambda run: str(answer_of(run)))
@@ -840,6 +871,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--root", type=Path, default=None, help="where the simulations go (default: a temp dir)")
     parser.add_argument("--reuse", type=Path, default=None, help="simulations used read-only where found")
     parser.add_argument("--keep", action="store_true", help="keep the simulations (re-used by the next run)")
+    parser.add_argument(
+        "--old-root",
+        type=Path,
+        default=None,
+        help="--dcp, --zero3, --zero3-engine: this other checkout beside (its C built in place)",
+    )
     return parser.parse_args()
 
 
@@ -857,6 +894,16 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
           f"{_mem_available_kb() / GIB_KB:.1f} GiB available", flush=True)  # fmt: skip
     try:
+        if args.old_root is not None:
+            print(f"\n{HEADER_AB}", flush=True)
+            old = args.old_root.resolve()
+            family_ab("dcp 70B+AdamW", _sizes(args.dcp), sims.dcp, TORCH_DCP, "ranks", old)
+            family_ab(
+                "diff --quick dcp", _sizes(args.diff), sims.dcp_pair, TORCH_DCP_DIFF, "ranks", old, CKINSPECT_DIFF
+            )
+            family_ab("zero3 70B+AdamW", _sizes(args.zero3), sims.zero3, TORCH_ZERO3, "ranks", old)
+            family_ab("zero3 engine 70B+AdamW", _sizes(args.zero3_engine), sims.zero3_engine, TORCH_ZERO3, "ranks", old)
+            return
         if not args.remote:
             print(f"\n{HEADER}", flush=True)
             for family in local_families(args, sims):

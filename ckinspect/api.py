@@ -220,7 +220,14 @@ def inspect(path: str | os.PathLike[str], *, quick: bool = False) -> Report:
     """Open one checkpoint (a file, a sharded set's index, a DCP folder; or a URL) and check it; unless
     `quick`, scan every value (NaN/Inf, fp16 range, CRCs). A folder holding several checkpoints is an
     error that names them: inspect each, or judge the run (`judge_run`)."""
-    return _guarded(lambda: Report.of(open_report(path, quick=quick), quick))
+
+    def run() -> Report:
+        from ckinspect.formats.tree import no_gc
+
+        with no_gc():  # as the command: full passes of the collector over a listing find nothing to free
+            return Report.of(open_report(path, quick=quick), quick)
+
+    return _guarded(run)
 
 
 def diff(
@@ -237,18 +244,21 @@ def diff(
     byte read; its verdict is at best "same structure", never "identical" without comparing."""
 
     def run() -> DiffResult:
-        left, right = open_checked(a, structure_only=quick), open_checked(b, structure_only=quick)
-        result = compare(left, right, only=list(only) if only else None, atol=atol, quick=quick)
-        return DiffResult(
-            a=Report.of(left, True),
-            b=Report.of(right, True),
-            verdict=result.verdict,
-            changed=list(result.changed),
-            only_a=list(result.only_a),
-            only_b=list(result.only_b),
-            same=len(result.same),
-            result=result,
-        )
+        from ckinspect.formats.tree import no_gc
+
+        with no_gc():  # as the command: the collector's full passes over two listings found nothing to free
+            left, right = open_checked(a, structure_only=quick), open_checked(b, structure_only=quick)
+            result = compare(left, right, only=list(only) if only else None, atol=atol, quick=quick)
+            return DiffResult(
+                a=Report.of(left, True),
+                b=Report.of(right, True),
+                verdict=result.verdict,
+                changed=list(result.changed),
+                only_a=list(result.only_a),
+                only_b=list(result.only_b),
+                same=len(result.same),
+                result=result,
+            )
 
     return _guarded(run)
 

@@ -420,7 +420,16 @@ def _on_a_terminal() -> bool:
         return False
 
 
+# numpy asks the kernel for 2 MB pages (madvise) for each array of 4 MB or more. ckinspect's arrays that big are
+# made once and read once (a DCP listing's chunk columns: 18 MB each at 1024 ranks), and where memory is full of page
+# cache (a machine that has just read a checkpoint) each 2 MB page is found by compacting memory while the command
+# waits: 9.9% of `diff --quick`'s CPU on two 1024-rank saves went to those page faults, 2.9% at 256 ranks (perf,
+# bench/README). Unless the user chose otherwise, numpy takes ordinary pages; it reads this when first imported.
+NUMPY_PAGES = ("NUMPY_MADVISE_HUGEPAGE", "0")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault(*NUMPY_PAGES)
     entry = argv is None  # the console script or `python -m ckinspect`: the process ends when this returns
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in _SUBCOMMANDS else "main"

@@ -548,20 +548,21 @@ static uint64_t mix(uint64_t h, uint64_t x) { /* murmur3's finalizer over the ru
     h ^= h >> 33;
     return h;
 }
-/* the key (fqn, offsets or None) of a storage record or a chunk, as the pure path's dict holds it */
-static uint64_t key_hash(D *d, V fqn, V offsets) {
+/* a key's offsets as the table keeps them: the tuple of a torch.Size, or None. Tuples are canonical where they are
+   packed (new_tuple packs every tuple of at most two small ints), so two packed keys are equal when their bits are */
+static V key_dims(V offsets) { return TAG(offsets) == T_SIZE ? DIMS(offsets) : MK(T_NONE, 0); }
+/* the hash of a key (fqn, offsets or None), as the pure path's dict tells them apart */
+static uint64_t key_hash(D *d, V fqn, V dims) {
     uint64_t h = mix(0x51ed27, PAY(fqn));
-    if (TAG(offsets) != T_SIZE) return mix(h, 0xdead);
-    V t = DIMS(offsets);
-    size_t k = tlen(d, t);
+    if (TAG(dims) == T_NONE) return mix(h, 0xdead);
+    size_t k = tlen(d, dims);
     h = mix(h, k);
-    for (size_t i = 0; i < k; i++) h = mix(h, titem(d, t, i));
+    for (size_t i = 0; i < k; i++) h = mix(h, titem(d, dims, i));
     return h;
 }
-static int key_equal(D *d, V fa, V oa, V fb, V ob) {
-    if (PAY(fa) != PAY(fb) || (TAG(oa) == T_SIZE) != (TAG(ob) == T_SIZE)) return 0;
-    if (TAG(oa) != T_SIZE) return 1;
-    V a = DIMS(oa), b = DIMS(ob);
+static int same_dims(D *d, V a, V b) {
+    if (a == b) return 1;
+    if (TAG(a) != T_TUPLE || TAG(b) != T_TUPLE) return 0; /* a packed tuple or None equals only itself */
     size_t k = tlen(d, a);
     if (tlen(d, b) != k) return 0;
     for (size_t i = 0; i < k; i++)
@@ -569,25 +570,54 @@ static int key_equal(D *d, V fa, V oa, V fb, V ob) {
     return 1;
 }
 
-/* storage records by key: open addressing over (hash, record) slots; the last record of a key wins */
-typedef struct { uint64_t *slot; size_t mask; const V *keys; } Table; /* keys: the MetadataIndex records */
-#define KEY_FQN(d, tab, s) RFIELD(d, PAY((tab)->keys[2 * (s)]), 0)
-#define KEY_OFF(d, tab, s) RFIELD(d, PAY((tab)->keys[2 * (s)]), 1)
-static uint64_t *find_slot(D *d, Table *tab, V fqn, V off, uint64_t h) {
+/* storage records by key, grouped by fqn: the records of one fqn (about one a rank) sit together in `keys`, in the
+   file's order, so that a tensor's chunks are matched against its own records through a small table that stays in
+   the cache. One table of every record (2.2 million at 1024 ranks) is far larger than the caches: there each
+   lookup was a miss, and the cost of one grew with the save. The last record of a key wins. */
+#define EMPTY_SLOT UINT32_MAX
+typedef struct { V dims; uint32_t rec; } Key;
+typedef struct {
+    size_t *start; /* per string id f: its records are keys[start[f] .. start[f + 1]) */
+    Key *keys;
+    size_t nstr;
+    Key *slot; /* the table of one fqn's records, open addressing; rec EMPTY_SLOT: empty */
+    size_t mask, cap;
+    size_t fqn; /* whose records the table holds (nstr: none yet) */
+} Table;
+static Key *find_slot(D *d, Table *tab, V dims, uint64_t h) {
     for (size_t at = h & tab->mask;; at = (at + 1) & tab->mask) {
-        uint64_t *slot = tab->slot + 2 * at;
-        if (slot[1] == UINT64_MAX) return slot;
-        if (slot[0] == h && key_equal(d, KEY_FQN(d, tab, slot[1]), KEY_OFF(d, tab, slot[1]), fqn, off)) return slot;
+        Key *slot = tab->slot + at;
+        if (slot->rec == EMPTY_SLOT || same_dims(d, slot->dims, dims)) return slot;
     }
 }
-/* the table is far larger than the caches: each loop asks for the slot it will need AHEAD keys on */
-#define AHEAD 16
-static void prefetch(Table *tab, uint64_t h) { __builtin_prefetch(tab->slot + 2 * (h & tab->mask)); }
-static int64_t lookup(D *d, Table *tab, V fqn, V off) {
-    uint64_t h = key_hash(d, fqn, off);
-    uint64_t *slot = find_slot(d, tab, fqn, off, h);
-    return slot[1] == UINT64_MAX ? -1 : (int64_t)slot[1];
+static uint64_t dims_hash(D *d, V dims) { return key_hash(d, MK(T_STR, 0), dims); }
+/* the table of fqn f's records; -1: out of memory */
+static int table_of(D *d, Table *tab, size_t f) {
+    if (tab->fqn == f) return 0;
+    size_t n = tab->start[f + 1] - tab->start[f], cap = 8;
+    while (cap < 2 * n + 2) cap *= 2;
+    if (cap > tab->cap) {
+        Key *grown = realloc(tab->slot, cap * sizeof(Key));
+        if (!grown) return -1;
+        tab->slot = grown;
+        tab->cap = cap;
+    }
+    tab->mask = cap - 1;
+    for (size_t i = 0; i < cap; i++) tab->slot[i].rec = EMPTY_SLOT;
+    for (const Key *k = tab->keys + tab->start[f], *end = k + n; k < end; k++)
+        *find_slot(d, tab, k->dims, dims_hash(d, k->dims)) = *k;
+    tab->fqn = f;
+    return 0;
 }
+/* the index of the storage record of (fqn, offsets), -1: none; -2: out of memory */
+static int64_t lookup(D *d, Table *tab, V fqn, V off) {
+    if (PAY(fqn) >= tab->nstr) return -1;
+    if (table_of(d, tab, PAY(fqn))) return -2;
+    V dims = key_dims(off);
+    Key *slot = find_slot(d, tab, dims, dims_hash(d, dims));
+    return slot->rec == EMPTY_SLOT ? -1 : (int64_t)slot->rec;
+}
+static void free_table(Table *tab) { free(tab->start); free(tab->keys); free(tab->slot); }
 
 static PyObject *int_tuple(D *d, V t) {
     size_t k = tlen(d, t);
@@ -600,10 +630,35 @@ static PyObject *int_tuple(D *d, V t) {
     }
     return out;
 }
-static PyObject *ivec_bytes(IVec *v) {
-    PyObject *out = PyBytes_FromStringAndSize((const char *)v->v, (Py_ssize_t)(v->n * sizeof(int64_t)));
-    free(v->v);
-    v->v = NULL;
+/* a column handed to Python without a copy (at 1024 ranks the columns are 170 MB): the IVec's memory, owned by
+   a Column and seen through a memoryview (read-only bytes, compared by content, as bytes were) */
+typedef struct { PyObject_HEAD int64_t *v; size_t n; } Column;
+static int column_buffer(PyObject *self, Py_buffer *view, int flags) {
+    Column *c = (Column *)self;
+    return PyBuffer_FillInfo(view, self, c->v, (Py_ssize_t)(c->n * sizeof(int64_t)), 1, flags);
+}
+static void column_dealloc(PyObject *self) {
+    free(((Column *)self)->v);
+    Py_TYPE(self)->tp_free(self);
+}
+static PyBufferProcs COLUMN_BUFFER = {column_buffer, NULL};
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ckinspect._native.dcpmeta.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_dealloc = column_dealloc,
+    .tp_as_buffer = &COLUMN_BUFFER,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+static PyObject *ivec_column(IVec *v) {
+    if (!v->v && !(v->v = malloc(sizeof(int64_t)))) return PyErr_NoMemory(); /* an empty column has an address */
+    Column *c = PyObject_New(Column, &ColumnType);
+    if (!c) return NULL;
+    c->v = v->v;
+    c->n = v->n;
+    v->v = NULL; /* the Column owns it now */
+    PyObject *out = PyMemoryView_FromObject((PyObject *)c);
+    Py_DECREF(c);
     return out;
 }
 
@@ -662,18 +717,16 @@ static int tensor_chunks(D *d, Cols *c, Table *tab, V fqn, int64_t r) {
     for (size_t j = 0; j < cl->n; j++) {
         V ch = cl->v[j];
         if (!built(d, ch, G_CHUNK)) return -1;
-        V ahead = j + AHEAD < cl->n ? cl->v[j + AHEAD] : 0;
-        if (built(d, ahead, G_CHUNK) && TAG(RFIELD(d, PAY(ahead), 0)) == T_SIZE)
-            prefetch(tab, key_hash(d, fqn, RFIELD(d, PAY(ahead), 0)));
         V off = RFIELD(d, PAY(ch), 0), sz = RFIELD(d, PAY(ch), 1);
         if (TAG(off) != T_SIZE || TAG(sz) != T_SIZE) return -1;
         V dims = DIMS(sz);
         int64_t numel = 1;
         for (size_t q = 0; q < tlen(d, dims); q++)
             if (__builtin_mul_overflow(numel, INTVAL(titem(d, dims, q)), &numel)) return -1;
-        if (push_dims(&c->o_pool, d, DIMS(off)) || push_dims(&c->s_pool, d, dims) ||
+        int64_t item = lookup(d, tab, fqn, off);
+        if (item == -2 || push_dims(&c->o_pool, d, DIMS(off)) || push_dims(&c->s_pool, d, dims) ||
             ipush(&c->o_index, (int64_t)c->o_pool.n) || ipush(&c->s_index, (int64_t)c->s_pool.n) ||
-            ipush(&c->c_item, lookup(d, tab, fqn, off)) || ipush(&c->c_numel, numel))
+            ipush(&c->c_item, item) || ipush(&c->c_numel, numel))
             return -1;
     }
     return 0;
@@ -683,9 +736,11 @@ static int tensor_chunks(D *d, Cols *c, Table *tab, V fqn, int64_t r) {
 static PyObject *entry_row(D *d, Cols *c, Table *tab, PyObject *fqn_obj, V fqn, V e) {
     if (TAG(e) != T_OBJ || !RBUILT(d, PAY(e))) return NULL;
     int64_t r = (int64_t)PAY(e);
-    if (RKIND(d, r) == G_BSM)
-        return Py_BuildValue("(OiOOnnL)", fqn_obj, 1, Py_None, Py_None, (Py_ssize_t)c->c_item.n, (Py_ssize_t)0,
-                             (long long)lookup(d, tab, fqn, MK(T_NONE, 0)));
+    if (RKIND(d, r) == G_BSM) {
+        int64_t item = lookup(d, tab, fqn, MK(T_NONE, 0));
+        return item == -2 ? NULL : Py_BuildValue("(OiOOnnL)", fqn_obj, 1, Py_None, Py_None, (Py_ssize_t)c->c_item.n,
+                                                 (Py_ssize_t)0, (long long)item);
+    }
     if (RKIND(d, r) != G_TSM) return NULL;
     V props = RFIELD(d, r, 0), size = RFIELD(d, r, 1);
     if (!built(d, props, G_TPROPS) || TAG(size) != T_SIZE) return NULL;
@@ -698,15 +753,15 @@ static PyObject *entry_row(D *d, Cols *c, Table *tab, PyObject *fqn_obj, V fqn, 
                          (long long)-1);
 }
 
-/* the storage records: their columns and the table of their keys; -1: declined */
+/* the storage records: their columns, and their keys grouped by fqn (a count, then each key in its place); -1:
+   declined */
 static int storage_records(D *d, Cols *c, Table *tab, Vec *items) {
-    size_t nitems = items->n / 2, cap = 16;
-    while (cap < 2 * nitems + 2) cap *= 2;
-    tab->slot = malloc(2 * cap * sizeof(uint64_t));
-    if (!tab->slot) return -1;
-    tab->mask = cap - 1;
-    tab->keys = items->v;
-    memset(tab->slot, 0xff, 2 * cap * sizeof(uint64_t));
+    size_t nitems = items->n / 2;
+    tab->nstr = (size_t)PyList_GET_SIZE(d->strings);
+    tab->fqn = tab->nstr;
+    if (nitems >= EMPTY_SLOT || !(tab->start = calloc(tab->nstr + 2, sizeof(size_t))) ||
+        !(tab->keys = malloc((nitems ? nitems : 1) * sizeof(Key))))
+        return -1;
     for (size_t i = 0; i < nitems; i++) {
         V k = items->v[2 * i], w = items->v[2 * i + 1];
         if (!built(d, k, G_MINDEX) || !built(d, w, G_SINFO)) return -1;
@@ -718,15 +773,12 @@ static int storage_records(D *d, Cols *c, Table *tab, Vec *items) {
         if (ipush(&c->i_path, (int64_t)PAY(rel)) || ipush(&c->i_offset, INTVAL(wo)) ||
             ipush(&c->i_length, INTVAL(wl)))
             return -1;
-        if (i + AHEAD < nitems && built(d, items->v[2 * (i + AHEAD)], G_MINDEX)) {
-            V later = items->v[2 * (i + AHEAD)];
-            V lf = RFIELD(d, PAY(later), 0), lo = RFIELD(d, PAY(later), 1);
-            if (TAG(lf) == T_STR) prefetch(tab, key_hash(d, lf, lo));
-        }
-        uint64_t h = key_hash(d, fqn, off);
-        uint64_t *slot = find_slot(d, tab, fqn, off, h);
-        slot[0] = h;
-        slot[1] = i;
+        tab->start[PAY(fqn) + 2]++;
+    }
+    for (size_t f = 2; f < tab->nstr + 2; f++) tab->start[f] += tab->start[f - 1];
+    for (size_t i = 0; i < nitems; i++) { /* start[f + 1] is where fqn f's next key goes, then where f's keys end */
+        V k = items->v[2 * i];
+        tab->keys[tab->start[PAY(RFIELD(d, PAY(k), 0)) + 1]++] = (Key){key_dims(RFIELD(d, PAY(k), 1)), (uint32_t)i};
     }
     return 0;
 }
@@ -763,16 +815,16 @@ static PyObject *columns(D *d) {
         if (!(row = entry_row(d, &c, &tab, fqn_obj, md->v[i], md->v[i + 1])) || PyList_Append(entries, row)) DECLINE;
         Py_CLEAR(row);
     }
-    free(tab.slot);
-    tab.slot = NULL;
+    free_table(&tab);
+    memset(&tab, 0, sizeof tab);
     result = Py_BuildValue("(OOOOnNNNNNNNNNO)", d->globals, version, plan, entries, (Py_ssize_t)(items->n / 2),
-                           ivec_bytes(&c.c_item), ivec_bytes(&c.c_numel), ivec_bytes(&c.o_index),
-                           ivec_bytes(&c.o_pool), ivec_bytes(&c.s_index), ivec_bytes(&c.s_pool),
-                           ivec_bytes(&c.i_path), ivec_bytes(&c.i_offset), ivec_bytes(&c.i_length), d->strings);
+                           ivec_column(&c.c_item), ivec_column(&c.c_numel), ivec_column(&c.o_index),
+                           ivec_column(&c.o_pool), ivec_column(&c.s_index), ivec_column(&c.s_pool),
+                           ivec_column(&c.i_path), ivec_column(&c.i_offset), ivec_column(&c.i_length), d->strings);
 decline:
     Py_XDECREF(row); Py_XDECREF(entries); Py_XDECREF(order); Py_XDECREF(plan); Py_XDECREF(version);
     free(c.c_item.v); free(c.c_numel.v); free(c.o_index.v); free(c.o_pool.v); free(c.s_index.v); free(c.s_pool.v);
-    free(c.i_path.v); free(c.i_offset.v); free(c.i_length.v); free(tab.slot);
+    free(c.i_path.v); free(c.i_offset.v); free(c.i_length.v); free_table(&tab);
     return result;
 }
 
@@ -840,4 +892,7 @@ static PyMethodDef METHODS[] = {
     {NULL, NULL, 0, NULL},
 };
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "dcpmeta", NULL, -1, METHODS};
-PyMODINIT_FUNC PyInit_dcpmeta(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit_dcpmeta(void) {
+    if (PyType_Ready(&ColumnType) < 0) return NULL;
+    return PyModule_Create(&MODULE);
+}

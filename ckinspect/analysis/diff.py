@@ -15,7 +15,7 @@ import ctypes.util
 import functools
 import math
 import mmap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -574,9 +574,10 @@ def diff_checkpoints(
     structure only (structure_diff), no storage byte read.
     """
     _check_groups(only)
-    result, pairs = _pair_up(a, b, only, atol)
+    result, xs, ys = _pair_up(a, b, only, atol)
     if quick:
-        return structure_diff(result, pairs, a, b, only)
+        return structure_diff(result, zip(xs, ys, strict=True), a, b, only)
+    pairs = [_Pair(x.name, x, y) for x, y in zip(xs, ys, strict=True)]
     with Blobs() as blobs_a, Blobs() as blobs_b:
         workers = worker_count()
         pool = ThreadPoolExecutor(workers, thread_name_prefix="ckinspect-diff") if workers > 1 else None
@@ -597,23 +598,26 @@ def diff_checkpoints(
 
 
 def structure_diff(
-    result: DiffResult, pairs: list[_Pair], a: Checkpoint, b: Checkpoint, only: list[str] | None
+    result: DiffResult,
+    pairs: Iterable[tuple[TensorInfo, TensorInfo]],
+    a: Checkpoint,
+    b: Checkpoint,
+    only: list[str] | None,
 ) -> DiffResult:
     """diff --quick: each pair by dtype, shape, size and layout (strides, and the storage's kind where a
     reader records one), the non-tensor values and counters as in the full diff; no storage byte is read."""
     result.quick = True
     same = result.same_structure
-    for p in pairs:
-        x, y = p.ta, p.tb
+    for x, y in pairs:  # each under A's name
         if x.shape == y.shape and x.dtype == y.dtype and x.stride == y.stride and _same_kind(x, y):
-            same.append(p.name)  # the usual case, checked field by field before anything is built
+            same.append(x.name)  # the usual case, checked field by field before anything is built
             continue
         alike = _kind(x) == _kind(y) if x.stride == y.stride else _layout(x) == _layout(y)
         if alike and x.shape == y.shape and x.dtype == y.dtype:
-            same.append(p.name)
+            same.append(x.name)
             continue
         reason = "shape" if x.shape != y.shape else "dtype" if x.dtype != y.dtype else "layout"
-        change = TensorChange(p.name, reason, a_name=x.name, b_name=y.name, a_dtype=x.dtype, b_dtype=y.dtype)
+        change = TensorChange(x.name, reason, a_name=x.name, b_name=y.name, a_dtype=x.dtype, b_dtype=y.dtype)
         change.a_shape, change.b_shape, change.numel = x.shape, y.shape, x.numel
         result.changed.append(change)
     if not only:
@@ -684,21 +688,42 @@ def _check_groups(only: list[str] | None) -> None:
         raise CkinspectError(f"--only {unknown[0]!r} is not a group (choose from {', '.join(GROUPS)})")
 
 
-def _pair_up(a: Checkpoint, b: Checkpoint, only: list[str] | None, atol: float) -> tuple[DiffResult, list[_Pair]]:
-    """Match A's tensors to B's (within the groups asked for); what only one side has goes in the result."""
+def _pair_up(a: Checkpoint, b: Checkpoint, only: list[str] | None,
+             atol: float) -> tuple[DiffResult, list[TensorInfo], list[TensorInfo]]:  # fmt: skip
+    """Match A's tensors to B's (within the groups asked for): the pairs as two lists, A's order, A's tensor beside
+    its match; what only one side has goes in the result."""
     ra, rb = _memo(lambda: roles(a)), _memo(lambda: roles(b))
-    ka, kb, statement = _match(_in_groups(a, ra, only), ra, _in_groups(b, rb, only), rb)
+    ta, tb = _in_groups(a, ra, only), _in_groups(b, rb, only)
+    alike = _named_alike(ta, tb)
+    ka, kb, statement = ({}, {}, "names matched exactly") if alike else _match(ta, ra, tb, rb)
     if only:
         statement += f"; only group(s) {', '.join(only)} compared"
     result = DiffResult(a.path, b.path, match=statement, only=list(only) if only else None, atol=atol)
-    if len(ka) == len(kb) and ka.keys() == kb.keys():  # the usual case: every tensor paired, in A's order
-        return result, [_Pair(x.name, x, kb[key]) for key, x in ka.items()]
+    if alike:
+        return result, ta, tb
+    if len(ka) != len(kb) or ka.keys() != kb.keys():
+        _record_unmatched(result, ka, kb, ra, rb)
+    paired = [key for key in ka if key in kb]
+    return result, [ka[key] for key in paired], [kb[key] for key in paired]  # under A's name; B's is in "b"
+
+
+def _record_unmatched(result: DiffResult, ka: dict[str, TensorInfo], kb: dict[str, TensorInfo],
+                      ra: Callable[[], dict[str, str]], rb: Callable[[], dict[str, str]]) -> None:  # fmt: skip
+    """The tensors only one side has, by name and counted by group."""
     result.only_a = [t.name for k, t in ka.items() if k not in kb]
     result.only_b = [t.name for k, t in kb.items() if k not in ka]
     _count_unmatched(ka, kb, ra(), result.only_a_groups)
     _count_unmatched(kb, ka, rb(), result.only_b_groups)
-    pairs = [_Pair(x.name, x, kb[key]) for key, x in ka.items() if key in kb]  # under A's name; B's is in "b"
-    return result, pairs
+
+
+def _named_alike(ta: list[TensorInfo], tb: list[TensorInfo]) -> bool:
+    """Do both sides name the same tensors in the same order, each name once (the usual diff: two saves of one
+    model)? Then they pair position by position, as _match's first reading pairs them, with no dict per side and
+    no lookup per tensor (at 640,000 tensors a side those lookups land all over two listings' memory)."""
+    if len(ta) != len(tb):
+        return False
+    names = [t.name for t in ta]
+    return names == [t.name for t in tb] and len(set(names)) == len(names)
 
 
 def _in_groups(ckpt: Checkpoint, role: Callable[[], dict[str, str]], only: list[str] | None) -> list[TensorInfo]:
@@ -928,8 +953,11 @@ def non_tensor_values(ckpt: Checkpoint) -> dict[str, Any]:
     `loss`, `config.dim`): the decoded tree's leaves, or the reader's metadata when there is no tree."""
     from ckinspect.formats.tree import scalar_leaves
 
-    source = ckpt.tree if ckpt.tree is not None else ckpt.metadata
-    return {path: value for path, value in scalar_leaves(source, _SCALAR_TYPES) if path}
+    return {path: value for path, value in scalar_leaves(_values_tree(ckpt), _SCALAR_TYPES) if path}
+
+
+def _values_tree(ckpt: Checkpoint) -> Any:
+    return ckpt.tree if ckpt.tree is not None else ckpt.metadata
 
 
 def same_value(x: Any, y: Any) -> bool:
@@ -943,7 +971,20 @@ def same_value(x: Any, y: Any) -> bool:
 
 def _record_value_changes(result: DiffResult, a: Checkpoint, b: Checkpoint) -> None:
     """Non-tensor values: those on both sides that differ make A and B different; those on one side only
-    are listed (a weights file or a converted copy legitimately drops them) but decide nothing."""
+    are listed (a weights file or a converted copy legitimately drops them) but decide nothing. Two trees alike in
+    shape and keys (two saves of one run) are compared in one walk (tree.scalar_changes), other pairs by path."""
+    from ckinspect.formats.tree import scalar_changes
+
+    changes = scalar_changes(_values_tree(a), _values_tree(b), _SCALAR_TYPES, same_value)
+    if changes is None:
+        _record_value_changes_by_path(result, a, b)
+        return
+    for path, x, y in changes:  # the root itself has no path (non_tensor_values leaves it out)
+        if path and path not in result.metadata_changed:
+            result.values_changed.append(ValueChange(path, x, y))
+
+
+def _record_value_changes_by_path(result: DiffResult, a: Checkpoint, b: Checkpoint) -> None:
     va, vb = non_tensor_values(a), non_tensor_values(b)
     for path, x in va.items():
         if path not in vb:

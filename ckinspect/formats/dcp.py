@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ckinspect import steps
 from ckinspect.dtypes import dtype_info
-from ckinspect.formats import dcp_metadata, dcp_quick
+from ckinspect.formats import dcp_cover, dcp_metadata, dcp_quick
 from ckinspect.formats.pickle_findings import check_views, decode, record_globals
 from ckinspect.formats.pickle_scan import NOT_DECODED, GlobalRef, scan_decoding, scan_file
 from ckinspect.formats.torch_zip import read_zip_into
@@ -52,6 +52,7 @@ MAX_VALUE_BYTES = 16 << 20  # non-tensor values above this are listed, not decod
 BYTES_PER_DECLARED = 16
 MAX_METADATA_BYTES = 1 << 30  # larger ones are decoded only when the data files they index are larger still
 MIN_DECLARED = 1024  # whatever its size, a .metadata may declare this many
+KEPT_PREFIX_BYTES = 64 << 20  # of a remote .metadata the compiled decoder reads, kept for the general path
 
 
 def _expected_dcp_global(g: GlobalRef) -> bool:
@@ -195,11 +196,35 @@ def _metadata_fields(ckpt: Checkpoint, meta_path: Path, index: str, data_bytes: 
                                     "too large to list (scanned, not decoded)")  # fmt: skip
             return None
         # streamed through the compiled decoder a window at a time: what torch's writer wrote is never held whole
-        cols = dcp_metadata.native_columns(reader.read_at, meta_size) if columns and meta_size else None
+        kept = _KeptPrefix(reader.read_at, KEPT_PREFIX_BYTES if reader.fd is None else 0)
+        cols = dcp_metadata.native_columns(kept.read_at, meta_size) if columns and meta_size else None
         if cols is not None:  # every opcode read to STOP, only DCP's own globals named: judged as the scan judges
             return cols if _judge_globals(ckpt, cols.global_refs(), index) is not None else None
-        data = reader.read_at(0, meta_size)  # the size the file has, never more (read(n) allocates n up front)
+        data = kept.rest(meta_size)  # the size the file has, never more (read(n) allocates n up front)
     return _scanned_fields(ckpt, data, index)
+
+
+class _KeptPrefix:
+    """`read_at` that keeps the file's first `keep` bytes as they are read, so that when the compiled decoder
+    declines a `.metadata` where each read is a request (a URL), the general path fetches only what it has
+    not read already: a file of up to `keep` bytes is fetched once, whatever is decided about it."""
+
+    def __init__(self, read_at: Any, keep: int) -> None:
+        self._read_at, self.keep = read_at, keep
+        self.parts: list[bytes] = []
+        self.held = 0
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        data = self._read_at(offset, length)
+        if offset <= self.held < min(offset + len(data), self.keep):  # windows come in order, and may overlap
+            self.parts.append(data[self.held - offset : self.keep - offset])
+            self.held += len(self.parts[-1])
+        return data
+
+    def rest(self, size: int) -> bytes:
+        """The whole file: what was kept, then the rest of it read."""
+        held, self.parts = b"".join(self.parts), []
+        return held + self._read_at(len(held), size - len(held)) if len(held) < size else held[:size]
 
 
 def _scanned_fields(ckpt: Checkpoint, data: bytes, index: str) -> dict[str, Any] | None:
@@ -360,6 +385,7 @@ class _Lister:
         self.shapes: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}  # chunk sizes -> (strides, numel)
         self.numels: dict[tuple[int, ...], int] = {}  # chunk sizes -> numel
         self.bits: dict[str, int] = {}
+        self.layouts = dcp_cover.Remembered()  # whether each distinct layout of chunks covers its tensor
 
     def _reader(self, relative: str) -> PositionedReader | str | None:
         if relative not in self.readers:
@@ -417,11 +443,21 @@ class _Lister:
             # one entry for the tensor: --quick checks its chunks in bulk, the full read opens each
             whole = (self._sharded_tensor(fqn, dtype, size, chunks, items) if self.trust else
                      self._read_sharded(fqn, dtype, size, chunks, items))  # fmt: skip
-            if whole is not None:
+            if isinstance(whole, TensorInfo):
                 self.ckpt.tensors.append(whole)
-                return whole
+            return whole
         out = self._chunk_entries(fqn, dtype, chunks, items)
+        if len(chunks) <= 1:
+            boxes = [_chunk_box(c) for c in chunks]
+            self.covered(fqn, size, [b[0] for b in boxes], [b[1] for b in boxes])
         return next(iter(out.values()), None) if len(chunks) == 1 else out
+
+    def covered(self, fqn: str, size: tuple[int, ...], offsets: list[Any], sizes: list[Any]) -> bool:
+        """Whether the chunks (their offsets and sizes) cover the tensor exactly once; CORRUPT if not."""
+        if self.layouts.covers(size, offsets, sizes):
+            return True
+        dcp_cover.add_finding(self.ckpt, self.folder.name, fqn, size, len(offsets))
+        return False
 
     def _chunk_entries(self, fqn: str, dtype: str, chunks: list[Any], items: _Items) -> dict[str, TensorInfo]:
         """Each chunk as a tensor of its own (`fqn`, or `fqn[start:stop,...]` when there are several)."""
@@ -442,14 +478,16 @@ class _Lister:
         return out
 
     def _read_sharded(self, fqn: str, dtype: str, size: tuple[int, ...], chunks: list[Any],
-                      items: _Items) -> TensorInfo | None:  # fmt: skip
+                      items: _Items) -> TensorInfo | dict[str, TensorInfo]:  # fmt: skip
         """A tensor whose chunks lie in many items, as one entry of its global shape whose storage lists every
-        chunk's bytes (model.Extents), each item opened and judged as _read_tensor judges it. None (each chunk
-        then listed on its own, as before) when an item holds its chunk in a way one extent cannot say: a view
-        into a larger storage, a strided or unaddressable one."""
+        chunk's bytes (model.Extents), each item opened and judged as _read_tensor judges it. Each chunk listed
+        on its own instead (as _chunk_entries lists them: name -> tensor) when an item holds its chunk in a way
+        one extent cannot say: a view into a larger storage, a strided or unaddressable one."""
         read = []
+        boxes = []
         for chunk in chunks:
             offsets, sizes = _chunk_box(chunk)
+            boxes.append((offsets, sizes))
             name = _chunk_name(fqn, offsets, sizes)
             found = self.item(name, items.get((fqn, offsets)))
             if found is None:
@@ -467,13 +505,10 @@ class _Lister:
                 self.ckpt.tensors.append(tensor)  # each chunk an entry of its own, as before
             else:
                 storages.pop(tensor.storage_key, None)  # its bytes are one extent of the tensor's storage
+        covered = self.covered(fqn, size, [b[0] for b in boxes], [b[1] for b in boxes])
         if extents is None:
-            return None
-        extents.whole = _tiles(size, chunks)
-        if not extents.whole:
-            self.ckpt.add("CORRUPT", f"{self.folder.name}/.metadata: the {len(chunks)} chunks of {fqn} do not cover "
-                                     f"its shape {list(size)} exactly once", fqn)  # fmt: skip
-        extents.whole = extents.whole and len(extents) == len(chunks)  # an unreadable chunk: its finding says so
+            return {tensor.name: tensor for _offsets, _sizes, tensor in read if tensor is not None}
+        extents.whole = covered and len(extents) == len(chunks)  # an unreadable chunk: its finding says so
         key = f"dcp:{fqn}"  # as the --quick listing keys it
         nbytes = (math.prod(size) * self._bits(dtype) + 7) >> 3
         file = extents.files[0] if extents.files else self.folder
@@ -538,8 +573,11 @@ class _Lister:
         bits = self._bits(dtype)
         numels, extents = self.numels, self.extents
         first = None
+        box_offsets, box_sizes = [], []
         for chunk in chunks:
             offsets, sizes = _chunk_box(chunk)
+            box_offsets.append(offsets)
+            box_sizes.append(sizes)
             numel = numels.get(sizes)
             if numel is None:
                 numel = numels[sizes] = math.prod(sizes)
@@ -556,6 +594,7 @@ class _Lister:
         file = self.paths[first] if first is not None else self.folder
         nbytes = (math.prod(size) * bits + 7) >> 3
         self.ckpt.storages[key] = StorageInfo(key, dtype, nbytes, file, None, None, f"{len(chunks)} chunks")
+        self.covered(fqn, size, box_offsets, box_sizes)
         return TensorInfo(fqn, dtype, size, contiguous_strides(size), key, 0)
 
     def _short_item(self, relative: str, offset: int, length: int, name: str, nbytes: int) -> None:
@@ -666,49 +705,6 @@ def _whole_storage(storage: StorageInfo, tensor: TensorInfo) -> bool:
     """The tensor is all of its storage, contiguous, its bytes addressable in place."""
     in_place = storage.offset is not None and storage.deflated is None and storage.dtype == tensor.dtype
     return in_place and tensor.is_contiguous and not tensor.storage_offset and storage.nbytes == tensor.nbytes
-
-
-def _tiles(size: tuple[int, ...], chunks: list[Any]) -> bool:
-    """Whether the declared chunks cover the tensor exactly once (every element in one chunk): each within
-    bounds, and the chunks a grid (on every dimension the distinct intervals partition it, each cell one
-    chunk) or, for other layouts, of disjoint boxes whose volumes add up to the whole."""
-    boxes = {_chunk_box(c) for c in chunks}
-    if len(boxes) != len(chunks):
-        return False
-    volume = 0
-    for offsets, sizes in boxes:
-        if len(offsets) != len(size) or len(sizes) != len(size):
-            return False
-        if any(o < 0 or n < 0 or o + n > whole for o, n, whole in zip(offsets, sizes, size, strict=True)):
-            return False
-        volume += math.prod(sizes)
-    if volume != math.prod(size):
-        return False
-    full = [b for b in boxes if math.prod(b[1])]
-    if _is_grid(size, full):
-        return True
-    if len(full) > 2048:  # disjointness pair by pair would cost more than it is worth: not claimed
-        return False
-    return not any(_overlap(a, b) for i, a in enumerate(full) for b in full[i + 1 :])
-
-
-def _is_grid(size: tuple[int, ...], boxes: list[Any]) -> bool:
-    cells = 1
-    for d, whole in enumerate(size):
-        spans = sorted({(o[d], n[d]) for o, n in boxes})
-        at = 0
-        for start, length in spans:
-            if start != at:
-                return False
-            at = start + length
-        if at != whole:
-            return False
-        cells *= len(spans)
-    return cells == len(boxes)
-
-
-def _overlap(a: Any, b: Any) -> bool:
-    return all(oa < ob + nb and ob < oa + na for oa, na, ob, nb in zip(a[0], a[1], b[0], b[1], strict=True))
 
 
 def _chunk_tensor(ckpt, reader, file: Path, offset: int, length: int, key: str, name: str, dtype: str,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from ckinspect import steps
+from ckinspect.formats import dcp_cover
 from ckinspect.io.zipdir import zip_ends
 from ckinspect.model import StorageInfo, TensorInfo, contiguous_strides
 
@@ -50,6 +51,7 @@ class ColumnListing:
         ckpt, cols = self.ckpt, self.cols
         planner = cols.planner if isinstance(cols.planner, dict) else {}
         tree: dict[str, Any] = {}
+        covered = self.covered()
         for done, (fqn, is_bytes, dtype, size, first, count, item) in enumerate(cols.entries):
             if not done % steps.EVERY:  # a folder of many ranks: the TUI shows how far the listing is
                 steps.step(f"entries of {index}", done, len(cols.entries))
@@ -59,11 +61,21 @@ class ColumnListing:
                     value = self.lister.bytes_entry(fqn, {} if where is None else {(fqn, None): where})
                 else:
                     value = self.tensor_entry(fqn, dtype, size, first, count)
+                    if not covered[done]:  # where the _Lister says it: after the entry's own chunks
+                        dcp_cover.add_finding(ckpt, self.lister.folder.name, fqn, size, count)
                 place(tree, planner_keys(planner.get(fqn)) or fqn.split("."), value)
             except MALFORMED as exc:
                 ckpt.add("CORRUPT", f"{index}: entry {fqn} is malformed ({type(exc).__name__})", fqn)
         self.check_files()
         return tree
+
+    def covered(self) -> Any:
+        """Whether each entry's chunks cover its shape exactly once (bytes entries: no), all at once."""
+        cols = self.cols
+        entries = cols.entries
+        return dcp_cover.exact_covers([None if e[1] else e[3] for e in entries], [e[4] for e in entries],
+                                      [e[5] for e in entries], cols.offsets_index, cols.offsets_pool,
+                                      cols.sizes_index, cols.sizes_pool)  # fmt: skip
 
     def tensor_entry(self, fqn: str, dtype: str, size: tuple[int, ...], first: int, count: int) -> Any:
         if count:
@@ -184,19 +196,22 @@ class ColumnListing:
 
     def check_files(self) -> None:
         """As _Lister.check_files: once per data file, in the order the files were opened, over all items at
-        once (sorted by file, then place: a stable sort, so equal places keep the order they were listed in)."""
+        once (sorted by file, then place: a stable sort, so equal places keep the order they were listed in).
+        At 1024 ranks each array here is 18 MB: only what the checks read is sorted (the chunks' numbers only
+        where a message names one), so that a listing does not touch a hundred megabytes of copies."""
         np, ckpt, cols, name = self.np, self.ckpt, self.cols, self.lister.folder.name
         if not self.extents:
             return
-        path, offsets, lengths, chunks = (np.concatenate([e[k] for e in self.extents]) for k in range(4))
+        path, offsets, lengths = (np.concatenate([e[k] for e in self.extents]) for k in range(3))
         order = np.lexsort((lengths, offsets, path))
-        path, offsets, lengths, chunks = path[order], offsets[order], lengths[order], chunks[order]
-        ends = offsets + lengths
-        starts = np.flatnonzero(np.r_[True, path[1:] != path[:-1]])
+        ends = np.add(offsets, lengths, out=lengths)[order]  # in place order, as path and offsets next
+        path, offsets = path[order], offsets[order]
+        starts = np.r_[0, np.flatnonzero(path[1:] != path[:-1]) + 1]
         stops = np.r_[starts[1:], len(path)]
         overlaps = np.flatnonzero((path[1:] == path[:-1]) & (offsets[1:] < ends[:-1])) + 1
         group = {int(path[s]): (int(s), int(e)) for s, e in zip(starts, stops, strict=True)}
         pid_of = {cols.paths[pid]: pid for pid in group}
+        chunk = _ChunkAt(np, self.extents, order)
         files = [(relative, *group[pid_of[relative]]) for relative in self.lister.extents if relative in pid_of]
         runs = [(self.lister.readers[relative], int(offsets[start]), int(ends[stop - 1])) for relative, start, stop
                 in files]  # fmt: skip
@@ -204,10 +219,24 @@ class ColumnListing:
             at = np.searchsorted(overlaps, start)
             if at < len(overlaps) and overlaps[at] < stop:
                 i = int(overlaps[at])
-                what = self._extent_name(int(chunks[i]))
+                what = self._extent_name(chunk(i))
                 ckpt.add("CORRUPT", f"{name}/{relative}: {what} at byte {int(offsets[i])} overlaps the item "
                                     "before it", what)  # fmt: skip
             if end is False:  # None: raw bytes, nothing more to check without reading values
-                what = self._extent_name(int(chunks[stop - 1]))
+                what = self._extent_name(chunk(stop - 1))
                 ckpt.add("CORRUPT", f"{name}/{relative}: {what}, its last item, does not end as torch.save ends "
                                     "a file (no end-of-directory record)", what)  # fmt: skip
+
+
+class _ChunkAt:
+    """The chunk number of the item at a place in check_files' sorted order; the numbers are gathered into one
+    array the first time a message asks for one."""
+
+    def __init__(self, np: Any, extents: list[tuple[Any, Any, Any, Any]], order: Any) -> None:
+        self.np, self.extents, self.order = np, extents, order
+        self.chunks: Any = None
+
+    def __call__(self, i: int) -> int:
+        if self.chunks is None:
+            self.chunks = self.np.concatenate([e[3] for e in self.extents])
+        return int(self.chunks[self.order[i]])

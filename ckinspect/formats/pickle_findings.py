@@ -9,6 +9,8 @@ import re
 from operator import attrgetter
 
 from ckinspect import steps
+from ckinspect._native import load as load_native
+from ckinspect.dtypes import dtype_info
 from ckinspect.formats.errors import CorruptPickle, UnsafePickle
 from ckinspect.formats.pickle_scan import (
     TORCH_REGISTERED_BY_IMPORT,
@@ -26,6 +28,7 @@ from ckinspect.formats.unpickler import (
     storage_persistent_load,
 )
 from ckinspect.model import Checkpoint, StorageInfo, TensorInfo
+from ckinspect.record import slot_descriptors
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -414,6 +417,8 @@ def check_views(ckpt: Checkpoint) -> None:
     of a size >= 1 (most of a big checkpoint's) is judged in this frame: the 50,000 calls of _last_element cost
     as much as the rest of the loop (hence its complexity, above the house's 10).
     """
+    if _views_judged_in_c(ckpt):
+        return
     itemsizes: dict[str, int] = {}
     bad: list[TensorInfo] = []
     dropped: set[int] = set()  # ids of malformed descriptors (the verdict belongs to the object)
@@ -436,6 +441,36 @@ def check_views(ckpt: Checkpoint) -> None:
         if ((last + 1) * bits + 7) >> 3 > storage.nbytes:
             bad.append(t)
     _report_views(ckpt, dropped, bad)
+
+
+def _views_judged_in_c(ckpt: Checkpoint) -> bool:
+    """check_views' loop in C where built (_native/views.c), its findings reported; False where it is not built or
+    declines (a number past 64 bits, a dtype without a size): the loop then runs."""
+    native = load_native("views")
+    tensors = ckpt.tensors
+    if native is None or type(tensors) is not list:
+        return False
+    judged = native.check(tensors, list(_storages_of(ckpt)), _bits_of(tensors), _TENSOR_SLOTS, _STORAGE_SLOTS)
+    if judged is None:
+        return False
+    dropped, bad = judged
+    _report_views(ckpt, {id(tensors[i]) for i in dropped}, [tensors[i] for i in bad])
+    return True
+
+
+def _bits_of(tensors: list[TensorInfo]) -> dict[str, int]:
+    """Bits per element of each dtype the tensors name, as t.bits gives it (a dtype that is no str belongs to a
+    descriptor check_views drops: left out, views.check never asks for it)."""
+    try:
+        dtypes = set(map(_DTYPE, tensors))
+    except TypeError:  # an unhashable dtype: views.check declines for want of it, the loop drops the descriptor
+        return {}
+    return {dtype: dtype_info(dtype).bits for dtype in dtypes if type(dtype) is str}
+
+
+_TENSOR_SLOTS = slot_descriptors(TensorInfo)  # name, dtype, shape, stride, storage_key, storage_offset, group
+_STORAGE_SLOTS = tuple(vars(StorageInfo)[name] for name in ("offset", "nbytes"))
+_DTYPE = attrgetter("dtype")
 
 
 def _storages_of(ckpt: Checkpoint) -> Iterable[StorageInfo | None]:

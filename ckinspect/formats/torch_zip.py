@@ -11,6 +11,7 @@ from itertools import compress
 from operator import itemgetter, methodcaller
 from pathlib import Path
 
+from ckinspect._native import load as load_native
 from ckinspect.formats.opening import reading
 from ckinspect.formats.pickle_findings import (
     StorageCollector,
@@ -42,6 +43,7 @@ from ckinspect.io.zipdir import (
     read_member,
 )
 from ckinspect.model import Checkpoint, StorageInfo
+from ckinspect.record import slot_descriptors
 from ckinspect.steps import step
 
 TYPE_CHECKING = False
@@ -364,7 +366,14 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
     folder = folder or f"{archive}data/"
     found, missing = _storage_members(collector, by_name, folder, members)
     storages = ckpt.storages
-    for (ref, member), located in zip(found, data_offsets(reader, [member for _, member in found]), strict=True):
+    located_all = data_offsets(reader, [member for _, member in found])
+    native = load_native("records")
+    in_place = native.stored(found, located_all, cd_start, file, big, StorageInfo, _INFO_SLOTS, _REF_SLOTS) if (
+        native is not None and type(cd_start) is int) else None  # fmt: skip
+    if in_place is not None:  # every storage stored in place, as torch.save writes them: built in C, as below
+        storages.update(in_place)
+        found = []
+    for (ref, member), located in zip(found, located_all if found else [], strict=True):
         name, _header, compress_type, _compressed, file_size, crc32, _flags = member  # one unpack, not six lookups
         if type(located) is int and compress_type == STORED and located + file_size <= cd_start:
             offset, deflated = located, None  # where torch.save puts every storage: its bytes in place
@@ -382,6 +391,12 @@ def _storages_from_members(ckpt: Checkpoint, collector: StorageCollector, by_nam
     if missing:
         shown = ", ".join(f"{folder}{k}" for k in missing[:10]) + (" ..." if len(missing) > 10 else "")
         ckpt.add("CORRUPT", f"{file.name}: {len(missing)} storage member(s) named by the pickle are missing: {shown}")
+
+
+# what records.stored builds and reads: StorageInfo's slots (as its __init__ takes them); StorageRef's key, dtype,
+# location, nbytes and untyped
+_INFO_SLOTS = slot_descriptors(StorageInfo)
+_REF_SLOTS = tuple(vars(StorageRef)[name] for name in ("key", "dtype", "location", "nbytes", "untyped"))
 
 
 def _storage_members(collector: StorageCollector, by_name: dict[str, ZipMember], folder: str,

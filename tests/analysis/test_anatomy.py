@@ -245,11 +245,71 @@ def test_regrouping_copies_only_the_tensors_whose_group_changes_on_both_paths(pi
     assert [type(t) for t in mixed] == [TensorInfo, TensorInfo] and mixed[0].group == "model"
 
 
-def test_the_compiled_record_copier_is_built_where_ci_builds_it():
+def test_the_compiled_record_passes_are_built_where_ci_builds_them():
     import os
 
     from ckinspect._native import load
     from ckinspect.settings import PURE
 
     if os.environ.get("CKINSPECT_EXPECT_NATIVE") and not os.environ.get(PURE):
-        assert load("records") is not None, "ckinspect._native.records was not built: `pip install -e .` needs gcc"
+        for name in ("records", "views"):
+            assert load(name) is not None, f"ckinspect._native.{name} was not built: `pip install -e .` needs gcc"
+
+
+def _odd_descriptor(rng, i: int) -> TensorInfo:
+    """A tensor descriptor as a reader makes it, or with one field of another type or out of range."""
+    big = 1 << 70
+    fields = {
+        "name": f"t{i}",
+        "dtype": rng.choice(["float32", "bfloat16", "float4_e2m1fn", "quint2x4", "made_up"]),
+        "shape": tuple(rng.choice([0, 1, 3, 7]) for _ in range(rng.choice([0, 1, 1, 2, 3]))),
+        "stride": None,
+        "storage_key": str(i % 7),
+        "storage_offset": rng.choice([0, 0, 3, 9]),
+        "group": "model",
+    }
+    fields["stride"] = tuple(rng.choice([1, 2, 7, -1, 0]) for _ in fields["shape"])
+    if rng.random() < 0.35:
+        name = rng.choice(list(fields))
+        odd = {"shape": [list(fields["shape"]), (1, -2), (1.0,), (big,), ("3",)], "stride": [(1, 2, 3, 4), (big,), [1]],
+               "storage_offset": [-1, 2.0, big, True, None], "name": [None, b"x"], "dtype": [None, ["f"], 4],
+               "storage_key": [1, ("k",)], "group": [None, 3]}[name]  # fmt: skip
+        fields[name] = rng.choice(odd)
+    tensor = TensorInfo("", "float32", (), (), "k")  # every field set below, whatever its type
+    for name, value in fields.items():
+        object.__setattr__(tensor, name, value)
+    return tensor
+
+
+def test_check_views_in_c_judges_as_the_python_loop(monkeypatch):
+    """views.check (check_views' loop in C) against the loop itself on descriptors with fields of other types,
+    sizes past 64 bits, negative strides and sizes, empty views, packed and unknown dtypes, storages missing,
+    short or holding nothing: the same tensors dropped and the same findings, in the same order."""
+    import random
+
+    from ckinspect._native import load
+    from ckinspect.formats import pickle_findings
+    from ckinspect.model import Checkpoint
+
+    if load("views") is None:
+        pytest.skip("ckinspect._native.views not built")
+    rng = random.Random(11)
+    for case in range(300):
+        tensors = [_odd_descriptor(rng, i) for i in range(rng.randint(1, 12))]
+        storages = {
+            str(k): StorageInfo(
+                str(k), "float32", rng.choice([0, 1, 8, 40, 1 << 70]), "x.pt", None if rng.random() < 0.2 else 64
+            )  # fmt: skip
+            for k in range(7)
+            if rng.random() < 0.85
+        }
+        runs = []
+        for compiled in (True, False):
+            ckpt = Checkpoint(path="x.pt", format="torch-zip", file_bytes=1)
+            ckpt.tensors, ckpt.storages = list(tensors), dict(storages)
+            with monkeypatch.context() as m:
+                if not compiled:
+                    m.setattr(pickle_findings, "load_native", lambda name: None)
+                pickle_findings.check_views(ckpt)
+            runs.append(([id(t) for t in ckpt.tensors], [(f.code, f.message, f.tensor) for f in ckpt.findings]))
+        assert runs[0] == runs[1], case

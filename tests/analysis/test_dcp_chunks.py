@@ -219,6 +219,17 @@ def test_a_missing_rank_file_leaves_one_entry_whose_values_are_not_called_identi
     assert "model.wq" in unreadable and "not read in order" in unreadable["model.wq"]
 
 
+def test_chunks_held_as_views_are_each_listed_once(tmp_path):
+    """An item holding its chunk as a view into a larger storage cannot be one extent: each chunk is then an
+    entry of its own, `name[start:stop,...]`, once (it was listed twice: by the sharded read, then again)."""
+    state = {"model.w": torch.arange(24.0).reshape(8, 3)}
+    sharded_save(tmp_path / "views", state, 2, views=True)
+    ckpt = read_dcp(tmp_path / "views")
+    assert [(t.name, t.shape) for t in ckpt.tensors] == [("model.w[0:4,0:3]", (4, 3)), ("model.w[4:8,0:3]", (4, 3))]
+    assert ckpt.findings == []
+    assert list(ckpt.tree["model.w"]) == ["model.w[0:4,0:3]", "model.w[4:8,0:3]"]  # the planner's path: one key
+
+
 def test_convert_writes_the_full_tensors(saves, tmp_path):
     from ckinspect.ops.convert import convert
 

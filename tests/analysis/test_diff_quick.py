@@ -128,3 +128,16 @@ def test_quick_reads_almost_nothing_of_large_storages(tmp_path, monkeypatch):
     assert read < 256 << 10 and not mapped, (read, mapped)  # storage: 32 MiB; a block read near a header at most
     full = run_cli("diff", a, b, "--report")
     assert full.returncode == 1 and sum(mapped) + _bytes_read() - before - read >= storage_bytes
+
+
+def test_a_name_given_twice_pairs_once_as_before(tmp_path):
+    """Sides listed alike in order pair position by position, but only when each name is given once: keys 1 and
+    "1" both name a tensor "1", and such a diff pairs by name as it always did (one pair), quick and full."""
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    for path in (a, b):
+        torch.save({1: torch.zeros(2), "1": torch.zeros(3)}, path)
+    quick = compare(open_checked(a, structure_only=True), open_checked(b, structure_only=True), quick=True)
+    assert [t.name for t in open_checked(a, structure_only=True).tensors] == ["1", "1"]
+    assert quick.same_structure == ["1"] and quick.changed == [] and quick.verdict == SAME_STRUCTURE
+    full = compare(open_checked(a), open_checked(b))
+    assert full.same == ["1"] and full.changed == [] and full.verdict == "identical"

@@ -143,3 +143,23 @@ def test_huge_finite_values_do_not_overflow_the_std(tmp_path):
     x = np.array([3e38, -3e38, 1.0, 2.0], np.float32)
     s = scan_values(simple_checkpoint(tmp_path / "h.pt", {"w": x})).stats["w"]
     assert s.nonfinite == 0 and math.isfinite(s.std) and s.std == pytest.approx(np.std(x.astype(np.float64), ddof=1))
+
+
+def test_a_scan_of_a_few_kb_runs_on_the_calling_thread_and_a_large_one_on_the_pool(tmp_path, monkeypatch):
+    """A pool started for each of a ZeRO-3 tag's 1,024 tiny rank files cost more than the scanning."""
+    from ckinspect.analysis import scan as scan_module
+
+    started = []
+    real = scan_module.ThreadPoolExecutor
+
+    def pool(*args, **kwargs):
+        started.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "ThreadPoolExecutor", pool)
+    monkeypatch.setattr(scan_module, "worker_count", lambda: 2)
+    small = {"a": np.array([1.0, np.nan], np.float32), "b": np.ones(300, np.float32)}
+    found = scan_values(simple_checkpoint(tmp_path / "s.pt", small)).findings
+    assert [(f.code, f.tensor) for f in found] == [("NONFINITE", "a")] and started == []
+    big = {f"w{i}": np.ones(scan_module.SCAN_WINDOW // 8, np.float32) for i in range(3)}  # two jobs of a window
+    assert scan_values(simple_checkpoint(tmp_path / "b.pt", big)).findings == [] and started == [(2,)]

@@ -122,6 +122,27 @@ def test_diff_of_a_resume_and_the_straight_run(samples):
     assert all(c.max_abs_diff > 0 for c in result.changed)
 
 
+def test_inspect_and_diff_pause_the_collector_as_the_commands_do(samples, monkeypatch):
+    """A collector's full pass walks every object a listing made (millions at 640,000 tensors) and frees nothing:
+    it took 5.3 of inspect's 14.5 CPU-s there and 10.9 of diff's 28.0. The calls pause it, as the commands do,
+    and leave it as they found it."""
+    import gc
+
+    from ckinspect.analysis import inspect as inspect_module
+
+    seen: list[bool] = []
+    listing = inspect_module.structural_findings
+
+    def recording(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return listing(*args, **kwargs)
+
+    monkeypatch.setattr(inspect_module, "structural_findings", recording)
+    ckinspect.inspect(samples / "straight-60/tiny_resume.pth", quick=True)
+    ckinspect.diff(samples / "straight-60/tiny_resume.pth", samples / "stopped-30/tiny_resume.pth", quick=True)
+    assert seen == [False, False, False] and gc.isenabled()
+
+
 def _run_folder(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     run.mkdir()

@@ -236,6 +236,31 @@ def _no_chunks(meta):
     meta.state_dict_metadata["model.model.norm.weight"].chunks = []
 
 
+def _sharded_chunk(meta):
+    """The key and index of a chunk of a tensor sharded over both ranks (not the first: offsets past 0)."""
+    key = next(k for k in meta.storage_data if k.offset and k.offset[0] and k.fqn.startswith("model"))
+    chunks = meta.state_dict_metadata[key.fqn].chunks
+    return key, next(i for i, c in enumerate(chunks) if c.offsets == key.offset)
+
+
+def _chunk_dropped(meta):  # a gap: the chunk and its storage record gone
+    key, at = _sharded_chunk(meta)
+    del meta.state_dict_metadata[key.fqn].chunks[at]
+    del meta.storage_data[key]
+
+
+def _chunk_moved(meta):  # one row further: past the end, and a gap before it
+    key, at = _sharded_chunk(meta)
+    chunks = meta.state_dict_metadata[key.fqn].chunks
+    moved = torch.Size([chunks[at].offsets[0] + 1, *chunks[at].offsets[1:]])
+    chunks[at] = type(chunks[at])(moved, chunks[at].sizes)
+    meta.storage_data[type(key)(key.fqn, moved)] = meta.storage_data.pop(key)
+
+
+def _step_without_chunks(meta):  # a 0-d tensor whose one element no chunk holds
+    next(md for fqn, md in meta.state_dict_metadata.items() if fqn.endswith(".step")).chunks = []
+
+
 DECLINED = {"transformed", "huge_chunk"}  # what the columns do not carry: the pure path lists these
 MUTATIONS = {
     "record_dropped": _drop_storage_record, "outside": _retarget("../elsewhere.distcp"),
@@ -243,7 +268,8 @@ MUTATIONS = {
     "short": _respan(length=lambda n: 10), "past_the_end": _respan(offset=lambda o: o + 10**9),
     "overlap": _overlap, "no_planner": _no_planner, "no_storage_meta": _no_storage_meta,
     "no_version": _version_gone, "transformed": _transform, "huge_chunk": _huge_chunk, "no_chunks": _no_chunks,
-    "big_chunk": _big_chunk, "overlap_sharded": _overlap_sharded,
+    "big_chunk": _big_chunk, "overlap_sharded": _overlap_sharded, "chunk_dropped": _chunk_dropped,
+    "chunk_moved": _chunk_moved, "step_without_chunks": _step_without_chunks,
 }  # fmt: skip
 
 
@@ -254,8 +280,11 @@ def test_a_damaged_layout_gives_the_same_findings(saves, tmp_path, mutation, mon
     native, plain, used = _both(folder, monkeypatch)
     assert native == plain
     assert used == (mutation not in DECLINED)
-    if mutation not in ("no_planner", "no_storage_meta", "no_version", "no_chunks", "transformed"):
+    if mutation not in ("no_planner", "no_storage_meta", "no_version", "transformed"):
         assert native["findings"], "the damage went unseen"
+    if mutation in ("chunk_dropped", "chunk_moved", "step_without_chunks", "no_chunks"):  # a layout that does not tile
+        assert [(code, message.endswith("exactly once")) for code, message, _ in native["findings"]] == [
+            ("CORRUPT", True)]  # fmt: skip
 
 
 @needs_native
@@ -382,3 +411,46 @@ def test_a_module_name_with_a_nul_is_not_the_module_before_it(saves, tmp_path, m
     (folder / ".metadata").write_bytes(bad)
     native, plain, used = _both(folder, monkeypatch)
     assert not used and native == plain and [f[0] for f in native["findings"]] == ["UNSAFE_PICKLE"]
+
+
+@needs_native
+@pytest.mark.remote
+@pytest.mark.parametrize("mutation", ["as_saved", "transformed"])
+def test_a_remote_metadata_is_fetched_once_whether_the_decoder_takes_it_or_not(saves, tmp_path, mutation):
+    """Over a URL the compiled decoder reads `.metadata` in ranged GETs; when it declines it (here: a transform
+    it does not carry), the general path lists it from the bytes already fetched, not from a second GET."""
+    from ckinspect.io.folders import Listings, open_folder
+    from tests.helpers.remote_servers import range_server
+
+    folder = _rewritten(saves["ranks2"], tmp_path, MUTATIONS.get(mutation, lambda meta: None))
+    local = read_dcp(folder, trust_layout=True)
+    with range_server(tmp_path) as server, Listings().in_use():
+        remote = read_dcp(open_folder(f"{server.url}/{folder.name}/"), trust_layout=True)  # listed, then read
+        sent, requests = server.by_name[".metadata"]
+    assert (sent, requests) == ((folder / ".metadata").stat().st_size, 1)
+    assert [(f.code, f.message, f.tensor) for f in remote.findings] == [
+        (f.code, f.message, f.tensor) for f in local.findings]  # fmt: skip
+    assert [t.name for t in remote.tensors] == [t.name for t in local.tensors]
+    assert ("dcp_transforms" in remote.metadata) == (mutation == "transformed")
+
+
+@pytest.mark.parametrize("keep", [0, 5, 16, 1000])
+def test_a_kept_prefix_spares_the_general_path_what_the_decoder_read(keep):
+    """Windows in order, overlapping where an opcode was cut: the first `keep` bytes are kept, and the rest of
+    the file is all that is read again."""
+    from ckinspect.formats.dcp import _KeptPrefix
+
+    data = bytes(range(40))
+    asked = []
+
+    def read_at(offset, length):
+        asked.append((offset, length))
+        return data[offset : offset + length]
+
+    kept = _KeptPrefix(read_at, keep)
+    for offset, length in [(0, 8), (6, 8), (14, 8), (20, 8)]:  # a decoder that declines at byte 28
+        assert kept.read_at(offset, length) == data[offset : offset + length]
+    asked.clear()
+    assert kept.rest(len(data)) == data
+    held = min(keep, 28)
+    assert asked == ([(held, len(data) - held)] if held < len(data) else [])

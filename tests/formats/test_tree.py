@@ -46,8 +46,13 @@ def test_walk_survives_cycles_and_shared_subtrees():
 
 def test_scalar_leaves_are_walks_scalars_in_walks_order():
     """The diff's non-tensor values come from scalar_leaves: the same (path, value) pairs as walk() filtered,
-    through shared and cyclic containers, records' fields and a nest past MAX_TREE_DEPTH."""
-    shared = {"lr": 0.1, "w": _ti(), "betas": (0.9, 0.95)}
+    through shared and cyclic containers, records' fields, a nest past MAX_TREE_DEPTH and dicts of tensors alone
+    (an optimizer's state: not entered), empty, shared, ordered or beside scalars."""
+    import collections
+
+    moments = {"exp_avg": _ti(), "exp_avg_sq": _ti()}
+    state = {0: moments, 1: {}, 2: {"exp_avg": _ti()}, 3: moments, 4: collections.OrderedDict(m=_ti())}
+    shared = {"lr": 0.1, "w": _ti(), "betas": (0.9, 0.95), "state": state, "only": {"s": moments, "k": 1}}
     cyclic: list = [1, "x"]
     cyclic.append(cyclic)
     deep: dict = {"leaf": 7}
@@ -178,3 +183,96 @@ def test_flatten_names_dicts_of_tensors_in_bulk_exactly_as_one_by_one(monkeypatc
         assert leaves == [v.name for _, v in walk(one_by_one) if isinstance(v, TensorInfo)]
         named_in_place = [any(t is v for _, v in walk(tree)) for t in got]
         assert named_in_place == [any(t is v for _, v in walk(one_by_one)) for t in expected]
+
+
+def _optimizer_tree(n: int, lr: float = 1e-3) -> dict:
+    return {"model": {f"layers.{i}.w": _ti() for i in range(n)},
+            "optimizer": {"state": {i: {"exp_avg": _ti(), "exp_avg_sq": _ti()} for i in range(n)},
+                          "param_groups": [{"lr": lr, "betas": (0.9, 0.95), "params": list(range(n))}]},
+            "step": 30, "nan": float("nan"),
+            "config": {"dim": 64, "name": "tiny", "flags": [True, None, b"x"]}}  # fmt: skip
+
+
+def _changes_by_path(a, b):
+    """The diff's answer by path (scalar_leaves of each side in a dict): changed, only in A, only in B."""
+    from ckinspect.analysis.diff import _SCALAR_TYPES, same_value
+
+    va = {p: v for p, v in scalar_leaves(a, _SCALAR_TYPES) if p}
+    vb = {p: v for p, v in scalar_leaves(b, _SCALAR_TYPES) if p}
+    changed = [(p, x, vb[p]) for p, x in va.items() if p in vb and not same_value(x, vb[p])]
+    return changed, [p for p in va if p not in vb], [p for p in vb if p not in va]
+
+
+def _nested(depth: int, leaf) -> dict:
+    node = {"leaf": leaf}
+    for _ in range(depth):
+        node = {"d": node, "n": 1}
+    return node
+
+
+def _tweaked(**changes):
+    tree = _optimizer_tree(50)
+    group = tree["optimizer"]["param_groups"][0]
+    for key, value in changes.items():
+        if key in group:
+            group[key] = value
+        else:
+            tree[key] = value
+    return tree
+
+
+class _Record:
+    """What the unpickler keeps of a benign object (argparse.Namespace ...): its fields, walked like a dict."""
+
+    qualname = "argparse.Namespace"
+
+    def __init__(self) -> None:
+        self.fields = {"lr": 0.1}
+
+
+SHARED = {"lr": 0.1}
+ALIKE = {  # pairs the one walk answers: (a, b)
+    "equal": (_optimizer_tree(50), _optimizer_tree(50)),
+    "lr": (_optimizer_tree(50), _optimizer_tree(50, lr=2e-3)),
+    "param id, int for bool, int for float": (_optimizer_tree(3), _tweaked(params=[True, 1.0, 2])),
+    "nan for a number, str for bytes, bytes for bytearray": (
+        _tweaked(nan=float("nan"), step="30", config=b"x"), _tweaked(nan=1.0, step=b"30", config=bytearray(b"x"))),
+    "tuple for a list, a tensor's place": ({"p": [1, _ti(), 2]}, {"p": (1, _ti(), 3)}),
+    "past the depth limit": (_nested(MAX_TREE_DEPTH + 3, 1), _nested(MAX_TREE_DEPTH + 3, 2)),
+    "at the depth limit": (_nested(MAX_TREE_DEPTH - 2, 1), _nested(MAX_TREE_DEPTH - 2, 2)),
+    "a scalar root": (5, 6),
+    "an ordered dict": ({"s": _OrderedDictStandIn(a=1, b=2)}, {"s": _OrderedDictStandIn(a=1, b=3)}),
+    "a tensor root": (_ti(), _ti()),
+}  # fmt: skip
+UNLIKE = {  # pairs it leaves to the pairing by path
+    "a key more": ({"a": 1}, {"a": 1, "b": 2}),
+    "a longer list": ({"p": [1, 2]}, {"p": [1, 2, 3]}),
+    "tensors at other places": ({"p": [_ti(), 1]}, {"p": [1, _ti()]}),
+    "a tensor for a scalar": ({"w": _ti()}, {"w": 1}),
+    "a dict for a scalar": ({"w": {"x": 1}}, {"w": 1}),
+    "keys of two kinds": ({1: 1, "1": 2}, {1: 1, "1": 2}),
+    "a dotted key": ({"a.b": 1, "a": {"b": 2}}, {"a.b": 1, "a": {"b": 2}}),
+    "an empty key": ({"": {"x": 1}, "x": 2}, {"": {"x": 1}, "x": 2}),
+    "bool keys for int keys": ({1: 1}, {True: 1}),
+    "an int key past 64 bits": ({1 << 70: 1}, {1 << 70: 2}),
+    "a shared container": ({"a": SHARED, "b": SHARED}, {"a": {"lr": 0.1}, "b": {"lr": 0.1}}),
+    "a record": ({"args": _Record()}, {"args": _Record()}),
+    "a cut key": ({"k" * 2000: 1}, {"k" * 2000: 2}),
+}  # fmt: skip
+
+
+def test_scalar_changes_is_the_diff_by_path_where_the_trees_are_alike():
+    """tree.scalar_changes (the diff's one walk over two trees) against the pairing of scalar_leaves by path: the
+    same changes in the same order where it answers, and it answers every pair alike in shape and plain keys."""
+    from ckinspect.analysis.diff import _SCALAR_TYPES, same_value
+    from ckinspect.formats.tree import scalar_changes
+
+    for name, (a, b) in {**ALIKE, **UNLIKE}.items():
+        got = scalar_changes(a, b, _SCALAR_TYPES, same_value)
+        assert (got is not None) == (name in ALIKE), name
+        changed, only_a, only_b = _changes_by_path(a, b)
+        if got is not None:
+            assert ([c for c in got if c[0]], only_a, only_b) == (changed, [], []), name
+    paths = {name: [c[0] for c in scalar_changes(*ALIKE[name], _SCALAR_TYPES, same_value)] for name in ALIKE}
+    assert paths["lr"] == ["optimizer.param_groups.0.lr"] and paths["equal"] == []
+    assert paths["param id, int for bool, int for float"] == [f"optimizer.param_groups.0.params.{i}" for i in (0, 1)]

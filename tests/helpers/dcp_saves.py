@@ -11,6 +11,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 def cuts(shape: tuple[int, ...], ranks: int, grid: bool) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Each rank's (offsets, sizes): torch.chunk-sized rows of dim 0 (FSDP's Shard(0)); `grid` also halves dim 1
@@ -35,9 +39,14 @@ def cuts(shape: tuple[int, ...], ranks: int, grid: bool) -> list[tuple[tuple[int
 
 
 def sharded_save(folder: Path, state: dict[str, Any], ranks: int, grid: bool = False,
-                 whole: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 whole: tuple[str, ...] = (), layout: Callable[[str, tuple[int, ...]], list[Any]] | None = None,
+                 empty_shards: bool = False, views: bool = False) -> None:  # fmt: skip
     """Save `state` (fqn -> plain tensor) as `ranks` ranks would: every tensor of 1+ dimensions sharded (see
-    cuts), those named in `whole` (and 0-d ones) held by rank 0 alone."""
+    cuts), those named in `whole` (and 0-d ones) held by rank 0 alone. `layout(fqn, shape)`, where given, says
+    each rank's boxes instead (a list per rank of (offsets, sizes)). `empty_shards`: a rank whose share is
+    empty writes it anyway, as a DTensor's does (offset the dimension's size, size 0: torch's planner keeps
+    one of those, as it keeps one of any item several ranks write). `views`: each item holds its chunk as a
+    view into the whole tensor's storage (torch.save of the narrowed tensor, which FileSystemWriter clones)."""
     import torch
     from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
     from torch.distributed.checkpoint.filesystem import FileSystemWriter, _split_by_size_and_type, _StorageInfo
@@ -58,10 +67,14 @@ def sharded_save(folder: Path, state: dict[str, Any], ranks: int, grid: bool = F
                     data = TensorWriteData(chunk, props, size)
                     items.append(WriteItem(MetadataIndex(fqn, chunk.offsets), WriteItemType.TENSOR, tensor_data=data))
                 continue
-            mine = cuts(tuple(t.shape), ranks, grid)
-            per = len(mine) // ranks
-            for offsets, sizes in mine[rank * per : (rank + 1) * per]:
-                if not math.prod(sizes):
+            if layout is not None:
+                boxes = layout(fqn, tuple(t.shape))[rank]
+            else:
+                mine = cuts(tuple(t.shape), ranks, grid)
+                per = len(mine) // ranks
+                boxes = mine[rank * per : (rank + 1) * per]
+            for offsets, sizes in boxes:
+                if not math.prod(sizes) and not empty_shards:
                     continue
                 chunk = ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes))
                 data = TensorWriteData(chunk, props, size)
@@ -84,7 +97,7 @@ def sharded_save(folder: Path, state: dict[str, Any], ranks: int, grid: bool = F
                 for d, (o, n) in enumerate(zip(chunk.offsets, chunk.sizes, strict=True)):
                     piece = piece.narrow(d, o, n)
                 buf = io.BytesIO()
-                torch.save(piece.clone(), buf)  # as FileSystemWriter: the chunk's own storage
+                torch.save(piece if views else piece.clone(), buf)  # as FileSystemWriter: the chunk's own storage
                 offset = f.tell()
                 f.write(buf.getvalue())
                 out.append(

@@ -28,6 +28,8 @@ class RangeServer(ThreadingHTTPServer):
     `/denied/...` answers 403, `/stall/...` accepts and never answers, `/short/NAME` announces NAME's
     size but sends only half of any range (a truncated transfer).
 
+    `by_name` counts the body bytes and requests of each file by its name.
+
     `throttle(n, status, retry_after)` answers the next n requests (None: every request) with `status`
     (429 or 503) and a Retry-After header, and an S3-style `SlowDown` error body, as S3 and CDNs do;
     `hits` counts every request the server saw, answered or not, so a test can prove retries are bounded;
@@ -42,6 +44,7 @@ class RangeServer(ThreadingHTTPServer):
         self.root = root
         self.bytes_sent = 0
         self.requests = 0
+        self.by_name: dict[str, tuple[int, int]] = {}  # a file's name -> (bytes sent, requests) of its bodies
         self.hits = 0
         self.kinds: collections.Counter[str] = collections.Counter()
         self.throttled = 0
@@ -101,11 +104,14 @@ class RangeServer(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
-    def count(self, n: int, last: bool = True) -> None:
-        """`n` body bytes sent; `last`: they end a request's body (one more request answered with one)."""
+    def count(self, n: int, last: bool = True, name: str = "") -> None:
+        """`n` body bytes sent (of the file `name`); `last`: they end a request's body (one more request answered
+        with one)."""
         with self.lock:
             self.bytes_sent += n
             self.requests += last
+            sent, requests = self.by_name.get(name, (0, 0))
+            self.by_name[name] = (sent + n, requests + last)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -203,7 +209,7 @@ class _Handler(BaseHTTPRequestHandler):
                 data = fh.read(min(left, _PIECE))
                 left -= len(data)
                 self.wfile.write(data)
-                self.server.count(len(data), last=not data or not left)
+                self.server.count(len(data), last=not data or not left, name=path.name)
                 if not data or not left:
                     return
 

@@ -192,3 +192,53 @@ def test_a_storage_member_named_twice_is_the_later_one_on_both_paths(tmp_path, p
     with zipfile.ZipFile(path) as z:
         last = [i for i in z.infolist() if i.filename == storage][-1]
     assert (info.nbytes, info.crc32) == (last.file_size, last.CRC)
+
+
+@pytest.mark.skipif(load("records") is None, reason="ckinspect._native.records not built")
+def test_storages_stored_in_place_are_built_as_the_loop_builds_them(tmp_path):
+    """records.stored (torch_zip's storages built in C) against _storages_from_members' own loop on storages
+    stored in place, deflated, located past the directory, without a local header, shorter than their storage,
+    of huge sizes, typed and untyped in a big-endian archive: the same StorageInfo where every storage is in
+    place, None (the loop then runs) as soon as one is not."""
+    from pathlib import Path
+
+    from ckinspect.formats import torch_zip
+    from ckinspect.formats.pickle_findings import StorageCollector
+    from ckinspect.formats.unpickler import StorageRef
+    from ckinspect.model import Checkpoint, StorageInfo
+
+    native = load("records")
+    rng = random.Random(5)
+    file = Path("x.pt")
+    taken = 0
+    for case in range(300):
+        found, located = [], []
+        odd = case % 2  # every other case may hold storages that are not in place
+        for i in range(rng.randint(1, 6)):
+            dtype, nbytes, untyped = rng.choice(["float32", "uint8"]), rng.choice([0, 4, 16]), rng.random() < 0.3
+            ref = StorageRef(f"p/{i}", dtype, "cpu", nbytes, untyped)
+            size = rng.choice([16, 16, 16, 4, 1 << 70] if odd else [16, 20])
+            method = rng.choice([0, 0, 0, 8] if odd else [0])
+            found.append((ref, ZipMember(f"a/data/{i}", 64 * i, method, size, size, rng.randrange(1 << 32), 0)))
+            at = 128 * i + 64
+            located.append(rng.choice([at, at, ZipError("no local header"), 1 << 40] if odd else [at]))
+        cd_start, big = 100_000, rng.random() < 0.5
+        built = native.stored(found, located, cd_start, file, big, StorageInfo, torch_zip._INFO_SLOTS,
+                              torch_zip._REF_SLOTS)  # fmt: skip
+        collector = StorageCollector()
+        collector.storages = {ref.key: ref for ref, _ in found}
+        expected = Checkpoint(path=file, format="torch-zip", file_bytes=1 << 20)
+        # the loop, on the same pairs and offsets: the C pass declines, data_offsets gives `located`
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(torch_zip, "load_native", lambda name: None)
+            m.setattr(torch_zip, "_storage_members", lambda *_, pairs=found: (pairs, []))
+            m.setattr(torch_zip, "data_offsets", lambda reader, members, offsets=located: offsets)
+            torch_zip._storages_from_members(expected, collector, {}, "a/", None, file, cd_start, big=big)
+        if built is None:
+            assert expected.findings or any(s.offset is None for s in expected.storages.values()), case
+        else:
+            taken += 1
+            assert not expected.findings, case
+            assert list(built) == list(expected.storages), case
+            assert [s._values() for s in built.values()] == [s._values() for s in expected.storages.values()], case
+    assert 20 < taken < 280  # both ways were taken
