@@ -11,7 +11,7 @@ Prints seconds, GB/s (bytes of both files / wall time), peak RSS and ratios; che
 (>= 70% of cat's throughput, <= 256 MB peak RSS). Run by hand: needs 2x the size on disk and, for the
 torch side, ~2x the size in memory. Not part of the test suite.
 
-    python bench/bench_diff.py --tensors 10000,40000,160000,640000 [--previous DIR] [--dir D]
+    python bench/bench_diff.py --tensors 10000,40000,160000,640000 [--previous DIR] [--dir D] [--quick-only]
 
 Many small tensors instead (issue 26): two torch.save zips per size (bench/scale_sims.torch_zip: a model
 and AdamW moments of 4x4 tensors; A and B saved apart, so the weights differ and the moments agree), and
@@ -243,12 +243,16 @@ def _rounds(kinds: dict[str, tuple[tuple[str, str], Path, int]],
     return out
 
 
-def many_tensors(sizes: list[int], folder: Path, previous: Path | None, rounds: int, torch_rounds: int) -> None:
+def many_tensors(
+    sizes: list[int], folder: Path, previous: Path | None, rounds: int, torch_rounds: int, quick_only: bool = False
+) -> None:
     """The --tensors table: diff --quick and the full diff against torch, per size (see the docstring)."""
     sys.path.insert(0, str(REPO))
     from bench import scale_sims
 
     kinds = [("diff --quick", CKINSPECT_QUICK, TORCH_QUICK), ("diff", CKINSPECT_FULL, TORCH_FULL)]
+    if quick_only:  # the full diff's rows cost ~4x the --quick ones (and torch's ~3 CPU-min at 640k)
+        kinds = kinds[:1]
     load = f"load average {os.getloadavg()[0]:.1f}"
     print(
         f"machine: {os.cpu_count()} cores, {load}; {rounds} rounds ({torch_rounds} of torch's), CPU medians", flush=True
@@ -324,6 +328,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="with --tensors: rounds per size (CPU medians)")
     ap.add_argument("--torch-rounds", type=int, default=0, help="with --tensors: torch's rounds (default: --rounds)")
     ap.add_argument("--keep", action="store_true", help="keep the files")
+    ap.add_argument("--quick-only", action="store_true", help="with --tensors: only the `diff --quick` rows")
     args = ap.parse_args()
 
     if args.tensors and args.dir:  # the zips are kept in DIR and re-used by the next run (640k take minutes)
@@ -334,6 +339,7 @@ def main() -> int:
             args.previous,
             args.rounds,
             args.torch_rounds or args.rounds,
+            args.quick_only,
         )
         return 0
     folder = Path(tempfile.mkdtemp(prefix="ckinspect-bench-diff-", dir=args.dir))
@@ -346,6 +352,7 @@ def main() -> int:
                 args.previous,
                 args.rounds,
                 args.torch_rounds or args.rounds,
+                args.quick_only,
             )
             return 0
         finally:
