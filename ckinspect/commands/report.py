@@ -13,6 +13,7 @@ from pathlib import Path
 from ckinspect.analysis.inspect import inspect_path
 from ckinspect.commands.emit import emit, render_ci, text_layout
 from ckinspect.formats.discover import find_checkpoints
+from ckinspect.formats.tree import no_gc
 from ckinspect.io import folders
 from ckinspect.lifetime import keep_to_the_end
 from ckinspect.model import Checkpoint, fails
@@ -69,8 +70,12 @@ def _orphans(paths: list[str], targets: list[Any]) -> list[Checkpoint]:
 
 def _list(targets: list[Any], structure_only: bool = False) -> list[Checkpoint]:
     """Each target read, its layout recognised and checked: everything but the value scan (inspect_path).
-    `structure_only` (--quick): no values follow, so DCP folders are listed from their .metadata."""
-    return [inspect_path(target, quick=True, structure_only=structure_only) for target in targets]
+    `structure_only` (--quick): no values follow, so DCP folders are listed from their .metadata. The collector is
+    paused throughout, as each reader pauses it: the checks after a reader (a training checkpoint's parameter and
+    optimizer-state tables) otherwise set off one full pass over every object the listing made, which finds
+    nothing to free (0.30 of 2.28 CPU-s on a 160,000-tensor resume file, 1.06 of 11.6 at 640,000)."""
+    with no_gc():
+        return [inspect_path(target, quick=True, structure_only=structure_only) for target in targets]
 
 
 def _finish(checkpoints: list[Checkpoint], orphans: list[Checkpoint], args: argparse.Namespace) -> int:
