@@ -21,6 +21,11 @@ from pathlib import Path
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
 _PIECE = 8 << 20  # the most of a body read and sent at once
+# socketserver's default backlog is 5: a burst of side by side reads (a 256-rank save's files, 32 at once) on a busy
+# machine overflowed it, the kernel dropped connections (SYN cookies), and the client's retries and fsspec's fallback
+# from a failed HEAD to a whole GET were counted as requests the answer made (bench_scale --remote, 256 ranks: 798
+# requests on a quiet machine, 2,698-2,974 under load). An object store's or a web server's backlog is hundreds.
+BACKLOG = 512
 
 
 class RangeServer(ThreadingHTTPServer):
@@ -38,6 +43,7 @@ class RangeServer(ThreadingHTTPServer):
     benchmarks serve bench/scale_sims' saves) costs the server one piece of memory, not the file."""
 
     daemon_threads = True
+    request_queue_size = BACKLOG
 
     def __init__(self, root: Path) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -247,6 +253,7 @@ class CountingProxy(ThreadingHTTPServer):
     header too: S3's path-style addressing and signatures rest on it); answers come back whole."""
 
     daemon_threads = True
+    request_queue_size = BACKLOG
 
     def __init__(self, upstream: str, kind: Callable[[str, str], str]) -> None:
         super().__init__(("127.0.0.1", 0), _Forward)
