@@ -599,19 +599,8 @@ def read_bytes(path: Path, limit: int | None = None) -> bytes:
         with open(path, "rb") as handle:
             return handle.read() if limit is None else handle.read(limit)
     # a failed request is the network's, not the file's: CkinspectError (one line, exit 2), never "unreadable"
-    found = _listed_file(remote)  # outside any listing: its size from one request
-    opened = open_remote(remote) if found is None else RemoteFile(remote, found[0].size(found[1], remote),
-                                                                   current().kept)  # fmt: skip
+    opened = open_remote(remote)  # its size from the listing, else from one request
     return opened.read_at(0, opened.size if limit is None else min(limit, opened.size))
-
-
-def listed_size(path: RemotePath) -> int | None:
-    """The object's size if a listing taken in this command knows it (saves a request per part)."""
-    try:
-        found = _listed_file(path)
-    except FileNotFoundError:
-        return None
-    return None if found is None else found[0].objects[found[1]].size
 
 
 def open_remote(path: str | os.PathLike[str]) -> RemoteFile:
@@ -619,10 +608,13 @@ def open_remote(path: str | os.PathLike[str]) -> RemoteFile:
     Its size comes from the listing of its folder when one was taken (io.folders), else from one request, once
     in the Listings in use (the value scan and the scalars open an object the listing opened)."""
     remote = path if isinstance(path, RemotePath) else RemotePath(os.fspath(path))
-    size = listed_size(remote)
     listings = current()
-    if size is not None:
-        return RemoteFile(remote, size, listings.kept)
+    try:
+        found = _listed_file(remote)
+    except FileNotFoundError:
+        found = None
+    if found is not None:  # its size from the listing, or asked once and kept in it (an index page gives none)
+        return RemoteFile(remote, found[0].size(found[1], remote), listings.kept)
     file = RemoteFile(remote, listings.sized.get(str(remote)), listings.kept)
     listings.note_size(str(remote), file.size)
     return file
