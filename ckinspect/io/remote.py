@@ -573,7 +573,7 @@ class RemoteFile:
         """A few bytes, through the block cache (local headers and pickles lie close together), or from the
         tail or a plan where they hold them."""
         first, last = offset // BLOCK, (offset + max(length, 1) - 1) // BLOCK
-        if last - first > 1 or offset + length > self._tail_start or self._planned(offset, length):
+        if last - first > 1 or offset + length > self._tail_start or self._planned(offset):
             return self.read_at(offset, length)
         pieces = []
         for index in range(first, last + 1):
@@ -587,7 +587,7 @@ class RemoteFile:
         rel = offset - first * BLOCK
         return joined[rel : rel + length]
 
-    def _planned(self, offset: int, length: int) -> bool:
+    def _planned(self, offset: int) -> bool:
         """Whether a plan in force holds the first byte of this read."""
         return any(plan.window_at(offset) >= 0 for plan in self._plans)
 

@@ -120,8 +120,9 @@ class RangeServer(ThreadingHTTPServer):
             self.by_name[name] = (sent + n, requests + last)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: RangeServer
+class _QuietHandler(BaseHTTPRequestHandler):
+    """What both servers' handlers share: HTTP/1.1 kept-alive connections, TCP_NODELAY, no log lines."""
+
     protocol_version = "HTTP/1.1"
     # headers and body go out in separate writes: without TCP_NODELAY each kept-alive request waits out the
     # client's delayed ACK (~40 ms), which object stores' servers never make a client wait
@@ -129,6 +130,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:  # quiet
         pass
+
+
+class _Handler(_QuietHandler):
+    server: RangeServer
 
     def _target(self) -> tuple[str, Path]:
         parts = self.path.lstrip("/").split("/", 1)
@@ -277,13 +282,8 @@ class CountingProxy(ThreadingHTTPServer):
             return dict(self.kinds)
 
 
-class _Forward(BaseHTTPRequestHandler):
+class _Forward(_QuietHandler):
     server: CountingProxy
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-
-    def log_message(self, *args: object) -> None:  # quiet
-        pass
 
     def _forward(self) -> None:
         kind = self.server.kind(self.command, self.path)
